@@ -1,0 +1,93 @@
+"""Birder, Algorithm 1 of the paper, in its parameter-server form: state in, new state out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from birder_ref.quantize import quantize
+from birder_ref.validation import check_array, check_coefficients, check_draws
+
+
+@dataclass(frozen=True)
+class State:
+    """Per-worker m, b_hat, b, e of shape (n, d); the server's error (d,); the step count t."""
+
+    m: np.ndarray
+    b_hat: np.ndarray
+    b: np.ndarray
+    e: np.ndarray
+    server_e: np.ndarray
+    t: int = 0
+
+    @property
+    def n_workers(self) -> int:
+        return self.m.shape[0]
+
+    @property
+    def dim(self) -> int:
+        return self.m.shape[1]
+
+
+def init(n_workers: int, dim: int) -> State:
+    """Algorithm 1 line 1: m_0 = b_0 = e_0 = 0 on every worker and a zero server error."""
+    if int(n_workers) < 1 or int(dim) < 1:
+        raise ValueError(f"need n_workers >= 1 and dim >= 1, got n_workers={n_workers}, dim={dim}")
+    zeros = np.zeros((n_workers, dim), np.float32)
+    return State(zeros, zeros.copy(), zeros.copy(), zeros.copy(), np.zeros(dim, np.float32), 0)
+
+
+def check_step_inputs(state: State, grads, u_worker, u_server, beta: float, eps: float) -> None:
+    """Every input of one step, checked before anything is computed (the state is never touched)."""
+    check_coefficients(beta, eps)
+    n, d = state.n_workers, state.dim
+    check_array("grads", grads, (n, d), worker_axes=1)
+    check_draws("u_worker", u_worker, (n, d), worker_axes=1)
+    check_draws("u_server", u_server, (d,))
+
+
+def worker_step(state: State, grads: np.ndarray, beta: float, eps: float, u_worker: np.ndarray, T0: int | None):
+    """Lines 5-9 on every worker: returns (u, m, b_hat, b, e) with u the quantized updates (n, d)."""
+    t = state.t + 1
+    m = beta * state.m + (1 - beta) * grads
+    b_hat = beta * state.b_hat + (1 - beta) * np.abs(grads)
+    b = np.maximum(state.b, b_hat) if T0 is not None and t > T0 else b_hat
+    y = m / (b + np.float32(eps)) + state.e
+    u = quantize(y, u_worker)
+    return u, m, b_hat, b, y - u
+
+
+def server_step(mean_u: np.ndarray, server_e: np.ndarray, u_server: np.ndarray):
+    """Lines 12-13 on (a slice of) the server: z = mean + error, u_bar = Q(z), new error z - u_bar."""
+    z = mean_u + server_e
+    u_bar = quantize(z, u_server)
+    return u_bar, z - u_bar
+
+
+def mean_of_signs(plus_counts: np.ndarray, n_workers: int) -> np.ndarray:
+    """(1/n) sum_i u_i from the count of +1s, as float32 exactly equal to ``u.sum(axis=0) / float32(n)``."""
+    return (2 * plus_counts.astype(np.float32) - np.float32(n_workers)) / np.float32(n_workers)
+
+
+def step(
+    state: State,
+    grads: np.ndarray,
+    beta: float = 0.95,
+    eps: float = 1e-8,
+    u_worker: np.ndarray | None = None,
+    u_server: np.ndarray | None = None,
+    T0: int | None = None,
+) -> tuple[np.ndarray, State]:
+    """One step of Algorithm 1 (lines 5-13); returns u_bar (d,) of +-1 and the new state.
+
+    Lines 5-7: m = beta m + (1-beta) g, b_hat = beta b_hat + (1-beta)|g|, b = max(b, b_hat) once t > T0
+    (AMSGrad, off when T0 is None). Line 8: u = Q(m / (b + eps) + e). Line 9: e = m/(b+eps) + e - u.
+    Lines 12-13: u_bar = Q(mean(u) + server_e), server_e = mean(u) + server_e - u_bar.
+    The update x -= lr * u_bar (line 16) is the caller's.
+    """
+    check_step_inputs(state, grads, u_worker, u_server, beta, eps)
+    u, m, b_hat, b, e = worker_step(state, grads, beta, eps, u_worker, T0)
+    mean_u = u.sum(axis=0) / np.float32(state.n_workers)
+    u_bar, server_e = server_step(mean_u, state.server_e, u_server)
+    return u_bar, State(m, b_hat, b, e, server_e, state.t + 1)

@@ -1,0 +1,32 @@
+"""Section 4's Hierarchical-1-bit-All-Reduce with Birder, in the interface of ../shared/CONTRACT.md."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from birder_ref import algorithm1, schemes
+from birder_ref.algorithm1 import State
+
+
+def init(n_nodes: int, gpus_per_node: int, dim: int) -> State:
+    """Algorithm 1's state with one worker per node (each node's GPUs hold its shards)."""
+    if int(gpus_per_node) < 1:
+        raise ValueError(f"gpus_per_node must be >= 1, got {gpus_per_node}")
+    return algorithm1.init(n_nodes, dim)
+
+
+def step(
+    state: State,
+    grads: np.ndarray,
+    beta: float = 0.95,
+    eps: float = 1e-8,
+    u_worker: np.ndarray | None = None,
+    u_server: np.ndarray | None = None,
+    T0: int | None = None,
+) -> tuple[np.ndarray, State, schemes.StepLog]:
+    """One step over the four phases; grads (n_nodes, gpus_per_node, d), U (n_nodes, d), V (d,).
+
+    Returns u_bar, the new state and the log, whose ``bytes_per_gpu`` maps intra_reduce_scatter,
+    inter_all_to_all, inter_all_gather and intra_all_gather to the bytes one GPU sends in each.
+    """
+    return schemes.step("hierarchical", state, grads, beta, eps, u_worker, u_server, T0)

@@ -1,0 +1,41 @@
+"""The stochastic 1-bit quantizer of Eq. 5 and the packing of its signs into bytes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from birder_ref.validation import check_array, check_draws
+
+
+def quantize(y: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Eq. 5: +1 with probability (y + 1) / 2, else -1, for y clipped to [-1, 1]; the draw u is injected.
+
+    Returns float32 +1.0 where ``u < (clip(y, -1, 1) + 1) / 2`` and -1.0 elsewhere. With u uniform on
+    [0, 1), E[Q(y)] = y for |y| <= 1 (Lemma 1); |y| > 1 gives sign(y) deterministically.
+    """
+    y = check_array("y", y)
+    u = check_draws("u", u, y.shape)
+    threshold = (np.clip(y, np.float32(-1.0), np.float32(1.0)) + np.float32(1.0)) / np.float32(2.0)
+    return np.where(u < threshold, np.float32(1.0), np.float32(-1.0))
+
+
+def pack_signs(q: np.ndarray) -> np.ndarray:
+    """+-1 values to uint8, ceil(d / 8) bytes, most significant bit first, bit 1 for +1, pad bits 0."""
+    q = np.asarray(q)
+    if q.ndim != 1:
+        raise ValueError(f"pack_signs takes a 1-D array, got shape {q.shape}")
+    bad = np.flatnonzero((q != 1) & (q != -1))
+    if bad.size:
+        raise ValueError(f"pack_signs takes +-1 values; element {bad[0]} is {q[bad[0]]}")
+    return np.packbits(q > 0, bitorder="big")
+
+
+def unpack_signs(bits: np.ndarray, d: int) -> np.ndarray:
+    """Inverse of ``pack_signs``: float32 +-1 of length d."""
+    bits = np.asarray(bits)
+    if bits.dtype != np.uint8 or bits.ndim != 1:
+        raise ValueError(f"unpack_signs takes a 1-D uint8 array, got {bits.dtype} of shape {bits.shape}")
+    if d < 0 or bits.size != -(-d // 8):
+        raise ValueError(f"{bits.size} bytes cannot hold exactly d={d} signs (need {-(-max(d, 0) // 8)})")
+    plus = np.unpackbits(bits, count=d, bitorder="big").astype(bool)
+    return np.where(plus, np.float32(1.0), np.float32(-1.0))

@@ -1,0 +1,48 @@
+"""Input checks shared by the reference: one ValueError naming the bad worker and element."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _first(mask: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.argwhere(mask)[0])
+
+
+def _where(name: str, index: tuple[int, ...], worker_axes: int) -> str:
+    if worker_axes and len(index) > 1:
+        worker = index[:worker_axes]
+        return f"{name}: worker {worker[0] if len(worker) == 1 else worker}, element {index[worker_axes:]}"
+    return f"{name}: element {index if len(index) > 1 else index[0]}"
+
+
+def check_array(name: str, x, shape: tuple[int, ...] | None = None, worker_axes: int = 0) -> np.ndarray:
+    """A float32 array of the given shape with finite values, or a ValueError saying what is wrong."""
+    if not isinstance(x, np.ndarray):
+        raise ValueError(f"{name} must be a NumPy float32 array, got {type(x).__name__}")
+    if x.dtype != np.float32:
+        raise ValueError(f"{name} must be float32, got {x.dtype}")
+    if shape is not None and x.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {x.shape}")
+    bad = ~np.isfinite(x)
+    if bad.any():
+        index = _first(bad)
+        raise ValueError(f"{_where(name, index, worker_axes)} is {x[index]} (not finite)")
+    return x
+
+
+def check_draws(name: str, u, shape: tuple[int, ...], worker_axes: int = 0) -> np.ndarray:
+    """Draws: float32 of the given shape, every value in [0, 1)."""
+    u = check_array(name, u, shape, worker_axes)
+    bad = (u < 0) | (u >= 1)
+    if bad.any():
+        index = _first(bad)
+        raise ValueError(f"{_where(name, index, worker_axes)} is {u[index]}, outside [0, 1)")
+    return u
+
+
+def check_coefficients(beta: float, eps: float) -> None:
+    if not 0.0 < float(beta) < 1.0:
+        raise ValueError(f"beta must lie in (0, 1), got {beta}")
+    if not float(eps) > 0.0 or not np.isfinite(eps):
+        raise ValueError(f"eps must be a positive finite number, got {eps}")
