@@ -74,6 +74,7 @@ class Phase:
     chunk_elements: int
     bits_per_element: tuple[int, ...]
     op: str
+    header_bytes: int = 0  # extra bytes each message carries (for example a float32 scale)
 
     def __post_init__(self) -> None:
         if self.pattern not in PATTERNS or self.op not in OPS:
@@ -94,7 +95,7 @@ class Phase:
         return self.group_size - 1 if self.pattern.startswith("ring") else 1
 
     def message_bytes(self, round_index: int) -> int:
-        return self.chunk_elements * self.bits_per_element[round_index] // 8
+        return self.chunk_elements * self.bits_per_element[round_index] // 8 + self.header_bytes
 
     def group_rounds(self, group: tuple[int, ...]) -> Iterator[list[Message]]:
         """The messages of one group, round by round."""
@@ -201,6 +202,41 @@ def schedule(scheme: str, layout: Layout, dim: int) -> Schedule:
             Phase("intra_all_gather", "ring_all_gather", nodes, D // g, (1,) * (g - 1), "copy"),
         )
     return Schedule(scheme, layout, int(dim), D, phases)
+
+
+def allreduce(layout: Layout, dim: int, bits: int = 32, name: str = "allreduce") -> Schedule:
+    """Full-precision ring all-reduce over all ranks: reduce-scatter then all-gather, ``bits`` per element."""
+    if int(dim) < 1:
+        raise ValueError(f"dim must be >= 1, got {dim}")
+    p = layout.n_ranks
+    D = padded_dim(dim, p)
+    everyone = (tuple(range(p)),)
+    widths = (bits,) * (p - 1)
+    phases = (
+        Phase("reduce_scatter", "ring_reduce_scatter", everyone, D // p, widths, "reduce"),
+        Phase("all_gather", "ring_all_gather", everyone, D // p, widths, "copy"),
+    )
+    return Schedule(name, layout, int(dim), D, phases)
+
+
+OPTIMIZERS = ("sgdm", "adam", "onebit-adam", "zero-one-adam", "birder", "marsit")
+
+
+def optimizer_schedule(optimizer: str, layout: Layout, dim: int, scheme: str | None = None, **options) -> Schedule:
+    """The schedule one communicating step of ``optimizer`` runs: the single source for the simulator.
+
+    sgdm and adam: fp32 ring all-reduce; birder: ``schedule(scheme or "hierarchical")``; the 1-bit baselines
+    come from ``birder_ref.baseline_schedules``.
+    """
+    if optimizer in ("sgdm", "adam"):
+        return allreduce(layout, dim)
+    if optimizer == "birder":
+        return schedule(scheme or "hierarchical", layout, dim)
+    if optimizer in OPTIMIZERS:
+        from birder_ref import baseline_schedules
+
+        return baseline_schedules.schedule(optimizer, layout, dim, **options)
+    raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
 
 
 def paper_bytes_per_gpu(scheme: str, layout: Layout, dim: int) -> dict[str, int]:
