@@ -6,8 +6,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from birder_ref.quantize import quantize
+from birder_ref.quantize import quantize, quantize_unchecked
 from birder_ref.validation import check_array, check_coefficients, check_draws
+
+# `birder check` judges a module offering quantize, init and step: this one, by default.
+__all__ = ["State", "init", "step", "quantize", "worker_step", "server_step", "mean_of_signs", "check_step_inputs"]
 
 
 @dataclass(frozen=True)
@@ -48,20 +51,33 @@ def check_step_inputs(state: State, grads, u_worker, u_server, beta: float, eps:
 
 
 def worker_step(state: State, grads: np.ndarray, beta: float, eps: float, u_worker: np.ndarray, T0: int | None):
-    """Lines 5-9 on every worker: returns (u, m, b_hat, b, e) with u the quantized updates (n, d)."""
+    """Lines 5-9 on every worker: returns (u, m, b_hat, b, e) with u the quantized updates (n, d).
+
+    Inputs are assumed checked. Each line is computed in the contract's order with float32 arrays and
+    Python-float coefficients (NumPy 2 casts them to float32), in place where a buffer can be reused; the
+    result is bit-identical to the plain expressions. Without AMSGrad, b is the same array as b_hat.
+    """
     t = state.t + 1
-    m = beta * state.m + (1 - beta) * grads
-    b_hat = beta * state.b_hat + (1 - beta) * np.abs(grads)
-    b = np.maximum(state.b, b_hat) if T0 is not None and t > T0 else b_hat
-    y = m / (b + np.float32(eps)) + state.e
-    u = quantize(y, u_worker)
-    return u, m, b_hat, b, y - u
+    scratch = np.abs(grads)
+    scratch *= 1 - beta
+    b_hat = np.multiply(state.b_hat, beta)
+    b_hat += scratch  # line 6: beta * b_hat + (1 - beta) * |g|
+    np.multiply(grads, 1 - beta, out=scratch)
+    m = np.multiply(state.m, beta)
+    m += scratch  # line 5: beta * m + (1 - beta) * g
+    b = np.maximum(state.b, b_hat) if T0 is not None and t > T0 else b_hat  # line 7
+    np.add(b, np.float32(eps), out=scratch)
+    e = np.divide(m, scratch)
+    e += state.e  # y = m / (b + eps) + e
+    u = quantize_unchecked(e, u_worker, out=scratch)  # line 8
+    e -= u  # line 9: e = y - u
+    return u, m, b_hat, b, e
 
 
 def server_step(mean_u: np.ndarray, server_e: np.ndarray, u_server: np.ndarray):
     """Lines 12-13 on (a slice of) the server: z = mean + error, u_bar = Q(z), new error z - u_bar."""
     z = mean_u + server_e
-    u_bar = quantize(z, u_server)
+    u_bar = quantize_unchecked(z, u_server)
     return u_bar, z - u_bar
 
 

@@ -14,9 +14,21 @@ def quantize(y: np.ndarray, u: np.ndarray) -> np.ndarray:
     [0, 1), E[Q(y)] = y for |y| <= 1 (Lemma 1); |y| > 1 gives sign(y) deterministically.
     """
     y = check_array("y", y)
-    u = check_draws("u", u, y.shape)
-    threshold = (np.clip(y, np.float32(-1.0), np.float32(1.0)) + np.float32(1.0)) / np.float32(2.0)
-    return np.where(u < threshold, np.float32(1.0), np.float32(-1.0))
+    return quantize_unchecked(y, check_draws("u", u, y.shape))
+
+
+def quantize_unchecked(y: np.ndarray, u: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``quantize`` for inputs already checked; ``out`` (float32, y's shape, may not alias y or u) is reused.
+
+    The clip is skipped: for y > 1, fl(y + 1) / 2 >= 1 > u, and for y < -1, fl(y + 1) / 2 < 0 <= u, so every
+    decision equals the clipped one (at y = 1 + 2**-23, y + 1 rounds to 2; at y = -1 - 2**-23 it is -2**-23).
+    """
+    out = np.add(y, np.float32(1.0), out=out)
+    out /= np.float32(2.0)
+    plus = np.less(u, out)
+    np.multiply(plus, np.float32(2.0), out=out)  # 2 * [u < threshold] - 1, exactly +-1
+    out -= np.float32(1.0)
+    return out
 
 
 def pack_signs(q: np.ndarray) -> np.ndarray:

@@ -24,18 +24,18 @@ def check_array(name: str, x, shape: tuple[int, ...] | None = None, worker_axes:
         raise ValueError(f"{name} must be float32, got {x.dtype}")
     if shape is not None and x.shape != shape:
         raise ValueError(f"{name} must have shape {shape}, got {x.shape}")
-    bad = ~np.isfinite(x)
-    if bad.any():
-        index = _first(bad)
+    if x.size and not (np.isfinite(x.min()) and np.isfinite(x.max())):  # two reductions, no temporaries
+        index = _first(~np.isfinite(x))
         raise ValueError(f"{_where(name, index, worker_axes)} is {x[index]} (not finite)")
     return x
 
 
 def check_draws(name: str, u, shape: tuple[int, ...], worker_axes: int = 0) -> np.ndarray:
     """Draws: float32 of the given shape, every value in [0, 1)."""
-    u = check_array(name, u, shape, worker_axes)
-    bad = (u < 0) | (u >= 1)
-    if bad.any():
+    if not isinstance(u, np.ndarray) or u.dtype != np.float32 or u.shape != shape:
+        return check_array(name, u, shape, worker_axes)  # raises the shape or dtype error
+    if u.size and not (u.min() >= 0 and u.max() < 1):  # NaN fails both comparisons
+        bad = ~np.isfinite(u) if not np.isfinite(u).all() else (u < 0) | (u >= 1)
         index = _first(bad)
         raise ValueError(f"{_where(name, index, worker_axes)} is {u[index]}, outside [0, 1)")
     return u

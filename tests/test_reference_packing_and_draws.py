@@ -1,0 +1,95 @@
+"""Bit packing (MSB first, 1 for +1, zero pad bits) and the counter-based draws."""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy import stats
+
+from birder_ref import draws, pack_signs, quantize, unpack_signs
+
+
+def test_pack_is_msb_first_one_for_plus_and_pads_with_zero():
+    q = np.array([1, -1, -1, -1, -1, -1, -1, 1, 1, 1], np.float32)
+    bits = pack_signs(q)
+    assert bits.dtype == np.uint8 and bits.tolist() == [0b10000001, 0b11000000]
+
+
+@given(st.integers(0, 200), st.integers(0, 2**32 - 1))
+def test_unpack_inverts_pack(d, seed):
+    q = quantize(np.zeros(d, np.float32), draws.uniforms(seed, 0, 0, d))
+    bits = pack_signs(q)
+    assert bits.size == -(-d // 8)
+    back = unpack_signs(bits, d)
+    assert back.dtype == np.float32 and np.array_equal(back, q)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: pack_signs(np.array([1, 0, -1], np.float32)), "element 1 is 0"),
+    (lambda: pack_signs(np.ones((2, 8), np.float32)), "1-D"),
+    (lambda: unpack_signs(np.zeros(2, np.uint8), 17), "cannot hold exactly d=17"),
+    (lambda: unpack_signs(np.zeros(2, np.int32), 16), "uint8"),
+])
+def test_packing_rejects_bad_input(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def fmix32_python(h: int) -> int:
+    """MurmurHash3's fmix32 with Python's unbounded ints (an independent oracle for the int64 splitting)."""
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+    return h ^ (h >> 16)
+
+
+@given(st.integers(0, 2**32 - 1))
+def test_fmix32_without_overflow_equals_the_plain_hash(h):
+    assert draws.fmix32(h) == fmix32_python(h)
+    assert int(draws.fmix32(np.array([h], np.int64))[0]) == fmix32_python(h)
+    assert int(draws.fmix32(torch.tensor([h], dtype=torch.int64))[0]) == fmix32_python(h)
+
+
+def test_uniforms_lie_on_the_2_to_minus_24_grid_in_0_1():
+    u = draws.uniforms(3, 1, 0, 1 << 16)
+    assert u.dtype == np.float32 and u.min() >= 0 and u.max() < 1
+    assert np.array_equal(u * 2**24, np.floor(u * 2**24))
+
+
+def test_uniforms_are_a_pure_function_of_seed_step_stream_index():
+    full = draws.uniforms(5, 7, 2, 1000)
+    assert np.array_equal(full, draws.uniforms(5, 7, 2, 1000))
+    assert np.array_equal(full[300:700], draws.uniforms(5, 7, 2, 400, offset=300))
+    for other in (draws.uniforms(6, 7, 2, 1000), draws.uniforms(5, 8, 2, 1000), draws.uniforms(5, 7, 3, 1000)):
+        assert np.mean(other == full) < 0.01  # any changed coordinate gives an unrelated sequence
+
+
+def test_torch_computes_the_same_uniforms():
+    key = draws.stream_key(11, 4, draws.SERVER_STREAM)
+    index = torch.arange(0, 5000, dtype=torch.int64)
+    u_torch = (draws.hash_index(key, index) >> 8).to(torch.float32) * 2.0**-24
+    assert np.array_equal(u_torch.numpy(), draws.uniforms(11, 4, draws.SERVER_STREAM, 5000))
+
+
+def test_uniforms_pass_a_chi_square_test_at_false_failure_probability_1e_9():
+    """2**20 draws in 256 bins: the statistic exceeds the chi2(255) quantile at 1 - 1e-9 with probability 1e-9
+    for truly uniform draws (the draws are fixed, so the outcome is too)."""
+    counts = np.bincount((draws.uniforms(2024, 1, 0, 1 << 20) * 256).astype(np.int64), minlength=256)
+    statistic = ((counts - 4096.0) ** 2 / 4096.0).sum()
+    assert statistic < stats.chi2.isf(1e-9, 255)
+
+
+def test_quantize_mean_with_grid_draws_is_exact():
+    """Over all 2**24 grid draws, P(Q(y) = +1) = (y + 1) / 2 up to one grid step (Lemma 1 with the draws)."""
+    grid = np.arange(2**24, dtype=np.float32) / np.float32(2**24)
+    for y in np.array([-1.0, -0.3, 0.0, 0.123456, 0.75, 1.0], np.float32):
+        plus = np.count_nonzero(quantize(np.full(grid.size, y, np.float32), grid) > 0) / 2**24
+        assert abs(plus - (float(y) + 1) / 2) <= 2**-24
+
+
+@pytest.mark.parametrize("args", [(-1, 0, 0), (0, 2**32, 0), (0, 0, -3)])
+def test_keys_outside_32_bits_are_rejected(args):
+    with pytest.raises(ValueError, match="must lie in"):
+        draws.stream_key(*args)
