@@ -17,6 +17,7 @@ import sys
 # committed by 03:55 UTC; run only your own tests (2 shared cores).
 COMMAND_MODULES = (
     "birder.report",
+    "gpu_validation.cli",
 )
 
 
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         message = " ".join(str(error).split())
         print(f"birder {args.command}: error: {message}", file=sys.stderr)
         return 2
-    except FileNotFoundError as error:
+    except OSError as error:  # a file or directory that cannot be read or written
         print(f"birder {args.command}: error: {error.strerror}: {error.filename}", file=sys.stderr)
         return 2
 

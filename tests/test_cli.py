@@ -1,0 +1,48 @@
+"""The `birder` console script: help, one-line errors with exit status 2, and the report it writes."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BIRDER = shutil.which("birder", path=str(Path(sys.executable).parent)) or "birder"
+
+
+def birder(*args, timeout=300):
+    return subprocess.run([BIRDER, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_help_lists_the_subcommands():
+    result = birder("--help")
+    assert result.returncode == 0 and "report" in result.stdout
+
+
+@pytest.mark.parametrize("args", [(), ("no-such-command",), ("report", "--bogus")])
+def test_bad_arguments_give_one_line_on_stderr_and_exit_2(args):
+    result = birder(*args)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "error" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_unwritable_report_directory_is_one_clear_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    result = birder("report", "--quick", "--out", str(blocker / "report"))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "birder report: error:" in result.stderr
+
+
+def test_report_writes_markdown_and_plots(tmp_path):
+    result = birder("report", "--quick", "--out", str(tmp_path), "--json")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    report = Path(out["report"]).read_text()
+    assert "five schemes, one Algorithm 1" in report and "| NO |" not in report
+    for line in report.splitlines():
+        if line.startswith("![") and "](" in line:
+            assert (tmp_path / line.split("](")[1].rstrip(")")).is_file(), line
+    assert (tmp_path / "figure8.png").stat().st_size > 10_000
