@@ -1,0 +1,228 @@
+"""Marsit (Wu et al., DAC 2022, ../shared/papers/marsit_dac2022.txt): sign bits merged hop by hop along a ring
+or 2D torus with an unbiased bitwise operator, one global compensation, and a full-precision round every K.
+
+Read with ../shared/notes/seed_marsit.md (section numbers below are the notes'):
+
+* Eq. (2) and the operator (Sec. 4.1.1, notes §2.2): a worker holding local bit l and receiving bit b draws a
+  transient bit v = 1 with probability 1/p if l = 1 and (p-1)/p if l = 0, and sends
+  (b AND l) OR ((b XOR l) AND v). The paper writes p as "worker m"; it must be the worker's position in the
+  merge chain of that segment (notes §2.8 item 1), and here it is: p = 1 + (workers already merged into the
+  incoming bits) / (workers the local bit stands for), counted from the schedule. Then
+  P(bit = 1) = (1/M) #{workers holding +1} exactly (notes §2.2), whatever the ring order.
+* Algorithm 1 / 2 (notes §2.3-2.4), t = 0-based round = driver step - 1: g_hat_m = lr g_m + c_m;
+  if t mod K == 0: G = mean_m g_hat_m over the fp32 all-reduce and c_m = 0; else
+  G = eta_s u with u the merged +-1 vector ("the union" of line 10 read as concatenation of +-1 segments,
+  notes §2.8 item 3) and c_m = g_hat_m - G; every replica does x -= G.
+* K = None is the paper's "Marsit" (K beyond the last round): literally mod(0, K) = 0, so only t = 0 is a
+  full-precision round (notes §2.8 item 6).
+* eta_s = ``sign_scale`` * lr, so both follow the driver's lr schedule; ``sign_scale=None`` takes the ratio of
+  Theorem 1's step sizes, eta_s / eta_l = (1/sqrt(TD)) / sqrt(M/T) = 1/sqrt(M D).
+* Torus (TAR): rows = the GPUs of a node, columns = the GPUs of equal local rank (``baseline_schedules``); a
+  column hop merges bits that each stand for a whole row, so its position counts rows (notes §2.7 TAR).
+* Bits: 1 means +1; sgn(0) is unspecified in the paper, we send +1 for g_hat >= 0.
+
+Draws: the hop of worker ``rank`` uses ``draws.uniforms(seed, t, stream, D)`` at the coordinates it merges,
+stream ``RING_STREAM + rank`` in ring and row phases and ``COLUMN_STREAM + rank`` in column phases; both lie
+apart from Birder's streams (0 .. n-1 and ``draws.SERVER_STREAM``) and the driver's noise (2**30 + worker).
+v = 1 iff u < float32(probability); u lies on the grid k / 2**24, so each hop's probability is off by at most
+2**-24 from the exact one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from birder_ref import draws
+from birder_ref.baseline_schedules import TOPOLOGIES, marsit_schedule
+from birder_ref.execute import ByteLog, run_phase
+from birder_ref.schedules import Layout, Phase, padded_dim
+from birder_ref.validation import check_array, check_draws
+
+RING_STREAM = 2**29
+COLUMN_STREAM = 2**29 + 2**28
+
+
+def merge(incoming: np.ndarray, local: np.ndarray, transient: np.ndarray) -> np.ndarray:
+    """Sec. 4.1.1: incoming (.) local = (in AND l) OR ((in XOR l) AND v), elementwise on 0/1 integers."""
+    return (incoming & local) | ((incoming ^ local) & transient)
+
+
+def transient_probability(position: int, local_bit: int) -> Fraction:
+    """Eq. (2): P(v = 1) = 1/p where the local bit is 1, (p-1)/p where it is 0; p = chain position."""
+    if int(position) < 1 or local_bit not in (0, 1):
+        raise ValueError(f"need a chain position >= 1 and a bit 0 or 1, got {position}, {local_bit}")
+    return Fraction(1, position) if local_bit else Fraction(position - 1, position)
+
+
+def transient_bits(position: int, local: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """v = 1 iff u < float32(transient_probability(position, l)), elementwise (u in [0, 1))."""
+    one = np.float32(float(transient_probability(position, 1)))
+    zero = np.float32(float(transient_probability(position, 0)))
+    return (u < np.where(local == 1, one, zero)).astype(np.int64)
+
+
+def _merge_phase(phase: Phase, bits: dict[int, np.ndarray], u: dict[int, np.ndarray], log: ByteLog) -> None:
+    """A ring reduce-scatter whose hop merges instead of adding: ``bits[rank]`` is (group size, chunk) 0/1,
+    ``u[rank]`` the draws for the same coordinates. Every local bit stands for the same number of workers
+    (one GPU in a ring or row, one row in a column), so a receiver's chain position is 1 + the number of
+    local vectors merged into the incoming bits, which the schedule fixes (it is counted, not sent)."""
+    log.sent.setdefault(phase.name, {})
+    merged = {rank: np.ones(len(phase.groups[0]), np.int64) for rank in bits}  # local bits merged per chunk
+    for group in phase.groups:
+        for messages in phase.group_rounds(group):
+            in_flight = []
+            for msg in messages:
+                payload = np.packbits(bits[msg.src][msg.chunk].astype(bool), bitorder="big")
+                if payload.size != msg.nbytes:
+                    raise AssertionError(f"{phase.name}: payload of {payload.size} bytes, schedule says {msg.nbytes}")
+                log.add(phase.name, msg.src, payload.size)
+                in_flight.append((msg, payload, merged[msg.src][msg.chunk]))
+            for msg, payload, count in in_flight:
+                incoming = np.unpackbits(payload, count=phase.chunk_elements, bitorder="big").astype(np.int64)
+                local = bits[msg.dst][msg.chunk]
+                position = int(count) + 1
+                v = transient_bits(position, local, u[msg.dst][msg.chunk])
+                bits[msg.dst][msg.chunk] = merge(incoming, local, v)
+                merged[msg.dst][msg.chunk] = count + 1
+
+
+def sign_allreduce(values: np.ndarray, layout: Layout, u_ring: np.ndarray, u_column: np.ndarray | None = None,
+                   topology: str = "ring", log: ByteLog | None = None) -> np.ndarray:
+    """Marsit's one-bit synchronization (Algorithm 1 lines 4-10) of every rank's ``values`` (p, d).
+
+    ``u_ring`` (p, d): each rank's draws for the ring / row hops, ``u_column`` (p, d) for the torus column hops.
+    Executes ``baseline_schedules.marsit_schedule`` hop by hop (reduce-scatter with ``merge``, all-gather by
+    copying) on the zero-padded vectors and returns the +-1 float32 vector u (d,) every rank ends with.
+    """
+    if topology not in TOPOLOGIES:
+        raise ValueError(f"unknown topology {topology!r}; choose one of {', '.join(TOPOLOGIES)}")
+    p, d = layout.n_ranks, values.shape[-1] if isinstance(values, np.ndarray) else 0
+    check_array("values", values, (p, d), worker_axes=1)
+    check_draws("u_ring", u_ring, (p, d), worker_axes=1)
+    if topology == "torus":
+        check_draws("u_column", u_column, (p, d), worker_axes=1)
+    log = ByteLog() if log is None else log
+    sched = marsit_schedule(layout, d, topology)
+    D = sched.padded_dim
+    pad = ((0, 0), (0, D - d))
+    plus = np.pad((values >= 0).astype(np.int64), pad, constant_values=1)
+    u_ring = np.pad(u_ring, pad)
+    if topology == "ring":
+        reduce_scatter, all_gather = sched.phases
+        bits = {r: plus[r].reshape(p, -1).copy() for r in range(p)}
+        _merge_phase(reduce_scatter, bits, {r: u_ring[r].reshape(p, -1) for r in range(p)}, log)
+        run_phase(all_gather, bits, log)
+        result = {r: bits[r].reshape(-1) for r in range(p)}
+    else:
+        result = _torus(sched.phases, layout, plus, u_ring, np.pad(u_column, pad), log)
+    for r in range(1, p):
+        if not np.array_equal(result[r], result[0]):
+            raise AssertionError(f"rank {r} ended the sign all-reduce with different bits than rank 0")
+    return np.where(result[0][:d] == 1, np.float32(1.0), np.float32(-1.0))
+
+
+def _torus(phases, layout: Layout, plus: np.ndarray, u_row: np.ndarray, u_column: np.ndarray, log: ByteLog):
+    """Row reduce-scatter (merge), column reduce-scatter (merge of row aggregates), column all-gather, row
+    all-gather. GPU (k, j) owns shard j of its row after the first phase, and chunk k of that shard after the
+    second."""
+    row_rs, column_rs, column_ag, row_ag = phases
+    n, g = layout.n_nodes, layout.gpus_per_node
+    rows = {r: plus[r].reshape(g, -1).copy() for r in range(n * g)}
+    _merge_phase(row_rs, rows, {r: u_row[r].reshape(g, -1) for r in range(n * g)}, log)
+    shard = plus.shape[1] // g
+    columns, draws_column = {}, {}
+    for k in range(n):
+        for j in range(g):
+            r = k * g + j
+            columns[r] = rows[r][j].reshape(n, -1).copy()
+            draws_column[r] = u_column[r][j * shard:(j + 1) * shard].reshape(n, -1)
+    _merge_phase(column_rs, columns, draws_column, log)
+    run_phase(column_ag, columns, log)
+    for r in range(n * g):
+        rows[r][r % g] = columns[r].reshape(-1)
+    run_phase(row_ag, rows, log)
+    return {r: rows[r].reshape(-1) for r in range(n * g)}
+
+
+def full_precision_mean(values: np.ndarray, layout: Layout, topology: str = "ring",
+                        log: ByteLog | None = None) -> np.ndarray:
+    """The K-periodic round (Algorithm 1 line 14): fp32 sum along the same ring or torus, divided by
+    float32(p); returns the mean (d,) every rank ends with."""
+    p, d = values.shape
+    log = ByteLog() if log is None else log
+    sched = marsit_schedule(layout, d, topology, full_precision=True)
+    D = sched.padded_dim
+    rows = np.pad(values, ((0, 0), (0, D - d)))
+    if topology == "ring":
+        buffers = {r: rows[r].reshape(p, -1).copy() for r in range(p)}
+        for phase in sched.phases:
+            run_phase(phase, buffers, log)
+    else:
+        row_rs, column_rs, column_ag, row_ag = sched.phases
+        n, g = layout.n_nodes, layout.gpus_per_node
+        buffers = {r: rows[r].reshape(g, -1).copy() for r in range(p)}
+        run_phase(row_rs, buffers, log)
+        columns = {r: buffers[r][r % g].reshape(n, -1).copy() for r in range(p)}
+        run_phase(column_rs, columns, log)
+        run_phase(column_ag, columns, log)
+        for r in range(p):
+            buffers[r][r % g] = columns[r].reshape(-1)
+        run_phase(row_ag, buffers, log)
+    total = buffers[0].reshape(-1)
+    for r in range(1, p):
+        if not np.array_equal(buffers[r].reshape(-1), total):
+            raise AssertionError(f"rank {r} ended the full-precision round with a different sum than rank 0")
+    return total[:d] / np.float32(p)
+
+
+@dataclass(frozen=True)
+class MarsitState:
+    """Every rank's compensation vector c_m (p, d), float32, zero at the start (Algorithm 2 line 1)."""
+
+    compensation: np.ndarray
+
+
+@dataclass(frozen=True)
+class Marsit:
+    """Marsit-driven SGD (Algorithm 2) on the driver protocol; K = full-precision period (None: only t = 0)."""
+
+    K: int | None = 100
+    sign_scale: float | None = None
+    topology: str = "ring"
+    seed: int = 0
+    name: str = "marsit"
+
+    def __post_init__(self) -> None:
+        if self.K is not None and int(self.K) < 1:
+            raise ValueError(f"K must be >= 1 or None, got {self.K}")
+        if self.topology not in TOPOLOGIES:
+            raise ValueError(f"unknown topology {self.topology!r}; choose one of {', '.join(TOPOLOGIES)}")
+        if self.sign_scale is not None and not float(self.sign_scale) > 0:
+            raise ValueError(f"sign_scale must be positive, got {self.sign_scale}")
+
+    def init(self, layout: Layout, dim: int) -> MarsitState:
+        return MarsitState(np.zeros((layout.n_ranks, dim), np.float32))
+
+    def is_full_precision(self, t: int) -> bool:
+        """Algorithm 1 line 3 with the paper's 0-based round t - 1: mod(t - 1, K) == 0."""
+        return t == 1 if self.K is None else (t - 1) % int(self.K) == 0
+
+    def step(self, state: MarsitState, params: np.ndarray, grads: np.ndarray, lr: float, t: int):
+        n, g, d = grads.shape
+        layout, p = Layout(n, g), n * g
+        compensated = np.float32(lr) * grads.reshape(p, d) + state.compensation  # Algorithm 1 line 1
+        if self.is_full_precision(t):
+            update = full_precision_mean(compensated, layout, self.topology)
+            return params - update, MarsitState(np.zeros_like(state.compensation))
+        ratio = 1 / np.sqrt(p * d) if self.sign_scale is None else self.sign_scale
+        D = padded_dim(d, p)
+        u_ring = np.stack([draws.uniforms(self.seed, t, RING_STREAM + r, D)[:d] for r in range(p)])
+        u_column = None
+        if self.topology == "torus":
+            u_column = np.stack([draws.uniforms(self.seed, t, COLUMN_STREAM + r, D)[:d] for r in range(p)])
+        signs = sign_allreduce(compensated, layout, u_ring, u_column, self.topology)
+        update = np.float32(ratio * lr) * signs  # Algorithm 1 line 10: g_t = eta_s * u
+        return params - update, MarsitState(compensated - update)  # line 11; Algorithm 2 line 6

@@ -1,0 +1,219 @@
+"""0/1 Adam (Lu, Li et al., ICLR 2023, ../shared/papers/zero_one_adam_paper.txt): adaptive variance freezing,
+1-bit all-reduce with error feedback, and local steps whose momentum is re-estimated at every sync.
+
+The printed Algorithm 1 is cut off and wrong in two places; this follows ../shared/notes/seed_1bitadam_01adam.md
+(§2.3-2.7) and DeepSpeed's ``zoadam.py`` (the authors' code). Deviations from the printed text, one by one:
+
+1. Lines 4-5 use m_{t+1/2}, not m_t: x_{t+1/2} = x_t - gamma_t m_{t+1/2} / (sqrt(v) + eps) and
+   u_{t+1/2} = u_t + gamma_t m_{t+1/2}. As printed, line 8 overwrites the only quantity holding g_t on a sync
+   step, so every sync step's gradient is lost (with T_u = all steps x never moves; notes §2.3).
+2. Off-by-one in lines 8, 9, 11: the momentum estimate divides by the sum of gamma over the steps actually
+   accumulated in u (those after the last sync, not including it), and line 9 restarts from the model right
+   after the last sync, x_{t'+1}, not x_{t'} (the proof of Lemma 8 and DeepSpeed's ``lrs`` agree).
+3. The missing tail (lines 14-20) is reconstructed from Theorem 2's proof: v is updated only on steps of T_v.
+4. Before the variance freezes (1-based steps t <= ``var_freeze_step``) the run is Algorithm 4 as DeepSpeed
+   runs it (footnote 8): on a step of T_v one fp32 all-reduce of the gradients feeds both m and v; on the
+   other steps the gradients go through the 1-bit all-reduce and only m is updated. After the freeze, v is
+   fixed, the sync steps T_u follow the learning-rate policy and the other steps are local (no traffic).
+5. The freeze is at a fixed step (DeepSpeed's ``var_freeze_step``; the paper: "stop updating variance when
+   t_{j+1} - t_j > 1", which the fixed step precedes). The worker and server errors are reset to zero there,
+   as DeepSpeed does: before it they hold gradient residuals, after it residuals of u.
+6. Bias correction, as ``optimizers.Adam``: gamma_t = lr / (1 - beta1^t) folds m's correction into the step
+   size (so u, the estimate u / sum gamma and the model stay consistent), and v is divided by
+   1 - beta2^(number of variance updates so far). The paper's Eq. 3 and DeepSpeed correct neither.
+7. The 1-bit compressor is DeepSpeed's (scale ||x||_2 / sqrt(numel)); ``scale="mean_abs"`` is the paper's
+   Eq. 4. Weight decay is not offered.
+
+Policies (paper §6, notes §2.4), in 0-based rounds tau = t - 1: variance updates at k_0 = 0,
+k_{j+1} = k_j + 2^floor(j / kappa), kappa = 16, while tau < var_freeze_step; after the freeze the sync interval
+is 1, doubles every ``local_step_scaler`` steps and is clipped at H = 16.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from birder_ref.onebit_adam import SCALES, compressed_allreduce
+from birder_ref.optimizers import ring_allreduce_mean
+from birder_ref.schedules import Layout, padded_dim
+
+
+@dataclass(frozen=True)
+class Policy:
+    """When 0/1 Adam updates its variance and when it syncs (the paper's "learning-rate based" policy).
+
+    ``var_freeze_step``: the last 1-based step before the variance freezes (the end of the learning-rate
+    warm-up in the paper's BERT runs); ``local_step_scaler``: steps between doublings of the sync interval
+    after the freeze; ``var_update_scaler`` = kappa and ``local_step_clipper`` = H, both 16 in the paper.
+    """
+
+    var_freeze_step: int
+    local_step_scaler: int
+    var_update_scaler: int = 16
+    local_step_clipper: int = 16
+
+    def __post_init__(self) -> None:
+        for name in ("var_freeze_step", "local_step_scaler", "var_update_scaler", "local_step_clipper"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+    @classmethod
+    def paper_bert(cls) -> Policy:
+        """BERT pre-training (§6): interval 1 for the first 12.5K steps, then x2 every 32678 steps, clip 16."""
+        return cls(12_500, 32_678)
+
+    @classmethod
+    def paper_imagenet(cls) -> Policy:
+        """ImageNet ResNet-18 (§6): interval 1 for 50050 steps (10 epochs), then x2 every 50050 steps."""
+        return cls(50_050, 50_050)
+
+    @classmethod
+    def scaled(cls, total_steps: int) -> Policy:
+        """The ImageNet policy scaled to ``total_steps``: 50050 of its 450450 steps (10 of 90 epochs) is 1/9,
+        both for the freeze and for the doubling period."""
+        ninth = max(1, round(int(total_steps) / 9))
+        return cls(ninth, ninth)
+
+    def variance_steps(self) -> list[int]:
+        """The 1-based steps of T_v: k_{j+1} - k_j = 2^floor(j / kappa) from k_0 = 0, up to the freeze."""
+        steps, k, j = [], 0, 0
+        while k < self.var_freeze_step:
+            steps.append(k + 1)
+            k += 2 ** (j // self.var_update_scaler)
+            j += 1
+        return steps
+
+    def is_variance_step(self, t: int) -> bool:
+        return t <= self.var_freeze_step and t in self.variance_steps()
+
+    def sync_interval(self, t: int) -> int:
+        """The sync interval in force at 1-based step t after the freeze."""
+        doublings = (t - self.var_freeze_step - 1) // self.local_step_scaler
+        return min(self.local_step_clipper, 2 ** min(doublings, self.local_step_clipper.bit_length()))
+
+    def kinds(self, total_steps: int) -> list[str]:
+        """Per 1-based step 1 .. total_steps: ``variance`` (fp32 all-reduce, v updated), ``onebit`` (1-bit
+        all-reduce) or ``local`` (nothing sent)."""
+        if int(total_steps) < 0:
+            raise ValueError(f"total_steps must be >= 0, got {total_steps}")
+        variance = set(self.variance_steps())
+        kinds, next_sync = [], self.var_freeze_step + 1  # the first step after the freeze syncs
+        for t in range(1, int(total_steps) + 1):
+            if t <= self.var_freeze_step:
+                kinds.append("variance" if t in variance else "onebit")
+            elif t == next_sync:
+                kinds.append("onebit")
+                next_sync = t + self.sync_interval(t)  # as ZeroOneAdam.step
+            else:
+                kinds.append("local")
+        return kinds
+
+
+@dataclass(frozen=True)
+class CommunicationProfile:
+    """Counts over a run: full-precision rounds, 1-bit rounds, silent steps; the share of steps that
+    communicate and the average bits per parameter per step (fp32 rounds 32 bits, 1-bit rounds 1)."""
+
+    total_steps: int
+    full_precision_rounds: int
+    onebit_rounds: int
+    local_steps: int
+
+    @property
+    def communicating_fraction(self) -> float:
+        return (self.full_precision_rounds + self.onebit_rounds) / max(1, self.total_steps)
+
+    @property
+    def bits_per_parameter(self) -> float:
+        return (32 * self.full_precision_rounds + self.onebit_rounds) / max(1, self.total_steps)
+
+
+def communication_profile(total_steps: int, policy: Policy | None = None) -> CommunicationProfile:
+    """How many steps of a ``total_steps`` run communicate, and how (``Policy.scaled`` when none given)."""
+    kinds = (policy or Policy.scaled(total_steps)).kinds(total_steps)
+    return CommunicationProfile(len(kinds), kinds.count("variance"), kinds.count("onebit"), kinds.count("local"))
+
+
+@dataclass(frozen=True)
+class ZeroOneAdamState:
+    """Per-GPU momentum m (p, d) and buffer u (p, d); the shared variance v (d,) and its update count; the sum
+    of gamma since the last sync; the model right after the last sync (d,); the 1-bit all-reduce's worker
+    (p, D) and server (p, D/p) errors over the padded length D."""
+
+    m: np.ndarray
+    v: np.ndarray
+    variance_updates: int
+    buffer: np.ndarray
+    gamma_sum: float
+    anchor: np.ndarray
+    next_sync: int
+    worker_error: np.ndarray
+    server_error: np.ndarray
+
+
+@dataclass(frozen=True)
+class ZeroOneAdam:
+    """0/1 Adam on the driver protocol (per-GPU replicas diverge between syncs); see the module docstring."""
+
+    policy: Policy
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    scale: str = "l2"
+    name: str = "zero-one-adam"
+
+    def __post_init__(self) -> None:
+        if self.scale not in SCALES:
+            raise ValueError(f"unknown scale {self.scale!r}; choose one of {', '.join(SCALES)}")
+
+    def init(self, layout: Layout, dim: int) -> ZeroOneAdamState:
+        p, D = layout.n_ranks, padded_dim(dim, layout.n_ranks)
+        zeros = np.zeros((p, dim), np.float32)
+        return ZeroOneAdamState(zeros, np.zeros(dim, np.float32), 0, zeros.copy(), 0.0, np.zeros(dim, np.float32),
+                                self.policy.var_freeze_step + 1, np.zeros((p, D), np.float32),
+                                np.zeros((p, D // p), np.float32))
+
+    def _allreduce(self, state: ZeroOneAdamState, values: np.ndarray):
+        D = state.worker_error.shape[1]
+        padded = np.pad(values, ((0, 0), (0, D - values.shape[1])))
+        out, worker_error, server_error = compressed_allreduce(padded, state.worker_error, state.server_error,
+                                                               self.scale)
+        return out[: values.shape[1]], worker_error, server_error
+
+    def step(self, state: ZeroOneAdamState, params: np.ndarray, grads: np.ndarray, lr: float, t: int):
+        n, g, d = grads.shape
+        gamma = lr / (1 - self.beta1**t)
+        if t <= self.policy.var_freeze_step:  # Algorithm 4: one all-reduce of the gradients per step
+            v, count, errors = state.v, state.variance_updates, (state.worker_error, state.server_error)
+            if self.policy.is_variance_step(t):
+                mean_grad = ring_allreduce_mean(grads)
+                v, count = self.beta2 * v + (1 - self.beta2) * mean_grad * mean_grad, count + 1
+            else:
+                mean_grad, *errors = self._allreduce(state, grads.reshape(n * g, d))
+            m = self.beta1 * state.m + (1 - self.beta1) * mean_grad
+            step = np.float32(gamma) * m / self._denominator(v, count)
+            new = ZeroOneAdamState(m, v, count, state.buffer, 0.0, state.anchor, state.next_sync, *errors)
+            return params - step, new
+        if t == self.policy.var_freeze_step + 1:  # the freeze: start the first local interval
+            state = ZeroOneAdamState(state.m, state.v, state.variance_updates, np.zeros_like(state.buffer), 0.0,
+                                     params[0].copy(), t, np.zeros_like(state.worker_error),
+                                     np.zeros_like(state.server_error))
+        denominator = self._denominator(state.v, state.variance_updates)
+        m = self.beta1 * state.m + (1 - self.beta1) * grads.reshape(n * g, d)  # line 3, per GPU
+        params = params - np.float32(gamma) * m / denominator  # line 4 with m_{t+1/2}
+        buffer = state.buffer + np.float32(gamma) * m  # line 5 with m_{t+1/2}
+        gamma_sum = state.gamma_sum + gamma
+        if t != state.next_sync:  # line 13: a local step
+            return params, ZeroOneAdamState(m, state.v, state.variance_updates, buffer, gamma_sum, state.anchor,
+                                            state.next_sync, state.worker_error, state.server_error)
+        u_bar, worker_error, server_error = self._allreduce(state, buffer)  # line 7
+        m = np.tile(u_bar / np.float32(gamma_sum), (n * g, 1))  # line 8, sum over the accumulated steps
+        synced = state.anchor - u_bar / denominator  # line 9, from the model right after the last sync
+        params = np.tile(synced, (n * g, 1))
+        return params, ZeroOneAdamState(m, state.v, state.variance_updates, np.zeros_like(buffer), 0.0, synced,
+                                        t + self.policy.sync_interval(t), worker_error, server_error)  # lines 10-11
+
+    def _denominator(self, v: np.ndarray, count: int) -> np.ndarray:
+        return np.sqrt(v / (1 - self.beta2**count)) + np.float32(self.eps)
