@@ -41,9 +41,9 @@ def init(n_workers: int, dim: int) -> State:
     return State(zeros, zeros.copy(), zeros.copy(), zeros.copy(), np.zeros(dim, np.float32), 0)
 
 
-def check_step_inputs(state: State, grads, u_worker, u_server, beta: float, eps: float) -> None:
+def check_step_inputs(state: State, grads, u_worker, u_server, beta: float, eps: float, T0: int | None = None) -> None:
     """Every input of one step, checked before anything is computed (the state is never touched)."""
-    check_coefficients(beta, eps)
+    check_coefficients(beta, eps, T0)
     n, d = state.n_workers, state.dim
     check_array("grads", grads, (n, d), worker_axes=1)
     check_draws("u_worker", u_worker, (n, d), worker_axes=1)
@@ -102,7 +102,7 @@ def step(
     Lines 12-13: u_bar = Q(mean(u) + server_e), server_e = mean(u) + server_e - u_bar.
     The update x -= lr * u_bar (line 16) is the caller's.
     """
-    check_step_inputs(state, grads, u_worker, u_server, beta, eps)
+    check_step_inputs(state, grads, u_worker, u_server, beta, eps, T0)
     u, m, b_hat, b, e = worker_step(state, grads, beta, eps, u_worker, T0)
     mean_u = u.sum(axis=0) / np.float32(state.n_workers)
     u_bar, server_e = server_step(mean_u, state.server_e, u_server)

@@ -87,7 +87,7 @@ def step(
     layout = Layout(grads.shape[0], grads.shape[1])
     check_array("grads", grads, (*grads.shape[:2], state.dim), worker_axes=2)
     worker_grads = worker_gradients(scheme, grads)
-    algorithm1.check_step_inputs(state, worker_grads, u_worker, u_server, beta, eps)
+    algorithm1.check_step_inputs(state, worker_grads, u_worker, u_server, beta, eps, T0)
     sched = schedule(scheme, layout, state.dim)
     D, p = sched.padded_dim, layout.n_ranks
     padded = _padded_state(state, D)

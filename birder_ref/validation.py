@@ -41,8 +41,10 @@ def check_draws(name: str, u, shape: tuple[int, ...], worker_axes: int = 0) -> n
     return u
 
 
-def check_coefficients(beta: float, eps: float) -> None:
+def check_coefficients(beta: float, eps: float, T0: int | None = None) -> None:
     if not 0.0 < float(beta) < 1.0:
         raise ValueError(f"beta must lie in (0, 1), got {beta}")
     if not float(eps) > 0.0 or not np.isfinite(eps):
         raise ValueError(f"eps must be a positive finite number, got {eps}")
+    if T0 is not None and (isinstance(T0, bool) or not isinstance(T0, int | np.integer) or T0 < 0):
+        raise ValueError(f"T0 must be None or an integer >= 0, got {T0!r}")

@@ -104,6 +104,13 @@ def test_coefficients_outside_their_ranges_are_rejected(beta, eps):
         algorithm1.step(state, g, beta, eps, u_worker=U, u_server=V)
 
 
+@pytest.mark.parametrize("T0", [-1, 1.5, "3", True])
+def test_T0_must_be_a_non_negative_integer(T0):
+    state, g, U, V = _good()
+    with pytest.raises(ValueError, match="T0 must be None or an integer >= 0"):
+        algorithm1.step(state, g, u_worker=U, u_server=V, T0=T0)
+
+
 def test_init_rejects_empty_shapes():
     with pytest.raises(ValueError, match="n_workers >= 1 and dim >= 1"):
         algorithm1.init(0, 4)
