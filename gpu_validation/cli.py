@@ -1,0 +1,104 @@
+"""`birder gpu-validate` and `birder bench`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+
+def _step_rank(text: str) -> tuple[int, int]:
+    try:
+        step, rank = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected STEP:RANK (two integers), got {text!r}") from None
+    return step, rank
+
+
+def _under_torchrun() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ or all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))
+
+
+def run_gpu_validate(args: argparse.Namespace) -> int:
+    from gpu_validation.validate import Config, run, run_under_torchrun
+
+    cfg = Config(backend=args.backend, nodes=args.nodes, gpus_per_node=args.gpus_per_node, steps=args.steps,
+                 seed=args.seed, scheme=args.scheme, timeout_s=args.timeout, resume_at=args.resume_at,
+                 nonfinite_at=args.nonfinite_at, kill_at=args.kill_at)
+    if _under_torchrun():
+        result = run_under_torchrun(cfg)
+        if result is None:  # not rank 0: rank 0 speaks for the job
+            return 0
+    else:
+        result = run(cfg)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(describe(result))
+    return 0 if result["passed"] else 1
+
+
+def describe(result: dict) -> str:
+    """One human-readable paragraph of a gpu-validate result."""
+    c = result.get("config", {})
+    where = (f"{c.get('nodes', result.get('nodes'))} node(s) x {c.get('gpus_per_node', result.get('gpus_per_node'))}"
+             f" GPU(s), {result['backend']} on {result['device']}, scheme {c.get('scheme', result.get('scheme'))}")
+    if "error" in result:
+        return f"gpu-validate FAILED ({where}): {result['error']}"
+    lines = [
+        f"gpu-validate {'PASSED' if result['passed'] else 'FAILED'}: {where}, {result['steps']} steps, "
+        f"{result['parameters']} parameters in {result['buckets']} buckets",
+        f"  mismatched elements vs birder_ref (updates, parameters, state): {result['mismatched_elements']}",
+        f"  max |difference|: {result['max_abs_diff']}; ranks identical: {result['ranks_identical']}",
+        f"  skipped (non-finite) steps: {result['skipped_steps']}; resume identical: {result['resume_identical']}",
+        f"  {result['seconds']} s",
+    ]
+    return "\n".join(lines)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from gpu_validation.bench import BenchConfig
+    from gpu_validation.bench import describe as describe_bench
+    from gpu_validation.bench import run as run_benchmarks
+
+    result = run_benchmarks(BenchConfig(backend=args.backend, ranks=args.ranks, sizes=tuple(args.sizes),
+                                        repeats=args.repeats, out=args.out, device=args.device,
+                                        gpus_per_node=args.gpus_per_node))
+    print(json.dumps(result) if args.json else describe_bench(result))
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "gpu-validate", help="the torch DDP hook over torch.distributed, bit for bit against birder_ref",
+        description="Train a small model with the Birder DDP hook on N x G local ranks (or under torchrun) and "
+                    "compare every rank's update, parameters and final state with birder_ref, exactly.")
+    p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    p.add_argument("--nodes", type=int, default=2, help="nodes (simulated by process groups when local)")
+    p.add_argument("--gpus-per-node", type=int, default=2, help="ranks per node")
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--scheme", choices=("hierarchical", "flat"), default="hierarchical")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds before a stuck collective fails")
+    p.add_argument("--resume-at", type=int, default=None, metavar="STEP",
+                   help="also checkpoint at STEP, resume in a fresh DDP and require a bit-identical end")
+    p.add_argument("--nonfinite-at", type=_step_rank, default=None, metavar="STEP:RANK",
+                   help="inject a NaN into RANK's gradient at STEP (every rank must skip that step)")
+    p.add_argument("--kill-at", type=_step_rank, default=None, metavar="STEP:RANK",
+                   help="make RANK die at STEP (the others must stop with an error)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run_gpu_validate)
+
+    b = subparsers.add_parser(
+        "bench", help="time quantize/pack and the collectives here; write a cluster profile for predict",
+        description="Time quantize+pack+unpack and all-to-all, all-gather, reduce-scatter, all-reduce at several "
+                    "sizes on this backend and device; write a cluster profile TOML for `birder predict --cluster`.")
+    b.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    b.add_argument("--ranks", type=int, default=2, help="local ranks for the collectives")
+    b.add_argument("--gpus-per-node", type=int, default=None, help="GPUs per node to write in the profile")
+    b.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda with nccl, else cpu")
+    b.add_argument("--sizes", type=int, nargs="+", default=[2**16, 2**20, 2**22], metavar="ELEMENTS")
+    b.add_argument("--repeats", type=int, default=5)
+    b.add_argument("--out", default="cluster_profile.toml", help="where to write the cluster profile")
+    b.add_argument("--json", action="store_true", help="print one JSON object")
+    b.set_defaults(func=run_bench)

@@ -1,0 +1,214 @@
+"""Birder's 1-bit all-reduce over torch.distributed: the hierarchical scheme of Section 4 and the flat one.
+
+Both schemes run the same pipeline on a vector padded to ``birder_ref.schedules.padded_dim(d, n_ranks)`` and
+cut exactly as ``birder_ref.schedules.schedule`` cuts it, so every element meets the same arithmetic and the
+same draws as in ``birder_ref.schemes.step``:
+
+1. intra-node reduce-scatter: local rank j receives shard j of every GPU of its node (``all_to_all_single``)
+   and sums them in the order of the reference's ring reduce-scatter, then divides by float32(G): the node
+   mean. Summing received shards ourselves, in a fixed order, makes the sum bit-reproducible on any backend
+   for any data; it moves the same (G-1)/G of the vector that a reduce-scatter moves.
+2. Algorithm 1 lines 5-9 on the shard, the node being the worker (worker draws use stream = node index).
+3. inter-node all-to-all of packed bits among the GPUs of equal local rank: chunk k of shard j goes to node k.
+4. lines 12-13 on chunk k of shard j from the count of +1s (server draws use ``SERVER_STREAM``), then an
+   inter-node all-gather of the packed u_bar bits.
+5. intra-node all-gather of the packed shards; every rank unpacks the whole u_bar.
+
+``flat`` is the same pipeline with one GPU per worker: no intra-node phases, and the all-to-all / all-gather
+run over all ranks (DeepSpeed's two-phase compressed all-reduce, with Birder's quantizer).
+
+Collectives used: ``all_to_all_single``, ``all_gather_single`` (``all_gather_into_tensor`` on older torch)
+and ``all_reduce`` (the non-finite flag), all supported by gloo (CPU) and NCCL (CUDA) in torch 2.13.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from birder_ref.schedules import padded_dim
+from gpu_validation import torch_birder as tb
+
+SCHEMES = ("hierarchical", "flat")
+
+# torch 2.13 deprecates all_gather_into_tensor in favour of all_gather_single (same arguments).
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Where this rank sits: ``n_nodes`` x ``gpus_per_node`` ranks, rank = node * gpus_per_node + local rank.
+
+    A *worker* of Algorithm 1 is a node (hierarchical) or a GPU (flat); the ``worker_group`` holds the ranks
+    sharing one worker (each keeps one shard of its state), the ``server_group`` the ranks that exchange bits
+    (equal local rank across nodes, or everyone). ``None`` stands for a group of one rank, ``WORLD`` for all.
+    """
+
+    scheme: str
+    n_nodes: int
+    gpus_per_node: int
+    rank: int
+    worker_group: object
+    server_group: object
+
+    @property
+    def n_ranks(self) -> int:
+        return self.n_nodes * self.gpus_per_node
+
+    @property
+    def shards_per_worker(self) -> int:
+        """How many ranks share one worker's state (G for hierarchical, 1 for flat)."""
+        return self.gpus_per_node if self.scheme == "hierarchical" else 1
+
+    @property
+    def n_workers(self) -> int:
+        return self.n_ranks // self.shards_per_worker
+
+    def worker_of(self, rank: int) -> int:
+        """Algorithm 1's worker index of ``rank``: its node (hierarchical) or itself (flat); the draw stream."""
+        return rank // self.shards_per_worker
+
+    def shard_of(self, rank: int) -> int:
+        """Which shard of its worker's vector ``rank`` holds (its local rank, or 0)."""
+        return rank % self.shards_per_worker
+
+    def server_position(self, rank: int) -> int:
+        """Which chunk of its shard ``rank`` serves: its position in its server group."""
+        return self.worker_of(rank)
+
+    @property
+    def worker(self) -> int:
+        return self.worker_of(self.rank)
+
+
+def make_topology(scheme: str, n_nodes: int, gpus_per_node: int) -> Topology:
+    """Create the process groups of ``scheme`` on the default group (collective: every rank must call it)."""
+    if scheme not in SCHEMES:
+        raise ValueError(f"unknown scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
+    n, g = int(n_nodes), int(gpus_per_node)
+    if n < 1 or g < 1:
+        raise ValueError(f"need nodes >= 1 and gpus per node >= 1, got {n} x {g}")
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if world != n * g:
+        raise ValueError(f"the process group has {world} ranks, but {n} nodes x {g} GPUs makes {n * g}")
+    if scheme == "flat":
+        return Topology(scheme, n, g, rank, None, dist.group.WORLD if world > 1 else None)
+    worker_group = server_group = None
+    for node in range(n):  # every rank creates every group, in the same order
+        group = dist.new_group(list(range(node * g, (node + 1) * g)))
+        if rank // g == node and g > 1:
+            worker_group = group
+    for local in range(g):
+        group = dist.new_group(list(range(local, n * g, g)))
+        if rank % g == local and n > 1:
+            server_group = group
+    return Topology(scheme, n, g, rank, worker_group, server_group)
+
+
+def padded_length(topology: Topology, dim: int) -> int:
+    """The length the pipeline moves: ``dim`` rounded up to a multiple of 8 * n_ranks (as the reference)."""
+    return padded_dim(dim, topology.n_ranks)
+
+
+def shard_slice(topology: Topology, length: int, rank: int | None = None) -> slice:
+    """The elements of a padded vector whose worker state ``rank`` keeps (shard j of its worker)."""
+    rank = topology.rank if rank is None else rank
+    size = length // topology.shards_per_worker
+    j = topology.shard_of(rank)
+    return slice(j * size, (j + 1) * size)
+
+
+def chunk_slice(topology: Topology, length: int, rank: int | None = None) -> slice:
+    """The elements of a padded vector whose server error ``rank`` keeps (chunk k of its shard j)."""
+    rank = topology.rank if rank is None else rank
+    shard = shard_slice(topology, length, rank)
+    size = (shard.stop - shard.start) // (topology.n_ranks // topology.shards_per_worker)
+    k = topology.server_position(rank)
+    return slice(shard.start + k * size, shard.start + (k + 1) * size)
+
+
+def ring_order_sum(rows: torch.Tensor, position: int) -> torch.Tensor:
+    """Sum the rows of (G, n) in the order a ring reduce-scatter delivers chunk ``position`` (as
+    ``birder_ref.execute.run_phase``): rows position+1, position+2, ..., wrapping round, ending with
+    ``position``'s own row."""
+    g = rows.shape[0]
+    total = rows[(position + 1) % g].clone()
+    for step in range(2, g + 1):
+        total += rows[(position + step) % g]
+    return total
+
+
+def node_mean_shard(topology: Topology, grad: torch.Tensor) -> torch.Tensor:
+    """Phase 1: this rank's shard of its worker's gradient (the node mean in hierarchical, its own in flat)."""
+    g = topology.shards_per_worker
+    if g == 1:
+        return grad
+    received = torch.empty_like(grad).view(g, -1)
+    dist.all_to_all_single(received, grad.view(g, -1).contiguous(), group=topology.worker_group)
+    return ring_order_sum(received, topology.shard_of(topology.rank)) / float(g)
+
+
+def _exchange(topology: Topology, packed: torch.Tensor, group, members: int, gather: bool) -> torch.Tensor:
+    """all-to-all (``gather`` False) or all-gather of packed bytes in ``group`` of ``members`` ranks."""
+    if group is None:
+        return packed.view(1, -1)
+    if gather:
+        out = torch.empty(members * packed.numel(), dtype=packed.dtype, device=packed.device)
+        _all_gather(out, packed, group=group)
+    else:
+        out = torch.empty_like(packed)
+        dist.all_to_all_single(out, packed, group=group)
+    return out.view(members, -1)
+
+
+def one_bit_allreduce(
+    topology: Topology,
+    grad: torch.Tensor,
+    index: torch.Tensor,
+    worker_state: tb.WorkerState,
+    server_error: torch.Tensor,
+    seed: int,
+    t: int,
+    beta: float,
+    eps: float,
+    T0: int | None = None,
+) -> tuple[torch.Tensor, tb.WorkerState, torch.Tensor]:
+    """One Birder step over ``topology`` on a padded float32 vector; returns (u_bar, worker state, server error).
+
+    ``grad`` is this rank's local gradient (padded length D), ``index`` the int64 element index of every
+    position (drives the draws), ``worker_state`` this rank's shard of its worker's state, ``server_error``
+    its chunk's server error; ``t`` is the Algorithm 1 step being computed (1-based). Every rank returns the
+    same u_bar (D,) of +-1. Collective over every rank of the topology.
+    """
+    shard, chunk = shard_slice(topology, grad.numel()), chunk_slice(topology, grad.numel())
+    servers = topology.n_workers
+
+    # Phases 1-2: node mean of this shard, then Algorithm 1 lines 5-9 with this worker's draws.
+    worker_grad = node_mean_shard(topology, grad)
+    u_worker = tb.uniforms(seed, t, topology.worker, index[shard])
+    u, worker_state = tb.worker_step(worker_state, worker_grad, beta, eps, u_worker, t, T0)
+
+    # Phase 3: chunk k of the packed shard to node k; phase 4: lines 12-13 on the chunk this rank serves.
+    received = _exchange(topology, tb.pack_signs(u), topology.server_group, servers, gather=False)
+    mean_u = tb.mean_of_signs(tb.count_plus(received), servers)
+    u_server = tb.uniforms(seed, t, tb.SERVER_STREAM, index[chunk])
+    u_bar_chunk, server_error = tb.server_step(mean_u, server_error, u_server)
+    shard_bits = _exchange(topology, tb.pack_signs(u_bar_chunk), topology.server_group, servers, gather=True)
+
+    # Phase 5: the node's shards to every GPU of the node.
+    all_bits = _exchange(topology, shard_bits.reshape(-1), topology.worker_group, topology.shards_per_worker,
+                         gather=True)
+    return tb.unpack_signs(all_bits.reshape(-1)), worker_state, server_error
+
+
+def any_nonfinite(tensor: torch.Tensor) -> tuple[torch.Tensor, object]:
+    """Start a MAX all-reduce over all ranks of 1.0 if ``tensor`` holds a NaN or an infinity here, else 0.0.
+
+    Returns (flag, work): ``work.wait()`` (or None when there is one rank) before reading ``flag``.
+    """
+    flag = (~torch.isfinite(tensor)).any().to(torch.float32).reshape(1)
+    if dist.get_world_size() == 1:
+        return flag, None
+    return flag, dist.all_reduce(flag, op=dist.ReduceOp.MAX, async_op=True)

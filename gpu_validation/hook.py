@@ -1,0 +1,291 @@
+"""Birder as a DDP communication hook: ``BirderState`` + ``birder_hook``, and the update ``BirderUpdate``.
+
+Read like PyTorch's ``powerSGD_hook``: one state object shared by every bucket (per-bucket state keyed by
+``bucket.index()``, created lazily), one hook function, one usage example (``birder_hook``'s docstring).
+"""
+
+from dataclasses import dataclass, replace
+
+import torch
+import torch.distributed as dist
+
+from gpu_validation import comm
+from gpu_validation import torch_birder as tb
+
+STATE_FORMAT = "birder-ddp-hook-state/1"
+_CONFIG_KEYS = ("scheme", "n_nodes", "gpus_per_node", "worker", "dim", "seed", "beta", "eps", "T0")
+_STATE_KEYS = ("t", "skipped_steps", "m", "b_hat", "b", "e", "server_error")
+_VECTORS = ("m", "b_hat", "b", "e", "server_error")
+
+
+@dataclass(frozen=True)
+class BucketState:
+    """One bucket's Birder state on this rank, for one bucket layout.
+
+    ``signature`` identifies the layout (the bucket's parameters by element offset); ``index`` (padded
+    length, int64) is each position's element index in the flattened parameter vector, -1 for padding;
+    ``worker`` is this rank's shard of its worker's m, b_hat, b, e; ``server_error`` its chunk's error.
+    """
+
+    signature: tuple[tuple[int, int], ...]
+    index: torch.Tensor
+    worker: tb.WorkerState
+    server_error: torch.Tensor
+
+
+@dataclass(frozen=True)
+class FullState:
+    """This rank's worker's m, b_hat, b, e and the server error, over the whole flattened parameter vector."""
+
+    m: torch.Tensor
+    b_hat: torch.Tensor
+    b: torch.Tensor
+    e: torch.Tensor
+    server_error: torch.Tensor
+
+
+def _take(vector: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """vector[index] with zeros where index is -1 (padding)."""
+    values = vector.to(index.device)[index.clamp(min=0)]
+    return torch.where(index >= 0, values, torch.zeros((), dtype=values.dtype, device=values.device))
+
+
+class BirderState:
+    """Birder's state for ``birder_hook`` on one rank: hyperparameters, topology and per-bucket state.
+
+    Args:
+        parameters: the model's parameters, in the order that defines each element's index (the draws'
+            counter): ``model.parameters()``.
+        topology: ``comm.make_topology(scheme, n_nodes, gpus_per_node)``.
+        seed: the draws' seed (the same on every rank).
+        beta, eps, T0: Algorithm 1's moving-average factor, the constant added to b, and the AMSGrad
+            threshold (None: off, as the paper runs it).
+
+    ``t`` counts the Algorithm 1 steps taken (the draw counter: step t + 1 draws with step number t + 1);
+    ``skipped_steps`` the iterations skipped because some rank had a non-finite gradient;
+    ``last_iteration_skipped`` tells the optimizer whether to leave the parameters alone.
+    """
+
+    def __init__(self, parameters, topology: comm.Topology, seed: int = 0, beta: float = 0.95,
+                 eps: float = 1e-8, T0: int | None = None):
+        if not 0.0 < float(beta) < 1.0 or not float(eps) > 0.0:
+            raise ValueError(f"need 0 < beta < 1 and eps > 0, got beta={beta}, eps={eps}")
+        self.topology, self.seed, self.beta, self.eps, self.T0 = topology, int(seed), float(beta), float(eps), T0
+        self._offsets: dict[int, tuple[int, int]] = {}
+        offset = 0
+        for p in parameters:
+            self._offsets[id(p)] = (offset, p.numel())
+            offset += p.numel()
+        if offset >= 2**32:
+            raise ValueError(f"element indices must fit in 32 bits; the model has {offset} elements")
+        self.dim = offset
+        self.t = 0
+        self.skipped_steps = 0
+        self.last_iteration_skipped = False
+        self.buckets: dict[int, BucketState] = {}
+        self._pending: dict[int, BucketState] = {}
+        self._flags: list[tuple[torch.Tensor, object]] = []
+        self._carry: FullState | None = None  # per-element state awaiting new buckets (layout change, load)
+
+    # ---- per-bucket state, created lazily and rebuilt when the bucket layout changes ----
+
+    def _signature(self, bucket: dist.GradBucket) -> tuple[tuple[int, int], ...]:
+        """The bucket's parameters as (element offset, numel), in the order of the bucket's buffer."""
+        try:
+            return tuple(self._offsets[id(p)] for p in bucket.parameters())
+        except KeyError:
+            raise ValueError("a bucket holds a parameter that was not given to BirderState") from None
+
+    def bucket_state(self, bucket: dist.GradBucket) -> BucketState:
+        """The committed state of ``bucket``; after a layout change, every rank rebuilds (collective)."""
+        signature = self._signature(bucket)
+        known = self.buckets.get(bucket.index())
+        if known is not None and known.signature == signature:
+            return known
+        if known is not None:  # DDP rebuilt its buckets: move the old layout's state into element order
+            self._carry = self.full_state()
+            self.buckets.clear()
+        return self._new_bucket_state(signature, bucket.buffer().device)
+
+    def _new_bucket_state(self, signature: tuple[tuple[int, int], ...], device) -> BucketState:
+        flat = torch.cat([torch.arange(start, start + n, dtype=torch.int64) for start, n in signature])
+        length = comm.padded_length(self.topology, flat.numel())
+        index = torch.cat([flat, torch.full((length - flat.numel(),), -1, dtype=torch.int64)]).to(device)
+        shard, chunk = index[comm.shard_slice(self.topology, length)], index[comm.chunk_slice(self.topology, length)]
+        if self._carry is None:
+            worker, server_error = tb.WorkerState.zeros(shard.numel(), device), torch.zeros(chunk.numel(),
+                                                                                            device=device)
+        else:
+            c = self._carry
+            worker = tb.WorkerState(_take(c.m, shard), _take(c.b_hat, shard), _take(c.b, shard), _take(c.e, shard))
+            server_error = _take(c.server_error, chunk)
+        return BucketState(signature, index, worker, server_error)
+
+    def stage(self, bucket_index: int, new: BucketState, flag: tuple[torch.Tensor, object]) -> None:
+        """Hold a bucket's new state until the iteration's last bucket says whether the step counts."""
+        self._pending[bucket_index] = new
+        self._flags.append(flag)
+
+    def finish_iteration(self) -> None:
+        """Commit every staged bucket (t += 1), or, if any rank saw a non-finite gradient, drop them all."""
+        for _, work in self._flags:
+            if work is not None:
+                work.wait()
+        skipped = bool(torch.cat([f for f, _ in self._flags]).amax().item() > 0)
+        if skipped:
+            self.skipped_steps += 1
+        else:
+            self.buckets.update(self._pending)
+            self.t += 1
+            covered = sum(n for b in self.buckets.values() for _, n in b.signature)
+            if covered == self.dim:
+                self._carry = None
+        self.last_iteration_skipped = skipped
+        self._pending.clear()
+        self._flags.clear()
+
+    # ---- state that survives: every piece, in element order, independent of the bucket layout ----
+
+    def full_state(self) -> FullState:
+        """This worker's state and the server error over all elements (collective: every rank must call).
+
+        Gathers the worker state's shards within the worker group and the server error's chunks from all
+        ranks; elements no bucket has touched yet come from the carried state (or are zero).
+        """
+        device = next((b.index.device for b in self.buckets.values()), torch.device("cpu"))
+        base = self._carry or FullState(*(torch.zeros(self.dim) for _ in _VECTORS))
+        out = {name: getattr(base, name).clone().to(device) for name in _VECTORS}
+        buckets = [self.buckets[i] for i in sorted(self.buckets)]
+        if not buckets:
+            return FullState(**{k: v.cpu() for k, v in out.items()})
+        topo = self.topology
+        mine = torch.cat([torch.stack([b.worker.m, b.worker.b_hat, b.worker.b, b.worker.e]) for b in buckets], 1)
+        worker_ranks = [topo.worker * topo.shards_per_worker + j for j in range(topo.shards_per_worker)]
+        shards = comm._exchange(topo, mine.reshape(-1), topo.worker_group, len(worker_ranks), gather=True)
+        for rank, row in zip(worker_ranks, shards.view(len(worker_ranks), 4, -1), strict=True):
+            index = torch.cat([b.index[comm.shard_slice(topo, b.index.numel(), rank)] for b in buckets])
+            for name, values in zip(("m", "b_hat", "b", "e"), row, strict=True):
+                out[name][index[index >= 0]] = values[index >= 0]
+        chunks = torch.cat([b.server_error for b in buckets])
+        if topo.n_ranks > 1:
+            gathered = torch.empty(topo.n_ranks * chunks.numel(), dtype=chunks.dtype, device=chunks.device)
+            comm._all_gather(gathered, chunks)
+        else:
+            gathered = chunks
+        for rank, row in enumerate(gathered.view(topo.n_ranks, -1)):
+            index = torch.cat([b.index[comm.chunk_slice(topo, b.index.numel(), rank)] for b in buckets])
+            out["server_error"][index[index >= 0]] = row[index >= 0]
+        return FullState(**{k: v.cpu() for k, v in out.items()})
+
+    def _config(self) -> dict:
+        topo = self.topology
+        return {"scheme": topo.scheme, "n_nodes": topo.n_nodes, "gpus_per_node": topo.gpus_per_node,
+                "worker": topo.worker, "dim": self.dim, "seed": self.seed, "beta": self.beta, "eps": self.eps,
+                "T0": self.T0}
+
+    def state_dict(self) -> dict:
+        """Every piece of Birder state of this rank's worker (collective: every rank must call it).
+
+        m, b_hat, b, e (this node's, or this GPU's in flat), the server error (all of it), t (steps taken,
+        also the draw counter), skipped_steps, and the configuration they belong to. CPU tensors, in element
+        order, so a checkpoint loads under any bucket layout.
+        """
+        if self._pending:
+            raise ValueError("state_dict() in the middle of an iteration: call it between steps")
+        full = self.full_state()
+        return {"format": STATE_FORMAT, **self._config(), "t": self.t, "skipped_steps": self.skipped_steps,
+                **{name: getattr(full, name) for name in _VECTORS}}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore ``state_dict()``'s output; refuses (ValueError, nothing changed) anything it would drop."""
+        expected = {"format", *_CONFIG_KEYS, *_STATE_KEYS}
+        missing, unknown = expected - set(state), set(state) - expected
+        if missing or unknown:
+            raise ValueError(f"Birder state: missing keys {sorted(missing)}, unknown keys {sorted(unknown)}")
+        if state["format"] != STATE_FORMAT:
+            raise ValueError(f"Birder state format {state['format']!r}, expected {STATE_FORMAT!r}")
+        for key, value in self._config().items():
+            if state[key] != value:
+                raise ValueError(f"Birder state was saved with {key}={state[key]!r}, this run has {value!r}")
+        for name in _VECTORS:
+            v = state[name]
+            if not isinstance(v, torch.Tensor) or v.dtype != torch.float32 or v.shape != (self.dim,):
+                raise ValueError(f"Birder state {name!r} must be a float32 tensor of shape ({self.dim},)")
+        self._carry = FullState(*(state[name].detach().clone().cpu() for name in _VECTORS))
+        self.t, self.skipped_steps = int(state["t"]), int(state["skipped_steps"])
+        self.buckets.clear()
+        self._pending.clear()
+        self._flags.clear()
+        self.last_iteration_skipped = False
+
+
+def birder_hook(state: BirderState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """Birder (Algorithm 1) as a DDP communication hook: the bucket's gradients in, u_bar of +-1 out.
+
+    For the bucket's gradients (flattened, padded to a multiple of 8 x world size):
+
+    1. start a MAX all-reduce of "this rank saw a NaN or infinity";
+    2. intra-node reduce-scatter in a fixed order and divide by G: this GPU's shard of the node-mean
+       gradient (hierarchical; in flat every GPU is its own worker);
+    3. lines 5-9: m, b_hat, b, u = Q(m / (b + eps) + e), e on the shard, draws of stream = worker index;
+    4. inter-node all-to-all of packed sign bits; lines 12-13 on this GPU's chunk from the counts of +1;
+       inter-node all-gather of the packed u_bar; intra-node all-gather;
+    5. write u_bar into the bucket; its new state waits until the last bucket: if any rank saw a
+       non-finite gradient in any bucket, every rank drops the whole iteration (state untouched, counted
+       in ``state.skipped_steps``), else all buckets commit and t advances.
+
+    The parameters then move by line 16, x -= lr * u_bar (``BirderUpdate``). Every rank ends with the same
+    u_bar: the same bits as ``birder_ref.schemes.step`` on the same gradients and draws.
+
+    Example::
+        >>> topology = make_topology("hierarchical", n_nodes, gpus_per_node)
+        >>> state = BirderState(model.parameters(), topology, seed=0)
+        >>> ddp_model = DistributedDataParallel(model)
+        >>> ddp_model.register_comm_hook(state, birder_hook)
+        >>> optimizer = BirderUpdate(ddp_model.parameters(), lr=1e-3, weight_decay=1e-4, hook_state=state)
+    """
+    buffer = bucket.buffer()
+    if buffer.dtype != torch.float32:
+        raise ValueError(f"birder_hook takes float32 gradients, got {buffer.dtype}")
+    current = state.bucket_state(bucket)
+    flag = comm.any_nonfinite(buffer)
+    grad = torch.zeros(current.index.numel(), dtype=torch.float32, device=buffer.device)
+    grad[: buffer.numel()] = buffer
+    u_bar, worker, server_error = comm.one_bit_allreduce(
+        state.topology, grad, current.index, current.worker, current.server_error,
+        state.seed, state.t + 1, state.beta, state.eps, state.T0)
+    state.stage(bucket.index(), replace(current, worker=worker, server_error=server_error), flag)
+    if bucket.is_last():
+        state.finish_iteration()
+    buffer.copy_(u_bar[: buffer.numel()])
+    future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    future.set_result(buffer)
+    return future
+
+
+class BirderUpdate(torch.optim.Optimizer):
+    """Line 16 with decoupled weight decay: x <- x * (1 - lr * weight_decay) - lr * u_bar, u_bar in p.grad.
+
+    With ``hook_state``, a step the hook skipped (non-finite gradient somewhere) leaves every parameter as is.
+    Two float32 operations, never fused, so NumPy reproduces them bit for bit.
+    """
+
+    def __init__(self, params, lr: float, weight_decay: float = 0.0, hook_state: BirderState | None = None):
+        if not lr > 0 or weight_decay < 0:
+            raise ValueError(f"need lr > 0 and weight_decay >= 0, got lr={lr}, weight_decay={weight_decay}")
+        super().__init__(params, {"lr": lr, "weight_decay": weight_decay})
+        self.hook_state = hook_state
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        if self.hook_state is not None and self.hook_state.last_iteration_skipped:
+            return None
+        for group in self.param_groups:
+            lr, decay = group["lr"], group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if decay:
+                    p.mul_(1 - lr * decay)
+                p.sub_(p.grad * lr)
+        return None

@@ -1,0 +1,121 @@
+"""Birder's numerics (Algorithm 1) as pure functions on torch tensors: one code path for CPU and CUDA.
+
+Every function mirrors its NumPy counterpart in ``birder_ref`` operation for operation, in float32, with the
+Python-float coefficients rounded to float32 exactly as NumPy 2 rounds them, and nothing fused (no addcmul,
+lerp or FMA), so that the same inputs and draws give the same bits as ``birder_ref.algorithm1.step``.
+
+Draws reuse ``birder_ref.draws`` (its integer hash runs unchanged on int64 tensors): the draw of element ``i``
+at Algorithm 1 step ``t`` (1-based: the step being computed, ``state.t + 1``) for worker ``k`` is
+``uniform(seed, t, k, i)``, for the server ``uniform(seed, t, SERVER_STREAM, i)``; ``i`` is the element's
+position in the flattened parameter vector (``torch.nn.utils.parameters_to_vector`` order).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from birder_ref.draws import SERVER_STREAM, UNIFORM_BITS, hash_index, stream_key
+
+__all__ = [
+    "SERVER_STREAM",
+    "WorkerState",
+    "uniforms",
+    "quantize",
+    "pack_signs",
+    "unpack_signs",
+    "count_plus",
+    "worker_step",
+    "server_step",
+    "mean_of_signs",
+]
+
+_BIT_SHIFTS = (7, 6, 5, 4, 3, 2, 1, 0)  # most significant bit first, as np.packbits(bitorder="big")
+
+
+@dataclass(frozen=True)
+class WorkerState:
+    """One worker's m, b_hat, b (Algorithm 1 lines 5-7) and error e (line 9) on a slice of the vector."""
+
+    m: torch.Tensor
+    b_hat: torch.Tensor
+    b: torch.Tensor
+    e: torch.Tensor
+
+    @staticmethod
+    def zeros(n: int, device: torch.device | str = "cpu") -> WorkerState:
+        """Algorithm 1 line 1: m_0 = b_0 = e_0 = 0."""
+        return WorkerState(*(torch.zeros(n, dtype=torch.float32, device=device) for _ in range(4)))
+
+
+def uniforms(seed: int, step: int, stream: int, index: torch.Tensor) -> torch.Tensor:
+    """float32 draws k / 2**24 in [0, 1) for the int64 element indices ``index``; equal to
+    ``birder_ref.draws.uniforms(seed, step, stream, ...)`` at the same indices."""
+    bits = hash_index(stream_key(seed, step, stream), index) >> (32 - UNIFORM_BITS)
+    return bits.to(torch.float32) * 2.0**-UNIFORM_BITS
+
+
+def quantize(y: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Eq. 5 with an injected draw: +1.0 where u < (clip(y, -1, 1) + 1) / 2, else -1.0 (float32)."""
+    threshold = (y.clamp(-1.0, 1.0) + 1.0) / 2.0
+    return torch.where(u < threshold, 1.0, -1.0).to(torch.float32)
+
+
+def pack_signs(q: torch.Tensor) -> torch.Tensor:
+    """+-1 values (length a multiple of 8) to uint8, most significant bit first, bit 1 for +1."""
+    if q.numel() % 8:
+        raise ValueError(f"pack_signs takes a multiple of 8 signs, got {q.numel()}")
+    shifts = torch.tensor(_BIT_SHIFTS, dtype=torch.uint8, device=q.device)
+    return ((q > 0).to(torch.uint8).view(-1, 8) << shifts).sum(dim=1, dtype=torch.uint8)
+
+
+def unpack_bits(packed: torch.Tensor) -> torch.Tensor:
+    """uint8 bytes (any leading shape) to their bits as uint8 0/1, most significant bit first."""
+    shifts = torch.tensor(_BIT_SHIFTS, dtype=torch.uint8, device=packed.device)
+    return ((packed.unsqueeze(-1) >> shifts) & 1).flatten(-2)
+
+
+def unpack_signs(packed: torch.Tensor) -> torch.Tensor:
+    """Inverse of ``pack_signs``: float32 +-1, eight per byte."""
+    return unpack_bits(packed).to(torch.float32) * 2.0 - 1.0
+
+
+def count_plus(packed_rows: torch.Tensor) -> torch.Tensor:
+    """The number of +1s per element over the rows of a (senders, bytes) uint8 tensor, as int32."""
+    return unpack_bits(packed_rows).sum(dim=0, dtype=torch.int32)
+
+
+def mean_of_signs(plus_counts: torch.Tensor, n_workers: int) -> torch.Tensor:
+    """Line 12's (1/n) sum_i u_i from counts of +1, the same float32 operations as
+    ``birder_ref.algorithm1.mean_of_signs``."""
+    return (2 * plus_counts.to(torch.float32) - float(n_workers)) / float(n_workers)
+
+
+def worker_step(
+    state: WorkerState,
+    grad: torch.Tensor,
+    beta: float,
+    eps: float,
+    u_worker: torch.Tensor,
+    t: int,
+    T0: int | None = None,
+) -> tuple[torch.Tensor, WorkerState]:
+    """Algorithm 1 lines 5-9 for one worker at step t (1-based); returns (u, new state), u of +-1.
+
+    m = beta m + (1-beta) g; b_hat = beta b_hat + (1-beta)|g|; b = max(b, b_hat) once t > T0 (else b_hat);
+    u = Q(m / (b + eps) + e, U); e = m / (b + eps) + e - u.
+    """
+    m = state.m * beta + grad * (1 - beta)
+    b_hat = state.b_hat * beta + grad.abs() * (1 - beta)
+    b = torch.maximum(state.b, b_hat) if T0 is not None and t > T0 else b_hat
+    y = m / (b + eps) + state.e
+    u = quantize(y, u_worker)
+    return u, WorkerState(m, b_hat, b, y - u)
+
+
+def server_step(mean_u: torch.Tensor, server_error: torch.Tensor, u_server: torch.Tensor):
+    """Algorithm 1 lines 12-13 on a slice: z = mean(u) + e_server, u_bar = Q(z, V); returns (u_bar, z - u_bar)."""
+    z = mean_u + server_error
+    u_bar = quantize(z, u_server)
+    return u_bar, z - u_bar

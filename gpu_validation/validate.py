@@ -1,0 +1,353 @@
+"""`birder gpu-validate`'s runner: train a small model with ``birder_hook`` and compare every step with birder_ref.
+
+Ranks are spawned locally (``run``), or, under ``torchrun``, each process runs ``rank_main`` itself. Every
+step, rank 0 gathers every rank's local gradients, u_bar and parameters, runs ``birder_ref.schemes.step`` on
+the same gradients with the same counter-based draws, applies the same update in NumPy, and counts the
+elements that differ. At the end it compares the hook's full state (``BirderState.state_dict``) with the
+reference's. The comparison is exact: there is no tolerance anywhere.
+
+Faults can be injected: a non-finite gradient on one rank at one step (every rank must skip that step, the
+reference skips it too), a rank that dies at one step (the others must stop with an error, not hang), and a
+resume from a checkpoint (the resumed run must end bit-identical to the uninterrupted one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import queue
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from birder_ref import algorithm1, schemes
+from birder_ref.draws import server_uniforms, worker_uniforms
+from gpu_validation import comm
+from gpu_validation.hook import BirderState, BirderUpdate, birder_hook
+
+KILLED_EXIT_STATUS = 17
+
+
+@dataclass(frozen=True)
+class Config:
+    """One validation run. ``nonfinite_at`` / ``kill_at`` are (step, rank) faults; ``resume_at`` a step."""
+
+    backend: str = "gloo"
+    nodes: int = 2
+    gpus_per_node: int = 2
+    steps: int = 6
+    seed: int = 0
+    scheme: str = "hierarchical"
+    lr: float = 0.01
+    weight_decay: float = 1e-4
+    beta: float = 0.95
+    eps: float = 1e-8
+    bucket_cap_mb: float = 0.0003
+    timeout_s: float = 60.0
+    nonfinite_at: tuple[int, int] | None = None
+    kill_at: tuple[int, int] | None = None
+    resume_at: int | None = None
+
+    def check(self) -> None:
+        if self.backend not in ("gloo", "nccl"):
+            raise ValueError(f"backend must be gloo or nccl, got {self.backend!r}")
+        if self.scheme not in comm.SCHEMES:
+            raise ValueError(f"scheme must be one of {', '.join(comm.SCHEMES)}, got {self.scheme!r}")
+        if self.nodes < 1 or self.gpus_per_node < 1 or self.steps < 1:
+            raise ValueError(f"need nodes, gpus per node and steps >= 1, got {self.nodes}, {self.gpus_per_node}, "
+                             f"{self.steps}")
+        if not 0 <= self.seed < 2**32:
+            raise ValueError(f"seed must lie in [0, 2**32), got {self.seed}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout must be positive, got {self.timeout_s}")
+        if self.resume_at is not None and not 1 <= self.resume_at < self.steps:
+            raise ValueError(f"resume step must lie in [1, {self.steps - 1}], got {self.resume_at}")
+        for name in ("nonfinite_at", "kill_at"):
+            fault = getattr(self, name)
+            if fault is not None and not (1 <= fault[0] <= self.steps and 0 <= fault[1] < self.world):
+                raise ValueError(f"{name} needs a step in [1, {self.steps}] and a rank in [0, {self.world}), "
+                                 f"got {fault}")
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+def make_model(seed: int) -> nn.Module:
+    """The small model every rank starts from (same weights everywhere): 467 parameters in 6 tensors."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 3))
+
+
+def batch(seed: int, step: int, rank: int, size: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
+    """Deterministic data of ``rank`` at ``step``: inputs and a fixed teacher's noisy targets (CPU generator)."""
+    generator = torch.Generator().manual_seed((seed * 1_000_003 + step) * 1009 + rank)
+    x = torch.randn(size, 8, generator=generator)
+    teacher = torch.linspace(-1.0, 1.0, 24).reshape(8, 3)
+    return x, torch.tanh(x @ teacher) + 0.1 * torch.randn(size, 3, generator=generator)
+
+
+def flat(tensors) -> torch.Tensor:
+    return torch.cat([t.detach().reshape(-1) for t in tensors])
+
+
+class Trainer:
+    """One rank's DDP model with the Birder hook, recording the local gradients the hook receives."""
+
+    def __init__(self, cfg: Config, topology: comm.Topology, device: torch.device):
+        self.cfg, self.device = cfg, device
+        self.model = make_model(cfg.seed).to(device)
+        self.params = list(self.model.parameters())
+        self.state = BirderState(self.params, topology, cfg.seed, cfg.beta, cfg.eps)
+        self.ddp = nn.parallel.DistributedDataParallel(
+            self.model, bucket_cap_mb=cfg.bucket_cap_mb, device_ids=[device.index] if device.type == "cuda" else None)
+        self.ddp.register_comm_hook(self.state, self._recording_hook)
+        self.optimizer = BirderUpdate(self.params, cfg.lr, cfg.weight_decay, hook_state=self.state)
+        self.local_grad = torch.zeros(self.state.dim, device=device)
+
+    def _recording_hook(self, state, bucket):  # no annotations: DDP accepts only real (not string) ones
+        position = 0
+        for start, n in state._signature(bucket):
+            self.local_grad[start:start + n] = bucket.buffer()[position:position + n]
+            position += n
+        return birder_hook(state, bucket)
+
+    def step(self, step: int, rank: int) -> None:
+        x, y = batch(self.cfg.seed, step, rank)
+        if self.cfg.nonfinite_at == (step, rank):
+            x[0, 0] = float("nan")
+        x, y = x.to(self.device), y.to(self.device)
+        self.optimizer.zero_grad(set_to_none=False)
+        nn.functional.mse_loss(self.ddp(x), y).backward()
+        self.optimizer.step()
+
+    def checkpoint(self) -> dict:
+        return {"model": {k: v.clone() for k, v in self.model.state_dict().items()}, "birder": self.state.state_dict()}
+
+    def load(self, checkpoint: dict) -> None:
+        self.model.load_state_dict(checkpoint["model"])
+        self.state.load_state_dict(checkpoint["birder"])
+
+
+def _gather(tensor: torch.Tensor, world: int) -> np.ndarray:
+    """Every rank's copy of ``tensor`` (world, n) as NumPy, on every rank."""
+    out = torch.empty(world * tensor.numel(), dtype=tensor.dtype, device=tensor.device)
+    comm._all_gather(out, tensor.contiguous())
+    return out.view(world, -1).cpu().numpy()
+
+
+class Reference:
+    """birder_ref driven on the gathered gradients: Algorithm 1's state, the parameters, the comparisons."""
+
+    def __init__(self, cfg: Config, x0: np.ndarray):
+        self.cfg = cfg
+        n_workers = cfg.nodes if cfg.scheme == "hierarchical" else cfg.world
+        self.state = algorithm1.init(n_workers, x0.size)
+        self.x = x0.copy()
+        self.mismatched, self.max_abs_diff, self.ranks_identical, self.skipped = 0, 0.0, True, 0
+        self.digests: list[str] = []
+
+    def step(self, grads: np.ndarray, u_bars: np.ndarray, params: np.ndarray) -> None:
+        """One reference step on grads (world, d); compare with every rank's u_bar and parameters."""
+        cfg, d = self.cfg, self.x.size
+        if not np.isfinite(grads).all():
+            self.skipped += 1
+            u_bar = None
+        else:
+            t = self.state.t + 1
+            n = self.state.n_workers
+            u_bar, self.state, _ = schemes.step(
+                cfg.scheme, self.state, grads.reshape(cfg.nodes, cfg.gpus_per_node, d), cfg.beta, cfg.eps,
+                u_worker=worker_uniforms(cfg.seed, t, n, d), u_server=server_uniforms(cfg.seed, t, d))
+            if cfg.weight_decay:
+                self.x = self.x * (1 - cfg.lr * cfg.weight_decay)
+            self.x = self.x - u_bar * cfg.lr
+            self.digests.append(hashlib.sha256(np.packbits(u_bar > 0).tobytes()).hexdigest()[:16])
+            self.mismatched += int((u_bars != u_bar).sum())
+            self.max_abs_diff = max(self.max_abs_diff, float(np.abs(u_bars - u_bar).max()))
+        self.mismatched += int((params != self.x).sum())
+        self.max_abs_diff = max(self.max_abs_diff, float(np.abs(params.astype(np.float64) - self.x).max()))
+        self.ranks_identical &= bool((params == params[0]).all())
+        if u_bar is not None:
+            self.ranks_identical &= bool((u_bars == u_bars[0]).all())
+
+    def compare_state(self, states: dict[str, np.ndarray], workers: list[int], t: int, skipped: np.ndarray) -> int:
+        """Elements of the hook's gathered state (rank, d) that differ from the reference's, plus counters."""
+        ref = self.state
+        bad = 0
+        for name, ref_rows in (("m", ref.m), ("b_hat", ref.b_hat), ("b", ref.b), ("e", ref.e)):
+            bad += int((states[name] != ref_rows[workers]).sum())
+        bad += int((states["server_error"] != ref.server_e).sum())
+        return bad + int(t != ref.t) + int((skipped != self.skipped).sum())
+
+
+def _device(cfg: Config, local_rank: int) -> torch.device:
+    if cfg.backend == "gloo":
+        return torch.device("cpu")
+    if not torch.cuda.is_available() or torch.cuda.device_count() < cfg.gpus_per_node:
+        raise ValueError(f"nccl needs {cfg.gpus_per_node} CUDA devices per node, found "
+                         f"{torch.cuda.device_count() if torch.cuda.is_available() else 0}")
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
+
+
+def _final_state(trainer: Trainer, world: int) -> dict[str, np.ndarray]:
+    sd = trainer.state.state_dict()
+    out = {name: _gather(sd[name].to(trainer.device), world) for name in ("m", "b_hat", "b", "e", "server_error")}
+    out["skipped"] = _gather(torch.tensor([sd["skipped_steps"]], device=trainer.device), world).reshape(-1)
+    return out
+
+
+def train_and_compare(cfg: Config, rank: int) -> dict | None:
+    """The body of every rank (process group already initialised); rank 0 returns the result, others None."""
+    world = cfg.world
+    device = _device(cfg, rank % cfg.gpus_per_node)
+    topology = comm.make_topology(cfg.scheme, cfg.nodes, cfg.gpus_per_node)
+    trainer = Trainer(cfg, topology, device)
+    reference = Reference(cfg, flat(trainer.params).cpu().numpy()) if rank == 0 else None
+    checkpoint = None
+    for step in range(1, cfg.steps + 1):
+        if cfg.kill_at == (step, rank):
+            os._exit(KILLED_EXIT_STATUS)  # a crash: no clean-up, no goodbye to the other ranks
+        try:
+            trainer.step(step, rank)
+            grads = _gather(trainer.local_grad, world)
+            u_bars = _gather(flat(p.grad for p in trainer.params), world)
+            params = _gather(flat(trainer.params), world)
+        except RuntimeError as error:  # a collective failed: a peer died, or hung past the timeout
+            raise RuntimeError(f"stopped at step {step}, a collective failed: {error}") from error
+        if reference is not None:
+            reference.step(grads, u_bars, params)
+        if step == cfg.resume_at:
+            checkpoint = trainer.checkpoint()
+    final = _final_state(trainer, world)
+    resume_identical = None
+    if checkpoint is not None:  # a fresh model, DDP and hook state, resumed from the checkpoint
+        resumed = Trainer(cfg, topology, device)
+        resumed.load(checkpoint)
+        for step in range(cfg.resume_at + 1, cfg.steps + 1):
+            resumed.step(step, rank)
+        same = torch.equal(flat(resumed.params), flat(trainer.params))
+        after = _final_state(resumed, world)
+        same &= all(np.array_equal(after[k], final[k]) for k in final) and resumed.state.t == trainer.state.t
+        resume_identical = bool(_gather(torch.tensor([int(same)], device=device), world).all())
+    if reference is None:
+        return None
+    state_mismatches = reference.compare_state(
+        final, [topology.worker_of(r) for r in range(world)], trainer.state.t, final["skipped"])
+    result = {
+        "passed": reference.mismatched == 0 and state_mismatches == 0 and reference.ranks_identical
+        and resume_identical is not False,
+        "steps": cfg.steps,
+        "mismatched_elements": reference.mismatched + state_mismatches,
+        "max_abs_diff": reference.max_abs_diff,
+        "ranks_identical": reference.ranks_identical,
+        "backend": cfg.backend,
+        "device": device.type if device.type == "cpu" else torch.cuda.get_device_name(device),
+        "scheme": cfg.scheme,
+        "nodes": cfg.nodes,
+        "gpus_per_node": cfg.gpus_per_node,
+        "seed": cfg.seed,
+        "parameters": trainer.state.dim,
+        "buckets": len(trainer.state.buckets),
+        "skipped_steps": reference.skipped,
+        "state_mismatched_elements": state_mismatches,
+        "resume_identical": resume_identical,
+        "update_digests": reference.digests,
+    }
+    return result
+
+
+def rank_main(rank: int, cfg: Config, init_method: str, results) -> None:
+    """Entry point of one spawned rank: run, put ``{"rank", "result"}`` or ``{"rank", "error"}`` on ``results``."""
+    torch.set_num_threads(1)
+    try:
+        dist.init_process_group(cfg.backend, init_method=init_method, rank=rank, world_size=cfg.world,
+                                timeout=timedelta(seconds=cfg.timeout_s))
+        result = train_and_compare(cfg, rank)
+        results.put({"rank": rank, "result": result})
+        dist.destroy_process_group()
+    except Exception as error:  # report every failure to the parent, then stop this rank
+        message = " ".join(f"{type(error).__name__}: {error}".split())[:500]
+        results.put({"rank": rank, "error": message, "traceback": traceback.format_exc()[-2000:]})
+        results.close()
+        results.join_thread()
+        os._exit(1)
+
+
+def run(cfg: Config) -> dict:
+    """Spawn ``cfg.world`` ranks on this machine, wait for them (never longer than the timeouts allow)."""
+    cfg.check()
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        init_method = f"file://{os.path.join(tmp, 'store')}"
+        procs = [ctx.Process(target=rank_main, args=(r, cfg, init_method, results), daemon=True)
+                 for r in range(cfg.world)]
+        for p in procs:
+            p.start()
+        reports: dict[int, dict] = {}
+        deadline = started + 120 + cfg.timeout_s * (cfg.steps + 4)
+        first_failure = None
+        while len(reports) < cfg.world and time.monotonic() < deadline:
+            try:
+                report = results.get(timeout=0.2)
+                reports[report["rank"]] = report
+            except queue.Empty:
+                pass
+            dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in reports]
+            if (dead or any("error" in rep for rep in reports.values())) and first_failure is None:
+                first_failure = time.monotonic()
+                deadline = min(deadline, first_failure + cfg.timeout_s + 10)
+            if dead and all(p.exitcode is not None for p in procs):
+                break
+        for p in procs:  # ranks that reported are shutting down; give them a moment before killing
+            p.join(timeout=10 if len(reports) == cfg.world else 1)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    elapsed = time.monotonic() - started
+    exit_codes = {r: p.exitcode for r, p in enumerate(procs)}
+    errors = {r: rep["error"] for r, rep in sorted(reports.items()) if "error" in rep}
+    result = reports.get(0, {}).get("result")
+    lost = [r for r, code in exit_codes.items() if code != 0 and r not in reports]
+    if result is None or errors or lost:
+        summary = {
+            "passed": False, "steps": cfg.steps, "mismatched_elements": None, "max_abs_diff": None,
+            "ranks_identical": None, "backend": cfg.backend, "device": "cpu" if cfg.backend == "gloo" else "cuda",
+            "error": "; ".join([f"rank {r} died (exit status {exit_codes[r]})" for r in lost]
+                               + [f"rank {r}: {msg}" for r, msg in errors.items()]) or "no result",
+            "rank_errors": {str(r): msg for r, msg in errors.items()},
+            "exit_codes": {str(r): c for r, c in exit_codes.items()},
+        }
+        if first_failure is not None:
+            summary["seconds_to_stop_after_failure"] = round(time.monotonic() - first_failure, 2)
+        result = summary
+    result["seconds"] = round(elapsed, 2)
+    result["config"] = {k: v for k, v in asdict(cfg).items() if k not in ("backend",)}
+    return result
+
+
+def run_under_torchrun(cfg: Config) -> dict | None:
+    """Run this process as one rank of a ``torchrun`` job (env:// rendezvous); rank 0 returns the result."""
+    cfg.check()
+    rank = int(os.environ["RANK"])
+    if int(os.environ["WORLD_SIZE"]) != cfg.world or int(os.environ.get("LOCAL_WORLD_SIZE", cfg.gpus_per_node)) != (
+            cfg.gpus_per_node):
+        raise ValueError(f"torchrun started {os.environ['WORLD_SIZE']} ranks ({os.environ.get('LOCAL_WORLD_SIZE')} "
+                         f"per node); --nodes {cfg.nodes} --gpus-per-node {cfg.gpus_per_node} need {cfg.world}")
+    dist.init_process_group(cfg.backend, init_method="env://", timeout=timedelta(seconds=cfg.timeout_s))
+    try:
+        return train_and_compare(cfg, rank)
+    finally:
+        dist.destroy_process_group()
