@@ -18,6 +18,7 @@ import sys
 COMMAND_MODULES = (
     "birder.report",
     "gpu_validation.cli",
+    "sim.cli",
 )
 
 

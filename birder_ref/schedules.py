@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from math import ceil
 
 SCHEMES = ("ps", "ring", "flat", "allgather", "hierarchical")
-PATTERNS = ("ring_reduce_scatter", "ring_all_gather", "all_to_all", "direct_all_gather", "push", "pull")
+PATTERNS = ("ring_reduce_scatter", "ring_all_gather", "all_to_all", "direct_all_gather", "push", "pull", "binary_tree")
 OPS = ("reduce", "copy")
 
 
@@ -92,6 +92,8 @@ class Phase:
     def n_rounds(self) -> int:
         if self.group_size < 2 and self.pattern not in ("push", "pull"):
             return 0
+        if self.pattern == "binary_tree":  # one round per level below the root
+            return (self.group_size).bit_length() - 1
         return self.group_size - 1 if self.pattern.startswith("ring") else 1
 
     def message_bytes(self, round_index: int) -> int:
@@ -112,6 +114,8 @@ class Phase:
                 yield [Message(group[i], group[j], i, nbytes) for i in range(p) for j in range(p) if i != j]
             elif self.pattern == "push":  # the last member is the root; all others send it their chunk 0
                 yield [Message(src, group[-1], 0, nbytes) for src in group[:-1]]
+            elif self.pattern == "binary_tree":  # heap order: member i's parent is (i - 1) // 2
+                yield _tree_round(group, r, self.n_rounds, self.op, self.groups.index(group) % 2, nbytes)
             else:  # pull: the root (last member) sends its chunk 0 to all others
                 yield [Message(group[-1], dst, 0, nbytes) for dst in group[:-1]]
 
@@ -135,11 +139,40 @@ class Phase:
                 per = {ep: total * (p - 1) for ep in group}
             elif self.pattern == "push":
                 per = {ep: total for ep in group[:-1]}
+            elif self.pattern == "binary_tree":
+                per = _tree_bytes_sent(self, group)
             else:
                 per = {group[-1]: total * (p - 1)}
             for ep, b in per.items():
                 sent[ep] = sent.get(ep, 0) + b
         return sent
+
+
+def _tree_round(group: tuple[int, ...], r: int, depth: int, op: str, chunk: int, nbytes: int) -> list[Message]:
+    """Round r of a binary tree in heap order: ``reduce`` sends level depth - r up to the parents (leaves
+    first), ``copy`` sends level r down to the children (root first)."""
+    q = len(group)
+    if op == "reduce":
+        level = depth - r
+        senders = range(2**level - 1, min(2 ** (level + 1) - 1, q))
+        return [Message(group[i], group[(i - 1) // 2], chunk, nbytes) for i in senders]
+    parents = range(2**r - 1, min(2 ** (r + 1) - 1, q))
+    return [Message(group[i], group[c], chunk, nbytes) for i in parents for c in (2 * i + 1, 2 * i + 2) if c < q]
+
+
+def _tree_bytes_sent(phase: Phase, group: tuple[int, ...]) -> dict[int, int]:
+    """Per member of one binary tree: a message to its parent (reduce) or one to each child (copy)."""
+    q, depth = len(group), phase.n_rounds
+    sent = {}
+    for i, ep in enumerate(group):
+        level = (i + 1).bit_length() - 1
+        if phase.op == "reduce" and i > 0:
+            sent[ep] = phase.message_bytes(depth - level)
+        elif phase.op == "copy":
+            children = sum(1 for c in (2 * i + 1, 2 * i + 2) if c < q)
+            if children:
+                sent[ep] = children * phase.message_bytes(level)
+    return sent
 
 
 @dataclass(frozen=True)
@@ -215,6 +248,30 @@ def allreduce(layout: Layout, dim: int, bits: int = 32, name: str = "allreduce")
     phases = (
         Phase("reduce_scatter", "ring_reduce_scatter", everyone, D // p, widths, "reduce"),
         Phase("all_gather", "ring_all_gather", everyone, D // p, widths, "copy"),
+    )
+    return Schedule(name, layout, int(dim), D, phases)
+
+
+def tree_allreduce(layout: Layout, dim: int, bits: int = 32, name: str = "tree_allreduce") -> Schedule:
+    """NCCL's tree all-reduce laid out hierarchically: the node's GPUs reduce-scatter over the intra-node
+    fabric, each shard is reduced up and broadcast down a double binary tree across the nodes (Sanders, Speck &
+    Traeff 2009; NCCL >= 2.4), the second tree the first in reverse order so that inner members of one are
+    leaves of the other, each tree carrying half the shard; then the node all-gathers.
+
+    ``binary_tree`` phases list the two trees of each local rank as consecutive groups (chunk 0 and chunk 1).
+    """
+    if int(dim) < 1:
+        raise ValueError(f"dim must be >= 1, got {dim}")
+    p, n, g = layout.n_ranks, layout.n_nodes, layout.gpus_per_node
+    D = padded_dim(dim, p)
+    nodes = tuple(layout.node_ranks(k) for k in range(n))
+    trees = tuple(t for j in range(g) for t in (layout.local_rank_group(j), layout.local_rank_group(j)[::-1]))
+    depth = n.bit_length() - 1
+    phases = (
+        Phase("intra_reduce_scatter", "ring_reduce_scatter", nodes, D // g, (bits,) * (g - 1), "reduce"),
+        Phase("inter_tree_reduce", "binary_tree", trees, D // (2 * g), (bits,) * depth, "reduce"),
+        Phase("inter_tree_broadcast", "binary_tree", trees, D // (2 * g), (bits,) * depth, "copy"),
+        Phase("intra_all_gather", "ring_all_gather", nodes, D // g, (bits,) * (g - 1), "copy"),
     )
     return Schedule(name, layout, int(dim), D, phases)
 

@@ -1,0 +1,350 @@
+"""Workload layer: one training iteration of data-parallel training, as a simpy process.
+
+An iteration is the forward pass, the backward pass layer by layer (last layer first) on the GPU, and the
+gradient buckets of PyTorch DDP (25 MB each, the first 1 MB, filled in backward order; a tensor is never
+split) whose collectives run one after another on the communication stream as soon as their bucket is full,
+overlapping the rest of the backward pass. 1-bit hooks add compression and decompression kernels that take
+their turn on the GPU. Then the optimizer step. DDP's next forward waits for every bucket.
+
+Optimizers (``policy``) mix kinds of steps, each with its share of the steps:
+
+* sgdm, adam: every step an fp32 all-reduce per bucket (ring or tree, as NCCL would choose);
+* birder: every step the scheme's 1-bit schedule per bucket (a DDP communication hook, as in the paper);
+* onebit-adam: a warm-up share of plain fp32 steps, then steps whose momentum goes through the compressed
+  all-reduce of the whole model inside ``optimizer.step`` (DeepSpeed's design, so it does not overlap the
+  backward pass); throughput is averaged over the run as the Birder paper measured it (total samples / total
+  time), i.e. iteration times are averaged with the step shares as weights;
+* zero-one-adam: fp32 variance-update steps, 1-bit sync steps and silent local steps in the shares that
+  ``birder_ref.zero_one_adam.communication_profile`` counts for its learning-rate-based policy;
+* marsit: the sign ring all-reduce per bucket, with its full-precision round every K steps.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+import simpy
+
+from sim.models import ModelProfile, model_profile, synthetic
+from sim.network import PRESETS, Cluster
+from sim.system import Fabric, step_schedule, traffic
+
+OPTIMIZERS = ("sgdm", "adam", "onebit-adam", "zero-one-adam", "birder", "marsit")
+BUCKET_CAP_BYTES = 25 * 1024 * 1024  # torch DDP bucket_cap_mb = 25
+FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
+BACKWARD_TO_FORWARD = 2.0  # backward costs about twice the forward (two matmuls per forward matmul)
+HOOK_BLOCKS_BACKWARD = True  # 1-bit DDP hooks wait for their collectives (see sim/README.md, "overlap")
+ZERO_ONE_ADAM_RUN_STEPS = 45_045  # 0/1 Adam's ImageNet policy (Policy.scaled) over a run of this length
+
+with (PRESETS / "gpus.toml").open("rb") as _f:
+    GPUS = tomllib.load(_f)
+
+# GPU memory traffic per element (bytes) of the element-wise kernels, counted from the unfused PyTorch
+# operations of each algorithm: Birder's worker step (Algorithm 1 lines 2-10: read g, m, b, e and the
+# uniforms, write m, b, e, then pack), the server re-quantization, and unpacking signs back to float32.
+COMPRESS_BYTES = 48.0
+SERVER_BYTES = 24.0
+DECOMPRESS_BYTES = 4.125
+OPTIMIZER_STEP_BYTES = {"sgdm": 16.0, "adam": 28.0, "onebit-adam": 28.0, "zero-one-adam": 28.0, "birder": 8.0,
+                        "marsit": 16.0}  # read/write of parameters and states per element
+
+
+@dataclass(frozen=True)
+class StepKind:
+    """One kind of training step: its share of the steps and how its gradients travel."""
+
+    name: str
+    share: float
+    comm: str  # "bucketed" (DDP hook, overlapped), "after_backward" (inside optimizer.step), "none"
+    full_precision: bool
+
+
+def policy(optimizer: str, model_name: str, warmup_fraction: float | None = None,
+           marsit_period: int | None = None) -> tuple[StepKind, ...]:
+    """The step kinds of ``optimizer`` and their shares (see the module docstring)."""
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+    if optimizer in ("sgdm", "adam"):
+        return (StepKind("all-reduce", 1.0, "bucketed", True),)
+    if optimizer == "birder":
+        return (StepKind("1-bit", 1.0, "bucketed", False),)
+    if optimizer == "onebit-adam":
+        w = default_warmup_fraction(model_name) if warmup_fraction is None else warmup_fraction
+        if not 0.0 <= w <= 1.0:
+            raise ValueError(f"--warmup-fraction must lie in [0, 1], got {w}")
+        return (StepKind("warm-up", w, "bucketed", True), StepKind("compressed", 1.0 - w, "after_backward", False))
+    if optimizer == "zero-one-adam":
+        full, onebit, local = zero_one_adam_shares()
+        return (StepKind("variance update", full, "bucketed", True),
+                StepKind("1-bit sync", onebit, "after_backward", False), StepKind("local", local, "none", False))
+    k = marsit_period
+    if k is not None and k < 1:
+        raise ValueError(f"Marsit's full-precision period K must be >= 1, got {k}")
+    full = 0.0 if k is None else 1.0 / k
+    return (StepKind("full-precision", full, "bucketed", True), StepKind("1-bit", 1.0 - full, "bucketed", False))
+
+
+def default_warmup_fraction(model_name: str) -> float:
+    """1-bit Adam's warm-up share: 0.2 for BERT fine-tuning, 15 of 100 epochs otherwise (Birder paper 5.1)."""
+    from birder_ref.onebit_adam import DEFAULT_WARMUP_FRACTION
+
+    return 0.2 if model_name.startswith("bert") else DEFAULT_WARMUP_FRACTION
+
+
+@lru_cache(maxsize=1)
+def zero_one_adam_shares() -> tuple[float, float, float]:
+    """Shares of fp32, 1-bit and local steps under 0/1 Adam's policy (birder_ref.zero_one_adam)."""
+    from birder_ref.zero_one_adam import communication_profile
+
+    prof = communication_profile(ZERO_ONE_ADAM_RUN_STEPS)
+    total = prof.total_steps
+    return prof.full_precision_rounds / total, prof.onebit_rounds / total, prof.local_steps / total
+
+
+# ------------------------------------------------------------------------------------------------- buckets
+@dataclass(frozen=True)
+class Bucket:
+    elements: int
+    ready_layer: int  # index (in backward order) of the layer whose backward completes the bucket
+
+
+def ddp_buckets(model: ModelProfile, bytes_per_element: int = 4) -> tuple[Bucket, ...]:
+    """DDP's bucket assignment: tensors in reverse registration order, a bucket closes once it reaches its cap
+    (1 MB for the first, 25 MB after), tensors are never split (torch/csrc/distributed/c10d/reducer.cpp)."""
+    buckets, size, elements, cap = [], 0, 0, FIRST_BUCKET_BYTES
+    backward = list(reversed(model.layers))
+    for index, layer in enumerate(backward):
+        for tensor in reversed(layer.tensors):
+            size += tensor * bytes_per_element
+            elements += tensor
+            if size >= cap:
+                buckets.append(Bucket(elements, index))
+                size, elements, cap = 0, 0, BUCKET_CAP_BYTES
+    if elements:
+        buckets.append(Bucket(elements, len(backward) - 1))
+    return tuple(buckets)
+
+
+# ------------------------------------------------------------------------------------------------ kernels
+def _kernel_seconds(gpu: str, elements: float, bytes_per_element: float, launches: int) -> float:
+    spec = GPUS[gpu]
+    return elements * bytes_per_element / (spec["hbm_gbytes_per_s"] * 1e9) + launches * spec["kernel_launch_us"] * 1e-6
+
+
+def compression_kernels(optimizer: str, scheme: str, cluster: Cluster, elements: int) -> tuple[float, float]:
+    """GPU seconds to compress (before sending) and decompress (after) one buffer of ``elements`` gradients.
+
+    Birder hierarchical quantizes only its 1/G shard after the intra-node reduce-scatter; the other schemes
+    and 1-bit Adam quantize the whole buffer; every scheme unpacks the whole result."""
+    gpu, g, p = cluster.gpu, cluster.gpus_per_node, cluster.n_gpus
+    worker = elements / g if (optimizer == "birder" and scheme == "hierarchical") else elements
+    server = elements / p * (cluster.n_nodes if scheme == "hierarchical" else p)  # the chunks a GPU combines
+    if optimizer == "marsit":  # each hop merges a chunk: unpack, merge, repack (p - 1 chunks of D/p each)
+        return _kernel_seconds(gpu, elements, COMPRESS_BYTES, 4), _kernel_seconds(gpu, elements, DECOMPRESS_BYTES, 2)
+    compress = _kernel_seconds(gpu, worker, COMPRESS_BYTES, 8) + _kernel_seconds(gpu, server, SERVER_BYTES, 6)
+    return compress, _kernel_seconds(gpu, elements, DECOMPRESS_BYTES, 2)
+
+
+# ---------------------------------------------------------------------------------------------- iteration
+@dataclass(frozen=True)
+class Workload:
+    model: ModelProfile
+    batch_per_gpu: int
+    optimizer: str
+    scheme: str = "hierarchical"
+
+
+@dataclass(frozen=True)
+class StepTime:
+    iteration_s: float
+    compute_s: float
+    compression_s: float
+    intra_node_bytes_per_gpu: float
+    inter_node_bytes_per_gpu: float
+
+
+def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, fabric_memo: dict) -> StepTime:
+    """Simulate one step of ``kind``: forward, backward with overlapped bucket collectives, optimizer step."""
+    env = simpy.Environment()
+    gpu = simpy.Resource(env, capacity=1)
+    fabric = Fabric(env, cluster)
+    fabric.memo = fabric_memo
+    model = work.model
+    layers = list(reversed(model.layers))
+    total_flops = model.forward_flops or 1.0
+    forward_s = compute_s / (1 + BACKWARD_TO_FORWARD)
+    backward_s = compute_s - forward_s
+    n_params = model.n_params
+    opt_s = _kernel_seconds(cluster.gpu, n_params, OPTIMIZER_STEP_BYTES[work.optimizer], 4)
+    buckets = ddp_buckets(model)
+    layer_done = [env.event() for _ in layers]
+    compressed = not kind.full_precision
+    scheme = work.scheme if work.optimizer == "birder" else ""
+    totals = {"compression": 0.0, "intra": 0.0, "inter": 0.0}
+
+    def communicate(elements: int):
+        schedule = step_schedule(work.optimizer, cluster, elements, work.scheme, kind.full_precision)
+        t = traffic(schedule, cluster.nic.count)
+        totals["intra"] += t.intra_node_bytes_per_gpu
+        totals["inter"] += t.inter_node_bytes_per_gpu
+        compress = decompress = 0.0
+        if compressed:
+            compress, decompress = compression_kernels(work.optimizer, scheme, cluster, elements)
+            totals["compression"] += compress + decompress
+            with gpu.request() as turn:
+                yield turn
+                yield env.timeout(compress)
+        yield env.process(fabric.run(schedule))
+        if compressed:
+            with gpu.request() as turn:
+                yield turn
+                yield env.timeout(decompress)
+
+    blocking = kind.comm == "bucketed" and compressed and HOOK_BLOCKS_BACKWARD
+    ready = {bucket.ready_layer: [] for bucket in buckets}
+    for bucket in buckets:
+        ready[bucket.ready_layer].append(bucket)
+
+    def backward():
+        # a layer's share of the backward pass is its share of forward FLOPs (no FLOPs: no time)
+        for index, layer in enumerate(layers):
+            with gpu.request() as turn:
+                yield turn
+                yield env.timeout(backward_s * layer.flops / total_flops)
+            layer_done[index].succeed()
+            if blocking:  # the hook runs on the autograd thread: backward resumes when it returns
+                for bucket in ready.get(index, ()):
+                    yield from communicate(bucket.elements)
+
+    def comm_stream():
+        if kind.comm == "bucketed" and not blocking:
+            for bucket in buckets:
+                yield layer_done[bucket.ready_layer]
+                yield from communicate(bucket.elements)
+
+    def iteration():
+        yield env.timeout(forward_s)
+        done = [env.process(backward()), env.process(comm_stream())]
+        yield env.all_of(done)
+        if kind.comm == "after_backward":
+            yield from communicate(n_params)
+        yield env.timeout(opt_s)
+
+    env.process(iteration())
+    env.run()
+    return StepTime(env.now, compute_s + opt_s, totals["compression"], totals["intra"], totals["inter"])
+
+
+@dataclass(frozen=True)
+class Prediction:
+    throughput: float
+    iteration_s: float
+    compute_s: float
+    exposed_communication_s: float
+    compression_s: float
+    inter_node_bytes_per_gpu: float
+    intra_node_bytes_per_gpu: float
+    scale_efficiency: float
+    single_node_throughput: float
+    steps: tuple[tuple[str, float, float], ...]  # (kind, share, iteration_s)
+
+    def as_dict(self) -> dict:
+        out = {k: getattr(self, k) for k in ("throughput", "iteration_s", "compute_s", "exposed_communication_s",
+                                             "compression_s", "inter_node_bytes_per_gpu",
+                                             "intra_node_bytes_per_gpu", "scale_efficiency",
+                                             "single_node_throughput")}
+        out["steps"] = [{"kind": k, "share": s, "iteration_s": t} for k, s, t in self.steps]
+        return out
+
+
+def _average(cluster: Cluster, work: Workload, kinds: tuple[StepKind, ...], compute_s: float,
+             memo: dict) -> tuple[float, list[tuple[StepKind, StepTime]]]:
+    parts = [(k, _step(cluster, work, k, compute_s, memo)) for k in kinds if k.share > 0]
+    return sum(k.share * t.iteration_s for k, t in parts), parts
+
+
+def default_compute_s(work: Workload, gpu: str) -> float:
+    """Forward + backward seconds of one GPU's batch from the per-GPU achieved FLOP rates (gpus.toml)."""
+    if gpu not in GPUS:
+        raise ValueError(f"unknown GPU {gpu!r}; choose one of {', '.join(GPUS)}")
+    rate = GPUS[gpu][f"{work.model.family}_tflops"] * 1e12
+    return (1 + BACKWARD_TO_FORWARD) * work.model.forward_flops * work.batch_per_gpu / rate
+
+
+def calibrate_compute_s(cluster: Cluster, work: Workload, kinds: tuple[StepKind, ...], single_node_throughput: float,
+                        memo: dict) -> float:
+    """The forward + backward time at which one node of ``cluster`` reaches ``single_node_throughput``.
+
+    The simulated iteration time grows continuously and monotonically with compute time, so bisection finds it.
+    """
+    one = cluster.with_nodes(1)
+    target = one.n_gpus * work.batch_per_gpu / single_node_throughput
+    lo, hi = 0.0, target
+    if _average(one, work, kinds, 0.0, memo)[0] > target:
+        raise ValueError(
+            f"--single-node-throughput {single_node_throughput:g} is faster than this cluster's communication "
+            "alone allows on one node; check the number or the intra-node fabric")
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        if _average(one, work, kinds, mid, memo)[0] < target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def predict(cluster: Cluster, model: str | None = None, params: int | None = None, batch_per_gpu: int = 32,
+            optimizer: str = "sgdm", scheme: str = "hierarchical", single_node_throughput: float | None = None,
+            warmup_fraction: float | None = None, marsit_period: int | None = None) -> Prediction:
+    """Predict one training configuration on ``cluster`` (the library behind ``birder predict``)."""
+    if (model is None) == (params is None):
+        raise ValueError("give exactly one of --model or --params")
+    profile = model_profile(model) if model is not None else synthetic(params)
+    if not (isinstance(batch_per_gpu, int) and batch_per_gpu >= 1):
+        raise ValueError(f"--batch-per-gpu must be a positive integer, got {batch_per_gpu!r}")
+    if single_node_throughput is not None and not single_node_throughput > 0:
+        raise ValueError(f"--single-node-throughput must be positive, got {single_node_throughput}")
+    from birder_ref.schedules import SCHEMES
+
+    if scheme not in SCHEMES:
+        raise ValueError(f"unknown scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
+    work = Workload(profile, batch_per_gpu, optimizer, scheme)
+    kinds = policy(optimizer, profile.name, warmup_fraction, marsit_period)
+    memo: dict = {}
+    if single_node_throughput is not None:
+        compute_s = calibrate_compute_s(cluster, work, kinds, single_node_throughput, memo)
+    else:
+        compute_s = default_compute_s(work, cluster.gpu)
+    iteration_s, parts = _average(cluster, work, kinds, compute_s, memo)
+    if single_node_throughput is None:
+        one_node_s = _average(cluster.with_nodes(1), work, kinds, compute_s, {})[0]
+        single = cluster.gpus_per_node * batch_per_gpu / one_node_s
+    else:
+        single = single_node_throughput
+    samples = cluster.n_gpus * batch_per_gpu
+    throughput = samples / iteration_s
+
+    def mean(field: str) -> float:
+        return sum(k.share * getattr(t, field) for k, t in parts)
+
+    compute, compression = mean("compute_s"), mean("compression_s")
+    return Prediction(
+        throughput=throughput,
+        iteration_s=iteration_s,
+        compute_s=compute,
+        exposed_communication_s=max(0.0, iteration_s - compute - compression),
+        compression_s=compression,
+        inter_node_bytes_per_gpu=mean("inter_node_bytes_per_gpu"),
+        intra_node_bytes_per_gpu=mean("intra_node_bytes_per_gpu"),
+        scale_efficiency=throughput / (cluster.n_nodes * single),
+        single_node_throughput=single,
+        steps=tuple((k.name, k.share, t.iteration_s) for k, t in parts),
+    )
+
+
+def with_constants(cluster: Cluster, **nic_fields) -> Cluster:
+    """The cluster with some NIC constants replaced (used by the fit)."""
+    return replace(cluster, nic=replace(cluster.nic, **nic_fields))
+
