@@ -282,12 +282,21 @@ def rank_main(rank: int, cfg: Config, init_method: str, results) -> None:
         os._exit(1)
 
 
+def rank_context():
+    """Processes for local ranks: forked from a server that imported torch once (spawn where fork is missing)."""
+    import multiprocessing
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["gpu_validation.validate", "gpu_validation.bench"])
+    return ctx
+
+
 def run(cfg: Config) -> dict:
     """Spawn ``cfg.world`` ranks on this machine, wait for them (never longer than the timeouts allow)."""
     cfg.check()
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("spawn")
+    ctx = rank_context()
     results = ctx.Queue()
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,0 +1,302 @@
+"""`birder bench`: time Birder's kernels and the collectives here, and write a cluster profile for `predict`.
+
+Kernels (one rank, this device): the counter-based draws, quantize + pack, and unpack, at several sizes; the
+achieved bandwidth counts the bytes a fused kernel must move (4 B in and 1/8 B out per element to quantize and
+pack, 1/8 B in and 4 B out to unpack) and is compared with the device's peak: the nominal HBM bandwidth of a
+known GPU, else the measured bandwidth of a large copy (``copy_gbytes_per_s``).
+
+Collectives (spawned ranks, or a torchrun job): all-to-all, all-gather, reduce-scatter and all-reduce of
+float32 tensors in the intra-node group and the inter-node group of ``comm.make_topology("hierarchical")``;
+bus bandwidth as nccl-tests defines it (all-reduce: 2 (n-1)/n x bytes / time; the others (n-1)/n x bytes /
+time). The profile takes each group's best bus bandwidth and its smallest-size time as the latency, in the
+schema ``sim.network.load_cluster`` reads.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import queue
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from gpu_validation import comm
+from gpu_validation import torch_birder as tb
+
+# Nominal HBM bandwidth (GB/s) of GPUs by name fragment, from the vendors' datasheets.
+PEAK_GBYTES_PER_S = {"H200": 4800.0, "H100 PCIe": 2000.0, "H100": 3350.0, "A100-SXM4-80GB": 2039.0,
+                     "A100 80GB PCIe": 1935.0, "A100": 1555.0, "V100": 900.0}
+COLLECTIVES = ("all_to_all", "all_gather", "reduce_scatter", "all_reduce")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    backend: str = "gloo"
+    ranks: int = 2
+    sizes: tuple[int, ...] = (2**16, 2**20, 2**22)
+    repeats: int = 5
+    out: str | None = "cluster_profile.toml"
+    device: str | None = None
+    gpus_per_node: int | None = None  # ranks per node; default: all ranks on one node
+    timeout_s: float = 120.0
+
+    def check(self) -> None:
+        if self.backend not in ("gloo", "nccl"):
+            raise ValueError(f"backend must be gloo or nccl, got {self.backend!r}")
+        if self.ranks < 1 or self.repeats < 1 or not self.sizes or min(self.sizes) < 8:
+            raise ValueError("need ranks >= 1, repeats >= 1 and sizes of at least 8 elements")
+        g = self.gpus_per_node or self.ranks
+        if self.ranks % g:
+            raise ValueError(f"{self.ranks} ranks do not split into nodes of {g}")
+        if self.device_type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device cuda asked for, but torch sees no CUDA device")
+
+    @property
+    def device_type(self) -> str:
+        return self.device or ("cuda" if self.backend == "nccl" else "cpu")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _median_seconds(fn, device: torch.device, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def peak_gbytes_per_s(device: torch.device) -> tuple[float, str]:
+    """The device's peak memory bandwidth and where it comes from."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        for fragment, peak in PEAK_GBYTES_PER_S.items():
+            if fragment in name:
+                return peak, f"nominal HBM bandwidth of {name} (datasheet)"
+    return copy_gbytes_per_s(device), "measured copy bandwidth (64 MiB clone: bytes read + written / time)"
+
+
+def copy_gbytes_per_s(device: torch.device, elements: int = 2**24) -> float:
+    x = torch.ones(elements, device=device)
+    seconds = _median_seconds(lambda: x.clone(), device, 5)
+    return 8 * elements / seconds / 1e9
+
+
+def kernel_timings(sizes, device: torch.device, repeats: int) -> list[dict]:
+    """Per size: seconds for the draws, quantize + pack, unpack; achieved GB/s of quantize + pack + unpack."""
+    rows = []
+    peak, _ = peak_gbytes_per_s(device)
+    for n in sizes:
+        n = -(-n // 8) * 8
+        index = torch.arange(n, dtype=torch.int64, device=device)
+        y = torch.linspace(-1.5, 1.5, n, device=device)
+        u = tb.uniforms(0, 1, 0, index)
+        packed = tb.pack_signs(tb.quantize(y, u))
+        draws = _median_seconds(lambda index=index: tb.uniforms(0, 1, 0, index), device, repeats)
+        qpack = _median_seconds(lambda y=y, u=u: tb.pack_signs(tb.quantize(y, u)), device, repeats)
+        unpack = _median_seconds(lambda packed=packed: tb.unpack_signs(packed), device, repeats)
+        moved = n * (4 + 1 / 8) * 2  # quantize+pack: 4 B in, 1/8 B out; unpack: 1/8 B in, 4 B out
+        gbps = moved / (qpack + unpack) / 1e9
+        rows.append({"elements": n, "draws_s": draws, "quantize_pack_s": qpack, "unpack_s": unpack,
+                     "quantize_pack_unpack_gbytes_per_s": gbps, "peak_ratio": gbps / peak,
+                     "with_draws_gbytes_per_s": moved / (draws + qpack + unpack) / 1e9})
+    return rows
+
+
+def _collective(op: str, group, members: int, x: torch.Tensor):
+    if op == "all_reduce":
+        return lambda: dist.all_reduce(x, group=group)
+    if op == "all_to_all":
+        out = torch.empty_like(x)
+        return lambda: dist.all_to_all_single(out, x, group=group)
+    if op == "all_gather":
+        out = torch.empty(members * x.numel(), dtype=x.dtype, device=x.device)
+        return lambda: comm._all_gather(out, x, group=group)
+    out = torch.empty(x.numel() // members, dtype=x.dtype, device=x.device)
+    reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    return lambda: reduce_scatter(out, x, group=group)
+
+
+def collective_timings(cfg: BenchConfig, topology: comm.Topology, device: torch.device) -> list[dict]:
+    """Every rank calls this; rows for the intra-node group and the inter-node group (where of 2+ ranks)."""
+    rows = []
+    groups = (("intra", topology.worker_group, topology.gpus_per_node),
+              ("inter", topology.server_group, topology.n_nodes))
+    for name, group, members in groups:
+        if group is None:
+            continue
+        for n in cfg.sizes:
+            n = -(-n // members) * members
+            x = torch.ones(n, device=device)
+            for op in COLLECTIVES:
+                seconds = _median_seconds(_collective(op, group, members, x), device, cfg.repeats)
+                algbw = 4 * n / seconds
+                factor = 2 * (members - 1) / members if op == "all_reduce" else (members - 1) / members
+                rows.append({"group": name, "ranks": members, "op": op, "bytes": 4 * n, "seconds": seconds,
+                             "algbw_gbytes_per_s": algbw / 1e9, "busbw_gbytes_per_s": algbw * factor / 1e9})
+    return rows
+
+
+def profile_fields(cfg: BenchConfig, nodes: int, gpus_per_node: int, rows: list[dict]) -> dict:
+    """The measured figures in the cluster-profile schema of ``sim.network.load_cluster``."""
+    fields: dict = {"name": f"bench-{platform.node() or 'host'}-{cfg.backend}", "nodes": nodes,
+                    "gpus_per_node": gpus_per_node}
+    for group, table in (("inter", "network"), ("intra", "intra")):
+        mine = [r for r in rows if r["group"] == group]
+        if not mine:
+            continue
+        busbw = max(r["busbw_gbytes_per_s"] for r in mine)
+        smallest = min(r["bytes"] for r in mine)
+        latency_us = min(r["seconds"] for r in mine if r["bytes"] == smallest) * 1e6
+        if table == "network":
+            fields["network"] = {"transport": "socket" if cfg.backend == "gloo" else "ib",
+                                 "line_rate_gbps": round(busbw * 8, 4), "efficiency": 1.0,
+                                 "latency_us": round(latency_us, 2), "message_overhead_us": 0.0}
+        else:
+            fields["intra"] = {"port_gbytes_per_s": round(busbw, 4), "latency_us": round(latency_us, 2)}
+    return fields
+
+
+def write_profile(path: str | Path, fields: dict, result: dict) -> Path:
+    """The cluster profile TOML: only keys ``sim.network.load_cluster`` reads; provenance in comments."""
+    lines = [
+        "# Cluster profile measured by `birder bench` (gpu_validation/bench.py).",
+        f"# backend {result['backend']}, device {result['device']}, {result['ranks']} ranks "
+        f"({result['nodes']} node(s) x {result['gpus_per_node']}), sizes {result['sizes']} float32 elements.",
+        "# Bandwidths: the best bus bandwidth of all-to-all / all-gather / reduce-scatter / all-reduce in that group",
+        "# (nccl-tests convention); latencies: the fastest of them at the smallest size. Ranks on one machine",
+        "# measure loopback (gloo) or NVLink/PCIe (nccl); run under torchrun across nodes to measure the network.",
+    ]
+    if result.get("kernels"):
+        k = max(result["kernels"], key=lambda r: r["elements"])
+        lines.append(f"# quantize+pack+unpack at {k['elements']} elements: {k['quantize_pack_unpack_gbytes_per_s']:.2f}"
+                     f" GB/s ({100 * k['peak_ratio']:.1f}% of {result['peak_gbytes_per_s']:.1f} GB/s peak)")
+    lines += ["", f'name = "{fields["name"]}"', f"nodes = {fields['nodes']}",
+              f"gpus_per_node = {fields['gpus_per_node']}"]
+    for table in ("network", "intra"):
+        if table in fields:
+            lines += ["", f"[{table}]"]
+            for key, value in fields[table].items():
+                lines.append(f'{key} = "{value}"' if isinstance(value, str) else f"{key} = {value}")
+    if "network" not in fields:
+        lines += ["", "# One node only: no inter-node group to measure; predict takes this preset.",
+                  "[network]", 'preset = "10gbe"']
+    path = Path(path)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _rank_main(rank: int, cfg: BenchConfig, init_method: str, results) -> None:
+    torch.set_num_threads(1)
+    try:
+        dist.init_process_group(cfg.backend, init_method=init_method, rank=rank, world_size=cfg.ranks,
+                                timeout=timedelta(seconds=cfg.timeout_s))
+        results.put({"rank": rank, "rows": _measure_collectives(cfg, rank)})
+        dist.destroy_process_group()
+    except Exception as error:
+        results.put({"rank": rank, "error": f"{type(error).__name__}: {error}"})
+
+
+def _measure_collectives(cfg: BenchConfig, rank: int) -> list[dict]:
+    g = cfg.gpus_per_node or cfg.ranks
+    device = torch.device("cpu")
+    if cfg.device_type == "cuda":
+        torch.cuda.set_device(rank % g)
+        device = torch.device("cuda", rank % g)
+    topology = comm.make_topology("hierarchical", dist.get_world_size() // g, g)
+    return collective_timings(cfg, topology, device)
+
+
+def run(cfg: BenchConfig) -> dict:
+    """Kernels here, collectives over spawned ranks (or this torchrun job); writes the profile if ``cfg.out``."""
+    cfg.check()
+    device = torch.device(cfg.device_type)
+    kernels = kernel_timings(cfg.sizes, device, cfg.repeats)
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ:  # under torchrun
+        world = int(os.environ["WORLD_SIZE"])
+        g = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        first = int(os.environ["RANK"]) == 0
+        cfg = replace(cfg, ranks=world, gpus_per_node=g, out=cfg.out if first else None)
+        dist.init_process_group(cfg.backend, timeout=timedelta(seconds=cfg.timeout_s))
+        rows = _measure_collectives(cfg, dist.get_rank())
+        dist.destroy_process_group()
+        return _result(cfg, device, kernels, rows)
+    if cfg.ranks == 1:
+        rows = []
+    else:
+        rows = _spawn_collectives(cfg)
+    return _result(cfg, device, kernels, rows)
+
+
+def _result(cfg: BenchConfig, device: torch.device, kernels: list[dict], rows: list[dict]) -> dict:
+    peak, peak_source = peak_gbytes_per_s(device)
+    g = cfg.gpus_per_node or cfg.ranks
+    result = {"backend": cfg.backend, "device": device.type if device.type == "cpu" else torch.cuda.get_device_name(),
+              "ranks": cfg.ranks, "nodes": cfg.ranks // g, "gpus_per_node": g, "sizes": list(cfg.sizes),
+              "peak_gbytes_per_s": peak, "peak_source": peak_source, "kernels": kernels, "collectives": rows}
+    fields = profile_fields(cfg, cfg.ranks // g, g, rows)
+    result["profile_fields"] = fields
+    result["profile"] = str(write_profile(cfg.out, fields, result)) if cfg.out else None
+    return result
+
+
+def _spawn_collectives(cfg: BenchConfig) -> list[dict]:
+    from gpu_validation.validate import rank_context
+
+    ctx = rank_context()
+    results = ctx.Queue()
+    with tempfile.TemporaryDirectory() as tmp:
+        init = f"file://{os.path.join(tmp, 'store')}"
+        procs = [ctx.Process(target=_rank_main, args=(r, cfg, init, results), daemon=True) for r in range(cfg.ranks)]
+        for p in procs:
+            p.start()
+        reports = {}
+        deadline = time.monotonic() + 60 + cfg.timeout_s
+        while len(reports) < cfg.ranks and time.monotonic() < deadline:
+            try:
+                report = results.get(timeout=0.5)
+                reports[report["rank"]] = report
+            except queue.Empty:
+                if any(p.exitcode not in (None, 0) for p in procs):
+                    break
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+    errors = [f"rank {r}: {rep['error']}" for r, rep in sorted(reports.items()) if "error" in rep]
+    if errors or 0 not in reports:
+        raise RuntimeError("bench collectives failed: " + ("; ".join(errors) or "rank 0 gave no result"))
+    return reports[0]["rows"]
+
+
+def describe(result: dict) -> str:
+    """Human-readable tables of a bench result."""
+    lines = [f"birder bench: {result['backend']} on {result['device']}, {result['ranks']} rank(s); peak "
+             f"{result['peak_gbytes_per_s']:.1f} GB/s ({result['peak_source']})", "",
+             "kernel sizes    draws ms  quant+pack ms  unpack ms   GB/s (q+p+u)  of peak  GB/s with draws"]
+    for k in result["kernels"]:
+        lines.append(f"{k['elements']:>12}  {1e3 * k['draws_s']:9.3f}  {1e3 * k['quantize_pack_s']:13.3f}  "
+                     f"{1e3 * k['unpack_s']:9.3f}  {k['quantize_pack_unpack_gbytes_per_s']:13.2f}  "
+                     f"{100 * k['peak_ratio']:6.1f}%  {k['with_draws_gbytes_per_s']:15.2f}")
+    if result["collectives"]:
+        lines += ["", "group  ranks  collective        bytes        ms   busbw GB/s"]
+        for r in result["collectives"]:
+            lines.append(f"{r['group']:<5}  {r['ranks']:>5}  {r['op']:<14} {r['bytes']:>10}  {1e3 * r['seconds']:8.3f}"
+                         f"  {r['busbw_gbytes_per_s']:11.3f}")
+    if result["profile"]:
+        lines += ["", f"cluster profile written to {result['profile']} (birder predict --cluster {result['profile']})"]
+    return "\n".join(lines)
