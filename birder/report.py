@@ -21,6 +21,7 @@ from tqdm import tqdm
 SECTIONS = (
     "birder_ref.report:section",
     "sim.report:section",
+    "birder_ref.comparison:section",
 )
 
 
