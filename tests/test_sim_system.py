@@ -1,0 +1,152 @@
+"""Properties of the simulator's network and system layers: closed forms, conservation, symmetry, the tree."""
+
+import math
+
+import numpy as np
+import pytest
+import simpy
+from hypothesis import given
+from hypothesis import strategies as st
+
+from birder_ref.execute import ByteLog, run_phase
+from birder_ref.schedules import Layout, allreduce, padded_dim, schedule, tree_allreduce
+from sim.network import FlowNetwork, Link, cluster
+from sim.system import Fabric, collective_time, nccl_allreduce_algorithm, traffic
+
+networks = st.sampled_from(["10gbe", "25gbe", "100gbe", "ib-hdr", "ib-ndr"])
+
+
+def ring_round(c, nbytes):
+    """Closed form of one ring round: the slower of an NVLink hop and a NIC hop (one message each)."""
+    intra = c.intra.latency + nbytes / c.intra.port_bandwidth
+    inter = c.nic.message_overhead + nbytes / c.nic.bandwidth + c.nic.latency
+    return max(intra, inter) if c.n_nodes > 1 else intra
+
+
+@given(n=st.integers(1, 16), g=st.sampled_from([1, 2, 4, 8]), dim=st.integers(1, 10**7), net=networks)
+def test_lone_ring_allreduce_equals_alpha_beta(n, g, dim, net):
+    c = cluster(net, n, g)
+    sched = allreduce(Layout(n, g), dim)
+    p = n * g
+    expected = 2 * (p - 1) * ring_round(c, 4 * sched.padded_dim // p) if p > 1 else 0.0
+    assert collective_time(sched, c) == pytest.approx(expected, rel=1e-9)
+
+
+@given(n=st.integers(2, 32), dim=st.integers(1, 10**7), net=networks)
+def test_lone_hierarchical_birder_equals_alpha_beta(n, dim, net):
+    """Section 4 on an idle cluster: two intra rings and two inter phases of G(n-1) messages at one NIC."""
+    g = 8
+    c = cluster(net, n, g)
+    sched = schedule("hierarchical", Layout(n, g), dim)
+    D = sched.padded_dim
+    nic, intra = c.nic, c.intra
+    rs = (g - 1) * (intra.latency + 4 * (D // g) / intra.port_bandwidth)
+    ag = (g - 1) * (intra.latency + (D // g) / 8 / intra.port_bandwidth)
+    k, m = g * (n - 1), D // (8 * n * g)  # messages at the NIC per inter phase, bytes each
+    # LogGP: posting k messages takes k*o; bytes move fairly meanwhile; the last one moves alone
+    inter = max(nic.message_overhead + k * m / nic.bandwidth, k * nic.message_overhead + m / nic.bandwidth)
+    inter += nic.latency + (nic.retransmission_timeout if k > nic.incast_flows else 0.0)
+    assert collective_time(sched, c) == pytest.approx(rs + 2 * inter + ag, rel=1e-9)
+
+
+@given(n=st.integers(2, 64), scheme=st.sampled_from(["hierarchical", "flat", "ring", "allgather", "ps"]),
+       dim=st.integers(1, 10**6))
+def test_traffic_matches_the_schedules_bytes(n, scheme, dim):
+    """What the system layer counts equals what the schedule says each endpoint sends (one source of truth)."""
+    sched = schedule(scheme, Layout(n, 4), dim)
+    t = traffic(sched)
+    sent = sum(b for ph in sched.phases for ep, b in ph.bytes_sent().items() if ep < sched.layout.n_ranks)
+    assert (t.intra_node_bytes_per_gpu + t.inter_node_bytes_per_gpu) * sched.layout.n_ranks == pytest.approx(sent)
+
+
+@given(n=st.integers(1, 64), g=st.sampled_from([1, 2, 4, 8]), dim=st.integers(1, 10**7))
+def test_hierarchical_inter_node_bytes_are_the_papers(n, g, dim):
+    """Section 4: the whole cluster sends 2(n-1)P/32 bytes between nodes, P = 4 * padded dim bytes."""
+    sched = schedule("hierarchical", Layout(n, g), dim)
+    P = 4 * padded_dim(dim, n * g)
+    assert traffic(sched).inter_node_bytes_per_gpu * n * g == 2 * (n - 1) * P // 32
+
+
+@pytest.mark.parametrize("scheme", ["hierarchical", "flat", "ring", "allgather"])
+@pytest.mark.parametrize("net", ["10gbe", "ib-hdr"])
+def test_bytes_sent_equal_bytes_received(scheme, net):
+    """On every link pair of the representative node the bytes that leave equal the bytes that arrive."""
+    c = cluster(net, 4, 8)
+    env = simpy.Environment()
+    fabric = Fabric(env, c)
+    env.process(fabric.run(schedule(scheme, Layout(4, 8), 100_000)))
+    env.run()
+    assert fabric.nic_tx.busy_bytes > 0
+    assert fabric.nic_tx.busy_bytes == pytest.approx(fabric.nic_rx.busy_bytes)
+    assert fabric.gpu_tx.busy_bytes == pytest.approx(fabric.gpu_rx.busy_bytes)
+
+
+def test_processor_sharing_splits_a_link_fairly():
+    """Two flows on one link: each gets half while both are active (1 MB and 3 MB at 1 MB/s: 2 s and 4 s)."""
+    env = simpy.Environment()
+    net = FlowNetwork(env)
+    link = Link("l", 1e6)
+    ends = {}
+
+    def flow(name, nbytes):
+        yield net.transfer(nbytes, {link: 1})
+        ends[name] = env.now
+
+    env.process(flow("small", 1e6))
+    env.process(flow("large", 3e6))
+    env.run()
+    assert ends == {"small": pytest.approx(2.0), "large": pytest.approx(4.0)}
+
+
+@given(n=st.integers(1, 16), dim=st.integers(1, 10**6), factor=st.floats(1.01, 10))
+def test_more_bandwidth_is_never_slower(n, dim, factor):
+    from dataclasses import replace
+
+    for sched in (allreduce(Layout(n, 8), dim), schedule("hierarchical", Layout(n, 8), dim),
+                  tree_allreduce(Layout(n, 8), dim), schedule("ps", Layout(n, 8), dim)):
+        c = cluster("25gbe", n)
+        faster = replace(c, nic=replace(c.nic, line_rate=c.nic.line_rate * factor))
+        assert collective_time(sched, faster) <= collective_time(sched, c) * (1 + 1e-12)
+
+
+def test_oversubscribed_switch_is_slower_for_inter_node_traffic():
+    c = cluster("100gbe", 8)
+    from dataclasses import replace
+
+    sched = allreduce(Layout(8, 8), 10**7)
+    assert collective_time(sched, replace(c, oversubscription=4.0)) > collective_time(sched, c)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 16])
+def test_tree_allreduce_sums_and_counts_bytes(n):
+    """The double binary tree phases, executed, leave every member with the sum of its two chunks."""
+    layout = Layout(n, 2)
+    sched = tree_allreduce(layout, 1000)
+    reduce_phase, broadcast = sched.phases[1], sched.phases[2]
+    rng = np.random.default_rng(n)
+    buffers = {e: rng.integers(0, 5, (max(2, n), reduce_phase.chunk_elements)).astype(np.float32)
+               for e in range(layout.n_ranks)}
+    expected = {j: sum(buffers[e][:2] for e in layout.local_rank_group(j)) for j in range(2)}
+    log = ByteLog()
+    run_phase(reduce_phase, buffers, log)
+    run_phase(broadcast, buffers, log)
+    for e in range(layout.n_ranks):
+        np.testing.assert_array_equal(buffers[e][:2], expected[e % 2])
+    for phase in (reduce_phase, broadcast):
+        assert log.sent.get(phase.name, {}) == {k: v for k, v in phase.bytes_sent().items() if v}
+    assert reduce_phase.n_rounds == (n.bit_length() - 1 if n > 1 else 0)
+
+
+def test_nccl_picks_ring_for_large_buckets_and_tree_at_scale():
+    assert nccl_allreduce_algorithm(cluster("10gbe", 2), 100e6) == "ring"
+    assert nccl_allreduce_algorithm(cluster("10gbe", 512), 1e6) == "tree"
+    assert nccl_allreduce_algorithm(cluster("10gbe", 1), 1e3) == "ring"
+
+
+def test_incast_only_on_lossy_transports():
+    """A flat all-to-all of 64 nodes puts 8*504 flows into each NIC: a timeout on sockets, none on IB."""
+    sched = schedule("flat", Layout(64, 8), 10**6)
+    eth, ib = cluster("100gbe", 64), cluster("ib-ndr", 64)
+    assert math.isinf(ib.nic.incast_flows)
+    assert collective_time(sched, eth) > eth.nic.retransmission_timeout
+    assert collective_time(sched, ib) < eth.nic.retransmission_timeout
