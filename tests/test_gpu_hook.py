@@ -1,0 +1,131 @@
+"""The DDP hook's state in one process: a one-rank gloo job against Algorithm 1, and state_dict's refusals."""
+
+import os
+import tempfile
+from datetime import timedelta
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from birder_ref import algorithm1, schemes
+from birder_ref.draws import server_uniforms, worker_uniforms
+from gpu_validation import comm
+from gpu_validation.hook import BirderState, BirderUpdate, birder_hook
+from gpu_validation.validate import Config, Reference, batch, make_model
+
+
+def _lone_topology(scheme: str = "hierarchical") -> comm.Topology:
+    return comm.Topology(scheme, 1, 1, 0, None, None)
+
+
+@pytest.fixture
+def one_rank_group():
+    with tempfile.TemporaryDirectory() as tmp:
+        dist.init_process_group("gloo", init_method=f"file://{os.path.join(tmp, 'store')}", rank=0, world_size=1,
+                                timeout=timedelta(seconds=30))
+        try:
+            yield
+        finally:
+            dist.destroy_process_group()
+
+
+def test_one_rank_ddp_equals_algorithm1_through_a_bucket_rebuild_and_a_reload(one_rank_group):
+    """Iteration 1 has one bucket, then DDP rebuilds them: state must carry over exactly, and survive a reload."""
+    lr, seed = 0.01, 5
+    model = make_model(seed)
+    state = BirderState(model.parameters(), comm.make_topology("flat", 1, 1), seed=seed)
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.0003)
+    ddp.register_comm_hook(state, birder_hook)
+    optimizer = BirderUpdate(model.parameters(), lr, hook_state=state)
+    ref, x = algorithm1.init(1, state.dim), torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
+    layouts = []
+    for t in range(1, 5):
+        if t == 3:  # reload the state mid-run, as after a restart
+            saved = state.state_dict()
+            state.load_state_dict(saved)
+        inputs, targets = batch(seed, t, 0)
+        optimizer.zero_grad()
+        nn.functional.mse_loss(ddp(inputs), targets).backward()
+        grad = np.concatenate([p.grad.reshape(-1).numpy() for p in model.parameters()])
+        local = _local_gradients(model, inputs, targets)
+        u_bar, ref = algorithm1.step(ref, local[None], 0.95, 1e-8, worker_uniforms(seed, t, 1, state.dim),
+                                     server_uniforms(seed, t, state.dim))
+        np.testing.assert_array_equal(grad, u_bar)
+        optimizer.step()
+        x = x - u_bar * lr
+        np.testing.assert_array_equal(torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy(), x)
+        layouts.append(len(state.buckets))
+    assert layouts[0] == 1 and layouts[-1] > 1, "the test must cross DDP's bucket rebuild"
+    final = state.state_dict()
+    assert final["t"] == ref.t == 4
+    for name, ref_name in (("m", "m"), ("b_hat", "b_hat"), ("b", "b"), ("e", "e")):
+        np.testing.assert_array_equal(final[name].numpy(), getattr(ref, ref_name)[0])
+    np.testing.assert_array_equal(final["server_error"].numpy(), ref.server_e)
+
+
+def _local_gradients(model, inputs, targets) -> np.ndarray:
+    """The same loss's gradient without DDP (one rank: DDP's bucket holds exactly this)."""
+    clone = make_model(0)
+    clone.load_state_dict(model.state_dict())
+    nn.functional.mse_loss(clone(inputs), targets).backward()
+    return np.concatenate([p.grad.reshape(-1).numpy() for p in clone.parameters()])
+
+
+def test_state_dict_round_trip_keeps_every_piece():
+    state = BirderState(make_model(0).parameters(), _lone_topology(), seed=3)
+    saved = state.state_dict()
+    saved = {**saved, "t": 7, "skipped_steps": 2,
+             **{k: torch.arange(state.dim, dtype=torch.float32) * (i + 1)
+                for i, k in enumerate(("m", "b_hat", "b", "e", "server_error"))}}
+    fresh = BirderState(make_model(0).parameters(), _lone_topology(), seed=3)
+    fresh.load_state_dict(saved)
+    again = fresh.state_dict()
+    assert set(again) == set(saved)
+    for key, value in saved.items():
+        assert torch.equal(again[key], value) if isinstance(value, torch.Tensor) else again[key] == value, key
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda s: s.pop("e"), "missing keys \\['e'\\]"),
+    (lambda s: s.update(worker_error=s["e"]), "unknown keys \\['worker_error'\\]"),
+    (lambda s: s.update(seed=4), "seed=4"),
+    (lambda s: s.update(scheme="flat"), "scheme='flat'"),
+    (lambda s: s.update(server_error=torch.zeros(3)), "server_error"),
+    (lambda s: s.update(m=s["m"].double()), "'m' must be a float32"),
+])
+def test_load_state_dict_refuses_what_it_would_drop_or_misread(change, message):
+    state = BirderState(make_model(0).parameters(), _lone_topology(), seed=3)
+    saved = state.state_dict()
+    saved["t"] = 5
+    change(saved)
+    with pytest.raises(ValueError, match=message):
+        state.load_state_dict(saved)
+    assert state.t == 0 and state._carry is None
+
+
+def test_state_refuses_bad_hyperparameters_and_foreign_parameters():
+    with pytest.raises(ValueError, match="beta"):
+        BirderState(make_model(0).parameters(), _lone_topology(), beta=1.0)
+    with pytest.raises(ValueError, match="lr"):
+        BirderUpdate(make_model(0).parameters(), lr=0.0)
+
+
+def test_reference_comparison_counts_a_single_flipped_bit():
+    """The runner's comparison can fail: one wrong sign on one rank is one mismatched update element (and the
+    parameter it moves)."""
+    cfg = Config(nodes=1, gpus_per_node=2, steps=1, weight_decay=0.0)
+    d = 16
+    reference = Reference(cfg, np.zeros(d, np.float32))
+    grads = np.tile(np.linspace(-1, 1, d, dtype=np.float32), (2, 1))
+    probe = Reference(cfg, np.zeros(d, np.float32))
+    u_bar, _, _ = schemes.step(
+        "hierarchical", probe.state, grads.reshape(1, 2, d), cfg.beta, cfg.eps,
+        u_worker=worker_uniforms(cfg.seed, 1, 1, d), u_server=server_uniforms(cfg.seed, 1, d))
+    u_bars = np.stack([u_bar, u_bar])
+    u_bars[1, 3] *= -1
+    params = np.stack([-u_bar * cfg.lr, -u_bars[1] * cfg.lr]).astype(np.float32)
+    reference.step(grads, u_bars, params)
+    assert reference.mismatched == 2 and not reference.ranks_identical and reference.max_abs_diff == 2.0

@@ -1,0 +1,153 @@
+"""The torch kernels against birder_ref, bit for bit, in one process (CPU; CUDA where present)."""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from birder_ref import algorithm1, quantize, unpack_signs
+from birder_ref.draws import SERVER_STREAM, uniforms
+from birder_ref.execute import ByteLog, run_phase
+from birder_ref.schedules import Layout, schedule
+from gpu_validation import comm, digests
+from gpu_validation import torch_birder as tb
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+EDGES = np.array([-2.0, -1.0, -0.5, -0.0, 0.0, 1e-30, 0.5, 1.0, 3.0, np.float32(1) - np.float32(2**-24)], np.float32)
+
+
+def _as_np(t: torch.Tensor) -> np.ndarray:
+    return t.cpu().numpy()
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1), st.sampled_from([0, 1, 5, SERVER_STREAM]),
+       st.integers(0, 2**32 - 200))
+def test_draws_equal_the_reference_at_any_offset(seed, step, stream, offset):
+    index = torch.arange(offset, offset + 200, dtype=torch.int64)
+    np.testing.assert_array_equal(_as_np(tb.uniforms(seed, step, stream, index)),
+                                  uniforms(seed, step, stream, 200, offset))
+
+
+def test_draws_at_scattered_indices_equal_the_reference_vector():
+    index = torch.tensor([7, 0, 4095, 13, 13, 2048], dtype=torch.int64)
+    full = uniforms(3, 9, 2, 4096)
+    np.testing.assert_array_equal(_as_np(tb.uniforms(3, 9, 2, index)), full[index.numpy()])
+
+
+@given(st.lists(st.floats(-3, 3, width=32), min_size=1, max_size=64), st.integers(0, 2**31))
+def test_quantize_equals_the_reference(values, seed):
+    y = np.concatenate([np.array(values, np.float32), EDGES])
+    u = uniforms(seed, 1, 0, y.size)
+    np.testing.assert_array_equal(_as_np(tb.quantize(torch.from_numpy(y), torch.from_numpy(u))), quantize(y, u))
+
+
+def test_quantize_at_the_threshold_boundary():
+    """u exactly equal to (y + 1) / 2 gives -1 (strict <), as in the reference."""
+    y = np.array([0.0, 0.5, -0.5], np.float32)
+    u = ((y + np.float32(1)) / np.float32(2)).astype(np.float32)
+    got = _as_np(tb.quantize(torch.from_numpy(y), torch.from_numpy(u)))
+    np.testing.assert_array_equal(got, quantize(y, u))
+    assert (got == -1).all()
+
+
+@given(st.integers(1, 40).map(lambda n: 8 * n), st.integers(0, 2**31))
+def test_pack_and_unpack_match_numpy(d, seed):
+    q = np.where(uniforms(seed, 0, 0, d) < 0.5, np.float32(1), np.float32(-1))
+    packed = tb.pack_signs(torch.from_numpy(q))
+    assert packed.dtype == torch.uint8
+    np.testing.assert_array_equal(_as_np(packed), np.packbits(q > 0))
+    np.testing.assert_array_equal(_as_np(tb.unpack_signs(packed)), unpack_signs(np.packbits(q > 0), d))
+
+
+def test_pack_refuses_a_partial_byte():
+    with pytest.raises(ValueError, match="multiple of 8"):
+        tb.pack_signs(torch.ones(12))
+
+
+def test_count_plus_counts_every_sender():
+    rows = np.array([[1, -1, 1, 1, -1, -1, 1, -1], [1, 1, -1, 1, -1, 1, 1, -1], [-1, 1, 1, 1, -1, -1, 1, 1]],
+                    np.float32)
+    packed = torch.stack([tb.pack_signs(torch.from_numpy(r)) for r in rows])
+    np.testing.assert_array_equal(_as_np(tb.count_plus(packed)), (rows > 0).sum(axis=0))
+
+
+@pytest.mark.parametrize("T0", [None, 0, 2])
+@pytest.mark.parametrize("beta,eps", [(0.95, 1e-8), (0.9, 1e-3), (0.123456789, 1e-6)])
+def test_worker_and_server_steps_equal_algorithm1_over_several_steps(beta, eps, T0):
+    n, d, seed = 3, 96, 11
+    ref = algorithm1.init(n, d)
+    worker = tb.WorkerState(*(torch.zeros(n, d) for _ in range(4)))
+    server_error = torch.zeros(d)
+    index = torch.arange(d, dtype=torch.int64)
+    for t in range(1, 6):
+        grads = (uniforms(seed + 1, t, 0, n * d).reshape(n, d) - np.float32(0.5)) * np.float32(t)
+        grads[0, :4] = 0.0  # zero gradients: m / (b + eps) = 0
+        u_worker = np.stack([uniforms(seed, t, i, d) for i in range(n)])
+        u_server = uniforms(seed, t, SERVER_STREAM, d)
+        u_bar_ref, ref = algorithm1.step(ref, grads, beta, eps, u_worker, u_server, T0)
+
+        assert np.array_equal(_as_np(torch.stack([tb.uniforms(seed, t, i, index) for i in range(n)])), u_worker)
+        u, worker = tb.worker_step(worker, torch.from_numpy(grads), beta, eps, torch.from_numpy(u_worker), t, T0)
+        counts = tb.count_plus(tb.pack_signs(u.reshape(-1)).view(n, -1))
+        u_bar, server_error = tb.server_step(tb.mean_of_signs(counts, n), server_error, torch.from_numpy(u_server))
+        np.testing.assert_array_equal(_as_np(u_bar), u_bar_ref)
+        for name, ours in (("m", worker.m), ("b_hat", worker.b_hat), ("b", worker.b), ("e", worker.e),
+                           ("server_e", server_error)):
+            np.testing.assert_array_equal(_as_np(ours), getattr(ref, name), err_msg=f"{name} at step {t}")
+
+
+def test_ring_order_sum_is_the_reference_ring_reduce_scatter_order():
+    """Data where float32 addition order matters: the fixed order must reproduce run_phase exactly."""
+    g, shard = 3, 8
+    rows = np.array([[1e8, 1.0, -1e8, 3.0, 0.1, 1e-3, 7.0, -2.5]] * g, np.float32)
+    rows[1] *= np.float32(-1.0000001)
+    rows[2] = np.float32(1.5) - rows[2] / np.float32(3)
+    sched = schedule("hierarchical", Layout(1, g), g * shard)
+    buffers = {r: np.tile(rows[r], g).reshape(g, shard).copy() for r in range(g)}
+    run_phase(sched.phases[0], buffers, ByteLog())
+    for j in range(g):
+        ours = comm.ring_order_sum(torch.from_numpy(rows), j)
+        np.testing.assert_array_equal(_as_np(ours), buffers[j][j])
+    naive = rows.sum(axis=0, dtype=np.float32)
+    assert any(not np.array_equal(naive, buffers[j][j]) for j in range(g)), "data too easy: order does not matter"
+
+
+@pytest.mark.parametrize("run", digests.RUNS, ids=[r["name"] for r in digests.RUNS])
+def test_committed_digests_equal_torch_and_reference(run):
+    committed = digests.committed()[run["name"]]
+    assert committed["run"] == run
+    assert digests.torch_digests(run) == {k: committed[k] for k in ("update_digests", "state_digest")}
+    assert digests.reference_digests(run)["update_digests"] == committed["update_digests"]
+
+
+def test_digests_catch_a_one_ulp_change_and_a_fused_multiply_add(monkeypatch):
+    run, committed = digests.RUNS[0], digests.committed()[digests.RUNS[0]["name"]]
+    changed = dict(run, beta=np.nextafter(np.float32(run["beta"]), np.float32(1)).item())
+    assert digests.torch_digests(changed)["state_digest"] != committed["state_digest"]
+
+    def fused_worker_step(state, grad, beta, eps, u_worker, t, T0=None):  # m by lerp: one rounding, not three
+        m = torch.lerp(grad, state.m, beta)
+        b_hat = torch.lerp(grad.abs(), state.b_hat, beta)
+        y = m / (b_hat + eps) + state.e
+        u = tb.quantize(y, u_worker)
+        return u, tb.WorkerState(m, b_hat, b_hat, y - u)
+
+    monkeypatch.setattr(tb, "worker_step", fused_worker_step)
+    assert digests.torch_digests(run)["state_digest"] != committed["state_digest"]
+
+
+@cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("run", digests.RUNS, ids=[r["name"] for r in digests.RUNS])
+def test_committed_digests_on_cuda(run):
+    committed = digests.committed()[run["name"]]
+    assert digests.torch_digests(run, "cuda") == {k: committed[k] for k in ("update_digests", "state_digest")}
+
+
+@cuda
+@pytest.mark.cuda
+def test_draws_on_cuda_equal_the_reference():
+    index = torch.arange(2**32 - 4096, 2**32, dtype=torch.int64, device="cuda")
+    np.testing.assert_array_equal(_as_np(tb.uniforms(1, 2, SERVER_STREAM, index)),
+                                  uniforms(1, 2, SERVER_STREAM, 4096, 2**32 - 4096))

@@ -1,0 +1,65 @@
+"""`birder gpu-validate` over gloo on CPU: ranks spawned locally, every step compared with birder_ref exactly."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from birder.cli import main
+from gpu_validation.validate import KILLED_EXIT_STATUS, Config, run
+
+CONTRACT_KEYS = {"passed", "steps", "mismatched_elements", "max_abs_diff", "ranks_identical", "backend", "device"}
+
+
+def test_2x2_is_bit_exact_skips_a_nonfinite_step_everywhere_and_resumes_bit_identically():
+    result = run(Config(nodes=2, gpus_per_node=2, steps=5, seed=1, resume_at=2, nonfinite_at=(3, 1)))
+    assert CONTRACT_KEYS <= set(result)
+    assert result["passed"], result
+    assert result["mismatched_elements"] == 0 and result["max_abs_diff"] == 0.0 and result["ranks_identical"]
+    assert result["skipped_steps"] == 1 and result["state_mismatched_elements"] == 0
+    assert result["resume_identical"] is True
+    assert result["buckets"] >= 2, "the run must cross DDP's bucket rebuild"
+    assert len(result["update_digests"]) == 4
+
+
+def test_3x2_command_line_is_bit_exact():
+    """The CI command, as a user runs it."""
+    out = subprocess.run([sys.executable, "-m", "birder.cli", "gpu-validate", "--backend", "gloo", "--nodes", "3",
+                          "--gpus-per-node", "2", "--steps", "4", "--json"], capture_output=True, text=True,
+                         timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    assert result["passed"] and result["mismatched_elements"] == 0 and result["ranks_identical"]
+    assert (result["backend"], result["device"], result["steps"]) == ("gloo", "cpu", 4)
+
+
+def test_flat_scheme_is_bit_exact():
+    result = run(Config(nodes=1, gpus_per_node=2, steps=3, scheme="flat"))
+    assert result["passed"] and result["mismatched_elements"] == 0, result
+
+
+def test_a_dead_rank_stops_the_others_with_an_error_within_the_timeout():
+    timeout = 15.0
+    result = run(Config(nodes=2, gpus_per_node=1, steps=4, kill_at=(2, 1), timeout_s=timeout))
+    assert result["passed"] is False
+    assert result["exit_codes"] == {"0": 1, "1": KILLED_EXIT_STATUS}
+    assert "rank 1 died" in result["error"]
+    assert "stopped at step 2" in result["rank_errors"]["0"]  # the survivor stopped itself, naming the step
+    assert result["seconds_to_stop_after_failure"] < timeout
+
+
+@pytest.mark.parametrize("argv", [
+    ["gpu-validate", "--nodes", "0"],
+    ["gpu-validate", "--steps", "3", "--resume-at", "3"],
+    ["gpu-validate", "--kill-at", "two"],
+    ["gpu-validate", "--backend", "mpi"],
+])
+def test_bad_arguments_are_one_line_and_exit_2(argv, capsys):
+    try:
+        status = main(argv)
+    except SystemExit as exit_info:  # argparse's own errors
+        status = exit_info.code
+    assert status == 2
+    err = capsys.readouterr().err.strip()
+    assert err and "\n" not in err and "Traceback" not in err
