@@ -4,10 +4,10 @@
 calibrated only with the single-node (8-GPU) throughput of the same optimizer, model, batch and network, as a
 user would measure it.
 
-``python -m sim.validate [socket|ib]`` (this module's ``fit``) refits the FITTED constants of ``sim/presets/transports.toml`` on
-the public rows: for each transport, the multi-node rows of its networks, minimising the mean absolute
-percentage error with Nelder-Mead in log space; the incast threshold is a count of flows, so it is chosen as
-the geometric middle of the bracket of flow counts that gives the lowest error.
+``python -m sim.validate [socket|ib]`` (this module's ``fit``) refits the FITTED constants of
+``sim/presets/transports.toml`` on the public rows: for each transport, the multi-node rows of its networks,
+minimising the mean absolute percentage error with Nelder-Mead in log space; the incast threshold is a count of
+flows, so it is chosen as the geometric middle of the bracket of flow counts that gives the lowest error.
 """
 
 from __future__ import annotations
