@@ -49,7 +49,6 @@ def time_breakdown(results: list[dict], out: Path, prefix: str = "") -> list[Pat
                label="exposed communication")
         ax.set_xticks(list(x), labels, fontsize=6, rotation=90)
         ax.set_ylabel("time per iteration (ms)")
-        ax.set_yscale("log")
         ax.set_title(net)
         ax.legend(fontsize=7)
     fig.tight_layout()
