@@ -151,10 +151,16 @@ def collective_timings(cfg: BenchConfig, topology: comm.Topology, device: torch.
     return rows
 
 
-def profile_fields(cfg: BenchConfig, nodes: int, gpus_per_node: int, rows: list[dict]) -> dict:
+def profile_fields(cfg: BenchConfig, nodes: int, gpus_per_node: int, rows: list[dict],
+                   device_name: str | None = None) -> dict:
     """The measured figures in the cluster-profile schema of ``sim.network.load_cluster``."""
     fields: dict = {"name": f"bench-{platform.node() or 'host'}-{cfg.backend}", "nodes": nodes,
                     "gpus_per_node": gpus_per_node}
+    if device_name is not None:  # the compute profile predict uses (sim/presets/gpus.toml), where one fits
+        for fragment, profile in (("H100", "h100"), ("H200", "h100"), ("A100", "a100")):
+            if fragment in device_name:
+                fields["gpu"] = profile
+                break
     for group, table in (("inter", "network"), ("intra", "intra")):
         mine = [r for r in rows if r["group"] == group]
         if not mine:
@@ -185,8 +191,9 @@ def write_profile(path: str | Path, fields: dict, result: dict) -> Path:
         k = max(result["kernels"], key=lambda r: r["elements"])
         lines.append(f"# quantize+pack+unpack at {k['elements']} elements: {k['quantize_pack_unpack_gbytes_per_s']:.2f}"
                      f" GB/s ({100 * k['peak_ratio']:.1f}% of {result['peak_gbytes_per_s']:.1f} GB/s peak)")
-    lines += ["", f'name = "{fields["name"]}"', f"nodes = {fields['nodes']}",
-              f"gpus_per_node = {fields['gpus_per_node']}"]
+    lines.append("")
+    lines += [f'{key} = "{fields[key]}"' if isinstance(fields[key], str) else f"{key} = {fields[key]}"
+              for key in ("name", "nodes", "gpus_per_node", "gpu") if key in fields]
     for table in ("network", "intra"):
         if table in fields:
             lines += ["", f"[{table}]"]
@@ -248,7 +255,7 @@ def _result(cfg: BenchConfig, device: torch.device, kernels: list[dict], rows: l
     result = {"backend": cfg.backend, "device": device.type if device.type == "cpu" else torch.cuda.get_device_name(),
               "ranks": cfg.ranks, "nodes": cfg.ranks // g, "gpus_per_node": g, "sizes": list(cfg.sizes),
               "peak_gbytes_per_s": peak, "peak_source": peak_source, "kernels": kernels, "collectives": rows}
-    fields = profile_fields(cfg, cfg.ranks // g, g, rows)
+    fields = profile_fields(cfg, cfg.ranks // g, g, rows, None if device.type == "cpu" else result["device"])
     result["profile_fields"] = fields
     result["profile"] = str(write_profile(cfg.out, fields, result)) if cfg.out else None
     return result

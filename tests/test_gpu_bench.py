@@ -1,0 +1,52 @@
+"""`birder bench`: real timings over two gloo ranks, and a cluster profile that `birder predict` reads."""
+
+import json
+
+import pytest
+import torch
+
+from birder.cli import main
+from gpu_validation.bench import COLLECTIVES, BenchConfig, kernel_timings, profile_fields, write_profile
+from sim.network import load_cluster
+
+
+def test_bench_command_measures_and_writes_a_profile_predict_reads(tmp_path, capsys):
+    out = tmp_path / "measured.toml"
+    status = main(["bench", "--ranks", "2", "--gpus-per-node", "1", "--sizes", "64", "4096", "--repeats", "1",
+                   "--out", str(out), "--json"])
+    assert status == 0
+    result = json.loads(capsys.readouterr().out)
+    assert {r["op"] for r in result["collectives"]} == set(COLLECTIVES)
+    assert all(r["seconds"] > 0 and r["group"] == "inter" for r in result["collectives"])
+    assert [k["elements"] for k in result["kernels"]] == [64, 4096]
+    cluster = load_cluster(out)
+    network = result["profile_fields"]["network"]
+    assert (cluster.n_nodes, cluster.gpus_per_node) == (2, 1)
+    assert cluster.nic.line_rate == pytest.approx(network["line_rate_gbps"] * 1e9)
+    assert cluster.nic.latency == pytest.approx(network["latency_us"] * 1e-6)
+
+    status = main(["predict", "--cluster", str(out), "--model", "resnet50", "--optimizer", "birder", "--json"])
+    assert status == 0 and json.loads(capsys.readouterr().out)["throughput"] > 0
+
+
+def test_one_node_profile_measures_intra_and_names_a_network_preset(tmp_path):
+    rows = [{"group": "intra", "ranks": 4, "op": op, "bytes": b, "seconds": s, "busbw_gbytes_per_s": bw}
+            for op in COLLECTIVES for b, s, bw in ((256, 2e-5, 0.01), (2**22, 1e-3, 150.0))]
+    cfg = BenchConfig(backend="nccl", ranks=4)
+    fields = profile_fields(cfg, 1, 4, rows, "NVIDIA H100 80GB HBM3")
+    assert fields["intra"] == {"port_gbytes_per_s": 150.0, "latency_us": 20.0} and fields["gpu"] == "h100"
+    path = write_profile(tmp_path / "p.toml", fields, {"backend": "nccl", "device": "H100", "ranks": 4, "nodes": 1,
+                                                       "gpus_per_node": 4, "sizes": [64, 2**20], "kernels": []})
+    cluster = load_cluster(path)
+    assert cluster.intra.port_bandwidth == pytest.approx(150e9) and cluster.nic.name == "10gbe"
+    assert cluster.gpu == "h100"
+
+
+def test_kernel_timings_report_bandwidth_and_its_share_of_peak():
+    (row,) = kernel_timings([1000], torch.device("cpu"), repeats=1)
+    assert row["elements"] == 1000 and row["quantize_pack_unpack_gbytes_per_s"] > 0 and 0 < row["peak_ratio"]
+
+
+def test_bad_bench_arguments_exit_2(capsys):
+    assert main(["bench", "--ranks", "3", "--gpus-per-node", "2"]) == 2
+    assert "do not split" in capsys.readouterr().err
