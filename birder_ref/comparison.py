@@ -249,11 +249,19 @@ def section(outdir: Path, quick: bool) -> str:
     ]
     lines += [f"| {r.name} | {r.lr:g} | {r.final_loss:.4f} | {100 * r.test_accuracy:.1f}% | "
               f"{r.bytes_per_gpu[0] / 1e3:,.0f} | {r.bytes_per_gpu[1] / 1e3:,.0f} |" for r in results]
+    birder, adam, soft = by_name["birder"], by_name["adam"], by_name["softsignsgd"]
+    marsit_jumps = (f"Marsit's jumps at steps {MARSIT_K + 1}, {2 * MARSIT_K + 1}, ... are its full-precision rounds "
+                    "paying back the compensation accumulated since the last one. " if steps > MARSIT_K else "")
     lines += [
         "",
         f"Measured here, Birder's test accuracy is {100 * gap:+.1f} points from Adam's "
-        f"({100 * by_name['birder'].test_accuracy:.1f}% vs {100 * by_name['adam'].test_accuracy:.1f}%), and its "
-        f"final training loss {by_name['birder'].final_loss:.4f} vs Adam's {by_name['adam'].final_loss:.4f}. "
+        f"({100 * birder.test_accuracy:.1f}% vs {100 * adam.test_accuracy:.1f}%); its final training loss is "
+        f"{birder.final_loss:.4f}, {birder.final_loss / adam.final_loss:.1f}x Adam's {adam.final_loss:.4f} and "
+        f"{birder.final_loss / soft.final_loss:.1f}x that of SoftSignSGD, its uncompressed form "
+        f"({soft.final_loss:.4f}). Birder sends "
+        f"{adam.bytes_per_gpu[1] / max(1, birder.bytes_per_gpu[1]):.0f}x fewer inter-node bytes than Adam. "
+        "Bytes are the busiest GPU's, from each optimizer's schedule over the steps it communicates. "
+        f"{marsit_jumps}0/1 Adam's jagged curve is rank 0's replica between syncs. "
         "One seed, one small network: a check that each optimizer trains, not a ranking.",
         "",
         "![training loss per optimizer](baselines_digits_loss.png)",
