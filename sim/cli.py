@@ -10,7 +10,6 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from sim import plots
 from sim.network import INTRA, NETWORKS, Cluster, cluster, intra_preset, load_cluster
 from sim.workload import GPUS, OPTIMIZERS, predict
 
@@ -139,6 +138,7 @@ def sweep(args, nodes: list[int], networks: list[str], optimizers: list[str], pr
 def run_sweep(args) -> int:
     networks = args.networks or ([Path(args.cluster).stem] if args.cluster else ["10gbe", "ib-hdr"])
     results = sweep(args, args.nodes, networks, args.optimizers)
+    from sim import plots  # matplotlib only when plotting: keeps `birder predict` fast
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with (out / "sweep.csv").open("w", newline="") as f:
@@ -165,6 +165,8 @@ def run_validate(args) -> int:
                "mape_multi_node": validate.mape([r for r in results if r["gpus"] > 8]),
                "orders_agree": all(o["same"] for o in orders), "rows": results, "orders": orders}
     if args.out:
+        from sim import plots
+
         summary["plot"] = str(plots.validation(results, Path(args.out)))
     if args.json:
         print(json.dumps(summary))

@@ -28,7 +28,15 @@ from functools import lru_cache
 
 import simpy
 
-from birder_ref.schedules import Layout, Phase, Schedule, allreduce, optimizer_schedule, tree_allreduce
+from birder_ref.schedules import (
+    Layout,
+    Phase,
+    Schedule,
+    allreduce,
+    optimizer_schedule,
+    padded_dim,
+    tree_allreduce,
+)
 from sim.network import Cluster, FlowNetwork, Link
 
 TREE_PIECE_BYTES = 512 * 1024  # NCCL Simple protocol: a 4 MiB buffer in NCCL_STEPS = 8 slots (src/include/device.h)
@@ -294,6 +302,35 @@ def fp32_allreduce(cluster: Cluster, dim: int) -> Schedule:
     if nccl_allreduce_algorithm(cluster, 4 * dim) == "tree":
         return tree_allreduce(layout, dim)
     return allreduce(layout, dim)
+
+
+COLLECTIVES = ("ring-allreduce", "tree-allreduce", "reduce-scatter", "all-gather", "all-to-all", "parameter-server")
+
+
+def collective_schedule(name: str, layout: Layout, dim: int, bits: int = 32) -> Schedule:
+    """A standalone collective over every rank, from ``birder_ref.schedules``' patterns: ring or NCCL-tree
+    all-reduce, ring reduce-scatter, ring all-gather, all-to-all, or a parameter server (push, then pull)."""
+    if name == "ring-allreduce":
+        return allreduce(layout, dim, bits)
+    if name == "tree-allreduce":
+        return tree_allreduce(layout, dim, bits)
+    if name not in COLLECTIVES:
+        raise ValueError(f"unknown collective {name!r}; choose one of {', '.join(COLLECTIVES)}")
+    p = layout.n_ranks
+    D = padded_dim(dim, p)
+    everyone = (tuple(range(p)),)
+    widths = (bits,) * (p - 1)
+    if name == "reduce-scatter":
+        phases = (Phase("reduce_scatter", "ring_reduce_scatter", everyone, D // p, widths, "reduce"),)
+    elif name == "all-gather":
+        phases = (Phase("all_gather", "ring_all_gather", everyone, D // p, widths, "copy"),)
+    elif name == "all-to-all":
+        phases = (Phase("all_to_all", "all_to_all", everyone, D // p, (bits,) if p > 1 else (), "copy"),)
+    else:
+        with_server = (tuple(range(p)) + (layout.server,),)
+        phases = (Phase("push", "push", with_server, D, (bits,), "reduce"),
+                  Phase("pull", "pull", with_server, D, (bits,), "copy"))
+    return Schedule(name, layout, int(dim), D, phases)
 
 
 def step_schedule(optimizer: str, cluster: Cluster, dim: int, scheme: str | None = None,

@@ -143,10 +143,44 @@ def test_nccl_picks_ring_for_large_buckets_and_tree_at_scale():
     assert nccl_allreduce_algorithm(cluster("10gbe", 1), 1e3) == "ring"
 
 
-def test_incast_only_on_lossy_transports():
-    """A flat all-to-all of 64 nodes puts 8*504 flows into each NIC: a timeout on sockets, none on IB."""
+def test_incast_costs_one_timeout_per_phase_on_lossy_transports_only():
+    """A flat all-to-all of 64 nodes puts 8*504 flows into each NIC: each of its two phases loses one
+    retransmission timeout on sockets; InfiniBand is lossless."""
+    from dataclasses import replace
+
     sched = schedule("flat", Layout(64, 8), 10**6)
-    eth, ib = cluster("100gbe", 64), cluster("ib-ndr", 64)
-    assert math.isinf(ib.nic.incast_flows)
-    assert collective_time(sched, eth) > eth.nic.retransmission_timeout
-    assert collective_time(sched, ib) < eth.nic.retransmission_timeout
+    eth = cluster("100gbe", 64)
+    no_incast = replace(eth, nic=replace(eth.nic, incast_flows=math.inf))
+    extra = collective_time(sched, eth) - collective_time(sched, no_incast)
+    assert extra == pytest.approx(2 * eth.nic.retransmission_timeout)
+    assert math.isinf(cluster("ib-ndr", 64).nic.incast_flows)
+
+
+@given(n=st.integers(2, 16), g=st.sampled_from([1, 4, 8]), dim=st.integers(1, 10**6), net=networks)
+def test_lone_reduce_scatter_all_gather_all_to_all_equal_alpha_beta(n, g, dim, net):
+    from sim.system import collective_schedule
+
+    c = cluster(net, n, g)
+    layout = Layout(n, g)
+    p = n * g
+    for name in ("reduce-scatter", "all-gather"):
+        sched = collective_schedule(name, layout, dim)
+        assert collective_time(sched, c) == pytest.approx((p - 1) * ring_round(c, 4 * sched.padded_dim // p))
+    sched = collective_schedule("all-to-all", layout, dim)
+    m, nic, intra = 4 * sched.padded_dim // p, c.nic, c.intra
+    k = g * (p - g)  # messages leaving the node's NIC, each GPU to every GPU of the other nodes
+    inter = max(nic.message_overhead + k * m / nic.bandwidth, k * nic.message_overhead + m / nic.bandwidth)
+    inter += nic.latency + (nic.retransmission_timeout if k > nic.incast_flows else 0.0)
+    local = intra.latency + (g - 1) * m / intra.port_bandwidth if g > 1 else 0.0
+    assert collective_time(sched, c) == pytest.approx(max(inter, local))
+
+
+def test_parameter_server_waits_for_its_incast():
+    """p workers push D/8 bytes each into one server NIC, then pull as much back: 2 p D / 8 bytes at the server."""
+    from sim.system import collective_schedule
+
+    c = cluster("ib-ndr", 8, 8)
+    sched = collective_schedule("parameter-server", Layout(8, 8), 10**7, bits=1)
+    p, nbytes = 64, sched.padded_dim // 8
+    bandwidth_only = 2 * p * nbytes / c.nic.bandwidth
+    assert bandwidth_only < collective_time(sched, c) < bandwidth_only * 1.1
