@@ -36,7 +36,7 @@ from fractions import Fraction
 import numpy as np
 
 from birder_ref import draws
-from birder_ref.baseline_schedules import TOPOLOGIES, marsit_schedule
+from birder_ref.baseline_schedules import TOPOLOGIES, deliver, marsit_schedule
 from birder_ref.execute import ByteLog, run_phase
 from birder_ref.schedules import Layout, Phase, padded_dim
 from birder_ref.validation import check_array, check_draws
@@ -69,24 +69,21 @@ def _merge_phase(phase: Phase, bits: dict[int, np.ndarray], u: dict[int, np.ndar
     ``u[rank]`` the draws for the same coordinates. Every local bit stands for the same number of workers
     (one GPU in a ring or row, one row in a column), so a receiver's chain position is 1 + the number of
     local vectors merged into the incoming bits, which the schedule fixes (it is counted, not sent)."""
-    log.sent.setdefault(phase.name, {})
-    merged = {rank: np.ones(len(phase.groups[0]), np.int64) for rank in bits}  # local bits merged per chunk
-    for group in phase.groups:
-        for messages in phase.group_rounds(group):
-            in_flight = []
-            for msg in messages:
-                payload = np.packbits(bits[msg.src][msg.chunk].astype(bool), bitorder="big")
-                if payload.size != msg.nbytes:
-                    raise AssertionError(f"{phase.name}: payload of {payload.size} bytes, schedule says {msg.nbytes}")
-                log.add(phase.name, msg.src, payload.size)
-                in_flight.append((msg, payload, merged[msg.src][msg.chunk]))
-            for msg, payload, count in in_flight:
-                incoming = np.unpackbits(payload, count=phase.chunk_elements, bitorder="big").astype(np.int64)
-                local = bits[msg.dst][msg.chunk]
-                position = int(count) + 1
-                v = transient_bits(position, local, u[msg.dst][msg.chunk])
-                bits[msg.dst][msg.chunk] = merge(incoming, local, v)
-                merged[msg.dst][msg.chunk] = count + 1
+    merged = {rank: np.ones(len(phase.groups[0]), np.int64) for rank in bits}  # local vectors merged per chunk
+
+    def encode(msg):
+        return np.packbits(bits[msg.src][msg.chunk].astype(bool), bitorder="big")
+
+    def receive(msg, payload):
+        incoming = np.unpackbits(payload, count=phase.chunk_elements, bitorder="big").astype(np.int64)
+        local = bits[msg.dst][msg.chunk]
+        # in a ring reduce-scatter no rank receives, in a round, the chunk it sends: the count is as sent
+        position = int(merged[msg.src][msg.chunk]) + 1
+        v = transient_bits(position, local, u[msg.dst][msg.chunk])
+        bits[msg.dst][msg.chunk] = merge(incoming, local, v)
+        merged[msg.dst][msg.chunk] = position
+
+    deliver(phase, encode, receive, log)
 
 
 def sign_allreduce(values: np.ndarray, layout: Layout, u_ring: np.ndarray, u_column: np.ndarray | None = None,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from birder_ref.baseline_schedules import compressed_allreduce as compressed_allreduce_schedule
+from birder_ref.baseline_schedules import deliver
 from birder_ref.execute import ByteLog
 from birder_ref.optimizers import Adam, AdamState
 from birder_ref.quantize import pack_signs, unpack_signs
@@ -110,8 +111,11 @@ def compressed_allreduce(
 
     own = [(worker_scales[j], worker_signs[j][j * chunk:(j + 1) * chunk]) for j in range(N)]
     received = {j: {j: own[j]} for j in range(N)}  # server j keeps its own chunk; the others arrive as bytes
-    _deliver(all_to_all, lambda src, c: _message(worker_signs[src][c * chunk:(c + 1) * chunk], worker_scales[src]),
-             lambda msg, payload: received[msg.dst].__setitem__(msg.src, _read(payload, chunk)), log)
+    def worker_chunk(m):
+        return _message(worker_signs[m.src][m.chunk * chunk:(m.chunk + 1) * chunk], worker_scales[m.src])
+
+    deliver(all_to_all, worker_chunk, lambda m, payload: received[m.dst].__setitem__(m.src, _read(payload, chunk)),
+            log)
 
     new_server_error = np.empty_like(server_error)
     server = []
@@ -127,27 +131,13 @@ def compressed_allreduce(
         server.append((s, q))
 
     gathered = {i: {i: server[i]} for i in range(N)}
-    _deliver(all_gather, lambda src, c: _message(server[src][1], server[src][0]),
-             lambda msg, payload: gathered[msg.dst].__setitem__(msg.chunk, _read(payload, chunk)), log)
+    deliver(all_gather, lambda m: _message(server[m.src][1], server[m.src][0]),
+            lambda m, payload: gathered[m.dst].__setitem__(m.chunk, _read(payload, chunk)), log)
     outs = [np.concatenate([s * q for s, q in (gathered[i][j] for j in range(N))]) for i in range(N)]
     for i in range(1, N):
         if not np.array_equal(outs[i], outs[0]):
             raise AssertionError(f"rank {i} received a different all-reduce result than rank 0")
     return outs[0], new_worker_error, new_server_error
-
-
-def _deliver(phase, encode, receive, log: ByteLog) -> None:
-    """Send every message of ``phase`` (encoded by ``encode(src, chunk)``), check its size against the
-    schedule, log it, and hand it to ``receive(message, payload)``."""
-    log.sent.setdefault(phase.name, {})
-    for group in phase.groups:
-        for messages in phase.group_rounds(group):
-            for msg in messages:
-                payload = encode(msg.src, msg.chunk)
-                if payload.size != msg.nbytes:
-                    raise AssertionError(f"{phase.name}: payload of {payload.size} bytes, schedule says {msg.nbytes}")
-                log.add(phase.name, msg.src, payload.size)
-                receive(msg, payload)
 
 
 @dataclass(frozen=True)
