@@ -193,14 +193,14 @@ class ZeroOneAdam:
             else:
                 mean_grad, *errors = self._allreduce(state, grads.reshape(n * g, d))
             m = self.beta1 * state.m + (1 - self.beta1) * mean_grad
-            step = np.float32(gamma) * m / self._denominator(v, count)
+            step = np.float32(gamma) * m / self.denominator(v, count)
             new = ZeroOneAdamState(m, v, count, state.buffer, 0.0, state.anchor, state.next_sync, *errors)
             return params - step, new
         if t == self.policy.var_freeze_step + 1:  # the freeze: start the first local interval
             state = ZeroOneAdamState(state.m, state.v, state.variance_updates, np.zeros_like(state.buffer), 0.0,
                                      params[0].copy(), t, np.zeros_like(state.worker_error),
                                      np.zeros_like(state.server_error))
-        denominator = self._denominator(state.v, state.variance_updates)
+        denominator = self.denominator(state.v, state.variance_updates)
         m = self.beta1 * state.m + (1 - self.beta1) * grads.reshape(n * g, d)  # line 3, per GPU
         params = params - np.float32(gamma) * m / denominator  # line 4 with m_{t+1/2}
         buffer = state.buffer + np.float32(gamma) * m  # line 5 with m_{t+1/2}
@@ -215,5 +215,6 @@ class ZeroOneAdam:
         return params, ZeroOneAdamState(m, state.v, state.variance_updates, np.zeros_like(buffer), 0.0, synced,
                                         t + self.policy.sync_interval(t), worker_error, server_error)  # lines 10-11
 
-    def _denominator(self, v: np.ndarray, count: int) -> np.ndarray:
+    def denominator(self, v: np.ndarray, count: int) -> np.ndarray:
+        """sqrt(v / (1 - beta2^count)) + eps: Adam's denominator after ``count`` variance updates."""
         return np.sqrt(v / (1 - self.beta2**count)) + np.float32(self.eps)

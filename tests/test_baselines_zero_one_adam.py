@@ -114,7 +114,7 @@ def test_replicas_diverge_between_syncs_and_agree_after_each_and_error_feedback_
             assert np.all(params == params[0]) and np.array_equal(state.anchor, params[0])
         elif t > policy.var_freeze_step:
             assert not np.all(params == params[0])
-    denominator = opt._denominator(state.v, state.variance_updates).astype(np.float64)
+    denominator = opt.denominator(state.v, state.variance_updates).astype(np.float64)
     delta = state.worker_error.astype(np.float64).mean(axis=0) + state.server_error.astype(np.float64).reshape(-1)
     anchor_then = state.anchor.astype(np.float64) - delta[:d] / denominator
     np.testing.assert_allclose(anchor_then, start - sent / denominator,
