@@ -70,6 +70,8 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scheme", choices=SCHEMES, default="hierarchical", help="Birder's scheme (default hierarchical)")
     p.add_argument("--warmup-fraction", type=float, default=None,
                    help="1-bit Adam's uncompressed share of steps (default 0.2 for BERT, 0.15 otherwise)")
+    p.add_argument("--marsit-period", type=_positive_int, default=None, metavar="K",
+                   help="Marsit's full-precision round every K steps (default: none after the first)")
 
 
 def _make_cluster(args, nodes: int, network: str | None = None) -> Cluster:
@@ -97,7 +99,7 @@ def run_predict(args) -> int:
     c = _make_cluster(args, args.nodes)
     result = predict(c, batch_per_gpu=args.batch_per_gpu, optimizer=args.optimizer, scheme=args.scheme,
                      single_node_throughput=args.single_node_throughput, warmup_fraction=args.warmup_fraction,
-                     **_model(args)).as_dict()
+                     marsit_period=args.marsit_period, **_model(args)).as_dict()
     result.update({"nodes": c.n_nodes, "gpus": c.n_gpus, "network": c.nic.name, "optimizer": args.optimizer})
     if args.json:
         print(json.dumps(result))
@@ -127,7 +129,8 @@ def sweep(args, nodes: list[int], networks: list[str], optimizers: list[str], pr
     for net, opt, n in tqdm(grid, desc="sweep", unit="config", disable=not progress, file=sys.stderr):
         c = _make_cluster(args, n, net)
         r = predict(c, batch_per_gpu=args.batch_per_gpu, optimizer=opt, scheme=args.scheme,
-                    warmup_fraction=args.warmup_fraction, **_model(args)).as_dict()
+                    warmup_fraction=args.warmup_fraction, marsit_period=args.marsit_period,
+                    **_model(args)).as_dict()
         r.update({"model": args.model or f"params-{args.params}" if args.params else args.model or "resnet50",
                   "batch_per_gpu": args.batch_per_gpu, "network": c.nic.name, "optimizer": opt, "nodes": n,
                   "gpus": c.n_gpus})

@@ -37,7 +37,8 @@ def section(outdir: Path, quick: bool) -> str:
     nodes = [1, 2, 4, 8] if quick else [1, 2, 4, 8, 16, 32, 64]
     for model, batch in (("resnet50", 32), ("bert-base", 3)):
         args = argparse.Namespace(model=model, params=None, batch_per_gpu=batch, scheme="hierarchical",
-                                  warmup_fraction=None, cluster=None, network=None, gpus_per_node=8, gpu="a100",
+                                  warmup_fraction=None, marsit_period=None, cluster=None, network=None,
+                                  gpus_per_node=8, gpu="a100",
                                   intra=None, oversubscription=1.0)
         results = sweep(args, nodes, ["10gbe", "ib-hdr"] if quick else ["10gbe", "100gbe", "ib-hdr"],
                         ["sgdm", "onebit-adam", "birder"], progress=False)

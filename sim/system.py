@@ -53,8 +53,7 @@ class RoundLoad:
     nic_rx: int = 0  # inter-node messages arriving at the busiest NIC
     node_tx: int = 0  # inter-node messages leaving the busiest node (its switch uplink's load)
     intra_total: int = 0  # intra-node messages sent by GPUs in the whole cluster
-    inter_total: int = 0  # inter-node messages sent by GPUs in the whole cluster
-    server_total: int = 0  # messages the parameter server sends
+    inter_total: int = 0  # inter-node messages sent by GPUs (not the parameter server) in the whole cluster
 
     @property
     def empty(self) -> bool:
@@ -76,7 +75,7 @@ class _Counts:
         self.layout, self.nic_count = layout, nic_count
         self.gpu_tx, self.gpu_rx, self.fabric = Counter(), Counter(), Counter()
         self.nic_tx, self.nic_rx, self.node_tx = Counter(), Counter(), Counter()
-        self.intra_total = self.inter_total = self.server_total = 0
+        self.intra_total = self.inter_total = 0
 
     def nic(self, endpoint: int) -> tuple[int, int]:
         g = self.layout.gpus_per_node
@@ -84,8 +83,6 @@ class _Counts:
 
     def send(self, src: int, dst: int) -> None:
         g = self.layout.gpus_per_node
-        if src == self.layout.server:
-            self.server_total += 1
         if src // g == dst // g:
             self.gpu_tx[src] += 1
             self.gpu_rx[dst] += 1
@@ -118,7 +115,7 @@ class _Counts:
             return max(c.values(), default=0)
 
         return RoundLoad(top(self.gpu_tx), top(self.gpu_rx), top(self.fabric), top(self.nic_tx), top(self.nic_rx),
-                         top(self.node_tx), self.intra_total, self.inter_total, self.server_total)
+                         top(self.node_tx), self.intra_total, self.inter_total)
 
 
 def _count(phase: Phase, layout: Layout, nic_count: int, all_tree_levels: bool = False) -> RoundLoad:

@@ -1,0 +1,1 @@
+"""Hardware presets as data (TOML), each number with its source."""
