@@ -87,12 +87,12 @@ def peak_gbytes_per_s(device: torch.device) -> tuple[float, str]:
         for fragment, peak in PEAK_GBYTES_PER_S.items():
             if fragment in name:
                 return peak, f"nominal HBM bandwidth of {name} (datasheet)"
-    return copy_gbytes_per_s(device), "measured copy bandwidth (64 MiB clone: bytes read + written / time)"
+    return copy_gbytes_per_s(device), "measured copy bandwidth (64 MiB into a reused buffer: bytes read + written)"
 
 
 def copy_gbytes_per_s(device: torch.device, elements: int = 2**24) -> float:
-    x = torch.ones(elements, device=device)
-    seconds = _median_seconds(lambda: x.clone(), device, 5)
+    source, target = torch.ones(elements, device=device), torch.empty(elements, device=device)
+    seconds = _median_seconds(lambda: target.copy_(source), device, 5)
     return 8 * elements / seconds / 1e9
 
 
@@ -307,3 +307,67 @@ def describe(result: dict) -> str:
     if result["profile"]:
         lines += ["", f"cluster profile written to {result['profile']} (birder predict --cluster {result['profile']})"]
     return "\n".join(lines)
+
+
+# ---- the hook's time per training step against DDP's default all-reduce hook ----
+
+def _hook_rank_main(rank: int, world: int, nodes: int, hook_name: str, steps: int, width: int, init: str,
+                    results) -> None:
+    from torch import nn
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    from gpu_validation.hook import BirderState, BirderUpdate, birder_hook
+
+    torch.set_num_threads(1)
+    try:
+        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world, timeout=timedelta(seconds=120))
+        torch.manual_seed(0)
+        model = nn.Sequential(*[nn.Linear(width, width) for _ in range(4)])
+        ddp = nn.parallel.DistributedDataParallel(model)
+        if hook_name == "birder":
+            state = BirderState(model.parameters(), comm.make_topology("hierarchical", nodes, world // nodes))
+            ddp.register_comm_hook(state, birder_hook)
+            optimizer = BirderUpdate(model.parameters(), lr=1e-3, hook_state=state)
+        else:
+            ddp.register_comm_hook(dist.group.WORLD, default_hooks.allreduce_hook)
+            optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+        x = torch.randn(8, width)
+        times = []
+        for step in range(steps + 2):  # two warm-up steps: the first has a single bucket, then DDP rebuilds
+            dist.barrier()
+            start = time.perf_counter()
+            optimizer.zero_grad()
+            ddp(x).square().mean().backward()
+            optimizer.step()
+            if step >= 2:
+                times.append(time.perf_counter() - start)
+        results.put({"rank": rank, "median_s": statistics.median(times),
+                     "parameters": sum(p.numel() for p in model.parameters())})
+        dist.destroy_process_group()
+    except Exception as error:
+        results.put({"rank": rank, "error": f"{type(error).__name__}: {error}"})
+
+
+def hook_step_seconds(hook_name: str, nodes: int, gpus_per_node: int, steps: int = 10, width: int = 512) -> dict:
+    """Median seconds per DDP training step on gloo with ``hook_name`` ('birder' or 'allreduce'), from rank 0."""
+    from gpu_validation.validate import rank_context
+
+    world = nodes * gpus_per_node
+    ctx = rank_context()
+    results = ctx.Queue()
+    with tempfile.TemporaryDirectory() as tmp:
+        init = f"file://{os.path.join(tmp, 'store')}"
+        procs = [ctx.Process(target=_hook_rank_main, args=(r, world, nodes, hook_name, steps, width, init, results),
+                             daemon=True) for r in range(world)]
+        for p in procs:
+            p.start()
+        reports = {}
+        for _ in range(world):
+            report = results.get(timeout=600)
+            reports[report["rank"]] = report
+        for p in procs:
+            p.join(timeout=10)
+    errors = [rep["error"] for rep in reports.values() if "error" in rep]
+    if errors:
+        raise RuntimeError("; ".join(errors))
+    return reports[0]

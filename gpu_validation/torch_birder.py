@@ -32,6 +32,7 @@ __all__ = [
 ]
 
 _BIT_SHIFTS = (7, 6, 5, 4, 3, 2, 1, 0)  # most significant bit first, as np.packbits(bitorder="big")
+_CPU_PIECE = 1 << 16  # elements per piece of the CPU draws: int64 temporaries stay in cache
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,22 @@ class WorkerState:
 
 def uniforms(seed: int, step: int, stream: int, index: torch.Tensor) -> torch.Tensor:
     """float32 draws k / 2**24 in [0, 1) for the int64 element indices ``index``; equal to
-    ``birder_ref.draws.uniforms(seed, step, stream, ...)`` at the same indices."""
-    bits = hash_index(stream_key(seed, step, stream), index) >> (32 - UNIFORM_BITS)
+    ``birder_ref.draws.uniforms(seed, step, stream, ...)`` at the same indices.
+
+    On CPU the hash runs over cache-sized pieces (about 3x faster than whole-vector temporaries); elsewhere in
+    one pass. Either way each element's draw is the same function of its index.
+    """
+    key = stream_key(seed, step, stream)
+    if index.device.type != "cpu" or index.numel() <= _CPU_PIECE:
+        return _uniforms_of(key, index)
+    out = torch.empty(index.shape, dtype=torch.float32)
+    for piece, dest in zip(index.reshape(-1).split(_CPU_PIECE), out.view(-1).split(_CPU_PIECE), strict=True):
+        dest.copy_(_uniforms_of(key, piece))
+    return out
+
+
+def _uniforms_of(key: int, index: torch.Tensor) -> torch.Tensor:
+    bits = hash_index(key, index) >> (32 - UNIFORM_BITS)
     return bits.to(torch.float32) * 2.0**-UNIFORM_BITS
 
 

@@ -151,3 +151,11 @@ def test_draws_on_cuda_equal_the_reference():
     index = torch.arange(2**32 - 4096, 2**32, dtype=torch.int64, device="cuda")
     np.testing.assert_array_equal(_as_np(tb.uniforms(1, 2, SERVER_STREAM, index)),
                                   uniforms(1, 2, SERVER_STREAM, 4096, 2**32 - 4096))
+
+
+def test_draws_over_many_cpu_pieces_equal_the_reference():
+    n = 3 * 2**16 + 5
+    index = torch.arange(2**32 - n, 2**32, dtype=torch.int64).reshape(1, -1)
+    draws = tb.uniforms(9, 4, 1, index)
+    assert draws.shape == (1, n)
+    np.testing.assert_array_equal(_as_np(draws)[0], uniforms(9, 4, 1, n, 2**32 - n))

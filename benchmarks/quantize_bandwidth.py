@@ -1,0 +1,68 @@
+"""Achieved bandwidth of Birder's element-wise kernels (draws, quantize + pack, unpack) and its share of peak.
+
+On a GPU the peak is the device's nominal HBM bandwidth; on CPU the measured bandwidth of a large copy. Sizes
+include the per-GPU shard of ResNet-50 (25.6 M parameters) and BERT-Base (110 M) on 8 GPUs per node, the
+shards the hierarchical hook quantizes; the paper reports 15 ms (ResNet-50) and 8 ms (BERT-Base) of
+compression per iteration on an A100 (Birder paper, Section 5). ``--compile`` also times the draws through
+``torch.compile`` (integer operations only, so the bits cannot change: checked before timing).
+Usage: .venv/bin/python benchmarks/quantize_bandwidth.py [--device cuda] [--compile]
+"""
+
+import argparse
+import json
+import time
+
+import torch
+
+from birder_ref.draws import UNIFORM_BITS, hash_index, stream_key
+from gpu_validation import torch_birder as tb
+from gpu_validation.bench import _median_seconds, kernel_timings, peak_gbytes_per_s
+
+SHARDS = {"resnet50 / 8 GPUs": 25_557_032 // 8, "bert-base / 8 GPUs": 110_000_000 // 8}
+
+
+def compiled_draw_seconds(n: int, device: torch.device) -> tuple[float, float]:
+    """(compile seconds, median seconds per call) of the draws through torch.compile, after checking its bits."""
+
+    def draws(key: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        return (hash_index(key, index) >> (32 - UNIFORM_BITS)).to(torch.float32) * 2.0**-UNIFORM_BITS
+
+    compiled = torch.compile(draws, dynamic=True)
+    index = torch.arange(n, dtype=torch.int64, device=device)
+    key = torch.tensor(stream_key(0, 1, 0), dtype=torch.int64, device=device)
+    start = time.perf_counter()
+    got = compiled(key, index)
+    compile_s = time.perf_counter() - start
+    if not torch.equal(got, tb.uniforms(0, 1, 0, index)):
+        raise AssertionError("compiled draws differ from the eager draws")
+    return compile_s, _median_seconds(lambda: compiled(key, index), device, 5)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--compile", action="store_true", help="also time torch.compile'd draws")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    peak, source = peak_gbytes_per_s(device)
+    print(json.dumps({"device": str(device), "peak_gbytes_per_s": round(peak, 2), "peak_source": source}))
+    sizes = {"1 Mi": 2**20, **SHARDS}
+    for name, row in zip(sizes, kernel_timings(sizes.values(), device, args.repeats), strict=True):
+        compression_ms = 1e3 * (2 * row["draws_s"] + row["quantize_pack_s"] + row["unpack_s"])
+        print(json.dumps({"size": name, "elements": row["elements"],
+                          "quantize_pack_unpack_gbytes_per_s": round(row["quantize_pack_unpack_gbytes_per_s"], 2),
+                          "share_of_peak": round(row["peak_ratio"], 4),
+                          "draws_ms": round(1e3 * row["draws_s"], 3),
+                          "worker_and_server_draws_quantize_pack_unpack_ms": round(compression_ms, 3)}))
+    if args.compile:
+        compile_s, seconds = compiled_draw_seconds(2**20, device)
+        eager = _median_seconds(lambda: tb.uniforms(0, 1, 0, torch.arange(2**20, device=device)), device, 5)
+        print(json.dumps({"compiled_draws_1Mi_ms": round(1e3 * seconds, 3), "eager_draws_1Mi_ms": round(1e3 * eager, 3),
+                          "speed_up": round(eager / seconds, 2), "compile_s": round(compile_s, 1)}))
+
+
+if __name__ == "__main__":
+    main()
