@@ -235,7 +235,8 @@ def birder_hook(state: BirderState, bucket: dist.GradBucket) -> torch.futures.Fu
        in ``state.skipped_steps``), else all buckets commit and t advances.
 
     The parameters then move by line 16, x -= lr * u_bar (``BirderUpdate``). Every rank ends with the same
-    u_bar: the same bits as ``birder_ref.schemes.step`` on the same gradients and draws.
+    u_bar: the same bits as ``birder_ref.schemes.step`` on the same gradients and draws. Buckets of float16 or
+    bfloat16 gradients are computed in float32 (the state is float32) and get u_bar in their own dtype.
 
     Example::
         >>> topology = make_topology("hierarchical", n_nodes, gpus_per_node)
@@ -245,12 +246,10 @@ def birder_hook(state: BirderState, bucket: dist.GradBucket) -> torch.futures.Fu
         >>> optimizer = BirderUpdate(ddp_model.parameters(), lr=1e-3, weight_decay=1e-4, hook_state=state)
     """
     buffer = bucket.buffer()
-    if buffer.dtype != torch.float32:
-        raise ValueError(f"birder_hook takes float32 gradients, got {buffer.dtype}")
     current = state.bucket_state(bucket)
     flag = comm.any_nonfinite(buffer)
     grad = torch.zeros(current.index.numel(), dtype=torch.float32, device=buffer.device)
-    grad[: buffer.numel()] = buffer
+    grad[: buffer.numel()] = buffer  # float16 / bfloat16 gradients widen exactly; u_bar (+-1) narrows exactly
     u_bar, worker, server_error = comm.one_bit_allreduce(
         state.topology, grad, current.index, current.worker, current.server_error,
         state.seed, state.t + 1, state.beta, state.eps, state.T0)

@@ -188,14 +188,15 @@ class Reference:
         return bad + int(t != ref.t) + int((skipped != self.skipped).sum())
 
 
-def _device(cfg: Config, local_rank: int) -> torch.device:
+def _device(cfg: Config, gpu: int, needed: int) -> torch.device:
+    """CPU for gloo; for nccl CUDA device ``gpu``, of which this machine must have ``needed``."""
     if cfg.backend == "gloo":
         return torch.device("cpu")
-    if not torch.cuda.is_available() or torch.cuda.device_count() < cfg.gpus_per_node:
-        raise ValueError(f"nccl needs {cfg.gpus_per_node} CUDA devices per node, found "
-                         f"{torch.cuda.device_count() if torch.cuda.is_available() else 0}")
-    torch.cuda.set_device(local_rank)
-    return torch.device("cuda", local_rank)
+    found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if found < needed:
+        raise ValueError(f"nccl needs one GPU per rank: {needed} on this machine, found {found}")
+    torch.cuda.set_device(gpu)
+    return torch.device("cuda", gpu)
 
 
 def _final_state(trainer: Trainer, world: int) -> dict[str, np.ndarray]:
@@ -205,10 +206,13 @@ def _final_state(trainer: Trainer, world: int) -> dict[str, np.ndarray]:
     return out
 
 
-def train_and_compare(cfg: Config, rank: int) -> dict | None:
-    """The body of every rank (process group already initialised); rank 0 returns the result, others None."""
+def train_and_compare(cfg: Config, rank: int, one_machine: bool = True) -> dict | None:
+    """The body of every rank (process group already initialised); rank 0 returns the result, others None.
+
+    ``one_machine``: all ranks run here (GPU = rank), else one node per machine (GPU = local rank).
+    """
     world = cfg.world
-    device = _device(cfg, rank % cfg.gpus_per_node)
+    device = _device(cfg, rank, world) if one_machine else _device(cfg, rank % cfg.gpus_per_node, cfg.gpus_per_node)
     topology = comm.make_topology(cfg.scheme, cfg.nodes, cfg.gpus_per_node)
     trainer = Trainer(cfg, topology, device)
     reference = Reference(cfg, flat(trainer.params).cpu().numpy()) if rank == 0 else None
@@ -357,6 +361,6 @@ def run_under_torchrun(cfg: Config) -> dict | None:
                          f"per node); --nodes {cfg.nodes} --gpus-per-node {cfg.gpus_per_node} need {cfg.world}")
     dist.init_process_group(cfg.backend, init_method="env://", timeout=timedelta(seconds=cfg.timeout_s))
     try:
-        return train_and_compare(cfg, rank)
+        return train_and_compare(cfg, rank, one_machine=False)
     finally:
         dist.destroy_process_group()

@@ -129,3 +129,34 @@ def test_reference_comparison_counts_a_single_flipped_bit():
     params = np.stack([-u_bar * cfg.lr, -u_bars[1] * cfg.lr]).astype(np.float32)
     reference.step(grads, u_bars, params)
     assert reference.mismatched == 2 and not reference.ranks_identical and reference.max_abs_diff == 2.0
+
+
+def test_bfloat16_buckets_are_computed_in_float32_and_get_exact_signs(one_rank_group):
+    seed = 2
+    model = make_model(seed).to(torch.bfloat16)
+    state = BirderState(model.parameters(), comm.make_topology("hierarchical", 1, 1), seed=seed)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    seen = []
+
+    def recording_hook(hook_state, bucket):
+        seen.append((bucket.parameters(), bucket.buffer().float().clone()))
+        return birder_hook(hook_state, bucket)
+
+    ddp.register_comm_hook(state, recording_hook)
+    inputs, targets = batch(seed, 1, 0)
+    nn.functional.mse_loss(ddp(inputs.bfloat16()), targets.bfloat16()).backward()
+    ((order, local),) = seen  # the first iteration has one bucket
+    u_bar_ref, _ = algorithm1.step(algorithm1.init(1, state.dim), _reorder(local, order, model)[None], 0.95, 1e-8,
+                                   worker_uniforms(seed, 1, 1, state.dim), server_uniforms(seed, 1, state.dim))
+    grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    assert grads.dtype == torch.bfloat16
+    np.testing.assert_array_equal(grads.float().numpy(), u_bar_ref)
+
+
+def _reorder(buffer: torch.Tensor, bucket_order: list, model) -> np.ndarray:
+    """A bucket buffer laid out in ``bucket_order`` rearranged into model.parameters() order."""
+    pieces, start = {}, 0
+    for p in bucket_order:
+        pieces[id(p)] = buffer[start:start + p.numel()]
+        start += p.numel()
+    return torch.cat([pieces[id(p)] for p in model.parameters()]).numpy()
