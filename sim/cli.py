@@ -6,14 +6,14 @@ import argparse
 import csv
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from tqdm import tqdm
 
+from birder_ref.schedules import SCHEMES
 from sim.network import INTRA, NETWORKS, Cluster, cluster, intra_preset, load_cluster
 from sim.workload import GPUS, OPTIMIZERS, predict
-
-SCHEMES = ("hierarchical", "ps", "ring", "flat", "allgather")
 
 
 def _positive_int(text: str) -> int:
@@ -80,8 +80,6 @@ def _make_cluster(args, nodes: int, network: str | None = None) -> Cluster:
     if getattr(args, "cluster", None):
         c = load_cluster(args.cluster, nodes, args.gpus_per_node)
         if args.intra:
-            from dataclasses import replace
-
             c = replace(c, intra=intra_preset(args.intra))
         return c
     return cluster(network or args.network or "10gbe", nodes or 1, args.gpus_per_node or 8, args.intra, args.gpu,

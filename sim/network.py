@@ -123,29 +123,28 @@ INTRA = _load("intra.toml")
 TRANSPORTS = _load("transports.toml")
 
 
+_NIC_FIELDS = {"line_rate_gbps", "efficiency", "latency_us", "message_overhead_us", "count", "incast_flows",
+               "retransmission_timeout"}
+
+
+def make_nic(name: str, transport: str, values: dict[str, Any], source: str = "") -> Nic:
+    """A NIC from TOML-style values (Gb/s, microseconds) over its transport's defaults (``transports.toml``)."""
+    if transport not in TRANSPORTS:
+        raise ValueError(f"network {name!r}: transport must be 'socket' or 'ib', got {transport!r}")
+    fields = {k: v for k, v in (TRANSPORTS[transport] | values).items() if k in _NIC_FIELDS}
+    if "line_rate_gbps" not in fields or "latency_us" not in fields:
+        raise ValueError(f"network {name!r}: needs line_rate_gbps and latency_us")
+    return Nic(name=name, transport=transport, line_rate=fields.pop("line_rate_gbps") * 1e9,
+               latency=fields.pop("latency_us") * 1e-6, message_overhead=fields.pop("message_overhead_us") * 1e-6,
+               source=source, **fields)
+
+
 def nic_preset(name: str, **overrides: Any) -> Nic:
     """A network preset (``sim/presets/networks.toml``) with its transport's constants (``transports.toml``)."""
     if name not in NETWORKS:
         raise ValueError(f"unknown network {name!r}; choose one of {', '.join(NETWORKS)} or pass --cluster FILE")
-    spec = dict(NETWORKS[name])
-    transport = spec["transport"]
-    fields = {k: v for k, v in TRANSPORTS[transport].items() if k in _NIC_FIELDS} | {
-        k: v for k, v in spec.items() if k in _NIC_FIELDS
-    }
-    fields.update(overrides)
-    return Nic(
-        name=name,
-        transport=transport,
-        line_rate=fields.pop("line_rate_gbps") * 1e9,
-        latency=fields.pop("latency_us") * 1e-6,
-        message_overhead=fields.pop("message_overhead_us") * 1e-6,
-        source=spec.get("source", ""),
-        **fields,
-    )
-
-
-_NIC_FIELDS = {"line_rate_gbps", "efficiency", "latency_us", "message_overhead_us", "count", "incast_flows",
-               "retransmission_timeout"}
+    spec = NETWORKS[name]
+    return make_nic(name, spec["transport"], spec | overrides, spec.get("source", ""))
 
 
 def intra_preset(name: str) -> Intra:
@@ -192,14 +191,9 @@ def load_cluster(path: str | Path, n_nodes: int | None = None, gpus_per_node: in
         if preset is not None:
             nic = nic_preset(preset, **{k: v for k, v in net.items() if k in _NIC_FIELDS})
         else:
-            transport = net.get("transport")
-            if transport not in TRANSPORTS:
-                raise ValueError(f"[network] needs a preset or a transport ('socket' or 'ib'), got {transport!r}")
-            fields = {k: v for k, v in TRANSPORTS[transport].items() if k in _NIC_FIELDS} | {
-                k: v for k, v in net.items() if k in _NIC_FIELDS}
-            nic = Nic(name=data.get("name", path.stem), transport=transport,
-                      line_rate=fields.pop("line_rate_gbps") * 1e9, latency=fields.pop("latency_us") * 1e-6,
-                      message_overhead=fields.pop("message_overhead_us") * 1e-6, **fields)
+            if "transport" not in net:
+                raise ValueError("[network] needs a preset or a transport ('socket' or 'ib')")
+            nic = make_nic(data.get("name", path.stem), net["transport"], net)
         extra = set(net) - _NIC_FIELDS - {"transport"}
         if extra:
             raise ValueError(f"[network] has unknown keys {sorted(extra)}")

@@ -27,11 +27,11 @@ from functools import lru_cache
 
 import simpy
 
+from birder_ref.schedules import OPTIMIZERS, SCHEMES
 from sim.models import ModelProfile, model_profile, synthetic
 from sim.network import PRESETS, Cluster
 from sim.system import Fabric, step_schedule, traffic
 
-OPTIMIZERS = ("sgdm", "adam", "onebit-adam", "zero-one-adam", "birder", "marsit")
 BUCKET_CAP_BYTES = 25 * 1024 * 1024  # torch DDP bucket_cap_mb = 25
 FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 BACKWARD_TO_FORWARD = 2.0  # backward costs about twice the forward (two matmuls per forward matmul)
@@ -306,8 +306,6 @@ def predict(cluster: Cluster, model: str | None = None, params: int | None = Non
         raise ValueError(f"--batch-per-gpu must be a positive integer, got {batch_per_gpu!r}")
     if single_node_throughput is not None and not single_node_throughput > 0:
         raise ValueError(f"--single-node-throughput must be positive, got {single_node_throughput}")
-    from birder_ref.schedules import SCHEMES
-
     if scheme not in SCHEMES:
         raise ValueError(f"unknown scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
     work = Workload(profile, batch_per_gpu, optimizer, scheme)
