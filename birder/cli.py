@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "birder.report",
     "gpu_validation.cli",
     "sim.cli",
+    "proofs_checks.cli",
 )
 
 

@@ -22,6 +22,7 @@ SECTIONS = (
     "birder_ref.report:section",
     "sim.report:section",
     "birder_ref.comparison:section",
+    "proofs_checks.report:section",
 )
 
 

@@ -1,0 +1,177 @@
+"""Bounds: |m/b| <= 1 in float32 (Eq. 4), the error bounds error feedback keeps, and how often Lemma 1's premise
+|y| <= 1 fails along real trajectories.
+
+Error bounds, derived for this Algorithm 1. Suppose |r| = |m/(b+eps)| <= 1 and |e_{t-1}| <= 2, so
+y = r + e_{t-1} lies in [-3, 3]. If y > 1, Q(y) = +1 and e_t = y - 1 lies in (0, 2]; if y < -1, e_t = y + 1 lies in
+[-2, 0); if |y| <= 1, e_t = y -+ 1 lies in [-2, 2]. With e_0 = 0, |e_t| <= 2 for all t, and the same argument
+with the mean of +-1 values (|.| <= 1) in place of r gives |e_bar_t| <= 2. Rounding is monotone, so the bounds
+hold exactly in floating point too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, Phase, find, settings
+from hypothesis import strategies as st
+from hypothesis.errors import NoSuchExample
+from hypothesis.extra.numpy import arrays
+
+from proofs_checks.identities import derive
+from proofs_checks.registry import Context, Outcome, check, verdict
+from proofs_checks.target import ImplError, Target, read_state
+from proofs_checks.theorem import theorem_run
+from proofs_checks.trajectories import all_records
+
+SWEEP_BETAS = (0.1, 0.5, 0.9, 0.95, 0.99, 0.999, 1 / 3, 0.7, 0.123456789, 0.999999, 0.8, 0.875, 0.3, 0.6)
+SWEEP_STEPS = 40
+SWEEP_MAGNITUDES = (3.0, 1.0, 0.1, 7.0, 1e-3, 1e30, 1e-30, 1e-45, 123.456, 2.0**-20, 0.3, 5.0, 9.99, 1e7, 6e-8,
+                    65504.0)
+HUNT_EXAMPLES = 120
+
+
+def sweep_gradients(rng: np.random.Generator, t: int, d: int) -> np.ndarray:
+    """Two workers x d columns: constant magnitudes (the classic lerp counterexample g = 3 with beta = 0.9 among
+    them), alternating and random signs at those magnitudes, log-uniform magnitudes over 1e-30..1e30, zeros."""
+    mags = np.resize(np.array(SWEEP_MAGNITUDES), d)
+    family = (np.arange(d) // len(SWEEP_MAGNITUDES)) % 4
+    alternating = (-1.0) ** (t + np.arange(d))
+    random_sign = np.where(rng.random((2, d)) < 0.5, -1.0, 1.0)
+    wild = 10.0 ** rng.uniform(-30, 30, (2, d)) * random_sign
+    g = np.select([family == 0, family == 1, family == 2], [np.broadcast_to(mags, (2, d)), mags * alternating,
+                                                            mags * random_sign], wild)
+    g[:, -1] = 0.0 if t % 3 else g[:, -1]
+    return g.astype(np.float32)
+
+
+def _ratio_excess(view) -> float:
+    """max(|m| - b, |m| - b_hat) over all elements, in the stored precision (> 0 is a violation; NaN too)."""
+    m = np.abs(view.m)
+    excess = np.maximum(m - view.b, m - view.b_hat).astype(np.float64)
+    return float("inf") if np.isnan(excess).any() else float(excess.max())
+
+
+def run_sequence(target: Target, grads: np.ndarray, beta: float, T0, eps: float = 1e-8, seed: int = 0):
+    """Feed grads (T, n, d) to a fresh state; return the views after each step and the largest |e|, |e_bar|."""
+    T, n, d = grads.shape
+    rng = np.random.default_rng(seed)
+    state = target.run_init(n, d)
+    views = []
+    for t in range(T):
+        u_bar, state = target.run_step(state, np.ascontiguousarray(grads[t]), beta, eps,
+                                       rng.random((n, d), dtype=np.float32), rng.random(d, dtype=np.float32), T0)
+        views.append(read_state(state, n, d))
+    return views
+
+
+def sweep(ctx: Context) -> dict:
+    """The seeded sweep, once per context: worst ratio excess, worst |e| and |e_bar|, and where."""
+
+    def compute():
+        worst, where, e_max, server_max = -np.inf, "", 0.0, 0.0
+        d = 4 * len(SWEEP_MAGNITUDES) + 1
+        for i, beta in enumerate(SWEEP_BETAS):
+            rng = np.random.default_rng(100 + i)
+            grads = np.stack([sweep_gradients(rng, t, d) for t in range(1, SWEEP_STEPS + 1)])
+            T0 = (None, 0, SWEEP_STEPS // 2)[i % 3]
+            for t, view in enumerate(run_sequence(ctx.target, grads, beta, T0, seed=i), start=1):
+                excess = _ratio_excess(view)
+                if excess > worst:
+                    worst, where = excess, f"beta={beta:.9g}, T0={T0}, step {t}"
+                e_max = max(e_max, float(np.abs(view.e).max()))
+                server_max = max(server_max, float(np.abs(view.server_e).max()))
+        return {"excess": worst, "where": where, "e": e_max, "server_e": server_max}
+
+    return ctx.shared("ratio_sweep", compute)
+
+
+@st.composite
+def gradient_sequences(draw):
+    n, d, T = draw(st.integers(1, 3)), draw(st.integers(1, 4)), draw(st.integers(1, 12))
+    beta = draw(st.one_of(st.sampled_from(SWEEP_BETAS), st.floats(0.01, 0.999)))
+    T0 = draw(st.one_of(st.none(), st.integers(0, 12)))
+    limit = float(np.float32(1e30))  # a float32-exact bound (Hypothesis rejects others at width=32)
+    elements = st.floats(-limit, limit, width=32, allow_nan=False, allow_infinity=False)
+    grads = draw(arrays(np.float32, (T, n, d), elements=elements, fill=st.nothing()))
+    return grads, beta, T0
+
+
+def hunt(target: Target):
+    """Hypothesis ``find`` (derandomized, at most HUNT_EXAMPLES examples): the smallest gradient sequence after
+    which |m| > b or |m| > b_hat, or None when it finds none."""
+    errors = []
+
+    def violates(example) -> bool:
+        grads, beta, T0 = example
+        try:
+            return any(_ratio_excess(v) > 0 for v in run_sequence(target, grads, beta, T0))
+        except ImplError as error:
+            errors.append(str(error))
+            return True
+
+    config = settings(max_examples=HUNT_EXAMPLES, derandomize=True, database=None, deadline=None,
+                      phases=(Phase.generate, Phase.shrink), suppress_health_check=list(HealthCheck))
+    try:
+        grads, beta, T0 = find(gradient_sequences(), violates, settings=config)
+    except NoSuchExample:
+        return None
+    text = np.array2string(grads[:, :, :], precision=9, separator=",").replace("\n", "")
+    return f"beta={beta!r}, T0={T0}, grads (T, n, d) = {text}" + (f"; raised: {errors[-1]}" if errors else "")
+
+
+@check(
+    "ratio_bound",
+    "Eq. 4: the elements of m_t and b_t rigorously satisfy -1 <= (m_t)_j / (b_t)_j <= 1, in float32 (|m| <= b)",
+    "|m| <= b and |m| <= b_hat on every stored state: a seeded sweep (14 betas x 40 steps x 65 columns, T0 off/0/20) "
+    f"and Hypothesis find (derandomized, {HUNT_EXAMPLES} sequences, float32 elements up to 1e30)",
+)
+def ratio_bound(ctx: Context) -> Outcome:
+    swept = sweep(ctx)
+    if not swept["excess"] <= 0:
+        return verdict(False, f"sweep: |m| exceeds b by {swept['excess']:.3g} at {swept['where']}",
+                       f"excess {swept['excess']:.3g}")
+    found = hunt(ctx.target)
+    if found:
+        return verdict(False, f"Hypothesis found |m| > b: {found}", "violation found")
+    return verdict(True, f"no element with |m| > b in the sweep (max |m| - b = {swept['excess']:.3g}) or in "
+                         f"{HUNT_EXAMPLES} Hypothesis sequences", "|m| <= b everywhere")
+
+
+@check(
+    "error_bounds",
+    "Error feedback keeps |e_t| <= 2 and |e_bar_t| <= 2 (derived in proofs_checks/bounds.py from |m/b| <= 1 and "
+    "line 7-13; Lemma 1's E||e||^2 <= d rests on such a bound)",
+    "max |e| and |e_bar| over the 3 trajectories and the ratio sweep",
+)
+def error_bounds(ctx: Context) -> Outcome:
+    swept = sweep(ctx)
+    e = max([swept["e"]] + [float(np.abs(r.new.e).max()) for r in all_records(ctx)])
+    server = max([swept["server_e"]] + [float(np.abs(r.new.server_e).max()) for r in all_records(ctx)])
+    ok = e <= 2 and server <= 2
+    return verdict(ok, f"max |e| = {e:.9g}, max |e_bar| = {server:.9g} (bound 2)", f"{e:.4g} / {server:.4g}")
+
+
+def premise_share(records) -> tuple[float, float]:
+    """Shares of worker y = m/(b+eps) + e_prev and server z = mean u + e_bar_prev with |.| > 1."""
+    outside_y = outside_z = count_y = count_z = 0
+    for rec in records:
+        d = derive(rec)
+        outside_y += int((np.abs(d.y) > 1).sum())
+        outside_z += int((np.abs(d.z) > 1).sum())
+        count_y += d.y.size
+        count_z += d.z.size
+    return outside_y / count_y, outside_z / count_z
+
+
+@check(
+    "premise_frequency",
+    "Lemma 1 assumes -1 <= (u_t)_j <= 1, but lines 8 and 12 quantize m/b + e and mean(u) + e_bar, which leave "
+    "[-1, 1]; there Q is deterministic and biased (E[Q(y)] = sign(y) != y)",
+    "measured (not bounded by the paper): share of |y| > 1 and |z| > 1 along the recorded trajectories and the "
+    "Theorem 1 runs",
+)
+def premise_frequency(ctx: Context) -> Outcome:
+    y_share, z_share = premise_share(all_records(ctx))
+    run = theorem_run(ctx)
+    detail = (f"trajectories: |y| > 1 for {y_share:.1%} of worker elements, |z| > 1 for {z_share:.1%} of server "
+              f"elements; Theorem 1 problem: {run['premise_y']:.1%} and {run['premise_z']:.1%}")
+    return Outcome("info", detail, f"{y_share:.1%} / {z_share:.1%}")

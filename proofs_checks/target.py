@@ -1,0 +1,159 @@
+"""The implementation under test, seen only through the interface of ../shared/CONTRACT.md.
+
+An implementation is any object (a module, a class instance, ...) with ``quantize(y, u)``, ``init(n_workers,
+dim)`` and ``step(state, grads, beta=, eps=, u_worker=, u_server=, T0=)`` returning ``(u_bar, new_state)``. The
+state's fields m, b_hat, b, e, server_e and t are read by attribute, or by key from a dict-like state. Arrays may
+be NumPy arrays or anything ``numpy.asarray`` understands (torch tensors are moved to the CPU first).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+DEFAULT_IMPL = "birder_ref.algorithm1"
+ARRAY_FIELDS = ("m", "b_hat", "b", "e", "server_e")
+INTERFACE = ("quantize", "init", "step")
+
+
+class ImplError(Exception):
+    """The implementation raised, or returned something outside the interface, while a check drove it."""
+
+
+def to_numpy(x) -> np.ndarray:
+    """A NumPy copy of an array-like (torch tensors are detached and moved to the CPU)."""
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().numpy()
+    return np.array(x, copy=True)
+
+
+@dataclass(frozen=True)
+class StateView:
+    """A snapshot of Algorithm 1's state: m, b_hat, b, e (n, d); server_e (d,); the step count t."""
+
+    m: np.ndarray
+    b_hat: np.ndarray
+    b: np.ndarray
+    e: np.ndarray
+    server_e: np.ndarray
+    t: int
+
+    def equals(self, other: StateView) -> list[str]:
+        """Names of the fields that differ bit for bit (NaN equal to NaN)."""
+        differ = [f for f in ARRAY_FIELDS if not same_bits(getattr(self, f), getattr(other, f))]
+        return differ + (["t"] if self.t != other.t else [])
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a, b, equal_nan=True))
+
+
+def _field(state, name: str):
+    if hasattr(state, name):
+        return getattr(state, name)
+    try:
+        return state[name]
+    except (KeyError, TypeError, IndexError) as error:
+        raise ImplError(f"the state has no field {name!r} (read by attribute or by key)") from error
+
+
+def read_state(state, n: int, d: int) -> StateView:
+    """Copy the state's fields out, checking their shapes: (n, d) for m, b_hat, b, e and (d,) for server_e."""
+    arrays = {}
+    for name in ARRAY_FIELDS:
+        value = to_numpy(_field(state, name))
+        want = (d,) if name == "server_e" else (n, d)
+        if value.shape != want:
+            raise ImplError(f"state field {name} has shape {value.shape}, expected {want}")
+        arrays[name] = value
+    return StateView(**arrays, t=int(to_numpy(_field(state, "t"))))
+
+
+@dataclass(frozen=True)
+class Target:
+    """An implementation to judge: its three functions (None where missing) and, optionally, its schemes.
+
+    ``schemes`` is an object with ``step(scheme, state, grads, beta, eps, u_worker, u_server, T0)`` returning
+    ``(u_bar, state, log)`` (``log.bytes_per_gpu``), as ``birder_ref.schemes``; the scheme checks apply only
+    where it is present.
+    """
+
+    name: str
+    obj: Any
+    quantize: Any
+    init: Any
+    step: Any
+    schemes: Any = None
+
+    @property
+    def is_reference(self) -> bool:
+        """The reference itself: the checks of birder_ref's baselines apply to it alone."""
+        return getattr(self.obj, "__name__", None) == DEFAULT_IMPL
+
+    def missing(self, names: tuple[str, ...]) -> list[str]:
+        return [name for name in names if not callable(getattr(self, name))]
+
+    def run_quantize(self, y: np.ndarray, u: np.ndarray) -> np.ndarray:
+        try:
+            q = self.quantize(y, u)
+        except Exception as error:
+            raise ImplError(f"quantize raised {type(error).__name__}: {error}") from error
+        q = to_numpy(q)
+        if q.shape != y.shape:
+            raise ImplError(f"quantize returned shape {q.shape} for input shape {y.shape}")
+        return q
+
+    def run_init(self, n: int, d: int):
+        try:
+            return self.init(n, d)
+        except Exception as error:
+            raise ImplError(f"init({n}, {d}) raised {type(error).__name__}: {error}") from error
+
+    def run_step(self, state, grads, beta, eps, u_worker, u_server, T0):
+        """One call of ``step`` with keyword arguments; returns (u_bar as a NumPy array, the new state)."""
+        try:
+            out = self.step(state, grads, beta=beta, eps=eps, u_worker=u_worker, u_server=u_server, T0=T0)
+        except Exception as error:
+            raise ImplError(f"step raised {type(error).__name__}: {error}") from error
+        if not isinstance(out, tuple) or len(out) != 2:
+            raise ImplError(f"step returned {type(out).__name__}, expected the pair (u_bar, new_state)")
+        u_bar = to_numpy(out[0])
+        if u_bar.shape != (grads.shape[1],):
+            raise ImplError(f"step returned u_bar of shape {u_bar.shape}, expected {(grads.shape[1],)}")
+        return u_bar, out[1]
+
+
+def target_from_object(obj, name: str | None = None, schemes=None) -> Target:
+    """Wrap any object with (some of) quantize, init and step. The reference's own module gets its schemes."""
+    if schemes is None and getattr(obj, "__name__", None) == DEFAULT_IMPL:
+        schemes = importlib.import_module("birder_ref.schemes")
+    if schemes is None:
+        schemes = getattr(obj, "schemes", None)
+    label = name or getattr(obj, "__name__", None) or type(obj).__name__
+    return Target(label, obj, *(getattr(obj, f, None) for f in INTERFACE), schemes=schemes)
+
+
+def load_target(spec=None) -> Target:
+    """The implementation named by ``MODULE[:OBJECT]`` (default ``birder_ref.algorithm1``), or an object itself.
+
+    Raises ValueError (one line) when the module cannot be imported or the object is not in it.
+    """
+    if spec is None:
+        spec = DEFAULT_IMPL
+    if not isinstance(spec, str):
+        return target_from_object(spec)
+    module_name, _, object_path = spec.partition(":")
+    if not module_name:
+        raise ValueError(f"--impl {spec!r}: expected MODULE[:OBJECT]")
+    try:
+        obj = importlib.import_module(module_name)
+    except Exception as error:  # any failure to import is bad usage, reported in one line
+        raise ValueError(f"cannot import {module_name!r}: {type(error).__name__}: {error}") from error
+    for part in filter(None, object_path.split(".")):
+        if not hasattr(obj, part):
+            raise ValueError(f"{spec!r}: {getattr(obj, '__name__', obj)!s} has no attribute {part!r}")
+        obj = getattr(obj, part)
+    return target_from_object(obj, name=spec)
