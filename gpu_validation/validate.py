@@ -329,7 +329,6 @@ def run(cfg: Config) -> dict:
             if p.is_alive():
                 p.kill()
                 p.join()
-    elapsed = time.monotonic() - started
     exit_codes = {r: p.exitcode for r, p in enumerate(procs)}
     errors = {r: rep["error"] for r, rep in sorted(reports.items()) if "error" in rep}
     result = reports.get(0, {}).get("result")
@@ -346,9 +345,7 @@ def run(cfg: Config) -> dict:
         if first_failure is not None:
             summary["seconds_to_stop_after_failure"] = round(time.monotonic() - first_failure, 2)
         result = summary
-    result["seconds"] = round(elapsed, 2)
-    result["config"] = {k: v for k, v in asdict(cfg).items() if k not in ("backend",)}
-    return result
+    return _with_run_facts(result, cfg, started)
 
 
 def run_under_torchrun(cfg: Config) -> dict | None:
@@ -359,8 +356,16 @@ def run_under_torchrun(cfg: Config) -> dict | None:
             cfg.gpus_per_node):
         raise ValueError(f"torchrun started {os.environ['WORLD_SIZE']} ranks ({os.environ.get('LOCAL_WORLD_SIZE')} "
                          f"per node); --nodes {cfg.nodes} --gpus-per-node {cfg.gpus_per_node} need {cfg.world}")
+    started = time.monotonic()
     dist.init_process_group(cfg.backend, init_method="env://", timeout=timedelta(seconds=cfg.timeout_s))
     try:
-        return train_and_compare(cfg, rank, one_machine=False)
+        result = train_and_compare(cfg, rank, one_machine=False)
     finally:
         dist.destroy_process_group()
+    return None if result is None else _with_run_facts(result, cfg, started)
+
+
+def _with_run_facts(result: dict, cfg: Config, started: float) -> dict:
+    result["seconds"] = round(time.monotonic() - started, 2)
+    result["config"] = {k: v for k, v in asdict(cfg).items() if k != "backend"}
+    return result
