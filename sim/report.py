@@ -45,7 +45,7 @@ def section(outdir: Path, quick: bool) -> str:
         curve = plots.throughput_vs_gpus(results, outdir, prefix=f"sim_{model}_")[0]
         bars = plots.time_breakdown([r for r in results if r["nodes"] <= 8], outdir, prefix=f"sim_{model}_")[0]
         lines += [f"### {model}, {batch} samples per GPU, built-in A100 compute profile", "",
-                  f"![throughput vs GPUs]({curve.name}) ![time per iteration]({bars.name})", "",
+                  f"![throughput vs GPUs]({curve.name})", "", f"![time per iteration]({bars.name})", "",
                   "| network | optimizer | " + " | ".join(f"{n * 8} GPUs" for n in nodes) + " |",
                   "|---|---|" + "---:|" * len(nodes)]
         for net in dict.fromkeys(r["network"] for r in results):
