@@ -1,0 +1,46 @@
+"""`birder check` as a user runs it: JSON, exit statuses, bad usage in one line, and the report section."""
+
+import json
+
+from birder.cli import main
+from proofs_checks.report import PLOT, section
+
+
+def test_json_and_exit_zero_on_the_reference(capsys):
+    assert main(["check", "--json", "--only", "interface,line9_worker_error,line7_amsgrad"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["passed"] is True
+    assert [c["name"] for c in out["checks"]] == ["interface", "line9_worker_error", "line7_amsgrad"]
+    assert all({"name", "passed", "detail"} <= set(c) for c in out["checks"])
+
+
+def test_a_wrong_implementation_exits_one_naming_the_check(capsys):
+    code = main(["check", "--impl", "proofs_checks.mutants:flipped_worker_error", "--only", "line9_worker_error"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "FAIL  line9_worker_error" in out and "failed: line9_worker_error" in out and "wall time" in out
+
+
+def test_missing_quantize_is_a_failed_check_not_a_crash(capsys):
+    code = main(["check", "--json", "--impl", "proofs_checks.mutants:missing_quantize", "--only",
+                 "interface,eq5_support,line9_worker_error"])
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert code == 1
+    assert not checks["interface"]["passed"] and "quantize" in checks["interface"]["detail"]
+    assert not checks["eq5_support"]["passed"]
+    assert checks["line9_worker_error"]["passed"]  # step alone still satisfies line 9
+
+
+def test_bad_usage_is_one_line_and_exit_two(capsys):
+    for argv in (["check", "--impl", "no_such_module_xyz"], ["check", "--impl", "proofs_checks.mutants:nope"],
+                 ["check", "--only", "no_such_check"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("birder check: error:")
+
+
+def test_report_section_has_the_table_and_the_plot(tmp_path):
+    markdown = section(tmp_path, quick=True)
+    assert "| eq5_probability_exact |" in markdown and "| theorem1_bound |" in markdown
+    assert "every check holds" in markdown
+    assert (tmp_path / PLOT).stat().st_size > 10_000
