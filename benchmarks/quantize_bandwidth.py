@@ -38,6 +38,22 @@ def compiled_draw_seconds(n: int, device: torch.device) -> tuple[float, float]:
     return compile_s, _median_seconds(lambda: compiled(key, index), device, 5)
 
 
+def compiled_quantize_pack_seconds(n: int, device: torch.device) -> tuple[float, float]:
+    """(compile seconds, median seconds) of quantize + pack fused by torch.compile, after checking its bits.
+
+    Safe to fuse: clamp, +1, /2 and a comparison round exactly as in eager mode (no multiply-add to contract).
+    """
+    compiled = torch.compile(lambda y, u: tb.pack_signs(tb.quantize(y, u)), dynamic=True)
+    y = torch.linspace(-1.5, 1.5, n, device=device)
+    u = tb.uniforms(0, 1, 0, torch.arange(n, dtype=torch.int64, device=device))
+    start = time.perf_counter()
+    got = compiled(y, u)
+    compile_s = time.perf_counter() - start
+    if not torch.equal(got, tb.pack_signs(tb.quantize(y, u))):
+        raise AssertionError("compiled quantize + pack differs from eager")
+    return compile_s, _median_seconds(lambda: compiled(y, u), device, 5)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -58,10 +74,17 @@ def main() -> None:
                           "draws_ms": round(1e3 * row["draws_s"], 3),
                           "worker_and_server_draws_quantize_pack_unpack_ms": round(compression_ms, 3)}))
     if args.compile:
-        compile_s, seconds = compiled_draw_seconds(2**20, device)
-        eager = _median_seconds(lambda: tb.uniforms(0, 1, 0, torch.arange(2**20, device=device)), device, 5)
-        print(json.dumps({"compiled_draws_1Mi_ms": round(1e3 * seconds, 3), "eager_draws_1Mi_ms": round(1e3 * eager, 3),
-                          "speed_up": round(eager / seconds, 2), "compile_s": round(compile_s, 1)}))
+        n = max(SHARDS.values())
+        compile_s, seconds = compiled_draw_seconds(n, device)
+        eager = _median_seconds(lambda: tb.uniforms(0, 1, 0, torch.arange(n, device=device)), device, 5)
+        print(json.dumps({"elements": n, "compiled_draws_ms": round(1e3 * seconds, 3),
+                          "eager_draws_ms": round(1e3 * eager, 3), "speed_up": round(eager / seconds, 2),
+                          "compile_s": round(compile_s, 1)}))
+        compile_s, seconds = compiled_quantize_pack_seconds(n, device)
+        gbps = n * (4 + 4 + 1 / 8) / seconds / 1e9  # y and u in, packed bits out
+        print(json.dumps({"elements": n, "compiled_quantize_pack_ms": round(1e3 * seconds, 3),
+                          "compiled_quantize_pack_gbytes_per_s": round(gbps, 2), "share_of_peak": round(gbps / peak, 4),
+                          "compile_s": round(compile_s, 1)}))
 
 
 if __name__ == "__main__":
