@@ -262,9 +262,49 @@ def section(outdir: Path, quick: bool) -> str:
         f"{adam.bytes_per_gpu[1] / max(1, birder.bytes_per_gpu[1]):.0f}x fewer inter-node bytes than Adam. "
         "Bytes are the busiest GPU's, from each optimizer's schedule over the steps it communicates. "
         f"{marsit_jumps}0/1 Adam's jagged curve is rank 0's replica between syncs. "
-        "One seed, one small network: a check that each optimizer trains, not a ranking.",
+        "One seed, one small network: a check that each optimizer trains, not a ranking; "
+        "`python -m birder_ref.comparison --seeds 5` prints the spread over seeds.",
         "",
         "![training loss per optimizer](baselines_digits_loss.png)",
         "",
     ]
     return "\n".join(lines)
+
+
+def seed_summary(seeds: int, quick: bool = False) -> dict[str, dict[str, list[float]]]:
+    """Final training loss and test accuracy of every optimizer over seeds 0 .. seeds-1 (learning rates fixed)."""
+    summary: dict[str, dict[str, list[float]]] = {}
+    for seed in range(seeds):
+        for r in run(quick, seed):
+            entry = summary.setdefault(r.name, {"final_loss": [], "test_accuracy": []})
+            entry["final_loss"].append(r.final_loss)
+            entry["test_accuracy"].append(r.test_accuracy)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m birder_ref.comparison --seeds 5``: the comparison over several seeds, mean [min, max]."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m birder_ref.comparison", description=main.__doc__)
+    parser.add_argument("--seeds", type=int, default=5, help="number of seeds (0 .. N-1)")
+    parser.add_argument("--quick", action="store_true", help=f"{QUICK_STEPS} steps instead of {STEPS}")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    if args.seeds < 1:
+        parser.error("--seeds must be >= 1")
+    summary = seed_summary(args.seeds, args.quick)
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    print(f"{'optimizer':14s} {'final train loss: mean [min, max]':36s} test accuracy %: mean [min, max]")
+    for name, entry in summary.items():
+        loss, acc = np.array(entry["final_loss"]), 100 * np.array(entry["test_accuracy"])
+        print(f"{name:14s} {loss.mean():.4f} [{loss.min():.4f}, {loss.max():.4f}]{'':13s} "
+              f"{acc.mean():.1f} [{acc.min():.1f}, {acc.max():.1f}]")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,6 +1,7 @@
 """The digits comparison: the MLP's backward pass, and the quick report section as a user gets it."""
 
 import numpy as np
+import pytest
 
 from birder_ref import comparison
 
@@ -43,3 +44,9 @@ def test_quick_results_learn_and_one_bit_optimizers_send_less():
     adam_inter = results["adam"].bytes_per_gpu[1]
     for name in ("birder", "onebit-adam", "zero-one-adam", "marsit"):
         assert results[name].bytes_per_gpu[1] < adam_inter / 3, name
+
+
+def test_seed_command_rejects_zero_seeds():
+    with pytest.raises(SystemExit) as exit_info:
+        comparison.main(["--seeds", "0"])
+    assert exit_info.value.code == 2
