@@ -6,6 +6,8 @@ from itertools import product
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from birder_ref import draws, driver, marsit
 from birder_ref.marsit import Marsit, merge, sign_allreduce, transient_probability
@@ -154,3 +156,21 @@ def test_bad_settings_raise():
         Marsit(topology="tree")
     with pytest.raises(ValueError, match="position"):
         transient_probability(0, 1)
+
+
+@given(st.integers(1, 3), st.integers(1, 4), st.integers(1, 70), st.sampled_from(["ring", "torus"]),
+       st.integers(0, 2**31))
+def test_agreeing_workers_keep_their_sign_and_the_result_is_always_a_held_sign(n_nodes, gpus, d, topology, seed):
+    """Deterministic for any draws: where every worker holds the same sign it comes out; elsewhere the
+    merged sign is one some worker holds (the operator is a bitwise majority with the incoming bit)."""
+    layout = Layout(n_nodes, gpus)
+    p = layout.n_ranks
+    rng = np.random.default_rng(seed)
+    values = rng.standard_normal((p, d)).astype(np.float32)
+    values[:, : d // 2] = np.abs(values[:, : d // 2]) * np.where(np.arange(d // 2) % 2, 1, -1).astype(np.float32)
+    u = rng.random((2, p, d), dtype=np.float32)
+    out = sign_allreduce(values, layout, u[0], u[1], topology)
+    held = np.where(values >= 0, 1, -1)
+    assert np.all((out == held.max(axis=0)) | (out == held.min(axis=0)))
+    agree = held.min(axis=0) == held.max(axis=0)
+    assert np.array_equal(out[agree], held[0, agree])
