@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from tqdm import tqdm
 
 from gpu_validation import comm
 from gpu_validation import torch_birder as tb
@@ -100,7 +101,7 @@ def kernel_timings(sizes, device: torch.device, repeats: int) -> list[dict]:
     """Per size: seconds for the draws, quantize + pack, unpack; achieved GB/s of quantize + pack + unpack."""
     rows = []
     peak, _ = peak_gbytes_per_s(device)
-    for n in sizes:
+    for n in tqdm(sizes, desc="bench kernels", unit="size"):
         n = -(-n // 8) * 8
         index = torch.arange(n, dtype=torch.int64, device=device)
         y = torch.linspace(-1.5, 1.5, n, device=device)

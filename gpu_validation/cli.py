@@ -73,12 +73,14 @@ def register(subparsers) -> None:
         "gpu-validate", help="the torch DDP hook over torch.distributed, bit for bit against birder_ref",
         description="Train a small model with the Birder DDP hook on N x G local ranks (or under torchrun) and "
                     "compare every rank's update, parameters and final state with birder_ref, exactly.")
-    p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
-    p.add_argument("--nodes", type=int, default=2, help="nodes (simulated by process groups when local)")
-    p.add_argument("--gpus-per-node", type=int, default=2, help="ranks per node")
-    p.add_argument("--steps", type=int, default=6)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--scheme", choices=("hierarchical", "flat"), default="hierarchical")
+    p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
+                   help="gloo: CPU tensors (default); nccl: one CUDA GPU per rank")
+    p.add_argument("--nodes", type=int, default=2, help="nodes (simulated by process groups when local; default 2)")
+    p.add_argument("--gpus-per-node", type=int, default=2, help="ranks per node (default 2)")
+    p.add_argument("--steps", type=int, default=6, help="training steps, each compared (default 6)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the model, the data and the draws (default 0)")
+    p.add_argument("--scheme", choices=("hierarchical", "flat"), default="hierarchical",
+                   help="Section 4's hierarchical 1-bit all-reduce (default), or flat (every GPU a worker)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds before a stuck collective fails")
     p.add_argument("--resume-at", type=int, default=None, metavar="STEP",
                    help="also checkpoint at STEP, resume in a fresh DDP and require a bit-identical end")
@@ -93,12 +95,14 @@ def register(subparsers) -> None:
         "bench", help="time quantize/pack and the collectives here; write a cluster profile for predict",
         description="Time quantize+pack+unpack and all-to-all, all-gather, reduce-scatter, all-reduce at several "
                     "sizes on this backend and device; write a cluster profile TOML for `birder predict --cluster`.")
-    b.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
-    b.add_argument("--ranks", type=int, default=2, help="local ranks for the collectives")
-    b.add_argument("--gpus-per-node", type=int, default=None, help="GPUs per node to write in the profile")
+    b.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="default gloo")
+    b.add_argument("--ranks", type=int, default=2, help="local ranks for the collectives (default 2)")
+    b.add_argument("--gpus-per-node", type=int, default=None,
+                   help="ranks per node: intra-node and inter-node groups are timed apart (default: one node)")
     b.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda with nccl, else cpu")
-    b.add_argument("--sizes", type=int, nargs="+", default=[2**16, 2**20, 2**22], metavar="ELEMENTS")
-    b.add_argument("--repeats", type=int, default=5)
+    b.add_argument("--sizes", type=int, nargs="+", default=[2**16, 2**20, 2**22], metavar="ELEMENTS",
+                   help="float32 elements per measurement (default 65536 1048576 4194304)")
+    b.add_argument("--repeats", type=int, default=5, help="timed repetitions; the median is kept (default 5)")
     b.add_argument("--out", default="cluster_profile.toml", help="where to write the cluster profile")
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.set_defaults(func=run_bench)

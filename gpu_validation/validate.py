@@ -26,6 +26,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
+from tqdm import tqdm
 
 from birder_ref import algorithm1, schemes
 from birder_ref.draws import server_uniforms, worker_uniforms
@@ -217,7 +218,7 @@ def train_and_compare(cfg: Config, rank: int, one_machine: bool = True) -> dict 
     trainer = Trainer(cfg, topology, device)
     reference = Reference(cfg, flat(trainer.params).cpu().numpy()) if rank == 0 else None
     checkpoint = None
-    for step in range(1, cfg.steps + 1):
+    for step in tqdm(range(1, cfg.steps + 1), desc="gpu-validate steps", unit="step", disable=rank != 0):
         if cfg.kill_at == (step, rank):
             os._exit(KILLED_EXIT_STATUS)  # a crash: no clean-up, no goodbye to the other ranks
         try:
