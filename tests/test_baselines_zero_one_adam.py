@@ -120,3 +120,33 @@ def test_replicas_diverge_between_syncs_and_agree_after_each_and_error_feedback_
     np.testing.assert_allclose(anchor_then, start - sent / denominator,
                                atol=float(64 * EPS32 * (magnitude / denominator).max()))
     assert np.abs(delta).max() > 1e-4  # the errors are really carried
+
+
+def test_syncing_every_step_with_frozen_variance_is_onebit_adams_compression_stage():
+    """Notes §6 item 9: with T_u = every step and v frozen, 0/1 Adam compresses gamma * m_{t+1/2} each step,
+    which is 1-bit Adam's momentum exchange scaled by gamma (both compressors are positively homogeneous).
+    From the same m, v and model, the two trajectories agree to float32 rounding."""
+    from birder_ref.onebit_adam import OneBitAdam, OneBitAdamState
+    from birder_ref.optimizers import AdamState
+
+    layout, d, warm, steps, lr = Layout(2, 2), 40, 300, 30, 0.01  # t > 300: gamma_t = lr in float32
+    rng = np.random.default_rng(8)
+    m0 = rng.standard_normal(d).astype(np.float32)
+    v0 = (rng.random(d, dtype=np.float32) + 0.5) * np.float32(1e-2)
+    x0 = rng.standard_normal(d).astype(np.float32)
+    onebit = OneBitAdam(warmup_steps=warm)
+    zero_one = ZeroOneAdam(Policy(var_freeze_step=warm, local_step_scaler=10**9))
+    s1 = onebit.init(layout, d)
+    s1 = OneBitAdamState(AdamState(m0, v0), s1.worker_error, s1.server_error)
+    s2 = zero_one.init(layout, d)
+    s2 = type(s2)(np.tile(m0, (4, 1)), v0, warm, s2.buffer, 0.0, s2.anchor, s2.next_sync, s2.worker_error,
+                  s2.server_error)
+    p1 = p2 = np.tile(x0, (4, 1))
+    for t in range(warm + 1, warm + steps + 1):
+        grads = rng.standard_normal((2, 2, d)).astype(np.float32)
+        p1, s1 = onebit.step(s1, p1, grads, lr, t)
+        p2, s2 = zero_one.step(s2, p2, grads, lr, t)
+    moved = np.abs(p1 - x0).max()
+    assert moved > 10 * lr
+    np.testing.assert_allclose(p2 - x0, p1 - x0, atol=1e-4 * moved)
+    np.testing.assert_allclose(s2.m, np.tile(s1.adam.m, (4, 1)), rtol=1e-4, atol=1e-6)
