@@ -20,7 +20,7 @@ from proofs_checks.identities import derive
 from proofs_checks.registry import Context, Outcome, check, verdict
 from proofs_checks.target import ImplError, Target, read_state
 from proofs_checks.theorem import theorem_run
-from proofs_checks.trajectories import all_records
+from proofs_checks.trajectories import all_records, trajectories
 
 SWEEP_BETAS = (0.1, 0.5, 0.9, 0.95, 0.99, 0.999, 1 / 3, 0.7, 0.123456789, 0.999999, 0.8, 0.875, 0.3, 0.6)
 SWEEP_STEPS = 40
@@ -170,8 +170,11 @@ def premise_share(records) -> tuple[float, float]:
     "Theorem 1 runs",
 )
 def premise_frequency(ctx: Context) -> Outcome:
-    y_share, z_share = premise_share(all_records(ctx))
+    parts = []
+    for trajectory in trajectories(ctx):
+        y_share, z_share = premise_share(trajectory)
+        parts.append(f"{trajectory[0].setting.name} (beta {trajectory[0].setting.beta}): {y_share:.1%} / {z_share:.1%}")
     run = theorem_run(ctx)
-    detail = (f"trajectories: |y| > 1 for {y_share:.1%} of worker elements, |z| > 1 for {z_share:.1%} of server "
-              f"elements; Theorem 1 problem: {run['premise_y']:.1%} and {run['premise_z']:.1%}")
-    return Outcome("info", detail, f"{y_share:.1%} / {z_share:.1%}")
+    parts.append(f"Theorem 1 run: {run['premise_y']:.1%} / {run['premise_z']:.1%}")
+    return Outcome("info", "share of worker y with |y| > 1 / of server z with |z| > 1: " + "; ".join(parts),
+                   f"{run['premise_y']:.1%} / {run['premise_z']:.1%} (Theorem 1 run)")

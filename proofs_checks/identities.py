@@ -14,6 +14,7 @@ from fractions import Fraction
 import numpy as np
 
 from proofs_checks.registry import Context, Outcome, check, verdict
+from proofs_checks.target import StateView
 from proofs_checks.trajectories import Record, all_records, trajectories
 
 # |impl - exact| for line 9 and line 13: r = m / (b + eps) rounds twice (<= 2^-23 as |r| <= 1), y = r + e once
@@ -36,14 +37,16 @@ class Derived:
     z: np.ndarray
 
 
-def derive(record: Record) -> Derived:
-    s = record.setting
-    m, b = record.new.m.astype(np.float64), record.new.b.astype(np.float64)
-    r = m / (b + s.eps)
-    y = r + record.prev.e.astype(np.float64)
-    u = np.where(y - record.new.e >= 0, 1.0, -1.0)
+def derive_step(prev: StateView, new: StateView, eps: float) -> Derived:
+    r = new.m.astype(np.float64) / (new.b.astype(np.float64) + eps)
+    y = r + prev.e.astype(np.float64)
+    u = np.where(y - new.e >= 0, 1.0, -1.0)
     mean_u = u.mean(axis=0)
-    return Derived(r, y, u, mean_u, mean_u + record.prev.server_e.astype(np.float64))
+    return Derived(r, y, u, mean_u, mean_u + prev.server_e.astype(np.float64))
+
+
+def derive(record: Record) -> Derived:
+    return derive_step(record.prev, record.new, record.setting.eps)
 
 
 def _violations(residual: np.ndarray, tolerance) -> int:
@@ -55,9 +58,10 @@ def _summary(count: int, total: int, worst: float, tolerance_text: str) -> tuple
             f"max |residual| {worst:.3g}")
 
 
-def _nanmax(a: np.ndarray) -> float:
+def largest_abs(a: np.ndarray) -> float:
+    """max |a|, with NaN counted as infinitely large."""
     a = np.abs(a)
-    return float("nan") if np.isnan(a).any() else float(a.max(initial=0.0))
+    return float("inf") if np.isnan(a).any() else float(a.max(initial=0.0))
 
 
 @check(
@@ -78,7 +82,7 @@ def moments(ctx: Context) -> Outcome:
             residual = getattr(rec.new, name).astype(np.float64) - expected
             bad[name] += _violations(residual, TOL_MOMENT * scale + TINY)
             total += residual.size
-            worst = max(worst, _nanmax(residual / np.maximum(scale, TINY)))
+            worst = max(worst, largest_abs(residual / np.maximum(scale, TINY)))
     return verdict(not any(bad.values()), f"{bad['m']} (m) and {bad['b_hat']} (b_hat) of {total} elements outside "
                                           f"2^-21 relative; max relative residual {worst:.3g}",
                    f"max |residual| {worst:.3g} relative")
@@ -97,7 +101,7 @@ def worker_error(ctx: Context) -> Outcome:
         residual = rec.new.e - (d.y - d.u)
         bad += _violations(residual, TOL_ERROR)
         total += residual.size
-        worst = max(worst, _nanmax(residual))
+        worst = max(worst, largest_abs(residual))
     return verdict(bad == 0, *_summary(bad, total, worst, "2^-20"))
 
 
@@ -115,7 +119,7 @@ def server_error(ctx: Context) -> Outcome:
         signs_ok = np.isin(rec.u_bar, (-1.0, 1.0))
         bad += _violations(residual, TOL_ERROR) + int((~signs_ok).sum())
         total += residual.size
-        worst = max(worst, _nanmax(residual))
+        worst = max(worst, largest_abs(residual))
     return verdict(bad == 0, *_summary(bad, total, worst, "2^-20 (or u_bar not +-1)"))
 
 
@@ -142,8 +146,8 @@ def telescoping(ctx: Context) -> Outcome:
             sum_u_bar - (sum_mean_u - last.server_e),
             sum_u_bar - (sum_r.mean(axis=0) - (last.e.astype(np.float64).mean(axis=0) + last.server_e)),
         )
-        worst = max(_nanmax(r) for r in residuals)
-        worst_ratio = max(worst_ratio, worst / tol) if worst == worst else float("inf")
+        worst = max(largest_abs(r) for r in residuals)
+        worst_ratio = max(worst_ratio, worst / tol)
         parts.append(f"{trajectory[0].setting.name}: max |residual| {worst:.3g} (tolerance {tol:.3g})")
     return verdict(worst_ratio <= 1, "; ".join(parts), f"max residual / tolerance {worst_ratio:.3g}")
 
@@ -178,7 +182,7 @@ def eq7(ctx: Context) -> Outcome:
         residual = rec.u_bar - (d.r.mean(axis=0) + q["E_prev"] - q["E_new"])
         bad += _violations(residual, 2 * TOL_ERROR)
         total += residual.size
-        worst = max(worst, _nanmax(residual))
+        worst = max(worst, largest_abs(residual))
     return verdict(bad == 0, *_summary(bad, total, worst, "2 x 2^-20"))
 
 
@@ -203,8 +207,8 @@ def eq14(ctx: Context) -> Outcome:
         ratio = q["M"] / q["B"]
         bad_facts += int((~(np.abs(ratio) <= 1)).sum() + (~(np.abs(q["delta"]) <= 2)).sum())
         total += residual.size
-        worst_ratio = max(worst_ratio, _nanmax(ratio))
-        worst_delta = max(worst_delta, _nanmax(q["delta"]))
+        worst_ratio = max(worst_ratio, largest_abs(ratio))
+        worst_delta = max(worst_delta, largest_abs(q["delta"]))
     ok = bad_update == bad_eq9 == bad_facts == 0
     return verdict(ok, f"over {total} elements: {bad_update} break the update, {bad_eq9} break Eq. 9, {bad_facts} "
                        f"break |m/b| <= 1 or |delta| <= 2; max |m/b| = {worst_ratio:.9g}, max |delta| = "

@@ -40,6 +40,7 @@ def section(outdir: Path, quick: bool) -> str:
     target = load_target()
     ctx = Context(target)
     report = run_checks(target, progress=False, ctx=ctx)
+    Path(outdir).mkdir(parents=True, exist_ok=True)
     plot_theorem1(theorem.theorem_run(ctx), Path(outdir) / PLOT)
     verdict = "every check holds" if report.passed else "SOME CHECKS FAIL"
     return "\n".join([

@@ -28,6 +28,7 @@ import math
 
 import numpy as np
 
+from proofs_checks.identities import TOL_ERROR, derive_step, largest_abs
 from proofs_checks.registry import Context, Outcome, check, verdict
 from proofs_checks.target import read_state
 
@@ -94,7 +95,8 @@ def theorem_run(ctx: Context) -> dict:
         total_gradient = np.zeros(PROBLEMS)
         mean_sq, mean = {}, {}
         outside_y = outside_z = 0
-        prev_e, prev_server_e = np.zeros((N_WORKERS, PROBLEMS)), np.zeros(PROBLEMS)
+        worst_line9 = worst_line13 = 0.0
+        prev = read_state(state, N_WORKERS, PROBLEMS)
         for t in range(1, STEPS + 1):
             gradient = F_prime((x - a) / SCALE)
             total_gradient += np.abs(gradient)
@@ -103,21 +105,18 @@ def theorem_run(ctx: Context) -> dict:
             u_server = rng.random(PROBLEMS, dtype=np.float32)
             u_bar, state = target.run_step(state, grads, BETA, EPS, u_worker, u_server, 0)
             x = x - C / math.sqrt(t) * u_bar.astype(np.float64)
-            if t % 16 == 1:  # Lemma 1's premise, sampled every 16th step
-                view = read_state(state, N_WORKERS, PROBLEMS)
-                y = view.m / (view.b.astype(np.float64) + EPS) + prev_e
-                worker_u = np.where(y - view.e >= 0, 1.0, -1.0)
-                outside_y += int((np.abs(y) > 1).sum())
-                outside_z += int((np.abs(worker_u.mean(axis=0) + prev_server_e) > 1).sum())
-            if t % 16 == 0:
-                view = read_state(state, N_WORKERS, PROBLEMS)
-                prev_e, prev_server_e = view.e.astype(np.float64), view.server_e.astype(np.float64)
+            new = read_state(state, N_WORKERS, PROBLEMS)  # lines 9, 13 and Lemma 1's premise at every step
+            d = derive_step(prev, new, EPS)
+            worst_line9 = max(worst_line9, largest_abs(new.e - (d.y - d.u)))
+            worst_line13 = max(worst_line13, largest_abs(new.server_e - (d.z - u_bar)))
+            outside_y += int((np.abs(d.y) > 1).sum())
+            outside_z += int((np.abs(d.z) > 1).sum())
+            prev = new
             if t in CHECKPOINTS:
                 X = total_gradient / t
                 mean_sq[t], mean[t] = float(np.mean(X * X)), float(np.mean(X))
-        samples = STEPS // 16
-        return {"mean_sq": mean_sq, "mean": mean, "premise_y": outside_y / (samples * N_WORKERS * PROBLEMS),
-                "premise_z": outside_z / (samples * PROBLEMS)}
+        return {"mean_sq": mean_sq, "mean": mean, "premise_y": outside_y / (STEPS * N_WORKERS * PROBLEMS),
+                "premise_z": outside_z / (STEPS * PROBLEMS), "line9": worst_line9, "line13": worst_line13}
 
     return ctx.shared("theorem_run", compute)
 
@@ -164,3 +163,16 @@ def theorem1_shape(ctx: Context) -> Outcome:
     return verdict(ok, f"E[X^2]: {early:.3g} at T = {SHAPE_FROM}, {late:.3g} at T = {STEPS} (ratio "
                        f"{late / early if early else float('inf'):.3g}); the bound's ratio {ratio:.3g}; log-log "
                        f"slope {slope:.3g} vs the shape's {shape_slope:.3g}", f"slope {slope:.3g} vs {shape_slope:.3g}")
+
+
+@check(
+    "long_run_identities",
+    "Algorithm 1 lines 9 and 13 hold at every step of a long run, not only over the first few",
+    f"every one of the {STEPS} steps of the Theorem 1 run ({N_WORKERS} workers x {PROBLEMS} coordinates): "
+    "tolerance 2^-20 as line9_worker_error and line13_server_error",
+)
+def long_run_identities(ctx: Context) -> Outcome:
+    run = theorem_run(ctx)
+    ok = run["line9"] <= TOL_ERROR and run["line13"] <= TOL_ERROR
+    return verdict(ok, f"max |line 9 residual| = {run['line9']:.3g}, max |line 13 residual| = {run['line13']:.3g} "
+                       f"(tolerance {TOL_ERROR:.3g})", f"{run['line9']:.3g} / {run['line13']:.3g}")

@@ -31,6 +31,7 @@ SETTINGS = (
     Setting("mixed", n=4, d=64, T=40, beta=0.9, eps=1e-8, T0=None, seed=11),
     Setting("amsgrad", n=3, d=48, T=30, beta=0.95, eps=1e-6, T0=5, seed=12),
     Setting("single", n=1, d=32, T=20, beta=0.5, eps=1e-8, T0=0, seed=13),
+    Setting("wide", n=2, d=4099, T=4, beta=0.9, eps=1e-8, T0=2, seed=14),  # past 4096: blocked kernels' edges
 )
 
 
