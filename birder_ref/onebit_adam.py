@@ -111,11 +111,14 @@ def compressed_allreduce(
 
     own = [(worker_scales[j], worker_signs[j][j * chunk:(j + 1) * chunk]) for j in range(N)]
     received = {j: {j: own[j]} for j in range(N)}  # server j keeps its own chunk; the others arrive as bytes
-    def worker_chunk(m):
+
+    def send_worker_chunk(m):
         return _message(worker_signs[m.src][m.chunk * chunk:(m.chunk + 1) * chunk], worker_scales[m.src])
 
-    deliver(all_to_all, worker_chunk, lambda m, payload: received[m.dst].__setitem__(m.src, _read(payload, chunk)),
-            log)
+    def receive_worker_chunk(m, payload):
+        received[m.dst][m.src] = _read(payload, chunk)
+
+    deliver(all_to_all, send_worker_chunk, receive_worker_chunk, log)
 
     new_server_error = np.empty_like(server_error)
     server = []
@@ -131,8 +134,11 @@ def compressed_allreduce(
         server.append((s, q))
 
     gathered = {i: {i: server[i]} for i in range(N)}
-    deliver(all_gather, lambda m: _message(server[m.src][1], server[m.src][0]),
-            lambda m, payload: gathered[m.dst].__setitem__(m.chunk, _read(payload, chunk)), log)
+
+    def receive_server_chunk(m, payload):
+        gathered[m.dst][m.chunk] = _read(payload, chunk)
+
+    deliver(all_gather, lambda m: _message(server[m.src][1], server[m.src][0]), receive_server_chunk, log)
     outs = [np.concatenate([s * q for s, q in (gathered[i][j] for j in range(N))]) for i in range(N)]
     for i in range(1, N):
         if not np.array_equal(outs[i], outs[0]):
