@@ -38,7 +38,7 @@ import numpy as np
 from birder_ref import draws
 from birder_ref.baseline_schedules import TOPOLOGIES, deliver, marsit_schedule
 from birder_ref.execute import ByteLog, run_phase
-from birder_ref.schedules import Layout, Phase, padded_dim
+from birder_ref.schedules import Layout, Phase, Schedule, padded_dim
 from birder_ref.validation import check_array, check_draws
 
 RING_STREAM = 2**29
@@ -86,13 +86,45 @@ def _merge_phase(phase: Phase, bits: dict[int, np.ndarray], u: dict[int, np.ndar
     deliver(phase, encode, receive, log)
 
 
+def _execute(sched: Schedule, layout: Layout, vectors: np.ndarray, reduce_scatter, log: ByteLog) -> np.ndarray:
+    """Run a Marsit schedule on every rank's padded vector (p, D): its reduce-scatter phases through
+    ``reduce_scatter(phase, buffers, coordinates, stage)``, its all-gathers by copying; returns the vector every
+    rank ends with. ``coordinates[rank]`` gives each buffer element's index in the padded vector, ``stage`` is
+    "ring" (ring or row phase) or "column". In the torus, GPU (k, j) owns shard j of its row after the row
+    reduce-scatter and chunk k of that shard after the column reduce-scatter."""
+    p, D = vectors.shape
+    index = np.arange(D)
+    if len(sched.phases) == 2:
+        ring_rs, ring_ag = sched.phases
+        buffers = {r: vectors[r].reshape(p, -1).copy() for r in range(p)}
+        reduce_scatter(ring_rs, buffers, {r: index.reshape(p, -1) for r in range(p)}, "ring")
+        run_phase(ring_ag, buffers, log)
+    else:
+        row_rs, column_rs, column_ag, row_ag = sched.phases
+        n, g = layout.n_nodes, layout.gpus_per_node
+        shard = D // g
+        buffers = {r: vectors[r].reshape(g, -1).copy() for r in range(p)}
+        reduce_scatter(row_rs, buffers, {r: index.reshape(g, -1) for r in range(p)}, "ring")
+        columns = {r: buffers[r][r % g].reshape(n, -1).copy() for r in range(p)}
+        owned = {r: index[(r % g) * shard:(r % g + 1) * shard].reshape(n, -1) for r in range(p)}
+        reduce_scatter(column_rs, columns, owned, "column")
+        run_phase(column_ag, columns, log)
+        for r in range(p):
+            buffers[r][r % g] = columns[r].reshape(-1)
+        run_phase(row_ag, buffers, log)
+    for r in range(1, p):
+        if not np.array_equal(buffers[r], buffers[0]):
+            raise AssertionError(f"rank {r} ended {sched.scheme} with a different vector than rank 0")
+    return buffers[0].reshape(-1)
+
+
 def sign_allreduce(values: np.ndarray, layout: Layout, u_ring: np.ndarray, u_column: np.ndarray | None = None,
                    topology: str = "ring", log: ByteLog | None = None) -> np.ndarray:
     """Marsit's one-bit synchronization (Algorithm 1 lines 4-10) of every rank's ``values`` (p, d).
 
     ``u_ring`` (p, d): each rank's draws for the ring / row hops, ``u_column`` (p, d) for the torus column hops.
     Executes ``baseline_schedules.marsit_schedule`` hop by hop (reduce-scatter with ``merge``, all-gather by
-    copying) on the zero-padded vectors and returns the +-1 float32 vector u (d,) every rank ends with.
+    copying) on the padded vectors and returns the +-1 float32 vector u (d,) every rank ends with.
     """
     if topology not in TOPOLOGIES:
         raise ValueError(f"unknown topology {topology!r}; choose one of {', '.join(TOPOLOGIES)}")
@@ -103,45 +135,15 @@ def sign_allreduce(values: np.ndarray, layout: Layout, u_ring: np.ndarray, u_col
         check_draws("u_column", u_column, (p, d), worker_axes=1)
     log = ByteLog() if log is None else log
     sched = marsit_schedule(layout, d, topology)
-    D = sched.padded_dim
-    pad = ((0, 0), (0, D - d))
+    pad = ((0, 0), (0, sched.padded_dim - d))
     plus = np.pad((values >= 0).astype(np.int64), pad, constant_values=1)
-    u_ring = np.pad(u_ring, pad)
-    if topology == "ring":
-        reduce_scatter, all_gather = sched.phases
-        bits = {r: plus[r].reshape(p, -1).copy() for r in range(p)}
-        _merge_phase(reduce_scatter, bits, {r: u_ring[r].reshape(p, -1) for r in range(p)}, log)
-        run_phase(all_gather, bits, log)
-        result = {r: bits[r].reshape(-1) for r in range(p)}
-    else:
-        result = _torus(sched.phases, layout, plus, u_ring, np.pad(u_column, pad), log)
-    for r in range(1, p):
-        if not np.array_equal(result[r], result[0]):
-            raise AssertionError(f"rank {r} ended the sign all-reduce with different bits than rank 0")
-    return np.where(result[0][:d] == 1, np.float32(1.0), np.float32(-1.0))
+    u = {"ring": np.pad(u_ring, pad), "column": np.pad(u_column, pad) if topology == "torus" else None}
 
+    def merge_hops(phase, buffers, coordinates, stage):
+        _merge_phase(phase, buffers, {r: u[stage][r][coordinates[r]] for r in buffers}, log)
 
-def _torus(phases, layout: Layout, plus: np.ndarray, u_row: np.ndarray, u_column: np.ndarray, log: ByteLog):
-    """Row reduce-scatter (merge), column reduce-scatter (merge of row aggregates), column all-gather, row
-    all-gather. GPU (k, j) owns shard j of its row after the first phase, and chunk k of that shard after the
-    second."""
-    row_rs, column_rs, column_ag, row_ag = phases
-    n, g = layout.n_nodes, layout.gpus_per_node
-    rows = {r: plus[r].reshape(g, -1).copy() for r in range(n * g)}
-    _merge_phase(row_rs, rows, {r: u_row[r].reshape(g, -1) for r in range(n * g)}, log)
-    shard = plus.shape[1] // g
-    columns, draws_column = {}, {}
-    for k in range(n):
-        for j in range(g):
-            r = k * g + j
-            columns[r] = rows[r][j].reshape(n, -1).copy()
-            draws_column[r] = u_column[r][j * shard:(j + 1) * shard].reshape(n, -1)
-    _merge_phase(column_rs, columns, draws_column, log)
-    run_phase(column_ag, columns, log)
-    for r in range(n * g):
-        rows[r][r % g] = columns[r].reshape(-1)
-    run_phase(row_ag, rows, log)
-    return {r: rows[r].reshape(-1) for r in range(n * g)}
+    bits = _execute(sched, layout, plus, merge_hops, log)
+    return np.where(bits[:d] == 1, np.float32(1.0), np.float32(-1.0))
 
 
 def full_precision_mean(values: np.ndarray, layout: Layout, topology: str = "ring",
@@ -151,27 +153,9 @@ def full_precision_mean(values: np.ndarray, layout: Layout, topology: str = "rin
     p, d = values.shape
     log = ByteLog() if log is None else log
     sched = marsit_schedule(layout, d, topology, full_precision=True)
-    D = sched.padded_dim
-    rows = np.pad(values, ((0, 0), (0, D - d)))
-    if topology == "ring":
-        buffers = {r: rows[r].reshape(p, -1).copy() for r in range(p)}
-        for phase in sched.phases:
-            run_phase(phase, buffers, log)
-    else:
-        row_rs, column_rs, column_ag, row_ag = sched.phases
-        n, g = layout.n_nodes, layout.gpus_per_node
-        buffers = {r: rows[r].reshape(g, -1).copy() for r in range(p)}
-        run_phase(row_rs, buffers, log)
-        columns = {r: buffers[r][r % g].reshape(n, -1).copy() for r in range(p)}
-        run_phase(column_rs, columns, log)
-        run_phase(column_ag, columns, log)
-        for r in range(p):
-            buffers[r][r % g] = columns[r].reshape(-1)
-        run_phase(row_ag, buffers, log)
-    total = buffers[0].reshape(-1)
-    for r in range(1, p):
-        if not np.array_equal(buffers[r].reshape(-1), total):
-            raise AssertionError(f"rank {r} ended the full-precision round with a different sum than rank 0")
+    padded = np.pad(values, ((0, 0), (0, sched.padded_dim - d)))
+    total = _execute(sched, layout, padded, lambda phase, buffers, coordinates, stage: run_phase(phase, buffers, log),
+                     log)
     return total[:d] / np.float32(p)
 
 
