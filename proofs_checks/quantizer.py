@@ -101,7 +101,7 @@ def probability_exact(ctx: Context) -> Outcome:
         k = int(np.argmax(error))
         worst = max(worst, float(error[k] / tol))
         parts.append(f"{label}: max |P - (y+1)/2| = {error[k]:.3g} at y = {ys[k]:.9g} (tolerance {tol:.3g})")
-    return verdict(worst <= 1, "; ".join(parts), f"max error / tolerance = {worst:.3g}")
+    return verdict(worst <= 1, "; ".join(parts), f"max |P - (y+1)/2| = {worst:.3g} x (grid step + 2^-24)")
 
 
 @check(
@@ -122,7 +122,7 @@ def lemma1_moments(ctx: Context) -> Outcome:
     ok = worst_mean <= 1 and worst_var <= 1
     return verdict(ok, f"E[Q] - y within {worst_mean:.3g} of its tolerance 2(step + 2^-24); "
                        f"E[(y-Q)^2] - (1 - y^2) within {worst_var:.3g} of 4|y|(step + 2^-24)",
-                   f"mean {worst_mean:.3g}, variance {worst_var:.3g} (x tolerance)")
+                   f"mean {worst_mean:.3g}, variance {worst_var:.3g} x their tolerances")
 
 
 @check(

@@ -27,3 +27,12 @@ def test_scheme_and_baseline_checks_do_not_apply_to_an_implementation_without_th
                         progress=False, ctx=ctx)
     assert [r.status for r in report.results] == ["n/a"] * 3
     assert report.passed
+
+
+def test_the_torch_numerics_keep_the_identities_through_an_adapter():
+    """gpu_validation.torch_birder, wrapped by proofs_checks.torch_adapter (CPU here), judged on the cheap checks;
+    `birder check --impl proofs_checks.torch_adapter` runs all of them (on CUDA when there is one)."""
+    names = ["interface", "line9_worker_error", "line13_server_error", "line8_worker_quantizer", "determinism",
+             "parity_birder_ref"]
+    report = run_checks(load_target("proofs_checks.torch_adapter"), names=names, progress=False)
+    assert report.passed, [r.detail for r in report.results if not r.passed]
