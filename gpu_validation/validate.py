@@ -38,7 +38,8 @@ KILLED_EXIT_STATUS = 17
 
 @dataclass(frozen=True)
 class Config:
-    """One validation run. ``nonfinite_at`` / ``kill_at`` are (step, rank) faults; ``resume_at`` a step."""
+    """One validation run. ``nonfinite_at`` / ``kill_at`` / ``hang_at`` are (step, rank) faults; ``resume_at``
+    a step."""
 
     backend: str = "gloo"
     nodes: int = 2
@@ -54,6 +55,7 @@ class Config:
     timeout_s: float = 60.0
     nonfinite_at: tuple[int, int] | None = None
     kill_at: tuple[int, int] | None = None
+    hang_at: tuple[int, int] | None = None
     resume_at: int | None = None
 
     def check(self) -> None:
@@ -70,7 +72,7 @@ class Config:
             raise ValueError(f"timeout must be positive, got {self.timeout_s}")
         if self.resume_at is not None and not 1 <= self.resume_at < self.steps:
             raise ValueError(f"resume step must lie in [1, {self.steps - 1}], got {self.resume_at}")
-        for name in ("nonfinite_at", "kill_at"):
+        for name in ("nonfinite_at", "kill_at", "hang_at"):
             fault = getattr(self, name)
             if fault is not None and not (1 <= fault[0] <= self.steps and 0 <= fault[1] < self.world):
                 raise ValueError(f"{name} needs a step in [1, {self.steps}] and a rank in [0, {self.world}), "
@@ -221,6 +223,8 @@ def train_and_compare(cfg: Config, rank: int, one_machine: bool = True) -> dict 
     for step in tqdm(range(1, cfg.steps + 1), desc="gpu-validate steps", unit="step", disable=rank != 0):
         if cfg.kill_at == (step, rank):
             os._exit(KILLED_EXIT_STATUS)  # a crash: no clean-up, no goodbye to the other ranks
+        if cfg.hang_at == (step, rank):
+            time.sleep(1e6)  # a deadlock: alive, silent, holding its connections open
         try:
             trainer.step(step, rank)
             grads = _gather(trainer.local_grad, world)
@@ -311,25 +315,28 @@ def run(cfg: Config) -> dict:
         for p in procs:
             p.start()
         reports: dict[int, dict] = {}
-        deadline = started + 120 + cfg.timeout_s * (cfg.steps + 4)
-        first_failure = None
+        deadline = started + 120 + cfg.timeout_s * (cfg.steps + 4)  # a backstop; faults end runs far sooner
+        first_failure = last_report = None
         while len(reports) < cfg.world and time.monotonic() < deadline:
             try:
                 report = results.get(timeout=0.2)
                 reports[report["rank"]] = report
+                last_report = time.monotonic()
             except queue.Empty:
                 pass
-            dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in reports]
-            if (dead or any("error" in rep for rep in reports.values())) and first_failure is None:
-                first_failure = time.monotonic()
-                deadline = min(deadline, first_failure + cfg.timeout_s + 10)
-            if dead and all(p.exitcode is not None for p in procs):
+            silent = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in reports]
+            if first_failure is None and (silent or any("error" in rep for rep in reports.values())):
+                first_failure = time.monotonic()  # survivors get one collective timeout to notice and report
+                deadline = min(deadline, first_failure + cfg.timeout_s + 5)
+            if all(r in reports or p.exitcode is not None for r, p in enumerate(procs)):
                 break
-        for p in procs:  # ranks that reported are shutting down; give them a moment before killing
+        killed = []
+        for r, p in enumerate(procs):  # ranks that reported are shutting down; give them a moment
             p.join(timeout=10 if len(reports) == cfg.world else 1)
             if p.is_alive():
                 p.kill()
                 p.join()
+                killed.append(r)
     exit_codes = {r: p.exitcode for r, p in enumerate(procs)}
     errors = {r: rep["error"] for r, rep in sorted(reports.items()) if "error" in rep}
     result = reports.get(0, {}).get("result")
@@ -338,13 +345,15 @@ def run(cfg: Config) -> dict:
         summary = {
             "passed": False, "steps": cfg.steps, "mismatched_elements": None, "max_abs_diff": None,
             "ranks_identical": None, "backend": cfg.backend, "device": "cpu" if cfg.backend == "gloo" else "cuda",
-            "error": "; ".join([f"rank {r} died (exit status {exit_codes[r]})" for r in lost]
+            "error": "; ".join([f"rank {r} hung (killed by the launcher)" if r in killed
+                                else f"rank {r} died (exit status {exit_codes[r]})" for r in lost]
                                + [f"rank {r}: {msg}" for r, msg in errors.items()]) or "no result",
             "rank_errors": {str(r): msg for r, msg in errors.items()},
             "exit_codes": {str(r): c for r, c in exit_codes.items()},
+            "killed_by_launcher": killed,
         }
-        if first_failure is not None:
-            summary["seconds_to_stop_after_failure"] = round(time.monotonic() - first_failure, 2)
+        if first_failure is not None and last_report is not None:
+            summary["seconds_to_stop_after_failure"] = round(max(0.0, last_report - first_failure), 2)
         result = summary
     return _with_run_facts(result, cfg, started)
 

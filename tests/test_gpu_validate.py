@@ -49,6 +49,14 @@ def test_a_dead_rank_stops_the_others_with_an_error_within_the_timeout():
     assert result["seconds_to_stop_after_failure"] < timeout
 
 
+def test_a_stalled_rank_makes_the_others_time_out_with_an_error():
+    timeout = 2.0
+    result = run(Config(nodes=1, gpus_per_node=2, steps=4, hang_at=(2, 0), timeout_s=timeout))
+    assert result["passed"] is False and result["killed_by_launcher"] == [0]
+    assert "rank 0 hung" in result["error"] and "stopped at step 2" in result["rank_errors"]["1"]
+    assert result["seconds"] < 60
+
+
 @pytest.mark.parametrize("argv", [
     ["gpu-validate", "--nodes", "0"],
     ["gpu-validate", "--steps", "3", "--resume-at", "3"],
