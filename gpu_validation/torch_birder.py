@@ -12,6 +12,7 @@ position in the flattened parameter vector (``torch.nn.utils.parameters_to_vecto
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -77,18 +78,22 @@ def quantize(y: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.where(u < threshold, 1.0, -1.0).to(torch.float32)
 
 
+@functools.cache
+def _shifts(device: torch.device) -> torch.Tensor:
+    """The bit positions of one byte on ``device``, made once (a host-to-device copy per call would stall)."""
+    return torch.tensor(_BIT_SHIFTS, dtype=torch.uint8, device=device)
+
+
 def pack_signs(q: torch.Tensor) -> torch.Tensor:
     """+-1 values (length a multiple of 8) to uint8, most significant bit first, bit 1 for +1."""
     if q.numel() % 8:
         raise ValueError(f"pack_signs takes a multiple of 8 signs, got {q.numel()}")
-    shifts = torch.tensor(_BIT_SHIFTS, dtype=torch.uint8, device=q.device)
-    return ((q > 0).to(torch.uint8).view(-1, 8) << shifts).sum(dim=1, dtype=torch.uint8)
+    return ((q > 0).to(torch.uint8).view(-1, 8) << _shifts(q.device)).sum(dim=1, dtype=torch.uint8)
 
 
 def unpack_bits(packed: torch.Tensor) -> torch.Tensor:
     """uint8 bytes (any leading shape) to their bits as uint8 0/1, most significant bit first."""
-    shifts = torch.tensor(_BIT_SHIFTS, dtype=torch.uint8, device=packed.device)
-    return ((packed.unsqueeze(-1) >> shifts) & 1).flatten(-2)
+    return ((packed.unsqueeze(-1) >> _shifts(packed.device)) & 1).flatten(-2)
 
 
 def unpack_signs(packed: torch.Tensor) -> torch.Tensor:
