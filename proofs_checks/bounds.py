@@ -51,7 +51,7 @@ def _ratio_excess(view) -> float:
 
 
 def run_sequence(target: Target, grads: np.ndarray, beta: float, T0, eps: float = 1e-8, seed: int = 0):
-    """Feed grads (T, n, d) to a fresh state; return the views after each step and the largest |e|, |e_bar|."""
+    """Feed grads (T, n, d) to a fresh state with seeded draws; return the state after each step."""
     T, n, d = grads.shape
     rng = np.random.default_rng(seed)
     state = target.run_init(n, d)

@@ -284,3 +284,30 @@ def lemma2(ctx: Context) -> Outcome:
     return verdict(worst <= 1, f"{len(residuals)} steps x {LEMMA2_COLUMNS} columns, c = {LEMMA2_LR}: max |residual| "
                                f"= {largest:.3g}, at most {worst:.3g} of its rounding tolerance",
                    f"residual / tolerance {worst:.3g}")
+
+
+@check(
+    "eq32_step_sizes_nonincreasing",
+    "Eqs. 32 (iii), 35 (v), 36 (iv): alpha_{t-1}/(b_{t-1})_j - alpha_t/(b_t)_j >= 0 for alpha_t = c/sqrt(t); this "
+    "needs line 7's running maximum (t > T0), which the paper says is 'commonly not implemented in practice'",
+    "every step past T0 of the AMSGrad trajectories must satisfy it (b + eps as b); measured without AMSGrad",
+)
+def step_sizes_nonincreasing(ctx: Context) -> Outcome:
+    broken = checked = free_broken = free_total = 0
+    for rec in all_records(ctx):
+        s, t = rec.setting, rec.new.t
+        if t < 2:
+            continue
+        ratio_prev = 1 / np.sqrt(t - 1) / (rec.prev.b.astype(np.float64) + s.eps)
+        ratio_now = 1 / np.sqrt(t) / (rec.new.b.astype(np.float64) + s.eps)
+        increasing = ~(ratio_prev >= ratio_now)
+        if s.T0 is not None and t - 1 > s.T0:  # both b_{t-1} and b_t come from the running maximum
+            broken += int(increasing.sum())
+            checked += increasing.size
+        elif s.T0 is None:
+            free_broken += int(increasing.sum())
+            free_total += increasing.size
+    share = free_broken / free_total if free_total else float("nan")
+    return verdict(broken == 0, f"{broken} of {checked} elements past T0 break it; without AMSGrad (T0 unset) "
+                                f"{share:.1%} of {free_total} elements do, so the proof needs line 7",
+                   f"{broken} broken past T0; {share:.1%} without AMSGrad")

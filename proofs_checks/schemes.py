@@ -40,7 +40,8 @@ def node_mean(grads: np.ndarray) -> np.ndarray:
 @check(
     "schemes_equal_algorithm1",
     "Section 4 / appendix A: the schemes exchange data 'essentially equivalent' to the parameter-server "
-    "Algorithm 1: hierarchical = Algorithm 1 over node means, ps/ring/flat/allgather = Algorithm 1 over GPUs",
+    "Algorithm 1, the All-to-All giving 'exactly the average' (not only in expectation): hierarchical = "
+    "Algorithm 1 over node means, ps/ring/flat/allgather = Algorithm 1 over GPUs",
     f"bit-exact u_bar and state vs the target's step, {len(LAYOUTS)} layouts x 5 schemes x {STEPS} steps, "
     f"d = {DIM}, T0 = 1, dyadic gradients (exact node sums)",
     needs=("init", "step"),
