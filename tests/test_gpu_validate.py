@@ -71,3 +71,23 @@ def test_bad_arguments_are_one_line_and_exit_2(argv, capsys):
     assert status == 2
     err = capsys.readouterr().err.strip()
     assert err and "\n" not in err and "Traceback" not in err
+
+
+def _gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(_gpus() < 1, reason="needs a CUDA GPU")
+def test_nccl_on_one_gpu_is_bit_exact():
+    result = run(Config(backend="nccl", nodes=1, gpus_per_node=1, steps=4, resume_at=2, nonfinite_at=(3, 0)))
+    assert result["passed"] and result["device"] != "cpu", result
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(_gpus() < 4, reason="needs 4 CUDA GPUs")
+def test_nccl_2x2_is_bit_exact():
+    result = run(Config(backend="nccl", nodes=2, gpus_per_node=2, steps=5, resume_at=2, nonfinite_at=(3, 1)))
+    assert result["passed"] and result["mismatched_elements"] == 0, result
