@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 from hypothesis.extra.numpy import arrays
 
-from proofs_checks.identities import derive
+from proofs_checks.identities import derive, largest_abs
 from proofs_checks.registry import Context, Outcome, check, verdict
 from proofs_checks.target import ImplError, Target, read_state
 from proofs_checks.theorem import theorem_run
@@ -57,7 +57,7 @@ def run_sequence(target: Target, grads: np.ndarray, beta: float, T0, eps: float 
     state = target.run_init(n, d)
     views = []
     for t in range(T):
-        u_bar, state = target.run_step(state, np.ascontiguousarray(grads[t]), beta, eps,
+        _, state = target.run_step(state, np.ascontiguousarray(grads[t]), beta, eps,
                                        rng.random((n, d), dtype=np.float32), rng.random(d, dtype=np.float32), T0)
         views.append(read_state(state, n, d))
     return views
@@ -77,8 +77,8 @@ def sweep(ctx: Context) -> dict:
                 excess = _ratio_excess(view)
                 if excess > worst:
                     worst, where = excess, f"beta={beta:.9g}, T0={T0}, step {t}"
-                e_max = max(e_max, float(np.abs(view.e).max()))
-                server_max = max(server_max, float(np.abs(view.server_e).max()))
+                e_max = max(e_max, largest_abs(view.e))
+                server_max = max(server_max, largest_abs(view.server_e))
         return {"excess": worst, "where": where, "e": e_max, "server_e": server_max}
 
     return ctx.shared("ratio_sweep", compute)
@@ -144,8 +144,8 @@ def ratio_bound(ctx: Context) -> Outcome:
 )
 def error_bounds(ctx: Context) -> Outcome:
     swept = sweep(ctx)
-    e = max([swept["e"]] + [float(np.abs(r.new.e).max()) for r in all_records(ctx)])
-    server = max([swept["server_e"]] + [float(np.abs(r.new.server_e).max()) for r in all_records(ctx)])
+    e = max([swept["e"]] + [largest_abs(r.new.e) for r in all_records(ctx)])
+    server = max([swept["server_e"]] + [largest_abs(r.new.server_e) for r in all_records(ctx)])
     ok = e <= 2 and server <= 2
     return verdict(ok, f"max |e| = {e:.9g}, max |e_bar| = {server:.9g} (bound 2)", f"{e:.4g} / {server:.4g}")
 
