@@ -145,21 +145,26 @@ def node_mean_shard(topology: Topology, grad: torch.Tensor) -> torch.Tensor:
     g = topology.shards_per_worker
     if g == 1:
         return grad
-    received = torch.empty_like(grad).view(g, -1)
-    dist.all_to_all_single(received, grad.view(g, -1).contiguous(), group=topology.worker_group)
+    received = all_to_all_rows(grad, topology.worker_group, g)
     return ring_order_sum(received, topology.shard_of(topology.rank)) / float(g)
 
 
-def _exchange(topology: Topology, packed: torch.Tensor, group, members: int, gather: bool) -> torch.Tensor:
-    """all-to-all (``gather`` False) or all-gather of packed bytes in ``group`` of ``members`` ranks."""
+def all_gather_rows(x: torch.Tensor, group, members: int) -> torch.Tensor:
+    """Every member's ``x`` stacked (members, n), in group order; ``group`` None is a group of one rank."""
     if group is None:
-        return packed.view(1, -1)
-    if gather:
-        out = torch.empty(members * packed.numel(), dtype=packed.dtype, device=packed.device)
-        _all_gather(out, packed, group=group)
-    else:
-        out = torch.empty_like(packed)
-        dist.all_to_all_single(out, packed, group=group)
+        return x.reshape(1, -1)
+    out = torch.empty(members * x.numel(), dtype=x.dtype, device=x.device)
+    _all_gather(out, x.contiguous(), group=group)
+    return out.view(members, -1)
+
+
+def all_to_all_rows(x: torch.Tensor, group, members: int) -> torch.Tensor:
+    """Piece j of ``x`` (cut into ``members`` equal pieces) goes to member j; returns (members, n / members):
+    row i is what member i sent here."""
+    if group is None:
+        return x.reshape(1, -1)
+    out = torch.empty_like(x)
+    dist.all_to_all_single(out, x.contiguous(), group=group)
     return out.view(members, -1)
 
 
@@ -191,15 +196,14 @@ def one_bit_allreduce(
     u, worker_state = tb.worker_step(worker_state, worker_grad, beta, eps, u_worker, t, T0)
 
     # Phase 3: chunk k of the packed shard to node k; phase 4: lines 12-13 on the chunk this rank serves.
-    received = _exchange(topology, tb.pack_signs(u), topology.server_group, servers, gather=False)
+    received = all_to_all_rows(tb.pack_signs(u), topology.server_group, servers)
     mean_u = tb.mean_of_signs(tb.count_plus(received), servers)
     u_server = tb.uniforms(seed, t, tb.SERVER_STREAM, index[chunk])
     u_bar_chunk, server_error = tb.server_step(mean_u, server_error, u_server)
-    shard_bits = _exchange(topology, tb.pack_signs(u_bar_chunk), topology.server_group, servers, gather=True)
+    shard_bits = all_gather_rows(tb.pack_signs(u_bar_chunk), topology.server_group, servers)
 
     # Phase 5: the node's shards to every GPU of the node.
-    all_bits = _exchange(topology, shard_bits.reshape(-1), topology.worker_group, topology.shards_per_worker,
-                         gather=True)
+    all_bits = all_gather_rows(shard_bits.reshape(-1), topology.worker_group, topology.shards_per_worker)
     return tb.unpack_signs(all_bits.reshape(-1)), worker_state, server_error
 
 

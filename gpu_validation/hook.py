@@ -161,18 +161,14 @@ class BirderState:
         topo = self.topology
         mine = torch.cat([torch.stack([b.worker.m, b.worker.b_hat, b.worker.b, b.worker.e]) for b in buckets], 1)
         worker_ranks = [topo.worker * topo.shards_per_worker + j for j in range(topo.shards_per_worker)]
-        shards = comm._exchange(topo, mine.reshape(-1), topo.worker_group, len(worker_ranks), gather=True)
+        shards = comm.all_gather_rows(mine.reshape(-1), topo.worker_group, len(worker_ranks))
         for rank, row in zip(worker_ranks, shards.view(len(worker_ranks), 4, -1), strict=True):
             index = torch.cat([b.index[comm.shard_slice(topo, b.index.numel(), rank)] for b in buckets])
             for name, values in zip(("m", "b_hat", "b", "e"), row, strict=True):
                 out[name][index[index >= 0]] = values[index >= 0]
         chunks = torch.cat([b.server_error for b in buckets])
-        if topo.n_ranks > 1:
-            gathered = torch.empty(topo.n_ranks * chunks.numel(), dtype=chunks.dtype, device=chunks.device)
-            comm._all_gather(gathered, chunks)
-        else:
-            gathered = chunks
-        for rank, row in enumerate(gathered.view(topo.n_ranks, -1)):
+        world = dist.group.WORLD if topo.n_ranks > 1 else None
+        for rank, row in enumerate(comm.all_gather_rows(chunks, world, topo.n_ranks)):
             index = torch.cat([b.index[comm.chunk_slice(topo, b.index.numel(), rank)] for b in buckets])
             out["server_error"][index[index >= 0]] = row[index >= 0]
         return FullState(**{k: v.cpu() for k, v in out.items()})

@@ -141,9 +141,7 @@ class Trainer:
 
 def _gather(tensor: torch.Tensor, world: int) -> np.ndarray:
     """Every rank's copy of ``tensor`` (world, n) as NumPy, on every rank."""
-    out = torch.empty(world * tensor.numel(), dtype=tensor.dtype, device=tensor.device)
-    comm._all_gather(out, tensor.contiguous())
-    return out.view(world, -1).cpu().numpy()
+    return comm.all_gather_rows(tensor, dist.group.WORLD if world > 1 else None, world).cpu().numpy()
 
 
 class Reference:
