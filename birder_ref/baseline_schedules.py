@@ -19,12 +19,7 @@ messages the reference moves (``onebit_adam.compressed_allreduce``, ``marsit.sig
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import numpy as np
-
-from birder_ref.execute import ByteLog
-from birder_ref.schedules import Layout, Message, Phase, Schedule, allreduce, padded_dim
+from birder_ref.schedules import Layout, Phase, Schedule, allreduce, padded_dim
 
 BASELINES = ("onebit-adam", "zero-one-adam", "marsit")
 TOPOLOGIES = ("ring", "torus")
@@ -44,25 +39,6 @@ def _check(optimizer: str, layout: Layout, dim: int, options: dict) -> None:
         raise ValueError(f"{optimizer} takes the options {', '.join(sorted(allowed))}, not {', '.join(unknown)}")
     if options.get("topology", "ring") not in TOPOLOGIES:
         raise ValueError(f"unknown topology {options['topology']!r}; choose one of {', '.join(TOPOLOGIES)}")
-
-
-def deliver(phase: Phase, encode: Callable[[Message], np.ndarray], receive: Callable[[Message, np.ndarray], None],
-            log: ByteLog) -> None:
-    """Move ``phase``'s messages round by round for executors whose receivers neither add nor copy (scaled
-    signs, stochastic merges): every message of a round is encoded from the senders' state at the start of
-    the round, checked against the schedule's size and logged, then all are received."""
-    log.sent.setdefault(phase.name, {})
-    for group in phase.groups:
-        for messages in phase.group_rounds(group):
-            in_flight = []
-            for msg in messages:
-                payload = encode(msg)
-                if payload.size != msg.nbytes:
-                    raise AssertionError(f"{phase.name}: payload of {payload.size} bytes, schedule says {msg.nbytes}")
-                log.add(phase.name, msg.src, payload.size)
-                in_flight.append((msg, payload))
-            for msg, payload in in_flight:
-                receive(msg, payload)
 
 
 def compressed_allreduce(layout: Layout, dim: int, name: str = "onebit-adam") -> Schedule:

@@ -7,11 +7,12 @@ non-negative integer counts), the receiver decodes it and adds it (``reduce``) o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from birder_ref.schedules import Phase
+from birder_ref.schedules import Message, Phase
 
 
 def encode(values: np.ndarray, bits: int) -> np.ndarray:
@@ -47,21 +48,39 @@ class ByteLog:
         return {ph: max([b for ep, b in per.items() if ep < n_ranks], default=0) for ph, per in self.sent.items()}
 
 
-def run_phase(phase: Phase, buffers: dict[int, np.ndarray], log: ByteLog) -> None:
-    """Move the phase's chunks between ``buffers`` (modified in place), round by round."""
+def deliver(phase: Phase, encode: Callable[[Message, int], np.ndarray],
+            receive: Callable[[Message, np.ndarray, int], None], log: ByteLog) -> None:
+    """Move ``phase``'s messages group by group, round by round (groups are disjoint, so this equals running
+    them concurrently). Every message of a round is encoded from its sender's state at the start of the round
+    (``encode(message, bits)``, with the round's bits per element), checked against the schedule's size and
+    logged; then all are received (``receive(message, payload, bits)``)."""
     log.sent.setdefault(phase.name, {})
-    for r, messages in enumerate(phase.rounds()):
-        bits = phase.bits_per_element[r]
-        in_flight = []
-        for msg in messages:
-            payload = encode(buffers[msg.src][msg.chunk], bits)
-            if payload.size != msg.nbytes:
-                raise AssertionError(f"{phase.name}: payload of {payload.size} bytes, schedule says {msg.nbytes}")
-            log.add(phase.name, msg.src, payload.size)
-            in_flight.append((msg, payload))
-        for msg, payload in in_flight:
-            value = decode(payload, bits, phase.chunk_elements).astype(buffers[msg.dst].dtype)
-            if phase.op == "reduce":
-                buffers[msg.dst][msg.chunk] += value
-            else:
-                buffers[msg.dst][msg.chunk] = value
+    for group in phase.groups:
+        for r, messages in enumerate(phase.group_rounds(group)):
+            bits = phase.bits_per_element[r]
+            in_flight = []
+            for msg in messages:
+                payload = encode(msg, bits)
+                if payload.size != msg.nbytes:
+                    raise AssertionError(f"{phase.name}: payload of {payload.size} bytes, schedule says {msg.nbytes}")
+                log.add(phase.name, msg.src, payload.size)
+                in_flight.append((msg, payload))
+            for msg, payload in in_flight:
+                receive(msg, payload, bits)
+
+
+def run_phase(phase: Phase, buffers: dict[int, np.ndarray], log: ByteLog) -> None:
+    """Move the phase's chunks between ``buffers`` (modified in place): receivers add (``reduce``) or store
+    (``copy``) the decoded chunk."""
+
+    def send(msg: Message, bits: int) -> np.ndarray:
+        return encode(buffers[msg.src][msg.chunk], bits)
+
+    def receive(msg: Message, payload: np.ndarray, bits: int) -> None:
+        value = decode(payload, bits, phase.chunk_elements).astype(buffers[msg.dst].dtype)
+        if phase.op == "reduce":
+            buffers[msg.dst][msg.chunk] += value
+        else:
+            buffers[msg.dst][msg.chunk] = value
+
+    deliver(phase, send, receive, log)

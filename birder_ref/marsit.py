@@ -36,8 +36,8 @@ from fractions import Fraction
 import numpy as np
 
 from birder_ref import draws
-from birder_ref.baseline_schedules import TOPOLOGIES, deliver, marsit_schedule
-from birder_ref.execute import ByteLog, run_phase
+from birder_ref.baseline_schedules import TOPOLOGIES, marsit_schedule
+from birder_ref.execute import ByteLog, deliver, run_phase
 from birder_ref.schedules import Layout, Phase, Schedule, padded_dim
 from birder_ref.validation import check_array, check_draws
 
@@ -71,10 +71,10 @@ def _merge_phase(phase: Phase, bits: dict[int, np.ndarray], u: dict[int, np.ndar
     local vectors merged into the incoming bits, which the schedule fixes (it is counted, not sent)."""
     merged = {rank: np.ones(len(phase.groups[0]), np.int64) for rank in bits}  # local vectors merged per chunk
 
-    def encode(msg):
+    def encode(msg, _bits):
         return np.packbits(bits[msg.src][msg.chunk].astype(bool), bitorder="big")
 
-    def receive(msg, payload):
+    def receive(msg, payload, _bits):
         incoming = np.unpackbits(payload, count=phase.chunk_elements, bitorder="big").astype(np.int64)
         local = bits[msg.dst][msg.chunk]
         # in a ring reduce-scatter no rank receives, in a round, the chunk it sends: the count is as sent

@@ -22,8 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from birder_ref.baseline_schedules import compressed_allreduce as compressed_allreduce_schedule
-from birder_ref.baseline_schedules import deliver
-from birder_ref.execute import ByteLog
+from birder_ref.execute import ByteLog, deliver
 from birder_ref.optimizers import Adam, AdamState
 from birder_ref.quantize import pack_signs, unpack_signs
 from birder_ref.schedules import Layout, padded_dim
@@ -112,10 +111,10 @@ def compressed_allreduce(
     own = [(worker_scales[j], worker_signs[j][j * chunk:(j + 1) * chunk]) for j in range(N)]
     received = {j: {j: own[j]} for j in range(N)}  # server j keeps its own chunk; the others arrive as bytes
 
-    def send_worker_chunk(m):
+    def send_worker_chunk(m, _bits):
         return _message(worker_signs[m.src][m.chunk * chunk:(m.chunk + 1) * chunk], worker_scales[m.src])
 
-    def receive_worker_chunk(m, payload):
+    def receive_worker_chunk(m, payload, _bits):
         received[m.dst][m.src] = _read(payload, chunk)
 
     deliver(all_to_all, send_worker_chunk, receive_worker_chunk, log)
@@ -135,10 +134,10 @@ def compressed_allreduce(
 
     gathered = {i: {i: server[i]} for i in range(N)}
 
-    def receive_server_chunk(m, payload):
+    def receive_server_chunk(m, payload, _bits):
         gathered[m.dst][m.chunk] = _read(payload, chunk)
 
-    deliver(all_gather, lambda m: _message(server[m.src][1], server[m.src][0]), receive_server_chunk, log)
+    deliver(all_gather, lambda m, _bits: _message(server[m.src][1], server[m.src][0]), receive_server_chunk, log)
     outs = [np.concatenate([s * q for s, q in (gathered[i][j] for j in range(N))]) for i in range(N)]
     for i in range(1, N):
         if not np.array_equal(outs[i], outs[0]):
