@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import os
 import platform
-import queue
 import statistics
-import tempfile
 import time
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -28,7 +26,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from gpu_validation import comm
+from gpu_validation import comm, launch
 from gpu_validation import torch_birder as tb
 
 # Nominal HBM bandwidth (GB/s) of GPUs by name fragment, from the vendors' datasheets.
@@ -208,17 +206,6 @@ def write_profile(path: str | Path, fields: dict, result: dict) -> Path:
     return path
 
 
-def _rank_main(rank: int, cfg: BenchConfig, init_method: str, results) -> None:
-    torch.set_num_threads(1)
-    try:
-        dist.init_process_group(cfg.backend, init_method=init_method, rank=rank, world_size=cfg.ranks,
-                                timeout=timedelta(seconds=cfg.timeout_s))
-        results.put({"rank": rank, "rows": _measure_collectives(cfg, rank)})
-        dist.destroy_process_group()
-    except Exception as error:
-        results.put({"rank": rank, "error": f"{type(error).__name__}: {error}"})
-
-
 def _measure_collectives(cfg: BenchConfig, rank: int) -> list[dict]:
     g = cfg.gpus_per_node or cfg.ranks
     device = torch.device("cpu")
@@ -263,32 +250,15 @@ def _result(cfg: BenchConfig, device: torch.device, kernels: list[dict], rows: l
 
 
 def _spawn_collectives(cfg: BenchConfig) -> list[dict]:
-    from gpu_validation.validate import rank_context
+    return _results_of(launch.launch(_measure_collectives, (cfg,), cfg.ranks, cfg.backend, cfg.timeout_s,
+                                     backstop_s=60 + cfg.timeout_s))[0]
 
-    ctx = rank_context()
-    results = ctx.Queue()
-    with tempfile.TemporaryDirectory() as tmp:
-        init = f"file://{os.path.join(tmp, 'store')}"
-        procs = [ctx.Process(target=_rank_main, args=(r, cfg, init, results), daemon=True) for r in range(cfg.ranks)]
-        for p in procs:
-            p.start()
-        reports = {}
-        deadline = time.monotonic() + 60 + cfg.timeout_s
-        while len(reports) < cfg.ranks and time.monotonic() < deadline:
-            try:
-                report = results.get(timeout=0.5)
-                reports[report["rank"]] = report
-            except queue.Empty:
-                if any(p.exitcode not in (None, 0) for p in procs):
-                    break
-        for p in procs:
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
-    errors = [f"rank {r}: {rep['error']}" for r, rep in sorted(reports.items()) if "error" in rep]
-    if errors or 0 not in reports:
-        raise RuntimeError("bench collectives failed: " + ("; ".join(errors) or "rank 0 gave no result"))
-    return reports[0]["rows"]
+
+def _results_of(outcome: launch.Outcome) -> list:
+    """Every rank's result, or one RuntimeError naming what failed."""
+    if outcome.errors or outcome.lost or len(outcome.reports) < len(outcome.exit_codes):
+        raise RuntimeError(f"bench ranks failed: {outcome.describe_failures() or 'no result'}")
+    return [outcome.reports[r]["result"] for r in sorted(outcome.reports)]
 
 
 def describe(result: dict) -> str:
@@ -312,63 +282,37 @@ def describe(result: dict) -> str:
 
 # ---- the hook's time per training step against DDP's default all-reduce hook ----
 
-def _hook_rank_main(rank: int, world: int, nodes: int, hook_name: str, steps: int, width: int, init: str,
-                    results) -> None:
+def _hook_steps(world: int, nodes: int, hook_name: str, steps: int, width: int, rank: int) -> dict:
     from torch import nn
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     from gpu_validation.hook import BirderState, BirderUpdate, birder_hook
 
-    torch.set_num_threads(1)
-    try:
-        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world, timeout=timedelta(seconds=120))
-        torch.manual_seed(0)
-        model = nn.Sequential(*[nn.Linear(width, width) for _ in range(4)])
-        ddp = nn.parallel.DistributedDataParallel(model)
-        if hook_name == "birder":
-            state = BirderState(model.parameters(), comm.make_topology("hierarchical", nodes, world // nodes))
-            ddp.register_comm_hook(state, birder_hook)
-            optimizer = BirderUpdate(model.parameters(), lr=1e-3, hook_state=state)
-        else:
-            ddp.register_comm_hook(dist.group.WORLD, default_hooks.allreduce_hook)
-            optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-        x = torch.randn(8, width)
-        times = []
-        for step in range(steps + 2):  # two warm-up steps: the first has a single bucket, then DDP rebuilds
-            dist.barrier()
-            start = time.perf_counter()
-            optimizer.zero_grad()
-            ddp(x).square().mean().backward()
-            optimizer.step()
-            if step >= 2:
-                times.append(time.perf_counter() - start)
-        results.put({"rank": rank, "median_s": statistics.median(times),
-                     "parameters": sum(p.numel() for p in model.parameters())})
-        dist.destroy_process_group()
-    except Exception as error:
-        results.put({"rank": rank, "error": f"{type(error).__name__}: {error}"})
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(width, width) for _ in range(4)])
+    ddp = nn.parallel.DistributedDataParallel(model)
+    if hook_name == "birder":
+        state = BirderState(model.parameters(), comm.make_topology("hierarchical", nodes, world // nodes))
+        ddp.register_comm_hook(state, birder_hook)
+        optimizer = BirderUpdate(model.parameters(), lr=1e-3, hook_state=state)
+    else:
+        ddp.register_comm_hook(dist.group.WORLD, default_hooks.allreduce_hook)
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(8, width)
+    times = []
+    for step in range(steps + 2):  # two warm-up steps: the first has a single bucket, then DDP rebuilds
+        dist.barrier()
+        start = time.perf_counter()
+        optimizer.zero_grad()
+        ddp(x).square().mean().backward()
+        optimizer.step()
+        if step >= 2:
+            times.append(time.perf_counter() - start)
+    return {"median_s": statistics.median(times), "parameters": sum(p.numel() for p in model.parameters())}
 
 
 def hook_step_seconds(hook_name: str, nodes: int, gpus_per_node: int, steps: int = 10, width: int = 512) -> dict:
     """Median seconds per DDP training step on gloo with ``hook_name`` ('birder' or 'allreduce'), from rank 0."""
-    from gpu_validation.validate import rank_context
-
     world = nodes * gpus_per_node
-    ctx = rank_context()
-    results = ctx.Queue()
-    with tempfile.TemporaryDirectory() as tmp:
-        init = f"file://{os.path.join(tmp, 'store')}"
-        procs = [ctx.Process(target=_hook_rank_main, args=(r, world, nodes, hook_name, steps, width, init, results),
-                             daemon=True) for r in range(world)]
-        for p in procs:
-            p.start()
-        reports = {}
-        for _ in range(world):
-            report = results.get(timeout=600)
-            reports[report["rank"]] = report
-        for p in procs:
-            p.join(timeout=10)
-    errors = [rep["error"] for rep in reports.values() if "error" in rep]
-    if errors:
-        raise RuntimeError("; ".join(errors))
-    return reports[0]
+    outcome = launch.launch(_hook_steps, (world, nodes, hook_name, steps, width), world, "gloo", 120.0, 900.0)
+    return _results_of(outcome)[0]

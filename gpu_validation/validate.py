@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import queue
-import tempfile
 import time
-import traceback
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 
@@ -30,7 +27,7 @@ from tqdm import tqdm
 
 from birder_ref import algorithm1, schemes
 from birder_ref.draws import server_uniforms, worker_uniforms
-from gpu_validation import comm
+from gpu_validation import comm, launch
 from gpu_validation.hook import BirderState, BirderUpdate, birder_hook
 
 KILLED_EXIT_STATUS = 17
@@ -272,87 +269,23 @@ def train_and_compare(cfg: Config, rank: int, one_machine: bool = True) -> dict 
     return result
 
 
-def rank_main(rank: int, cfg: Config, init_method: str, results) -> None:
-    """Entry point of one spawned rank: run, put ``{"rank", "result"}`` or ``{"rank", "error"}`` on ``results``."""
-    torch.set_num_threads(1)
-    try:
-        dist.init_process_group(cfg.backend, init_method=init_method, rank=rank, world_size=cfg.world,
-                                timeout=timedelta(seconds=cfg.timeout_s))
-        result = train_and_compare(cfg, rank)
-        results.put({"rank": rank, "result": result})
-        dist.destroy_process_group()
-    except Exception as error:  # report every failure to the parent, then stop this rank
-        message = " ".join(f"{type(error).__name__}: {error}".split())[:500]
-        results.put({"rank": rank, "error": message, "traceback": traceback.format_exc()[-2000:]})
-        results.close()
-        results.join_thread()
-        os._exit(1)
-
-
-def rank_context():
-    """Processes for local ranks: forked from a server that imported torch once (spawn where fork is missing)."""
-    import multiprocessing
-
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["gpu_validation.validate", "gpu_validation.bench"])
-    return ctx
-
-
 def run(cfg: Config) -> dict:
     """Spawn ``cfg.world`` ranks on this machine, wait for them (never longer than the timeouts allow)."""
     cfg.check()
-    ctx = rank_context()
-    results = ctx.Queue()
     started = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp:
-        init_method = f"file://{os.path.join(tmp, 'store')}"
-        procs = [ctx.Process(target=rank_main, args=(r, cfg, init_method, results), daemon=True)
-                 for r in range(cfg.world)]
-        for p in procs:
-            p.start()
-        reports: dict[int, dict] = {}
-        deadline = started + 120 + cfg.timeout_s * (cfg.steps + 4)  # a backstop; faults end runs far sooner
-        first_failure = last_report = None
-        while len(reports) < cfg.world and time.monotonic() < deadline:
-            try:
-                report = results.get(timeout=0.2)
-                reports[report["rank"]] = report
-                last_report = time.monotonic()
-            except queue.Empty:
-                pass
-            silent = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in reports]
-            if first_failure is None and (silent or any("error" in rep for rep in reports.values())):
-                first_failure = time.monotonic()  # survivors get one collective timeout to notice and report
-                deadline = min(deadline, first_failure + cfg.timeout_s + 5)
-            if all(r in reports or p.exitcode is not None for r, p in enumerate(procs)):
-                break
-        killed = []
-        for r, p in enumerate(procs):  # ranks that reported are shutting down; give them a moment
-            p.join(timeout=10 if len(reports) == cfg.world else 1)
-            if p.is_alive():
-                p.kill()
-                p.join()
-                killed.append(r)
-    exit_codes = {r: p.exitcode for r, p in enumerate(procs)}
-    errors = {r: rep["error"] for r, rep in sorted(reports.items()) if "error" in rep}
-    result = reports.get(0, {}).get("result")
-    lost = [r for r, code in exit_codes.items() if code != 0 and r not in reports]
-    if result is None or errors or lost:
-        summary = {
+    outcome = launch.launch(train_and_compare, (cfg,), cfg.world, cfg.backend, cfg.timeout_s,
+                            backstop_s=120 + cfg.timeout_s * (cfg.steps + 4))
+    result = outcome.reports.get(0, {}).get("result")
+    if result is None or outcome.errors or outcome.lost:
+        result = {
             "passed": False, "steps": cfg.steps, "mismatched_elements": None, "max_abs_diff": None,
             "ranks_identical": None, "backend": cfg.backend, "device": "cpu" if cfg.backend == "gloo" else "cuda",
-            "error": "; ".join([f"rank {r} hung (killed by the launcher)" if r in killed
-                                else f"rank {r} died (exit status {exit_codes[r]})" for r in lost]
-                               + [f"rank {r}: {msg}" for r, msg in errors.items()]) or "no result",
-            "rank_errors": {str(r): msg for r, msg in errors.items()},
-            "exit_codes": {str(r): c for r, c in exit_codes.items()},
-            "killed_by_launcher": killed,
+            "error": outcome.describe_failures() or "no result",
+            "rank_errors": {str(r): msg for r, msg in outcome.errors.items()},
+            "exit_codes": {str(r): c for r, c in outcome.exit_codes.items()},
+            "killed_by_launcher": list(outcome.killed),
+            "seconds_to_stop_after_failure": outcome.seconds_to_stop_after_failure,
         }
-        if first_failure is not None and last_report is not None:
-            summary["seconds_to_stop_after_failure"] = round(max(0.0, last_report - first_failure), 2)
-        result = summary
     return _with_run_facts(result, cfg, started)
 
 
