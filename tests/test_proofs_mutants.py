@@ -31,3 +31,12 @@ def test_lerp_counterexample_of_the_notes_is_a_real_float32_violation():
     plain = run_sequence(load_target("proofs_checks.independent"), grads, 0.9, None)
     assert any(abs(v.m[0, 0]) > v.b[0, 0] for v in lerp)
     assert all(abs(v.m[0, 0]) <= v.b[0, 0] for v in plain)
+
+
+def test_the_hypothesis_hunt_finds_the_lerp_violation_on_its_own_and_nothing_on_the_reference():
+    """ratio_bound's seeded sweep already catches lerp; the derandomized Hypothesis search must too, by itself."""
+    from proofs_checks.bounds import hunt
+
+    found = hunt(load_target(MUTANTS["lerp_momentum"][0]))
+    assert found is not None and found.startswith("beta=")
+    assert hunt(load_target()) is None
