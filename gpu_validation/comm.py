@@ -1,13 +1,16 @@
 """Birder's 1-bit all-reduce over torch.distributed: the hierarchical scheme of Section 4 and the flat one.
 
 Both schemes run the same pipeline on a vector padded to ``birder_ref.schedules.padded_dim(d, n_ranks)`` and
-cut exactly as ``birder_ref.schedules.schedule`` cuts it, so every element meets the same arithmetic and the
-same draws as in ``birder_ref.schemes.step``:
+cut as ``birder_ref.schedules.schedule`` cuts it; every element meets the arithmetic and the draws of
+``birder_ref.algorithm1.step`` on the workers' gradients ``birder_ref.schemes.worker_gradients``:
 
 1. intra-node reduce-scatter: local rank j receives shard j of every GPU of its node (``all_to_all_single``)
-   and sums them in the order of the reference's ring reduce-scatter, then divides by float32(G): the node
-   mean. Summing received shards ourselves, in a fixed order, makes the sum bit-reproducible on any backend
-   for any data; it moves the same (G-1)/G of the vector that a reduce-scatter moves.
+   and adds them in local-rank order, ((g_0 + g_1) + g_2) + ..., then divides by float32(G): the node mean,
+   as ``worker_gradients`` computes it (NumPy's float32 sum over the GPU axis is that same left fold). A
+   fixed order makes the mean the same bits on any backend, for any data and any bucket layout; it moves the
+   same (G-1)/G of the vector that a reduce-scatter moves. (``schemes.step("hierarchical")`` adds in ring
+   order, which depends on where an element sits in the padded vector: with G <= 2, or whenever the sums are
+   exact, the two agree.)
 2. Algorithm 1 lines 5-9 on the shard, the node being the worker (worker draws use stream = node index).
 3. inter-node all-to-all of packed bits among the GPUs of equal local rank: chunk k of shard j goes to node k.
 4. lines 12-13 on chunk k of shard j from the count of +1s (server draws use ``SERVER_STREAM``), then an
@@ -129,14 +132,11 @@ def chunk_slice(topology: Topology, length: int, rank: int | None = None) -> sli
     return slice(shard.start + k * size, shard.start + (k + 1) * size)
 
 
-def ring_order_sum(rows: torch.Tensor, position: int) -> torch.Tensor:
-    """Sum the rows of (G, n) in the order a ring reduce-scatter delivers chunk ``position`` (as
-    ``birder_ref.execute.run_phase``): rows position+1, position+2, ..., wrapping round, ending with
-    ``position``'s own row."""
-    g = rows.shape[0]
-    total = rows[(position + 1) % g].clone()
-    for step in range(2, g + 1):
-        total += rows[(position + step) % g]
+def rank_order_sum(rows: torch.Tensor) -> torch.Tensor:
+    """The rows of (G, n) added in order, ((row 0 + row 1) + row 2) + ..., in float32, never reassociated."""
+    total = rows[0].clone()
+    for row in rows[1:]:
+        total += row
     return total
 
 
@@ -146,7 +146,7 @@ def node_mean_shard(topology: Topology, grad: torch.Tensor) -> torch.Tensor:
     if g == 1:
         return grad
     received = all_to_all_rows(grad, topology.worker_group, g)
-    return ring_order_sum(received, topology.shard_of(topology.rank)) / float(g)
+    return rank_order_sum(received) / float(g)
 
 
 def all_gather_rows(x: torch.Tensor, group, members: int) -> torch.Tensor:

@@ -221,7 +221,7 @@ def birder_hook(state: BirderState, bucket: dist.GradBucket) -> torch.futures.Fu
     For the bucket's gradients (flattened, padded to a multiple of 8 x world size):
 
     1. start a MAX all-reduce of "this rank saw a NaN or infinity";
-    2. intra-node reduce-scatter in a fixed order and divide by G: this GPU's shard of the node-mean
+    2. intra-node reduce-scatter, added in local-rank order, divided by G: this GPU's shard of the node-mean
        gradient (hierarchical; in flat every GPU is its own worker);
     3. lines 5-9: m, b_hat, b, u = Q(m / (b + eps) + e), e on the shard, draws of stream = worker index;
     4. inter-node all-to-all of packed sign bits; lines 12-13 on this GPU's chunk from the counts of +1;
@@ -231,7 +231,9 @@ def birder_hook(state: BirderState, bucket: dist.GradBucket) -> torch.futures.Fu
        in ``state.skipped_steps``), else all buckets commit and t advances.
 
     The parameters then move by line 16, x -= lr * u_bar (``BirderUpdate``). Every rank ends with the same
-    u_bar: the same bits as ``birder_ref.schemes.step`` on the same gradients and draws. Buckets of float16 or
+    u_bar: the same bits as ``birder_ref.algorithm1.step`` on ``schemes.worker_gradients`` of the same gradients
+    with the same draws (and as ``schemes.step``, whose ring order agrees whenever node sums are exact, always
+    with G <= 2). Buckets of float16 or
     bfloat16 gradients are computed in float32 (the state is float32) and get u_bar in their own dtype.
 
     Example::

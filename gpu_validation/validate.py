@@ -1,14 +1,17 @@
 """`birder gpu-validate`'s runner: train a small model with ``birder_hook`` and compare every step with birder_ref.
 
-Ranks are spawned locally (``run``), or, under ``torchrun``, each process runs ``rank_main`` itself. Every
-step, rank 0 gathers every rank's local gradients, u_bar and parameters, runs ``birder_ref.schemes.step`` on
-the same gradients with the same counter-based draws, applies the same update in NumPy, and counts the
-elements that differ. At the end it compares the hook's full state (``BirderState.state_dict``) with the
-reference's. The comparison is exact: there is no tolerance anywhere.
+Ranks are spawned locally (``run``), or, under ``torchrun``, each process runs ``train_and_compare`` itself.
+Every step, rank 0 gathers every rank's local gradients, u_bar and parameters, runs
+``birder_ref.algorithm1.step`` on the workers' gradients (``schemes.worker_gradients``: node means, or every
+GPU's own) with the same counter-based draws, applies the same update in NumPy, and counts the elements that
+differ. It also runs the scheme's executor, ``birder_ref.schemes.step``, and reports whether its u_bar agreed
+(``executor_identical``; it must whenever node sums are exact, which holds with at most 2 GPUs per node).
+At the end it compares the hook's full state (``BirderState.state_dict``) with the reference's. The
+comparison is exact: there is no tolerance anywhere.
 
 Faults can be injected: a non-finite gradient on one rank at one step (every rank must skip that step, the
-reference skips it too), a rank that dies at one step (the others must stop with an error, not hang), and a
-resume from a checkpoint (the resumed run must end bit-identical to the uninterrupted one).
+reference skips it too), a rank that dies or stalls at one step (the others must stop with an error, not
+hang), and a resume from a checkpoint (the resumed run must end bit-identical to the uninterrupted one).
 """
 
 from __future__ import annotations
@@ -150,6 +153,7 @@ class Reference:
         self.state = algorithm1.init(n_workers, x0.size)
         self.x = x0.copy()
         self.mismatched, self.max_abs_diff, self.ranks_identical, self.skipped = 0, 0.0, True, 0
+        self.executor_identical = True
         self.digests: list[str] = []
 
     def step(self, grads: np.ndarray, u_bars: np.ndarray, params: np.ndarray) -> None:
@@ -159,11 +163,13 @@ class Reference:
             self.skipped += 1
             u_bar = None
         else:
-            t = self.state.t + 1
-            n = self.state.n_workers
-            u_bar, self.state, _ = schemes.step(
-                cfg.scheme, self.state, grads.reshape(cfg.nodes, cfg.gpus_per_node, d), cfg.beta, cfg.eps,
-                u_worker=worker_uniforms(cfg.seed, t, n, d), u_server=server_uniforms(cfg.seed, t, d))
+            t, n = self.state.t + 1, self.state.n_workers
+            by_node = grads.reshape(cfg.nodes, cfg.gpus_per_node, d)
+            draws = {"u_worker": worker_uniforms(cfg.seed, t, n, d), "u_server": server_uniforms(cfg.seed, t, d)}
+            executed, _, _ = schemes.step(cfg.scheme, self.state, by_node, cfg.beta, cfg.eps, **draws)
+            u_bar, self.state = algorithm1.step(self.state, schemes.worker_gradients(cfg.scheme, by_node), cfg.beta,
+                                                cfg.eps, **draws)
+            self.executor_identical &= bool(np.array_equal(executed, u_bar))
             if cfg.weight_decay:
                 self.x = self.x * (1 - cfg.lr * cfg.weight_decay)
             self.x = self.x - u_bar * cfg.lr
@@ -264,6 +270,7 @@ def train_and_compare(cfg: Config, rank: int, one_machine: bool = True) -> dict 
         "skipped_steps": reference.skipped,
         "state_mismatched_elements": state_mismatches,
         "resume_identical": resume_identical,
+        "executor_identical": reference.executor_identical,
         "update_digests": reference.digests,
     }
     return result

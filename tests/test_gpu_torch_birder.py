@@ -6,10 +6,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from birder_ref import algorithm1, quantize, unpack_signs
+from birder_ref import algorithm1, quantize, schemes, unpack_signs
 from birder_ref.draws import SERVER_STREAM, uniforms
-from birder_ref.execute import ByteLog, run_phase
-from birder_ref.schedules import Layout, schedule
 from gpu_validation import comm, digests
 from gpu_validation import torch_birder as tb
 
@@ -97,20 +95,17 @@ def test_worker_and_server_steps_equal_algorithm1_over_several_steps(beta, eps, 
             np.testing.assert_array_equal(_as_np(ours), getattr(ref, name), err_msg=f"{name} at step {t}")
 
 
-def test_ring_order_sum_is_the_reference_ring_reduce_scatter_order():
-    """Data where float32 addition order matters: the fixed order must reproduce run_phase exactly."""
-    g, shard = 3, 8
+def test_node_sum_is_the_reference_workers_gradient_in_any_order_sensitive_case():
+    """Data where float32 addition order matters: the hook's node mean must equal worker_gradients' exactly."""
+    g, d = 4, 8
     rows = np.array([[1e8, 1.0, -1e8, 3.0, 0.1, 1e-3, 7.0, -2.5]] * g, np.float32)
     rows[1] *= np.float32(-1.0000001)
     rows[2] = np.float32(1.5) - rows[2] / np.float32(3)
-    sched = schedule("hierarchical", Layout(1, g), g * shard)
-    buffers = {r: np.tile(rows[r], g).reshape(g, shard).copy() for r in range(g)}
-    run_phase(sched.phases[0], buffers, ByteLog())
-    for j in range(g):
-        ours = comm.ring_order_sum(torch.from_numpy(rows), j)
-        np.testing.assert_array_equal(_as_np(ours), buffers[j][j])
-    naive = rows.sum(axis=0, dtype=np.float32)
-    assert any(not np.array_equal(naive, buffers[j][j]) for j in range(g)), "data too easy: order does not matter"
+    rows[3] = rows[3] * np.float32(1e-7) + np.float32(0.3)
+    ours = comm.rank_order_sum(torch.from_numpy(rows)) / float(g)
+    np.testing.assert_array_equal(_as_np(ours), schemes.worker_gradients("hierarchical", rows.reshape(1, g, d))[0])
+    backwards = rows[::-1].sum(axis=0, dtype=np.float32) / np.float32(g)
+    assert not np.array_equal(_as_np(ours), backwards), "data too easy: the order would not matter"
 
 
 @pytest.mark.parametrize("run", digests.RUNS, ids=[r["name"] for r in digests.RUNS])
