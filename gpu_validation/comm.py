@@ -77,10 +77,6 @@ class Topology:
         """Which shard of its worker's vector ``rank`` holds (its local rank, or 0)."""
         return rank % self.shards_per_worker
 
-    def server_position(self, rank: int) -> int:
-        """Which chunk of its shard ``rank`` serves: its position in its server group."""
-        return self.worker_of(rank)
-
     @property
     def worker(self) -> int:
         return self.worker_of(self.rank)
@@ -128,7 +124,7 @@ def chunk_slice(topology: Topology, length: int, rank: int | None = None) -> sli
     rank = topology.rank if rank is None else rank
     shard = shard_slice(topology, length, rank)
     size = (shard.stop - shard.start) // (topology.n_ranks // topology.shards_per_worker)
-    k = topology.server_position(rank)
+    k = topology.worker_of(rank)  # the rank's position in its server group: its node (or itself, in flat)
     return slice(shard.start + k * size, shard.start + (k + 1) * size)
 
 
