@@ -96,6 +96,7 @@ def theorem_run(ctx: Context) -> dict:
         mean_sq, mean = {}, {}
         outside_y = outside_z = 0
         worst_line9 = worst_line13 = 0.0
+        second = {"worker": 0.0, "server": 0.0, "combined": 0.0}  # max over t of the mean over problems
         prev = read_state(state, N_WORKERS, PROBLEMS)
         for t in range(1, STEPS + 1):
             gradient = F_prime((x - a) / SCALE)
@@ -111,12 +112,17 @@ def theorem_run(ctx: Context) -> dict:
             worst_line13 = max(worst_line13, largest_abs(new.server_e - (d.z - u_bar)))
             outside_y += int((np.abs(d.y) > 1).sum())
             outside_z += int((np.abs(d.z) > 1).sum())
+            e, server_e = new.e.astype(np.float64), new.server_e.astype(np.float64)
+            for key, value in (("worker", (e * e).mean()), ("server", (server_e * server_e).mean()),
+                               ("combined", ((e.mean(axis=0) + server_e) ** 2).mean())):
+                second[key] = max(second[key], float(value)) if value == value else float("inf")
             prev = new
             if t in CHECKPOINTS:
                 X = total_gradient / t
                 mean_sq[t], mean[t] = float(np.mean(X * X)), float(np.mean(X))
         return {"mean_sq": mean_sq, "mean": mean, "premise_y": outside_y / (STEPS * N_WORKERS * PROBLEMS),
-                "premise_z": outside_z / (STEPS * PROBLEMS), "line9": worst_line9, "line13": worst_line13}
+                "premise_z": outside_z / (STEPS * PROBLEMS), "line9": worst_line9, "line13": worst_line13,
+                "second_moment": second}
 
     return ctx.shared("theorem_run", compute)
 
@@ -176,3 +182,19 @@ def long_run_identities(ctx: Context) -> Outcome:
     ok = run["line9"] <= TOL_ERROR and run["line13"] <= TOL_ERROR
     return verdict(ok, f"max |line 9 residual| = {run['line9']:.3g}, max |line 13 residual| = {run['line13']:.3g} "
                        f"(tolerance {TOL_ERROR:.3g})", f"{run['line9']:.3g} / {run['line13']:.3g}")
+
+
+@check(
+    "lemma1_error_second_moment",
+    "Lemma 1's E||e_t||^2 <= d, as Eqs. 34 (vi) and 37 apply it to Algorithm 1's accumulated errors (which Lemma 1 "
+    "does not cover: there |y| > 1 happens): E[(e_t^(i))_j^2] <= 1 and E[(e_bar_t)_j^2] <= 1 at every t",
+    f"the {STEPS}-step Theorem 1 run: per step, the mean over the {PROBLEMS} independent problems (each in [0, 4]) "
+    "<= 1 + Hoeffding eps (false failure <= 1e-9 if the claim holds); Eq. 12's combined error reported",
+)
+def lemma1_error_second_moment(ctx: Context) -> Outcome:
+    second = theorem_run(ctx)["second_moment"]
+    eps = hoeffding_epsilon(PROBLEMS, FALSE_FAILURE / (2 * STEPS), value_range=4.0)
+    ok = second["worker"] <= 1 + eps and second["server"] <= 1 + eps
+    return verdict(ok, f"largest per-step mean of e^2 (workers) {second['worker']:.3g}, of e_bar^2 "
+                       f"{second['server']:.3g} (bound 1 + eps = {1 + eps:.3g}); of Eq. 12's e_t = mean_i e^(i) + "
+                       f"e_bar: {second['combined']:.3g}", f"{second['worker']:.3g} / {second['server']:.3g}")
