@@ -1,5 +1,6 @@
 """The DDP hook's state in one process: a one-rank gloo job against Algorithm 1, and state_dict's refusals."""
 
+import io
 import os
 import tempfile
 from datetime import timedelta
@@ -43,9 +44,11 @@ def test_one_rank_ddp_equals_algorithm1_through_a_bucket_rebuild_and_a_reload(on
     ref, x = algorithm1.init(1, state.dim), torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
     layouts = []
     for t in range(1, 5):
-        if t == 3:  # reload the state mid-run, as after a restart
-            saved = state.state_dict()
-            state.load_state_dict(saved)
+        if t == 3:  # reload the state mid-run, as after a restart, through torch.save / a safe torch.load
+            file = io.BytesIO()
+            torch.save(state.state_dict(), file)
+            file.seek(0)
+            state.load_state_dict(torch.load(file, weights_only=True))
         inputs, targets = batch(seed, t, 0)
         optimizer.zero_grad()
         nn.functional.mse_loss(ddp(inputs), targets).backward()
