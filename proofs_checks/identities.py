@@ -88,21 +88,25 @@ def moments(ctx: Context) -> Outcome:
                    f"max |residual| {worst:.3g} relative")
 
 
+def _per_step(ctx: Context, residual_of, tolerance: float, tolerance_text: str) -> Outcome:
+    """An identity on every recorded step: ``residual_of(record, derived)`` must stay within ``tolerance``."""
+    bad = total = 0
+    worst = 0.0
+    for rec in all_records(ctx):
+        residual = residual_of(rec, derive(rec))
+        bad += _violations(residual, tolerance)
+        total += residual.size
+        worst = max(worst, largest_abs(residual))
+    return verdict(bad == 0, *_summary(bad, total, worst, tolerance_text))
+
+
 @check(
     "line9_worker_error",
     "Algorithm 1 lines 8-9: e_t = e_{t-1} + m_t / b_t - u_t with u_t = +-1",
     "every step: e_prev + m/(b+eps) - e_new must lie within 2^-20 of +1 or -1",
 )
 def worker_error(ctx: Context) -> Outcome:
-    bad = total = 0
-    worst = 0.0
-    for rec in all_records(ctx):
-        d = derive(rec)
-        residual = rec.new.e - (d.y - d.u)
-        bad += _violations(residual, TOL_ERROR)
-        total += residual.size
-        worst = max(worst, largest_abs(residual))
-    return verdict(bad == 0, *_summary(bad, total, worst, "2^-20"))
+    return _per_step(ctx, lambda rec, d: rec.new.e - (d.y - d.u), TOL_ERROR, "2^-20")
 
 
 @check(
@@ -111,16 +115,11 @@ def worker_error(ctx: Context) -> Outcome:
     "every step, with the workers' u recovered from line 9; tolerance 2^-20",
 )
 def server_error(ctx: Context) -> Outcome:
-    bad = total = 0
-    worst = 0.0
-    for rec in all_records(ctx):
-        d = derive(rec)
-        residual = rec.new.server_e - (d.z - rec.u_bar)
+    def residual(rec: Record, d: Derived) -> np.ndarray:
         signs_ok = np.isin(rec.u_bar, (-1.0, 1.0))
-        bad += _violations(residual, TOL_ERROR) + int((~signs_ok).sum())
-        total += residual.size
-        worst = max(worst, largest_abs(residual))
-    return verdict(bad == 0, *_summary(bad, total, worst, "2^-20 (or u_bar not +-1)"))
+        return np.where(signs_ok, rec.new.server_e - (d.z - rec.u_bar), np.nan)  # NaN: not a sign
+
+    return _per_step(ctx, residual, TOL_ERROR, "2^-20 (or u_bar not +-1)")
 
 
 @check(
@@ -174,16 +173,11 @@ def means(rec: Record, d: Derived) -> dict:
     "every step, float64; tolerance 2 x 2^-20 (line 9 averaged plus line 13)",
 )
 def eq7(ctx: Context) -> Outcome:
-    bad = total = 0
-    worst = 0.0
-    for rec in all_records(ctx):
-        d = derive(rec)
+    def residual(rec: Record, d: Derived) -> np.ndarray:
         q = means(rec, d)
-        residual = rec.u_bar - (d.r.mean(axis=0) + q["E_prev"] - q["E_new"])
-        bad += _violations(residual, 2 * TOL_ERROR)
-        total += residual.size
-        worst = max(worst, largest_abs(residual))
-    return verdict(bad == 0, *_summary(bad, total, worst, "2 x 2^-20"))
+        return rec.u_bar - (d.r.mean(axis=0) + q["E_prev"] - q["E_new"])
+
+    return _per_step(ctx, residual, 2 * TOL_ERROR, "2 x 2^-20")
 
 
 @check(

@@ -66,6 +66,13 @@ def exact_probabilities(ctx: Context) -> dict:
     return ctx.shared("exact_probabilities", compute)
 
 
+def grids(ctx: Context):
+    """(label, y values, exact P(Q(y) = +1), tolerance) for the full and the coarse grid."""
+    exact = exact_probabilities(ctx)
+    return zip((f"2^{FULL_BITS} grid", f"2^{COARSE_BITS} grid"), exact["ys"], exact["P"], exact["tolerance"],
+               strict=True)
+
+
 @check(
     "eq5_support",
     "Eq. 5: Q(y) takes only the values +1 and -1, for any y (|y| > 1 included) and any draw",
@@ -93,10 +100,8 @@ def support(ctx: Context) -> Outcome:
     needs=("quantize",),
 )
 def probability_exact(ctx: Context) -> Outcome:
-    exact = exact_probabilities(ctx)
     worst, parts = 0.0, []
-    for label, ys, P, tol in zip(("2^24 grid", "2^14 grid"), exact["ys"], exact["P"], exact["tolerance"],
-                                 strict=True):
+    for label, ys, P, tol in grids(ctx):
         error = np.abs(P - (ys.astype(np.float64) + 1) / 2)
         k = int(np.argmax(error))
         worst = max(worst, float(error[k] / tol))
@@ -111,9 +116,8 @@ def probability_exact(ctx: Context) -> Outcome:
     needs=("quantize",),
 )
 def lemma1_moments(ctx: Context) -> Outcome:
-    exact = exact_probabilities(ctx)
     worst_mean = worst_var = 0.0
-    for ys, P, tol in zip(exact["ys"], exact["P"], exact["tolerance"], strict=True):
+    for _, ys, P, tol in grids(ctx):
         y = ys.astype(np.float64)
         mean = 2 * P - 1  # E[Q] for a +-1 variable
         second = P * (y - 1) ** 2 + (1 - P) * (y + 1) ** 2  # E[(y - Q)^2]

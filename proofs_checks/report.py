@@ -19,8 +19,7 @@ PLOT = "proofs_theorem1.png"
 
 
 def plot_theorem1(run: dict, path: Path) -> None:
-    k = theorem.problem_constants()
-    C1, C2 = theorem.paper_constants(theorem.C, k["G"], k["L"], k["d"], theorem.BETA, k["rho"], k["f_gap"])
+    C1, C2 = theorem.printed_constants()
     T = np.array(theorem.CHECKPOINTS)
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.loglog(T, [run["mean_sq"][t] for t in T], "o-", label="measured E[X_T^2] (4096 seeds)")

@@ -70,13 +70,17 @@ def quantize_window(target: Target, y: np.ndarray, u: np.ndarray, tolerance: flo
     return outs[1], ambiguous
 
 
-def _compare(pairs, what: str) -> Outcome:
+def _quantizer_calls(ctx: Context, argument_of, draws_of, output_of, what: str) -> Outcome:
+    """On every recorded step, ``output_of(record, derived)`` must equal the target's quantize applied to
+    ``argument_of(derived)`` with ``draws_of(record)``, wherever that is unambiguous."""
     mismatched = ambiguous = total = 0
     first = ""
-    for label, expected, amb, actual in pairs:
-        wrong = ~amb & (expected != actual)
+    for rec in all_records(ctx):
+        d = derive(rec)
+        expected, amb = quantize_window(ctx.target, argument_of(d), draws_of(rec), TOL_ERROR)
+        wrong = ~amb & (expected != output_of(rec, d))
         if wrong.any() and not first:
-            first = f"; first at {label}"
+            first = f"; first at {rec.setting.name} step {rec.new.t}"
         mismatched += int(wrong.sum())
         ambiguous += int(amb.sum())
         total += expected.size
@@ -93,12 +97,7 @@ def _compare(pairs, what: str) -> Outcome:
     needs=("quantize", "init", "step"),
 )
 def worker_quantizer(ctx: Context) -> Outcome:
-    pairs = []
-    for rec in all_records(ctx):
-        d = derive(rec)
-        expected, amb = quantize_window(ctx.target, d.y, rec.u_worker, TOL_ERROR)
-        pairs.append((f"{rec.setting.name} step {rec.new.t}", expected, amb, d.u))
-    return _compare(pairs, "worker outputs")
+    return _quantizer_calls(ctx, lambda d: d.y, lambda rec: rec.u_worker, lambda rec, d: d.u, "worker outputs")
 
 
 @check(
@@ -108,12 +107,7 @@ def worker_quantizer(ctx: Context) -> Outcome:
     needs=("quantize", "init", "step"),
 )
 def server_quantizer(ctx: Context) -> Outcome:
-    pairs = []
-    for rec in all_records(ctx):
-        d = derive(rec)
-        expected, amb = quantize_window(ctx.target, d.z, rec.u_server, TOL_ERROR)
-        pairs.append((f"{rec.setting.name} step {rec.new.t}", expected, amb, rec.u_bar))
-    return _compare(pairs, "server outputs")
+    return _quantizer_calls(ctx, lambda d: d.z, lambda rec: rec.u_server, lambda rec, d: rec.u_bar, "server outputs")
 
 
 @check(

@@ -72,6 +72,12 @@ def paper_constants(c: float, G: float, L: float, d: int, beta: float, rho: floa
     return C1, C2
 
 
+def printed_constants(corrected_variance_term: bool = False) -> tuple[float, float]:
+    """C1, C2 of Eqs. 41-42 for this problem."""
+    k = problem_constants()
+    return paper_constants(C, k["G"], k["L"], k["d"], BETA, k["rho"], k["f_gap"], corrected_variance_term)
+
+
 def bound(T, C1: float, C2: float):
     """The right-hand side of Eq. 6."""
     T = np.asarray(T, np.float64)
@@ -136,13 +142,12 @@ def theorem_run(ctx: Context) -> dict:
 )
 def theorem1_bound(ctx: Context) -> Outcome:
     run = theorem_run(ctx)
-    k = problem_constants()
-    C1, C2 = paper_constants(C, k["G"], k["L"], k["d"], BETA, k["rho"], k["f_gap"])
+    C1, C2 = printed_constants()
     eps = hoeffding_epsilon(PROBLEMS, FALSE_FAILURE / len(CHECKPOINTS))
     worst_T = max(CHECKPOINTS, key=lambda T: run["mean_sq"][T] - bound(T, C1, C2))
     ok = all(run["mean_sq"][T] <= bound(T, C1, C2) + eps for T in CHECKPOINTS)
     T = STEPS
-    C1c, C2c = paper_constants(C, k["G"], k["L"], k["d"], BETA, k["rho"], k["f_gap"], corrected_variance_term=True)
+    C1c, C2c = printed_constants(corrected_variance_term=True)
     detail = (f"C1 = {C1:.4g}, C2 = {C2:.4g}; at T = {T}: E[X^2] = {run['mean_sq'][T]:.3g} "
               f"((E X)^2 = {run['mean'][T] ** 2:.3g}) vs bound {float(bound(T, C1, C2)):.3g} + eps {eps:.3g} "
               f"(bound with G^2(1+2L): {float(bound(T, C1c, C2c)):.3g}; largest possible E[X^2] = 1); "
@@ -158,8 +163,7 @@ def theorem1_bound(ctx: Context) -> Outcome:
 )
 def theorem1_shape(ctx: Context) -> Outcome:
     run = theorem_run(ctx)
-    k = problem_constants()
-    C1, C2 = paper_constants(C, k["G"], k["L"], k["d"], BETA, k["rho"], k["f_gap"])
+    C1, C2 = printed_constants()
     eps = hoeffding_epsilon(PROBLEMS, FALSE_FAILURE / 2)
     early, late = run["mean_sq"][SHAPE_FROM], run["mean_sq"][STEPS]
     ratio = float(bound(STEPS, C1, C2) / bound(SHAPE_FROM, C1, C2))
