@@ -102,8 +102,8 @@ def launch(body: Callable, args: tuple, world: int, backend: str, timeout_s: flo
             if all(r in reports or p.exitcode is not None for r, p in enumerate(procs)):
                 break
         killed = []
-        for r, p in enumerate(procs):  # ranks that reported are shutting down; give them a moment
-            p.join(timeout=10 if len(reports) == world else 1)
+        for r, p in enumerate(procs):  # ranks that reported are shutting down; give them time to exit
+            p.join(timeout=10 if r in reports else 1)
             if p.is_alive():
                 p.kill()
                 p.join()
