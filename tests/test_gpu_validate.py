@@ -57,7 +57,7 @@ def test_a_dead_rank_stops_the_others_with_an_error_within_the_timeout():
 
 
 def test_a_stalled_rank_makes_the_others_time_out_with_an_error():
-    timeout = 2.0
+    timeout = 5.0  # short, but long enough for the healthy collectives of a loaded CI machine
     result = run(Config(nodes=1, gpus_per_node=2, steps=4, hang_at=(2, 0), timeout_s=timeout))
     assert result["passed"] is False and result["killed_by_launcher"] == [0]
     assert "rank 0 hung" in result["error"] and "stopped at step 2" in result["rank_errors"]["1"]
