@@ -246,7 +246,40 @@ def _result(cfg: BenchConfig, device: torch.device, kernels: list[dict], rows: l
     fields = profile_fields(cfg, cfg.ranks // g, g, rows, None if device.type == "cpu" else result["device"])
     result["profile_fields"] = fields
     result["profile"] = str(write_profile(cfg.out, fields, result)) if cfg.out else None
+    result["plot"] = str(plot(result, Path(cfg.out).with_suffix(".png"))) if cfg.out else None
     return result
+
+
+def plot(result: dict, path: Path) -> Path:
+    """Two panels: the kernels' achieved GB/s against size, and each collective's bus bandwidth."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (kernels, collectives) = plt.subplots(1, 2, figsize=(11, 4))
+    sizes = [k["elements"] for k in result["kernels"]]
+    kernels.plot(sizes, [k["quantize_pack_unpack_gbytes_per_s"] for k in result["kernels"]], "o-",
+                 label="quantize + pack + unpack")
+    kernels.plot(sizes, [k["with_draws_gbytes_per_s"] for k in result["kernels"]], "s--", label="with the draws")
+    kernels.axhline(result["peak_gbytes_per_s"], color="grey", ls=":", label="peak")
+    kernels.set(xscale="log", yscale="log", xlabel="elements", ylabel="GB/s",
+                title=f"Birder kernels on {result['device']}")
+    kernels.legend(loc="center right")
+    for group in ("intra", "inter"):
+        for op in COLLECTIVES:
+            rows = [r for r in result["collectives"] if r["group"] == group and r["op"] == op]
+            if rows:
+                collectives.plot([r["bytes"] for r in rows], [r["busbw_gbytes_per_s"] for r in rows], "o-",
+                                 label=f"{group} {op} ({rows[0]['ranks']} ranks)")
+    collectives.set(xscale="log", xlabel="bytes each rank contributes", ylabel="bus bandwidth GB/s",
+                    title=f"collectives over {result['backend']}")
+    if result["collectives"]:
+        collectives.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def _spawn_collectives(cfg: BenchConfig) -> list[dict]:
@@ -276,7 +309,8 @@ def describe(result: dict) -> str:
             lines.append(f"{r['group']:<5}  {r['ranks']:>5}  {r['op']:<14} {r['bytes']:>10}  {1e3 * r['seconds']:8.3f}"
                          f"  {r['busbw_gbytes_per_s']:11.3f}")
     if result["profile"]:
-        lines += ["", f"cluster profile written to {result['profile']} (birder predict --cluster {result['profile']})"]
+        lines += ["", f"cluster profile written to {result['profile']} (birder predict --cluster {result['profile']}),"
+                  f" plot to {result['plot']}"]
     return "\n".join(lines)
 
 

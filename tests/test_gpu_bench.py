@@ -19,6 +19,7 @@ def test_bench_command_measures_and_writes_a_profile_predict_reads(tmp_path, cap
     assert {r["op"] for r in result["collectives"]} == set(COLLECTIVES)
     assert all(r["seconds"] > 0 and r["group"] == "inter" for r in result["collectives"])
     assert [k["elements"] for k in result["kernels"]] == [64, 4096]
+    assert (tmp_path / "measured.png").stat().st_size > 0 and result["plot"] == str(tmp_path / "measured.png")
     cluster = load_cluster(out)
     network = result["profile_fields"]["network"]
     assert (cluster.n_nodes, cluster.gpus_per_node) == (2, 1)
