@@ -195,7 +195,10 @@ def write_profile(path: str | Path, fields: dict, result: dict) -> Path:
               for key in ("name", "nodes", "gpus_per_node", "gpu") if key in fields]
     for table in ("network", "intra"):
         if table in fields:
-            lines += ["", f"[{table}]"]
+            lines.append("")
+            if table == "network":
+                lines.append("# transport: gloo runs over TCP sockets; for nccl InfiniBand is assumed (edit if on TCP)")
+            lines.append(f"[{table}]")
             for key, value in fields[table].items():
                 lines.append(f'{key} = "{value}"' if isinstance(value, str) else f"{key} = {value}")
     if "network" not in fields:
