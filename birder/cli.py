@@ -12,14 +12,11 @@ import importlib
 import sys
 
 # Modules that register subcommands, in the order `birder --help` lists them.
-# >>> HELPERS (temporary, the lead removes this): read /work/main/HELPER_RULES.md before editing. Add ONE line here;
-# commit only your own paths with `git commit -m MSG -- PATHS`; never `git add -A`/stash/reset; be done and
-# committed by 03:55 UTC; run only your own tests (2 shared cores).
 COMMAND_MODULES = (
     "birder.report",
-    "gpu_validation.cli",
     "sim.cli",
     "proofs_checks.cli",
+    "gpu_validation.cli",
 )
 
 

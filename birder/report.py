@@ -15,14 +15,11 @@ from pathlib import Path
 from tqdm import tqdm
 
 # "module:function" of each section, in report order.
-# >>> HELPERS (temporary, the lead removes this): read /work/main/HELPER_RULES.md before editing. Add ONE line here;
-# commit only your own paths with `git commit -m MSG -- PATHS`; never `git add -A`/stash/reset; be done and
-# committed by 03:55 UTC; run only your own tests (2 shared cores).
 SECTIONS = (
     "birder_ref.report:section",
+    "proofs_checks.report:section",
     "sim.report:section",
     "birder_ref.comparison:section",
-    "proofs_checks.report:section",
 )
 
 
