@@ -212,7 +212,8 @@ def register(subparsers) -> None:
     s.set_defaults(func=run_sweep)
 
     v = subparsers.add_parser("validate", help="predictions against the published throughputs, with errors")
-    v.add_argument("--csv", default=None, help="measurements file (default ../shared/validation/birder_public.csv)")
+    v.add_argument("--csv", default=None,
+                   help="measurements file (default: ../shared/validation/, else sim/presets/birder_public.csv)")
     v.add_argument("--out", default=None, help="directory for the predicted-vs-published plot")
     v.add_argument("--json", action="store_true", help="print one JSON object")
     v.set_defaults(func=run_validate)
