@@ -24,7 +24,8 @@ def run_gpu_validate(args: argparse.Namespace) -> int:
 
     cfg = Config(backend=args.backend, nodes=args.nodes, gpus_per_node=args.gpus_per_node, steps=args.steps,
                  seed=args.seed, scheme=args.scheme, timeout_s=args.timeout, resume_at=args.resume_at,
-                 nonfinite_at=args.nonfinite_at, kill_at=args.kill_at, hang_at=args.hang_at)
+                 nonfinite_at=args.nonfinite_at, overflow_at=args.overflow_at, kill_at=args.kill_at,
+                 hang_at=args.hang_at)
     if _under_torchrun():
         result = run_under_torchrun(cfg)
         if result is None:  # not rank 0: rank 0 speaks for the job
@@ -86,6 +87,8 @@ def register(subparsers) -> None:
                    help="also checkpoint at STEP, resume in a fresh DDP and require a bit-identical end")
     p.add_argument("--nonfinite-at", type=_step_rank, default=None, metavar="STEP:RANK",
                    help="inject a NaN into RANK's gradient at STEP (every rank must skip that step)")
+    p.add_argument("--overflow-at", type=_step_rank, default=None, metavar="STEP:NODE",
+                   help="give every GPU of NODE finite gradients at STEP whose node sum overflows (all must skip)")
     p.add_argument("--kill-at", type=_step_rank, default=None, metavar="STEP:RANK",
                    help="make RANK die at STEP (the others must stop with an error)")
     p.add_argument("--hang-at", type=_step_rank, default=None, metavar="STEP:RANK",

@@ -142,7 +142,7 @@ def node_mean_shard(topology: Topology, grad: torch.Tensor) -> torch.Tensor:
     if g == 1:
         return grad
     received = all_to_all_rows(grad, topology.worker_group, g)
-    return rank_order_sum(received) / float(g)
+    return tb.true_divide(rank_order_sum(received), float(g))
 
 
 def all_gather_rows(x: torch.Tensor, group, members: int) -> torch.Tensor:

@@ -220,15 +220,16 @@ def birder_hook(state: BirderState, bucket: dist.GradBucket) -> torch.futures.Fu
 
     For the bucket's gradients (flattened, padded to a multiple of 8 x world size):
 
-    1. start a MAX all-reduce of "this rank saw a NaN or infinity";
-    2. intra-node reduce-scatter, added in local-rank order, divided by G: this GPU's shard of the node-mean
+    1. intra-node reduce-scatter, added in local-rank order, divided by G: this GPU's shard of the node-mean
        gradient (hierarchical; in flat every GPU is its own worker);
-    3. lines 5-9: m, b_hat, b, u = Q(m / (b + eps) + e), e on the shard, draws of stream = worker index;
-    4. inter-node all-to-all of packed sign bits; lines 12-13 on this GPU's chunk from the counts of +1;
+    2. lines 5-9: m, b_hat, b, u = Q(m / (b + eps) + e), e on the shard, draws of stream = worker index;
+    3. inter-node all-to-all of packed sign bits; lines 12-13 on this GPU's chunk from the counts of +1;
        inter-node all-gather of the packed u_bar; intra-node all-gather;
-    5. write u_bar into the bucket; its new state waits until the last bucket: if any rank saw a
-       non-finite gradient in any bucket, every rank drops the whole iteration (state untouched, counted
-       in ``state.skipped_steps``), else all buckets commit and t advances.
+    4. start a MAX all-reduce of "this rank's new m holds a NaN or infinity" (a non-finite gradient, or a
+       node sum that overflowed);
+    5. write u_bar into the bucket; its new state waits until the last bucket: if any rank flagged any
+       bucket, every rank drops the whole iteration (state untouched, counted in ``state.skipped_steps``),
+       else all buckets commit and t advances.
 
     The parameters then move by line 16, x -= lr * u_bar (``BirderUpdate``). Every rank ends with the same
     u_bar: the same bits as ``birder_ref.algorithm1.step`` on ``schemes.worker_gradients`` of the same gradients
@@ -245,12 +246,14 @@ def birder_hook(state: BirderState, bucket: dist.GradBucket) -> torch.futures.Fu
     """
     buffer = bucket.buffer()
     current = state.bucket_state(bucket)
-    flag = comm.any_nonfinite(buffer)
     grad = torch.zeros(current.index.numel(), dtype=torch.float32, device=buffer.device)
     grad[: buffer.numel()] = buffer  # float16 / bfloat16 gradients widen exactly; u_bar (+-1) narrows exactly
     u_bar, worker, server_error = comm.one_bit_allreduce(
         state.topology, grad, current.index, current.worker, current.server_error,
         state.seed, state.t + 1, state.beta, state.eps, state.T0)
+    # m (line 5) is non-finite exactly when a gradient element was, or when the node sum of finite gradients
+    # overflowed: every element reaches one rank's m, and beta m + (1 - beta) g of finite values stays finite.
+    flag = comm.any_nonfinite(worker.m)
     state.stage(bucket.index(), replace(current, worker=worker, server_error=server_error), flag)
     if bucket.is_last():
         state.finish_iteration()

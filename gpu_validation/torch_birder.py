@@ -30,6 +30,7 @@ __all__ = [
     "worker_step",
     "server_step",
     "mean_of_signs",
+    "true_divide",
 ]
 
 _BIT_SHIFTS = (7, 6, 5, 4, 3, 2, 1, 0)  # most significant bit first, as np.packbits(bitorder="big")
@@ -106,10 +107,20 @@ def count_plus(packed_rows: torch.Tensor) -> torch.Tensor:
     return unpack_bits(packed_rows).sum(dim=0, dtype=torch.int32)
 
 
+def true_divide(x: torch.Tensor, divisor: float) -> torch.Tensor:
+    """x / float32(divisor), correctly rounded on every device, as NumPy divides.
+
+    On CUDA, torch divides by a Python number (a CPU scalar) as x * (1 / divisor), which differs in the last
+    bit for divisors that are not powers of two (ATen's div_true_kernel_cuda says so); a 0-dim tensor on x's
+    device takes the true division path.
+    """
+    return x / torch.tensor(divisor, dtype=torch.float32, device=x.device)
+
+
 def mean_of_signs(plus_counts: torch.Tensor, n_workers: int) -> torch.Tensor:
     """Line 12's (1/n) sum_i u_i from counts of +1, the same float32 operations as
     ``birder_ref.algorithm1.mean_of_signs``."""
-    return (2 * plus_counts.to(torch.float32) - float(n_workers)) / float(n_workers)
+    return true_divide(2 * plus_counts.to(torch.float32) - float(n_workers), float(n_workers))
 
 
 def worker_step(

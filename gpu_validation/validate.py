@@ -33,6 +33,8 @@ from birder_ref.draws import server_uniforms, worker_uniforms
 from gpu_validation import comm, launch
 from gpu_validation.hook import BirderState, BirderUpdate, birder_hook
 
+LOCAL_RANKS_PER_CORE = 8  # more local gloo ranks than this per core is a mistake, not a validation run
+
 KILLED_EXIT_STATUS = 17
 
 
@@ -54,6 +56,7 @@ class Config:
     bucket_cap_mb: float = 0.0003
     timeout_s: float = 60.0
     nonfinite_at: tuple[int, int] | None = None
+    overflow_at: tuple[int, int] | None = None  # (step, node): finite gradients whose node sum overflows
     kill_at: tuple[int, int] | None = None
     hang_at: tuple[int, int] | None = None
     resume_at: int | None = None
@@ -77,6 +80,21 @@ class Config:
             if fault is not None and not (1 <= fault[0] <= self.steps and 0 <= fault[1] < self.world):
                 raise ValueError(f"{name} needs a step in [1, {self.steps}] and a rank in [0, {self.world}), "
                                  f"got {fault}")
+        if self.overflow_at is not None and not (1 <= self.overflow_at[0] <= self.steps
+                                                 and 0 <= self.overflow_at[1] < self.nodes):
+            raise ValueError(f"overflow_at needs a step in [1, {self.steps}] and a node in [0, {self.nodes}), "
+                             f"got {self.overflow_at}")
+
+    def check_local(self) -> None:
+        """What spawning ``world`` ranks on this machine needs: a GPU per rank for nccl, a sane count for gloo."""
+        if self.backend == "nccl":
+            found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if not dist.is_nccl_available() or found < self.world:
+                raise ValueError(f"nccl needs one CUDA GPU per rank: {self.world} wanted, {found} found here"
+                                 f"{'' if dist.is_nccl_available() else ' (this torch has no NCCL)'}")
+        elif self.world > LOCAL_RANKS_PER_CORE * (os.cpu_count() or 1):
+            raise ValueError(f"{self.world} local gloo ranks on {os.cpu_count()} cores is too many (at most "
+                             f"{LOCAL_RANKS_PER_CORE} per core); run under torchrun across machines instead")
 
     @property
     def world(self) -> int:
@@ -116,6 +134,8 @@ class Trainer:
         self.local_grad = torch.zeros(self.state.dim, device=device)
 
     def _recording_hook(self, state, bucket):  # no annotations: DDP accepts only real (not string) ones
+        if self.cfg.overflow_at == (self.current_step, self.node):
+            bucket.buffer().fill_(3.0e38)  # finite on every GPU of the node; their sum is not
         position = 0
         for start, n in state._signature(bucket):
             self.local_grad[start:start + n] = bucket.buffer()[position:position + n]
@@ -123,6 +143,7 @@ class Trainer:
         return birder_hook(state, bucket)
 
     def step(self, step: int, rank: int) -> None:
+        self.current_step, self.node = step, rank // self.cfg.gpus_per_node
         x, y = batch(self.cfg.seed, step, rank)
         if self.cfg.nonfinite_at == (step, rank):
             x[0, 0] = float("nan")
@@ -159,16 +180,17 @@ class Reference:
     def step(self, grads: np.ndarray, u_bars: np.ndarray, params: np.ndarray) -> None:
         """One reference step on grads (world, d); compare with every rank's u_bar and parameters."""
         cfg, d = self.cfg, self.x.size
-        if not np.isfinite(grads).all():
+        by_node = grads.reshape(cfg.nodes, cfg.gpus_per_node, d)
+        with np.errstate(over="ignore"):
+            worker_grads = schemes.worker_gradients(cfg.scheme, by_node)
+        if not (np.isfinite(grads).all() and np.isfinite(worker_grads).all()):  # birder_ref would reject it
             self.skipped += 1
             u_bar = None
         else:
             t, n = self.state.t + 1, self.state.n_workers
-            by_node = grads.reshape(cfg.nodes, cfg.gpus_per_node, d)
             draws = {"u_worker": worker_uniforms(cfg.seed, t, n, d), "u_server": server_uniforms(cfg.seed, t, d)}
             executed, _, _ = schemes.step(cfg.scheme, self.state, by_node, cfg.beta, cfg.eps, **draws)
-            u_bar, self.state = algorithm1.step(self.state, schemes.worker_gradients(cfg.scheme, by_node), cfg.beta,
-                                                cfg.eps, **draws)
+            u_bar, self.state = algorithm1.step(self.state, worker_grads, cfg.beta, cfg.eps, **draws)
             self.executor_identical &= bool(np.array_equal(executed, u_bar))
             if cfg.weight_decay:
                 self.x = self.x * (1 - cfg.lr * cfg.weight_decay)
@@ -279,6 +301,7 @@ def train_and_compare(cfg: Config, rank: int, one_machine: bool = True) -> dict 
 def run(cfg: Config) -> dict:
     """Spawn ``cfg.world`` ranks on this machine, wait for them (never longer than the timeouts allow)."""
     cfg.check()
+    cfg.check_local()
     started = time.monotonic()
     outcome = launch.launch(train_and_compare, (cfg,), cfg.world, cfg.backend, cfg.timeout_s,
                             backstop_s=120 + cfg.timeout_s * (cfg.steps + 4))

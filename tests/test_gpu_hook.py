@@ -109,11 +109,22 @@ def test_load_state_dict_refuses_what_it_would_drop_or_misread(change, message):
     assert state.t == 0 and state._carry is None
 
 
-def test_state_refuses_bad_hyperparameters_and_foreign_parameters():
+def test_state_refuses_bad_hyperparameters():
     with pytest.raises(ValueError, match="beta"):
         BirderState(make_model(0).parameters(), _lone_topology(), beta=1.0)
     with pytest.raises(ValueError, match="lr"):
         BirderUpdate(make_model(0).parameters(), lr=0.0)
+
+
+def test_a_bucket_of_parameters_the_state_was_not_given_is_refused(one_rank_group):
+    model = make_model(0)
+    state = BirderState(make_model(0).parameters(), comm.make_topology("flat", 1, 1), seed=0)  # other tensors
+    ddp = nn.parallel.DistributedDataParallel(model)
+    ddp.register_comm_hook(state, birder_hook)
+    inputs, targets = batch(0, 1, 0)
+    with pytest.raises(Exception, match="not given to BirderState"):
+        nn.functional.mse_loss(ddp(inputs), targets).backward()
+    assert state.t == 0 and not state.buckets
 
 
 def test_reference_comparison_counts_a_single_flipped_bit():

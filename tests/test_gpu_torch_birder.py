@@ -154,3 +154,22 @@ def test_draws_over_many_cpu_pieces_equal_the_reference():
     draws = tb.uniforms(9, 4, 1, index)
     assert draws.shape == (1, n)
     np.testing.assert_array_equal(_as_np(draws)[0], uniforms(9, 4, 1, n, 2**32 - n))
+
+
+DEVICES = ["cpu", pytest.param("cuda", marks=[cuda, pytest.mark.cuda])]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_divisions_are_correctly_rounded_like_numpy(device):
+    """The node mean (sum / float32(G)) and line 12's mean (2c - n) / float32(n) for every divisor up to 300.
+
+    On CUDA, dividing by a Python number multiplies by its reciprocal and misses the last bit (for G = 3 on a
+    third of the elements): ``true_divide`` must not."""
+    rng = np.random.default_rng(5)
+    sums = rng.standard_normal(4096).astype(np.float32) * np.float32(7)
+    for divisor in range(1, 301):
+        got = _as_np(tb.true_divide(torch.from_numpy(sums).to(device), float(divisor)))
+        np.testing.assert_array_equal(got, sums / np.float32(divisor))
+        counts = np.arange(divisor + 1)
+        got = _as_np(tb.mean_of_signs(torch.from_numpy(counts).to(device), divisor))
+        np.testing.assert_array_equal(got, algorithm1.mean_of_signs(counts, divisor))

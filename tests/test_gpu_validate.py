@@ -24,6 +24,21 @@ def test_2x2_is_bit_exact_skips_a_nonfinite_step_everywhere_and_resumes_bit_iden
     assert len(result["update_digests"]) == 4
 
 
+def test_a_node_sum_that_overflows_is_skipped_everywhere_like_a_nan():
+    """3e38 on both GPUs of node 1 is finite, their sum is not: birder_ref rejects those node means, so the
+    hook must skip the step on every rank (it flags a non-finite m, not only a non-finite gradient)."""
+    result = run(Config(nodes=2, gpus_per_node=2, steps=3, seed=2, overflow_at=(2, 1)))
+    assert result["passed"] is True and result["mismatched_elements"] == 0, result
+    assert result["skipped_steps"] == 1
+
+
+def test_local_runs_refuse_missing_gpus_and_absurd_rank_counts():
+    with pytest.raises(ValueError, match="nccl needs one CUDA GPU per rank"):
+        Config(backend="nccl", nodes=64, gpus_per_node=8).check_local()
+    with pytest.raises(ValueError, match="local gloo ranks"):
+        Config(nodes=512, gpus_per_node=8).check_local()
+
+
 def test_3x2_command_line_is_bit_exact():
     """The CI command, as a user runs it."""
     out = subprocess.run([sys.executable, "-m", "birder.cli", "gpu-validate", "--backend", "gloo", "--nodes", "3",
