@@ -184,7 +184,8 @@ def eq7(ctx: Context) -> Outcome:
     "eq14_decomposition",
     "Eq. 14 with Eqs. 8-12: u_bar_t = m_t/b_t + delta_t + e_t - e_{t+1} (means over workers), m_t = beta m_{t-1} "
     "+ (1 - beta) g_t (Eq. 9), and the facts (vi) of Eq. 34 uses: |(m_t/b_t)_j| <= 1, |(delta_t)_j| <= 2",
-    "every step, float64 from the stored state; tolerances as lines 5-13",
+    "every step, float64 from the stored state; tolerances as lines 5-13, none on |m/b| <= 1 (as ratio_bound: "
+    "stricter than exact arithmetic, it needs m and b computed with the same operation order)",
 )
 def eq14(ctx: Context) -> Outcome:
     bad_update = bad_eq9 = bad_facts = total = 0

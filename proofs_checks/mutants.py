@@ -180,7 +180,9 @@ class StaleMomentum(Birder):
 
 
 class AscentStep(Birder):
-    """Returns -u_bar: the caller's x -= lr * u_bar climbs."""
+    """Returns -u_bar: the caller's x -= lr * u_bar climbs. Theorem 1's bound with the printed constants is loose
+    enough on the check's problem that this climb stays under it (theorem1_decay_measured shows a positive slope);
+    line 12 rejects it."""
 
     def step(self, state, grads, beta=0.95, eps=1e-8, u_worker=None, u_server=None, T0=None):
         u_bar, new = super().step(state, grads, beta, eps, u_worker, u_server, T0)
@@ -214,7 +216,7 @@ MUTANTS = {
     "amsgrad_off_by_one": (AmsgradOffByOne(), ("line7_amsgrad",)),
     "mutating_step": (MutatingStep(), ("determinism",)),
     "stale_momentum": (StaleMomentum(), ("line9_worker_error",)),
-    "ascent_step": (AscentStep(), ("line12_server_quantizer", "theorem1_shape")),
+    "ascent_step": (AscentStep(), ("line12_server_quantizer",)),
     "missing_quantize": (_without_quantize(), ("interface",)),
 }
 

@@ -9,6 +9,7 @@ be NumPy arrays or anything ``numpy.asarray`` understands (torch tensors are mov
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,14 +137,35 @@ def target_from_object(obj, name: str | None = None, schemes=None) -> Target:
     return Target(label, obj, *(getattr(obj, f, None) for f in INTERFACE), schemes=schemes)
 
 
+def interface_misuse(obj) -> str | None:
+    """Why ``obj`` cannot be an implementation at all, or None. An object with none of quantize, init and step
+    (a function, say) is the wrong object, not a failing implementation; nor is a class whose methods need an
+    instance. An object with some of the three is judged, and the ``interface`` check names what it lacks."""
+    present = [name for name in INTERFACE if callable(getattr(obj, name, None))]
+    if not present:
+        label = " ".join(filter(None, (type(obj).__name__, getattr(obj, "__name__", None))))
+        return f"{label} has none of {', '.join(INTERFACE)}"
+    if isinstance(obj, type):
+        unbound = [name for name in present
+                   if not isinstance(inspect.getattr_static(obj, name), (staticmethod, classmethod))]
+        if unbound:
+            return (f"{obj.__name__} is a class and its {', '.join(unbound)} need an instance: name an instance of "
+                    "it (MODULE:OBJECT) or a module")
+    return None
+
+
 def load_target(spec=None) -> Target:
     """The implementation named by ``MODULE[:OBJECT]`` (default ``birder_ref.algorithm1``), or an object itself.
 
-    Raises ValueError (one line) when the module cannot be imported or the object is not in it.
+    Raises ValueError (one line) when the module cannot be imported, the object is not in it, or the object cannot
+    be an implementation (``interface_misuse``).
     """
     if spec is None:
         spec = DEFAULT_IMPL
     if not isinstance(spec, str):
+        misuse = interface_misuse(spec)
+        if misuse:
+            raise ValueError(misuse)
         return target_from_object(spec)
     module_name, _, object_path = spec.partition(":")
     if not module_name:
@@ -156,4 +178,7 @@ def load_target(spec=None) -> Target:
         if not hasattr(obj, part):
             raise ValueError(f"{spec!r}: {getattr(obj, '__name__', obj)!s} has no attribute {part!r}")
         obj = getattr(obj, part)
+    misuse = interface_misuse(obj)
+    if misuse:
+        raise ValueError(f"--impl {spec!r}: {misuse}")
     return target_from_object(obj, name=spec)

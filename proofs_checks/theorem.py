@@ -1,5 +1,6 @@
 """Theorem 1 (Eq. 6): on a smooth non-convex problem with known L, G and rho, E[(1/T) sum_t ||grad f(x_t)||]^2
-stays below C1/sqrt(T) + C2 (1 + log T)/sqrt(T) with the paper's C1, C2 (Eqs. 41-42), and decays like that shape.
+stays below C1/sqrt(T) + C2 (1 + log T)/sqrt(T) with the paper's C1, C2 (Eqs. 41-42). How fast the measured value
+falls is reported beside it, not judged: an upper bound says nothing about the decay of what lies below it.
 
 The problem. S = 4096 independent one-dimensional problems, run as the S coordinates of one vector (Algorithm 1 is
 element-wise, so coordinate j is problem j and the S runs are independent seeds):
@@ -39,7 +40,7 @@ N_WORKERS = 4
 PROBLEMS = 4096
 STEPS = 4096
 CHECKPOINTS = tuple(2**k for k in range(4, 13))
-SHAPE_FROM = 256  # the shape check compares T = SHAPE_FROM with T = STEPS
+SLOPE_FROM = 256  # theorem1_decay_measured reports the slope between T = SLOPE_FROM and T = STEPS
 C = 1.0
 BETA = 0.1
 EPS = 1e-8
@@ -156,23 +157,22 @@ def theorem1_bound(ctx: Context) -> Outcome:
 
 
 @check(
-    "theorem1_shape",
-    "Theorem 1's rate: E[X_T^2] decays at least like (C1 + C2(1 + log T))/sqrt(T)",
-    f"E[X^2]/bound must not grow from T = {SHAPE_FROM} to {STEPS}: fails only if mean(T2) - eps > "
-    "k (mean(T1) + eps), k = bound(T2)/bound(T1) (false failure <= 1e-9)",
+    "theorem1_decay_measured",
+    "Theorem 1 bounds E[X_T^2] from above by (C1 + C2(1 + log T))/sqrt(T); it does not say how fast E[X_T^2] "
+    "itself falls (a run far below the bound may stay flat), so the decay is measured, not judged",
+    f"measured (not bounded by the paper): log-log slope of the mean of X_T^2 from T = {SLOPE_FROM} to {STEPS}, "
+    "beside the bound's own slope over the same range",
 )
-def theorem1_shape(ctx: Context) -> Outcome:
+def theorem1_decay_measured(ctx: Context) -> Outcome:
     run = theorem_run(ctx)
     C1, C2 = printed_constants()
-    eps = hoeffding_epsilon(PROBLEMS, FALSE_FAILURE / 2)
-    early, late = run["mean_sq"][SHAPE_FROM], run["mean_sq"][STEPS]
-    ratio = float(bound(STEPS, C1, C2) / bound(SHAPE_FROM, C1, C2))
-    ok = late - eps <= ratio * (early + eps)
-    slope = math.log(late / early) / math.log(STEPS / SHAPE_FROM) if early > 0 and late > 0 else float("nan")
-    shape_slope = math.log(ratio) / math.log(STEPS / SHAPE_FROM)
-    return verdict(ok, f"E[X^2]: {early:.3g} at T = {SHAPE_FROM}, {late:.3g} at T = {STEPS} (ratio "
-                       f"{late / early if early else float('inf'):.3g}); the bound's ratio {ratio:.3g}; log-log "
-                       f"slope {slope:.3g} vs the shape's {shape_slope:.3g}", f"slope {slope:.3g} vs {shape_slope:.3g}")
+    early, late = run["mean_sq"][SLOPE_FROM], run["mean_sq"][STEPS]
+    span = math.log(STEPS / SLOPE_FROM)
+    slope = math.log(late / early) / span if early > 0 and late > 0 else float("nan")
+    bound_slope = math.log(float(bound(STEPS, C1, C2) / bound(SLOPE_FROM, C1, C2))) / span
+    return Outcome("info", f"mean of X_T^2: {early:.3g} at T = {SLOPE_FROM}, {late:.3g} at T = {STEPS}; log-log "
+                           f"slope {slope:.3g}, the bound's {bound_slope:.3g} (1/sqrt(T) alone: -0.5)",
+                   f"slope {slope:.3g} (bound {bound_slope:.3g})")
 
 
 @check(

@@ -3,7 +3,10 @@
 import json
 
 from birder.cli import main
+from proofs_checks import independent
 from proofs_checks.report import PLOT, section
+from proofs_checks.runner import run_checks
+from proofs_checks.target import load_target
 
 
 def test_json_and_exit_zero_on_the_reference(capsys):
@@ -32,11 +35,28 @@ def test_missing_quantize_is_a_failed_check_not_a_crash(capsys):
 
 
 def test_bad_usage_is_one_line_and_exit_two(capsys):
+    """Not importable, not there, an unknown check, and objects that cannot be an implementation at all: a class
+    whose methods need an instance, and a function with none of quantize, init, step."""
     for argv in (["check", "--impl", "no_such_module_xyz"], ["check", "--impl", "proofs_checks.mutants:nope"],
-                 ["check", "--only", "no_such_check"]):
+                 ["check", "--only", "no_such_check"], ["check", "--impl", "proofs_checks.independent:Birder"],
+                 ["check", "--impl", "birder_ref.algorithm1:step"]):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("birder check: error:")
+    main(["check", "--impl", "proofs_checks.independent:Birder"])
+    assert "name an instance" in capsys.readouterr().err
+
+
+def test_a_class_of_static_methods_is_an_implementation():
+    """A class used as a namespace (quantize, init, step callable without an instance) is judged, not refused."""
+    report = run_checks(load_target(StaticBirder), names=["interface", "line9_worker_error"], progress=False)
+    assert report.passed, [r.detail for r in report.results]
+
+
+class StaticBirder:
+    quantize = staticmethod(independent.quantize)
+    init = staticmethod(independent.init)
+    step = staticmethod(independent.step)
 
 
 def test_report_section_has_the_table_and_the_plot(tmp_path):
