@@ -37,7 +37,24 @@ def _positive_float(text: str) -> float:
 
 
 def _int_list(text: str) -> list[int]:
-    return [_positive_int(part) for part in text.split(",") if part]
+    values = [_positive_int(part) for part in text.split(",") if part.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
+    return values
+
+
+def _throughputs(text: str) -> float | dict[str, float]:
+    """``X`` (the same single-node throughput for every optimizer) or ``OPT=X,OPT=X`` (one per optimizer)."""
+    if "=" not in text:
+        return _positive_float(text)
+    out = {}
+    for part in text.split(","):
+        name, _, value = part.partition("=")
+        if name not in OPTIMIZERS:
+            raise argparse.ArgumentTypeError(f"unknown optimizer {name!r} in {text!r}; choose from "
+                                             f"{', '.join(OPTIMIZERS)}")
+        out[name] = _positive_float(value)
+    return out
 
 
 def _name_list(choices):
@@ -57,9 +74,11 @@ def _cluster_args(p: argparse.ArgumentParser) -> None:
     net.add_argument("--cluster", metavar="FILE.toml",
                      help="a cluster described in TOML (sim/presets/example_cluster.toml)")
     p.add_argument("--gpus-per-node", type=_positive_int, default=None, help="GPUs per node (default 8)")
-    p.add_argument("--gpu", choices=list(GPUS), default="a100", help="GPU for built-in compute profiles (default a100)")
+    p.add_argument("--gpu", choices=list(GPUS), default=None,
+                   help="GPU for built-in compute profiles (default a100, or the TOML's)")
     p.add_argument("--intra", choices=list(INTRA), help="intra-node fabric preset (default: the GPU's NVLink)")
-    p.add_argument("--oversubscription", type=float, default=1.0, help="switch oversubscription factor (default 1)")
+    p.add_argument("--oversubscription", type=float, default=None,
+                   help="switch oversubscription factor (default 1, or the TOML's)")
 
 
 def _workload_args(p: argparse.ArgumentParser) -> None:
@@ -75,15 +94,16 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
 
 
 def _make_cluster(args, nodes: int, network: str | None = None) -> Cluster:
-    if args.oversubscription < 1:
+    """The cluster of the command line; with ``--cluster``, the options given on the command line win over the file."""
+    if args.oversubscription is not None and not args.oversubscription >= 1:
         raise ValueError(f"--oversubscription must be >= 1, got {args.oversubscription}")
     if getattr(args, "cluster", None):
-        c = load_cluster(args.cluster, nodes, args.gpus_per_node)
+        c = load_cluster(args.cluster, nodes, args.gpus_per_node, args.gpu, args.oversubscription)
         if args.intra:
             c = replace(c, intra=intra_preset(args.intra))
         return c
-    return cluster(network or args.network or "10gbe", nodes or 1, args.gpus_per_node or 8, args.intra, args.gpu,
-                   args.oversubscription)
+    return cluster(network or args.network or "10gbe", nodes or 1, args.gpus_per_node or 8, args.intra,
+                   args.gpu or "a100", 1.0 if args.oversubscription is None else args.oversubscription)
 
 
 def _model(args) -> dict:
@@ -122,11 +142,17 @@ SWEEP_FIELDS = ("model", "batch_per_gpu", "network", "optimizer", "nodes", "gpus
 
 
 def sweep(args, nodes: list[int], networks: list[str], optimizers: list[str], progress: bool = True) -> list[dict]:
+    single = getattr(args, "single_node_throughput", None)
+    if isinstance(single, dict):
+        missing = [opt for opt in optimizers if opt not in single]
+        if missing:
+            raise ValueError(f"--single-node-throughput has no value for {', '.join(missing)}")
     grid = [(net, opt, n) for net in networks for opt in optimizers for n in nodes]
     out = []
     for net, opt, n in tqdm(grid, desc="sweep", unit="config", disable=not progress, file=sys.stderr):
         c = _make_cluster(args, n, net)
         r = predict(c, batch_per_gpu=args.batch_per_gpu, optimizer=opt, scheme=args.scheme,
+                    single_node_throughput=single[opt] if isinstance(single, dict) else single,
                     warmup_fraction=args.warmup_fraction, marsit_period=args.marsit_period,
                     **_model(args)).as_dict()
         r.update({"model": args.model or f"params-{args.params}" if args.params else args.model or "resnet50",
@@ -162,9 +188,14 @@ def run_validate(args) -> int:
     with tqdm(total=len(table), desc="validate", unit="row", file=sys.stderr, disable=args.json) as bar:
         results = validate.compare(table, progress=bar)
     orders = validate.order_agreement(results)
+    trend = validate.speedup_trend(results)
     summary = {"mape": validate.mape(results),
-               "mape_multi_node": validate.mape([r for r in results if r["gpus"] > 8]),
-               "orders_agree": all(o["same"] for o in orders), "rows": results, "orders": orders}
+               "mape_multi_node": validate.mape([r for r in results if r["gpus"] > validate.GPUS_PER_NODE]),
+               "orders_agree": all(o["same"] for o in orders), "rows": results, "orders": orders,
+               "speedup_trend": trend}
+    sizes = sorted({r.gpus for r in table if r.gpus > validate.GPUS_PER_NODE})
+    if len(sizes) >= 2:  # refit on all but the largest multi-node GPU count, predict that one
+        summary["cross_validation"] = validate.cross_validation(args.csv, tuple(sizes[:-1]))
     if args.out:
         from sim import plots
 
@@ -183,6 +214,20 @@ def run_validate(args) -> int:
         mark = "same" if o["same"] else "DIFFERENT"
         print(f"order {o['network']:8} {o['gpus']:3d} GPUs: published {' > '.join(o['published_order'])}; "
               f"predicted {' > '.join(o['predicted_order'])} ({mark})")
+    lines: dict[tuple, list[dict]] = {}
+    for t in trend:
+        lines.setdefault((t["model"], t["batch_per_gpu"], t["network"], t["optimizer"]), []).append(t)
+    for (model, batch, network, optimizer), ts in lines.items():
+        ts = [t for t in ts if t["gpus"] > validate.GPUS_PER_NODE]
+        published = ", ".join(f"{t['published']:.2f}" for t in ts)
+        predicted = ", ".join(f"{t['predicted']:.2f}" for t in ts)
+        print(f"speed-up over sgdm, {model} {batch}/GPU {network:8} {optimizer:13} at "
+              f"{', '.join(str(t['gpus']) for t in ts)} GPUs: published {published}; predicted {predicted}")
+    if "cross_validation" in summary:
+        cv = summary["cross_validation"]
+        print(f"cross-validation: constants refitted on the {', '.join(map(str, cv['train_gpus']))}-GPU rows only, "
+              f"MAPE {cv['mape'] * 100:.1f}% on the {', '.join(map(str, cv['test_gpus']))}-GPU rows ("
+              + ", ".join(f"{r['network']} {r['optimizer']} {r['error'] * 100:+.0f}%" for r in cv["rows"]) + ")")
     if args.out:
         print(f"plot: {summary['plot']}")
     return 0
@@ -207,6 +252,9 @@ def register(subparsers) -> None:
                    help="comma-separated network presets (default 10gbe,ib-hdr)")
     s.add_argument("--optimizers", type=_name_list(OPTIMIZERS), default=["sgdm", "onebit-adam", "birder"],
                    help="comma-separated optimizers (default sgdm,onebit-adam,birder)")
+    s.add_argument("--single-node-throughput", type=_throughputs, default=None, metavar="X|OPT=X,...",
+                   help="samples/s measured on one node, for every optimizer (X) or per optimizer "
+                        "(sgdm=3693,birder=3462): calibrates compute time (default: built-in compute profiles)")
     s.add_argument("--out", default="sweep", help="directory for sweep.csv and the plots (default sweep/)")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(func=run_sweep)

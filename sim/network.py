@@ -51,9 +51,10 @@ class Nic:
     line_rate: float  # bits/s of one NIC
     efficiency: float  # share of the line rate NCCL moves as payload
     latency: float  # s one message takes end to end on an idle link, beyond its serialization
-    message_overhead: float  # s a NIC spends per message before its bytes move (serialized per NIC)
+    message_overhead: float  # s a message engine spends posting one message before its bytes move
     count: int = 1
-    incast_flows: float = math.inf  # concurrent flows into one port beyond which a TCP retransmission timeout hits
+    incast_onset_flows: float = math.inf  # concurrent flows into one port up to which TCP incast never times out
+    incast_certain_flows: float = math.inf  # ... from which every burst loses one retransmission timeout
     retransmission_timeout: float = 0.0  # s one such timeout costs (Linux TCP_RTO_MIN)
     source: str = ""
 
@@ -61,7 +62,9 @@ class Nic:
         if self.transport not in ("socket", "ib"):
             raise ValueError(f"network {self.name!r}: transport must be 'socket' or 'ib', got {self.transport!r}")
         _positive(self.name, line_rate=self.line_rate, efficiency=self.efficiency, count=self.count,
-                  incast_flows=self.incast_flows)
+                  incast_onset_flows=self.incast_onset_flows, incast_certain_flows=self.incast_certain_flows)
+        if self.incast_certain_flows < self.incast_onset_flows:
+            raise ValueError(f"network {self.name!r}: incast_certain_flows must be >= incast_onset_flows")
         if self.efficiency > 1:
             raise ValueError(f"network {self.name!r}: efficiency must be at most 1, got {self.efficiency}")
         _non_negative(self.name, latency=self.latency, message_overhead=self.message_overhead,
@@ -123,8 +126,8 @@ INTRA = _load("intra.toml")
 TRANSPORTS = _load("transports.toml")
 
 
-_NIC_FIELDS = {"line_rate_gbps", "efficiency", "latency_us", "message_overhead_us", "count", "incast_flows",
-               "retransmission_timeout"}
+_NIC_FIELDS = {"line_rate_gbps", "efficiency", "latency_us", "message_overhead_us", "count", "incast_onset_flows",
+               "incast_certain_flows", "retransmission_timeout"}
 
 
 def make_nic(name: str, transport: str, values: dict[str, Any], source: str = "") -> Nic:
@@ -167,13 +170,17 @@ def cluster(network: str, n_nodes: int, gpus_per_node: int = 8, intra: str | Non
                    oversubscription, gpu)
 
 
-def load_cluster(path: str | Path, n_nodes: int | None = None, gpus_per_node: int | None = None) -> Cluster:
+def load_cluster(path: str | Path, n_nodes: int | None = None, gpus_per_node: int | None = None,
+                 gpu: str | None = None, oversubscription: float | None = None) -> Cluster:
     """A cluster described by a TOML file (see ``sim/presets/example_cluster.toml``); one clear error if malformed.
 
     Keys: ``nodes``, ``gpus_per_node``, ``gpu``; ``[network]`` with ``preset`` and/or the NIC fields
     (``transport``, ``line_rate_gbps``, ``efficiency``, ``latency_us``, ``message_overhead_us``, ``count``,
-    ``incast_flows``, ``retransmission_timeout``); ``[intra]`` with ``preset`` and/or ``port_gbytes_per_s``,
-    ``fabric_gbytes_per_s``, ``latency_us``; ``[switch]`` with ``oversubscription``. Command-line counts win.
+    ``incast_onset_flows``, ``incast_certain_flows``, ``retransmission_timeout``); ``[intra]`` with ``preset``
+    and/or ``port_gbytes_per_s``, ``fabric_gbytes_per_s``, ``latency_us``; ``[switch]`` with ``oversubscription``.
+    The arguments given (the command line's counts, GPU and oversubscription) win over the file's values. A NIC
+    without ``preset`` takes its transport's hardware constants (``transports.toml``), never the fitted constants
+    of the paper's cluster (``networks.toml`` [ib-hdr]).
     """
     path = Path(path)
     try:
@@ -197,7 +204,7 @@ def load_cluster(path: str | Path, n_nodes: int | None = None, gpus_per_node: in
         extra = set(net) - _NIC_FIELDS - {"transport"}
         if extra:
             raise ValueError(f"[network] has unknown keys {sorted(extra)}")
-        gpu = data.get("gpu", "a100")
+        gpu = gpu or data.get("gpu", "a100")
         intra_spec = dict(data.get("intra", {}))
         base = intra_preset(intra_spec.pop("preset", default_intra(gpu)))
         intra = Intra(
@@ -210,7 +217,8 @@ def load_cluster(path: str | Path, n_nodes: int | None = None, gpus_per_node: in
         if intra_spec:
             raise ValueError(f"[intra] has unknown keys {sorted(intra_spec)}")
         switch = dict(data.get("switch", {}))
-        oversubscription = switch.pop("oversubscription", 1.0)
+        from_file = switch.pop("oversubscription", 1.0)
+        oversubscription = from_file if oversubscription is None else oversubscription
         if switch:
             raise ValueError(f"[switch] has unknown keys {sorted(switch)}")
         return Cluster(n_nodes or data.get("nodes", 1), gpus_per_node or data.get("gpus_per_node", 8), nic, intra,
@@ -264,21 +272,20 @@ class FlowNetwork:
         self._reschedule()
         return done
 
-    def message(self, nbytes: float, path: dict[Link, float], latency: float = 0.0,
-                nic: simpy.Resource | None = None, overhead: float = 0.0, penalty: float = 0.0):
-        """Messages as a process: ``max(multiplicity)`` identical messages posted one by one at ``nic`` (``overhead``
-        seconds each, LogGP's o), their bytes moving while later ones are posted, then ``latency`` (and
-        ``penalty``, a retransmission timeout) after the last byte."""
-        count = max(path.values(), default=1)
-        if nic is not None and overhead > 0:
-            with nic.request() as turn:
-                yield turn
-                posted = self.env.now + count * overhead
-                yield self.env.timeout(overhead)
-                yield self.transfer(nbytes, path)
-                alone = nbytes / min(link.bandwidth for link in path)
-                if self.env.now < posted + alone:  # the last message, posted late, then moves alone
-                    yield self.env.timeout(posted + alone - self.env.now)
+    def message(self, nbytes: float, path: dict[Link, float], latency: float = 0.0, overhead: float = 0.0,
+                posts: int = 1, penalty: float = 0.0):
+        """Messages as a process: every flow of ``path`` (its multiplicity counts identical messages) is posted by
+        one of several message engines working in parallel, each posting ``posts`` messages one by one at
+        ``overhead`` seconds each (LogGP's o). Bytes move while later messages are posted; the last batch (one
+        message per engine: 1/posts of every link's flows) is posted at ``posts * overhead`` and then moves on
+        its own. ``latency`` (and ``penalty``, retransmission timeouts) follows the last byte."""
+        if overhead > 0:
+            posted = self.env.now + posts * overhead
+            yield self.env.timeout(overhead)
+            yield self.transfer(nbytes, path)
+            last_batch = max(mult / posts * nbytes / link.bandwidth for link, mult in path.items())
+            if self.env.now < posted + last_batch:
+                yield self.env.timeout(posted + last_batch - self.env.now)
         else:
             yield self.transfer(nbytes, path)
         if latency + penalty > 0:

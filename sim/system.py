@@ -203,8 +203,18 @@ def traffic(schedule: Schedule, nic_count: int = 1) -> Traffic:
 
 
 # ------------------------------------------------------------------------------------------------ simulation
+def incast_timeouts(flows: int, onset: float, certain: float) -> float:
+    """Expected TCP retransmission timeouts of one burst of ``flows`` concurrent flows into one port: none up to
+    ``onset`` flows, one from ``certain`` on, linear in between."""
+    if flows <= onset:
+        return 0.0
+    if flows >= certain:
+        return 1.0
+    return (flows - onset) / (certain - onset)
+
+
 class Fabric:
-    """The links of the busiest node (and its NIC's message engine) inside one simpy environment."""
+    """The links of the busiest node inside one simpy environment."""
 
     def __init__(self, env: simpy.Environment, cluster: Cluster):
         self.env, self.cluster = env, cluster
@@ -217,8 +227,8 @@ class Fabric:
         self.nic_rx = Link("nic_rx", nic.bandwidth)
         uplink = nic.count * nic.bandwidth / cluster.oversubscription
         self.uplink = Link("switch_uplink", uplink) if cluster.oversubscription > 1 else None
-        self.engine = simpy.Resource(env, capacity=1)
-        self.memo: dict[tuple, float] = {}
+        self.memo: dict[tuple, tuple[float, float]] = {}  # collective -> (seconds, expected incast timeouts)
+        self.incast_timeouts = 0.0  # expected retransmission timeouts charged so far
 
     def round(self, load: RoundLoad, nbytes: int):
         """One lock-step round: the busiest GPU port's and the busiest NIC's messages, concurrently."""
@@ -234,9 +244,12 @@ class Fabric:
             if self.uplink is not None:
                 path[self.uplink] = load.node_tx
             path = {link: k for link, k in path.items() if k}
-            penalty = nic.retransmission_timeout if load.nic_rx > nic.incast_flows else 0.0
-            procs.append(env.process(self.net.message(nbytes, path, nic.latency, self.engine, nic.message_overhead,
-                                                      penalty)))
+            timeouts = incast_timeouts(load.nic_rx, nic.incast_onset_flows, nic.incast_certain_flows)
+            self.incast_timeouts += timeouts
+            # each NIC has its own message engine, which posts (sends or receives) its messages one by one
+            posts = max(load.nic_tx, load.nic_rx)
+            procs.append(env.process(self.net.message(nbytes, path, nic.latency, nic.message_overhead, posts,
+                                                      timeouts * nic.retransmission_timeout)))
         yield env.all_of(procs)
 
     def run(self, schedule: Schedule):
@@ -244,18 +257,21 @@ class Fabric:
         key = (schedule.scheme, schedule.layout, schedule.padded_dim,
                tuple((ph.name, ph.chunk_elements, ph.bits_per_element, ph.header_bytes) for ph in schedule.phases))
         if key in self.memo:
-            yield self.env.timeout(self.memo[key])
+            seconds, timeouts = self.memo[key]
+            self.incast_timeouts += timeouts
+            yield self.env.timeout(seconds)
             return
-        start = self.env.now
+        start, timeouts_before = self.env.now, self.incast_timeouts
         for phase in schedule.phases:
             for load, nbytes, repeat in phase_plan(phase, schedule.layout, self.cluster.nic.count).rounds:
                 if load.empty:
                     continue
-                first = self.env.now
+                first, timeouts = self.env.now, self.incast_timeouts
                 yield from self.round(load, nbytes)
                 if repeat > 1:  # the same round again on the same idle links takes the same time
+                    self.incast_timeouts += (repeat - 1) * (self.incast_timeouts - timeouts)
                     yield self.env.timeout((repeat - 1) * (self.env.now - first))
-        self.memo[key] = self.env.now - start
+        self.memo[key] = (self.env.now - start, self.incast_timeouts - timeouts_before)
 
 
 def collective_time(schedule: Schedule, cluster: Cluster) -> float:

@@ -6,10 +6,13 @@ file of the same columns. Every prediction is
 calibrated only with the single-node (8-GPU) throughput of the same optimizer, model, batch and network, as a
 user would measure it.
 
-``python -m sim.validate [socket|ib]`` (this module's ``fit``) refits the FITTED constants of
-``sim/presets/transports.toml`` on the public rows: for each transport, the multi-node rows of its networks,
-minimising the mean absolute percentage error with Nelder-Mead in log space; the incast threshold is a count of
-flows, so it is chosen as the geometric middle of the bracket of flow counts that gives the lowest error.
+``python -m sim.validate [socket|ib]`` (this module's ``fit``) refits the FITTED constants of the presets
+(``transports.toml`` [socket], ``networks.toml`` [ib-hdr]) on the public rows: for each transport, the
+multi-node rows of its networks, minimising the mean absolute percentage error with Nelder-Mead in log space. The
+incast onset is a count of flows: the fit tries each bracket of consecutive flow counts of the rows (the ramp of
+expected timeouts runs across the bracket) and keeps the best. ``cross_validation`` refits on the 16- and 32-GPU
+rows only and predicts the 64-GPU rows. ``speedup_trend`` sets each optimizer's speed-up over SGDM, published and
+predicted, against GPU count.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim.network import Cluster, cluster
+from sim.network import NETWORKS, TRANSPORTS, Cluster, cluster
 from sim.workload import predict, with_constants
 
 SHARED_CSV = Path(__file__).resolve().parents[2] / "shared" / "validation" / "birder_public.csv"
@@ -38,22 +41,39 @@ class Row:
     throughput: float
 
 
+COLUMNS = ("model", "batch_per_gpu", "network", "optimizer", "gpus", "throughput")
+GPUS_PER_NODE = 8  # the Birder paper's nodes (8 A100s); every row's GPU count is a whole number of such nodes
+
+
 def rows(path: str | Path | None = None) -> list[Row]:
+    """The measurements of ``path`` (default: the public rows); ValueError if the file has none, lacks a column
+    or holds a GPU count that is not a whole number of nodes."""
     path = Path(path) if path is not None else PUBLIC_CSV
     if not path.exists():
         raise ValueError(f"no published measurements at {path}; pass --csv FILE")
     lines = [line for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    reader = csv.DictReader(lines)
+    missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
+    if missing:
+        raise ValueError(f"{path}: missing columns {', '.join(missing)}; expected {','.join(COLUMNS)}")
     out = []
     try:
-        for rec in csv.DictReader(lines):
+        for rec in reader:
             out.append(Row(rec["model"], int(rec["batch_per_gpu"]), rec["network"], rec["optimizer"],
                            int(rec["gpus"]), float(rec["throughput"])))
     except (KeyError, ValueError, TypeError) as error:
         raise ValueError(f"{path}: malformed measurements ({error})") from None
+    if not out:
+        raise ValueError(f"{path}: no measurements (only a header or comments)")
+    for row in out:
+        if row.gpus < 1 or row.gpus % GPUS_PER_NODE:
+            raise ValueError(f"{path}: {row.gpus} GPUs is not a whole number of {GPUS_PER_NODE}-GPU nodes")
+        if row.network not in NETWORKS:
+            raise ValueError(f"{path}: unknown network {row.network!r}; choose one of {', '.join(NETWORKS)}")
     return out
 
 
-def single_node(table: list[Row], row: Row, gpus_per_node: int = 8) -> float:
+def single_node(table: list[Row], row: Row, gpus_per_node: int = GPUS_PER_NODE) -> float:
     for other in table:
         if (other.model, other.batch_per_gpu, other.network, other.optimizer, other.gpus) == (
                 row.model, row.batch_per_gpu, row.network, row.optimizer, gpus_per_node):
@@ -62,7 +82,7 @@ def single_node(table: list[Row], row: Row, gpus_per_node: int = 8) -> float:
 
 
 def predict_row(table: list[Row], row: Row, tweak=None) -> float:
-    c: Cluster = cluster(row.network, row.gpus // 8)
+    c: Cluster = cluster(row.network, row.gpus // GPUS_PER_NODE, GPUS_PER_NODE)
     if tweak is not None:
         c = tweak(c)
     return predict(c, model=row.model, batch_per_gpu=row.batch_per_gpu, optimizer=row.optimizer,
@@ -100,48 +120,95 @@ def order_agreement(results: list[dict]) -> list[dict]:
     return out
 
 
+def speedup_trend(results: list[dict], baseline: str = "sgdm") -> list[dict]:
+    """Per (model, batch, network, optimizer, GPU count): the optimizer's throughput over ``baseline``'s, published
+    and predicted, so that how the speed-up moves with GPU count can be read beside the ranking."""
+    base = {(r["model"], r["batch_per_gpu"], r["network"], r["gpus"]): r for r in results
+            if r["optimizer"] == baseline}
+    out = []
+    for r in results:
+        b = base.get((r["model"], r["batch_per_gpu"], r["network"], r["gpus"]))
+        if b is None or r["optimizer"] == baseline:
+            continue
+        out.append({"model": r["model"], "batch_per_gpu": r["batch_per_gpu"], "network": r["network"],
+                    "optimizer": r["optimizer"], "baseline": baseline, "gpus": r["gpus"],
+                    "published": r["published"] / b["published"], "predicted": r["predicted"] / b["predicted"]})
+    return sorted(out, key=lambda t: (t["model"], t["batch_per_gpu"], t["network"], t["optimizer"], t["gpus"]))
+
+
 # ---------------------------------------------------------------------------------------------------- fit
-def fit(transport: str, path: str | Path | None = None) -> dict:
-    """Refit one transport's FITTED constants on the public multi-node rows of its networks."""
+FITTED = {"socket": ("message_overhead_us",), "ib": ("message_overhead_us", "efficiency")}
+_NIC_FIELD = {"message_overhead_us": ("message_overhead", 1e-6), "latency_us": ("latency", 1e-6),
+              "efficiency": ("efficiency", 1.0), "incast_onset_flows": ("incast_onset_flows", 1.0),
+              "incast_certain_flows": ("incast_certain_flows", 1.0)}
+
+
+def constants_tweak(fitted: dict[str, dict[str, float]]):
+    """A cluster tweak that puts fitted constants (per transport, in the units of the TOML presets) on its NIC."""
+    def tweak(c: Cluster) -> Cluster:
+        values = fitted.get(c.nic.transport, {})
+        fields = {_NIC_FIELD[k][0]: v * _NIC_FIELD[k][1] for k, v in values.items() if k in _NIC_FIELD}
+        if "efficiency" in fields:
+            fields["efficiency"] = min(1.0, fields["efficiency"])
+        return with_constants(c, **fields)
+
+    return tweak
+
+
+def fit(transport: str, path: str | Path | None = None, gpus: tuple[int, ...] | None = None) -> dict[str, float]:
+    """Refit one transport's FITTED constants on the public multi-node rows of its networks (only the rows of
+    ``gpus`` GPUs when given: the cross-validation's training set). Returns them in the TOML presets' units,
+    with the fit's ``mape``."""
     from scipy.optimize import minimize
 
-    from sim.network import NETWORKS, TRANSPORTS
-
     table = rows(path)
-    mine = [r for r in table if NETWORKS[r.network]["transport"] == transport and r.gpus > 8]
-    base = TRANSPORTS[transport]
-    names = ["message_overhead_us"] + (["efficiency"] if transport == "ib" else [])
+    mine = [r for r in table if NETWORKS[r.network]["transport"] == transport and r.gpus > 8
+            and (gpus is None or r.gpus in gpus)]
+    if not mine:
+        raise ValueError(f"no multi-node rows of transport {transport!r} to fit on")
+    preset = TRANSPORTS[transport] | NETWORKS[mine[0].network]
+    names = FITTED[transport]
 
-    def tweak_for(values, incast):
-        fields = {"message_overhead": values[0] * 1e-6}
-        if transport == "ib":
-            fields["efficiency"] = min(1.0, values[1])
-        if incast is not None:
-            fields["incast_flows"] = incast
-        return lambda c: with_constants(c, **fields)
+    def error(log_values, incast=()):
+        fitted = dict(zip(names, (math.exp(v) for v in log_values), strict=True)) | dict(incast)
+        return mape(compare(mine, tweak=constants_tweak({transport: fitted}), table=table))
 
-    def error(log_values, incast=None):
-        return mape(compare(mine, tweak=tweak_for([math.exp(v) for v in log_values], incast), table=table))
-
-    start = [math.log(base[n]) for n in names]
+    start = [math.log(max(preset[n], 1.0)) for n in names]
     if transport == "ib":  # the efficiency's error surface has local minima: start from the best of a coarse grid
         grid = [(error([start[0], math.log(e)]), e) for e in (0.05, 0.1, 0.2, 0.4, 0.8)]
         start[1] = math.log(min(grid)[1])
-    brackets = [None]
+    brackets: list[tuple] = [()]
     if transport == "socket":
-        sizes = {r.gpus for r in mine}  # flows into a NIC: flat all-to-all 8(p-8), hierarchical 8(n-1)
+        # flows into a NIC in the rows' all-to-all phases: flat (1-bit Adam) 8(p-8), hierarchical (Birder) 8(n-1);
+        # the onset of incast lies between two consecutive counts of the rows, none of them tells where inside.
+        # No incast at all comes first, so that it wins ties (the rows then say nothing about incast).
+        sizes = {r.gpus for r in mine}
         counts = sorted({8 * (g - 8) for g in sizes} | {8 * (g // 8 - 1) for g in sizes})
-        brackets = [math.sqrt(a * b) for a, b in zip(counts, counts[1:], strict=False)] + [math.inf]
+        brackets = [(("incast_onset_flows", math.inf), ("incast_certain_flows", math.inf))]
+        brackets += [(("incast_onset_flows", a), ("incast_certain_flows", b))
+                     for a, b in zip(counts, counts[1:], strict=False)]
     best = None
     for incast in brackets:
         res = minimize(error, start, args=(incast,), method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-4})
-        if best is None or res.fun < best[0]:
+        if best is None or res.fun < best[0] - 1e-9:
             best = (res.fun, res.x, incast)
-    values = dict(zip(names, (math.exp(v) for v in best[1]), strict=True))
-    if best[2] is not None:
-        values["incast_flows"] = best[2]
-    values["mape"] = best[0]
+    values = dict(zip(names, (math.exp(v) for v in best[1]), strict=True)) | dict(best[2])
+    values["mape"] = float(best[0])
     return values
+
+
+def cross_validation(path: str | Path | None = None, train_gpus: tuple[int, ...] = (16, 32)) -> dict:
+    """Refit every transport's constants on the multi-node rows of ``train_gpus`` GPUs only, then predict the
+    rows of more GPUs than those: how well the model extrapolates in GPU count, on rows it was not fitted on."""
+    table = rows(path)
+    test = [r for r in table if r.gpus > max(train_gpus)]
+    if not test:
+        raise ValueError(f"no rows with more than {max(train_gpus)} GPUs to predict")
+    transports = sorted({NETWORKS[r.network]["transport"] for r in test})
+    fitted = {t: fit(t, path, train_gpus) for t in transports}
+    results = compare(test, tweak=constants_tweak(fitted), table=table)
+    return {"train_gpus": list(train_gpus), "test_gpus": sorted({r.gpus for r in test}), "constants": fitted,
+            "mape": mape(results), "rows": results}
 
 
 if __name__ == "__main__":

@@ -141,8 +141,14 @@ def compression_kernels(optimizer: str, scheme: str, cluster: Cluster, elements:
     gpu, g, p = cluster.gpu, cluster.gpus_per_node, cluster.n_gpus
     worker = elements / g if (optimizer == "birder" and scheme == "hierarchical") else elements
     server = elements / p * (cluster.n_nodes if scheme == "hierarchical" else p)  # the chunks a GPU combines
-    if optimizer == "marsit":  # each hop merges a chunk: unpack, merge, repack (p - 1 chunks of D/p each)
-        return _kernel_seconds(gpu, elements, COMPRESS_BYTES, 4), _kernel_seconds(gpu, elements, DECOMPRESS_BYTES, 2)
+    if optimizer == "marsit":
+        # quantize the whole buffer once, then each of the p - 1 reduce-scatter hops merges the chunk it received
+        # with its own (D/p elements: unpack, combine, re-quantize, like a server's re-quantization), one kernel
+        # sequence per hop; the all-gather hops only forward signs. The hook blocks and its hops run one after
+        # another, so charging the merges before the ring or between its hops gives the same iteration time.
+        merges = (p - 1) * _kernel_seconds(gpu, elements / p, SERVER_BYTES, 3)
+        return (_kernel_seconds(gpu, elements, COMPRESS_BYTES, 4) + merges,
+                _kernel_seconds(gpu, elements, DECOMPRESS_BYTES, 2))
     compress = _kernel_seconds(gpu, worker, COMPRESS_BYTES, 8) + _kernel_seconds(gpu, server, SERVER_BYTES, 6)
     return compress, _kernel_seconds(gpu, elements, DECOMPRESS_BYTES, 2)
 
@@ -163,6 +169,7 @@ class StepTime:
     compression_s: float
     intra_node_bytes_per_gpu: float
     inter_node_bytes_per_gpu: float
+    incast_timeouts: float  # expected TCP retransmission timeouts the step's collectives lose
 
 
 def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, fabric_memo: dict) -> StepTime:
@@ -234,7 +241,8 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, fa
 
     env.process(iteration())
     env.run()
-    return StepTime(env.now, compute_s + opt_s, totals["compression"], totals["intra"], totals["inter"])
+    return StepTime(env.now, compute_s + opt_s, totals["compression"], totals["intra"], totals["inter"],
+                    fabric.incast_timeouts)
 
 
 @dataclass(frozen=True)
@@ -248,13 +256,14 @@ class Prediction:
     intra_node_bytes_per_gpu: float
     scale_efficiency: float
     single_node_throughput: float
+    incast_timeouts: float  # expected TCP retransmission timeouts per iteration (averaged over step kinds)
     steps: tuple[tuple[str, float, float], ...]  # (kind, share, iteration_s)
 
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("throughput", "iteration_s", "compute_s", "exposed_communication_s",
                                              "compression_s", "inter_node_bytes_per_gpu",
                                              "intra_node_bytes_per_gpu", "scale_efficiency",
-                                             "single_node_throughput")}
+                                             "single_node_throughput", "incast_timeouts")}
         out["steps"] = [{"kind": k, "share": s, "iteration_s": t} for k, s, t in self.steps]
         return out
 
@@ -273,12 +282,20 @@ def default_compute_s(work: Workload, gpu: str) -> float:
     return (1 + BACKWARD_TO_FORWARD) * work.model.forward_flops * work.batch_per_gpu / rate
 
 
+_CALIBRATED: dict[tuple, float] = {}  # calibrations already solved (the fit and sweeps ask for the same ones)
+
+
 def calibrate_compute_s(cluster: Cluster, work: Workload, kinds: tuple[StepKind, ...], single_node_throughput: float,
                         memo: dict) -> float:
     """The forward + backward time at which one node of ``cluster`` reaches ``single_node_throughput``.
 
     The simulated iteration time grows continuously and monotonically with compute time, so bisection finds it.
+    One node sends nothing between nodes, so the answer depends on the node (GPUs, intra-node fabric) and the
+    workload only: it is remembered under those, whatever the NICs and the switch.
     """
+    key = (cluster.intra, cluster.gpus_per_node, cluster.gpu, work, kinds, single_node_throughput)
+    if key in _CALIBRATED:
+        return _CALIBRATED[key]
     one = cluster.with_nodes(1)
     target = one.n_gpus * work.batch_per_gpu / single_node_throughput
     lo, hi = 0.0, target
@@ -292,7 +309,10 @@ def calibrate_compute_s(cluster: Cluster, work: Workload, kinds: tuple[StepKind,
             lo = mid
         else:
             hi = mid
-    return (lo + hi) / 2
+    if len(_CALIBRATED) >= 4096:
+        _CALIBRATED.clear()
+    _CALIBRATED[key] = (lo + hi) / 2
+    return _CALIBRATED[key]
 
 
 def predict(cluster: Cluster, model: str | None = None, params: int | None = None, batch_per_gpu: int = 32,
@@ -338,6 +358,7 @@ def predict(cluster: Cluster, model: str | None = None, params: int | None = Non
         intra_node_bytes_per_gpu=mean("intra_node_bytes_per_gpu"),
         scale_efficiency=throughput / (cluster.n_nodes * single),
         single_node_throughput=single,
+        incast_timeouts=mean("incast_timeouts"),
         steps=tuple((k.name, k.share, t.iteration_s) for k, t in parts),
     )
 

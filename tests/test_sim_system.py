@@ -16,6 +16,15 @@ from sim.system import Fabric, collective_time, nccl_allreduce_algorithm, traffi
 networks = st.sampled_from(["10gbe", "25gbe", "100gbe", "ib-hdr", "ib-ndr"])
 
 
+def expected_incast_timeouts(nic, flows):
+    """The incast ramp of sim/README.md: none up to the onset, one from the certain count, linear between."""
+    if flows <= nic.incast_onset_flows:
+        return 0.0
+    if flows >= nic.incast_certain_flows:
+        return 1.0
+    return (flows - nic.incast_onset_flows) / (nic.incast_certain_flows - nic.incast_onset_flows)
+
+
 def ring_round(c, nbytes):
     """Closed form of one ring round: the slower of an NVLink hop and a NIC hop (one message each)."""
     intra = c.intra.latency + nbytes / c.intra.port_bandwidth
@@ -45,7 +54,7 @@ def test_lone_hierarchical_birder_equals_alpha_beta(n, dim, net):
     k, m = g * (n - 1), D // (8 * n * g)  # messages at the NIC per inter phase, bytes each
     # LogGP: posting k messages takes k*o; bytes move fairly meanwhile; the last one moves alone
     inter = max(nic.message_overhead + k * m / nic.bandwidth, k * nic.message_overhead + m / nic.bandwidth)
-    inter += nic.latency + (nic.retransmission_timeout if k > nic.incast_flows else 0.0)
+    inter += nic.latency + expected_incast_timeouts(nic, k) * nic.retransmission_timeout
     assert collective_time(sched, c) == pytest.approx(rs + 2 * inter + ag, rel=1e-9)
 
 
@@ -150,10 +159,10 @@ def test_incast_costs_one_timeout_per_phase_on_lossy_transports_only():
 
     sched = schedule("flat", Layout(64, 8), 10**6)
     eth = cluster("100gbe", 64)
-    no_incast = replace(eth, nic=replace(eth.nic, incast_flows=math.inf))
+    no_incast = replace(eth, nic=replace(eth.nic, incast_onset_flows=math.inf, incast_certain_flows=math.inf))
     extra = collective_time(sched, eth) - collective_time(sched, no_incast)
     assert extra == pytest.approx(2 * eth.nic.retransmission_timeout)
-    assert math.isinf(cluster("ib-ndr", 64).nic.incast_flows)
+    assert math.isinf(cluster("ib-ndr", 64).nic.incast_onset_flows)
 
 
 @given(n=st.integers(2, 16), g=st.sampled_from([1, 4, 8]), dim=st.integers(1, 10**6), net=networks)
@@ -170,7 +179,7 @@ def test_lone_reduce_scatter_all_gather_all_to_all_equal_alpha_beta(n, g, dim, n
     m, nic, intra = 4 * sched.padded_dim // p, c.nic, c.intra
     k = g * (p - g)  # messages leaving the node's NIC, each GPU to every GPU of the other nodes
     inter = max(nic.message_overhead + k * m / nic.bandwidth, k * nic.message_overhead + m / nic.bandwidth)
-    inter += nic.latency + (nic.retransmission_timeout if k > nic.incast_flows else 0.0)
+    inter += nic.latency + expected_incast_timeouts(nic, k) * nic.retransmission_timeout
     local = intra.latency + (g - 1) * m / intra.port_bandwidth if g > 1 else 0.0
     assert collective_time(sched, c) == pytest.approx(max(inter, local))
 
