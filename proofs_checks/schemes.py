@@ -137,8 +137,8 @@ def _reference_schedule_totals() -> list[str]:
     "(m-1)P/(32m) intra all-gather; across nodes 2(n-1)P/32 in all vs m^2 n(n-1)P/32 for a plain All-Gather",
     f"the target's hierarchical scheme executed (d = {VOLUME_DIM}, {len(LAYOUTS)} layouts): its logged bytes per "
     f"GPU per phase within the formulas for any padding below {PAD_PER_RANK} elements per rank; the other schemes "
-    "have no formula in the paper; for birder_ref, also the inter-node totals of its schedules (d = 1e6, up to "
-    "16 x 8 GPUs)",
+    "have no per-GPU volume in the paper (All-Gather's is an across-node total); for birder_ref, also the "
+    "inter-node totals of its schedules (d = 1e6, up to 16 x 8 GPUs)",
     needs=("init", "step"),
 )
 def section4_volumes(ctx: Context) -> Outcome:
@@ -146,7 +146,7 @@ def section4_volumes(ctx: Context) -> Outcome:
     if missing:
         return missing
     others = [s for s in scheme_names(ctx) if s != "hierarchical"]
-    unjudged = f"; {', '.join(others)}: no volume in the paper, not judged" if others else ""
+    unjudged = f"; {', '.join(others)}: no per-GPU volume in the paper, not judged" if others else ""
     if "hierarchical" not in scheme_names(ctx):
         return Outcome("n/a", "Section 4 states volumes for the hierarchical scheme alone, which the implementation "
                               f"does not list (it lists {', '.join(others)})")

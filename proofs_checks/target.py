@@ -78,8 +78,10 @@ class Target:
     """An implementation to judge: its three functions (None where missing) and, optionally, its schemes.
 
     ``schemes`` is an object with ``step(scheme, state, grads, beta, eps, u_worker, u_server, T0)`` returning
-    ``(u_bar, state, log)`` (``log.bytes_per_gpu``), as ``birder_ref.schemes``; the scheme checks apply only
-    where it is present.
+    ``(u_bar, state, log)``, as ``birder_ref.schemes``, and optionally ``SCHEMES``, the names it offers (without
+    it, "hierarchical" alone is judged). ``log.bytes_per_gpu`` maps each phase to the most bytes one GPU sent in
+    it; Section 4's steps are read under the keys ``intra_reduce_scatter``, ``inter_all_to_all``,
+    ``inter_all_gather`` and ``intra_all_gather``. The scheme checks apply only where ``schemes`` is present.
     """
 
     name: str
