@@ -193,3 +193,45 @@ def test_parameter_server_waits_for_its_incast():
     p, nbytes = 64, sched.padded_dim // 8
     bandwidth_only = 2 * p * nbytes / c.nic.bandwidth
     assert bandwidth_only < collective_time(sched, c) < bandwidth_only * 1.1
+
+
+@pytest.mark.parametrize("nics", [1, 2])
+@pytest.mark.parametrize("optimizer", ["onebit-adam", "birder"])
+def test_a_barely_oversubscribed_switch_changes_time_continuously(nics, optimizer):
+    """Oversubscription 1.0001 adds an uplink of almost the NICs' bandwidth: the time may not jump (each NIC
+    posts its own messages, whatever the uplink carries)."""
+    from dataclasses import replace
+
+    from birder_ref.schedules import optimizer_schedule
+
+    base = cluster("25gbe", 8)
+    c = replace(base, nic=replace(base.nic, count=nics))
+    sched = optimizer_schedule(optimizer, Layout(8, 8), 25_000_000)
+    t = collective_time(sched, c)
+    assert collective_time(sched, replace(c, oversubscription=1.0001)) == pytest.approx(t, rel=1e-3)
+    assert collective_time(sched, replace(c, oversubscription=8.0)) > t
+
+
+def test_two_nics_post_their_messages_in_parallel():
+    """Birder's flat scheme (an all-to-all, then a direct all-gather) puts half of a node's messages on each of
+    two NICs: the posting time halves."""
+    from dataclasses import replace
+
+    sched = schedule("flat", Layout(4, 8), 10**4)  # tiny messages: the per-message overhead dominates
+    one = cluster("100gbe", 4)
+    two = replace(one, nic=replace(one.nic, count=2))
+    k = 2 * 8 * 24  # messages leaving a node in the two phases
+    assert collective_time(sched, one) == pytest.approx(k * one.nic.message_overhead, rel=0.05)
+    assert collective_time(sched, two) == pytest.approx(k / 2 * one.nic.message_overhead, rel=0.05)
+
+
+def test_incast_timeouts_ramp_instead_of_a_cliff():
+    """Birder's hierarchical all-to-all on 10 GbE puts 8(n-1) flows into each NIC: its expected timeouts grow
+    linearly across the onset bracket, so one more node never costs a whole timeout per phase."""
+    nic = cluster("10gbe", 2).nic
+    times = {}
+    for n in (25, 37, 38, 57):
+        times[n] = collective_time(schedule("hierarchical", Layout(n, 8), 6_000_000), cluster("10gbe", n))
+    assert times[38] - times[37] < 0.2 * (2 * nic.retransmission_timeout)
+    assert times[25] < times[37] < times[57]
+    assert expected_incast_timeouts(nic, 8 * 56) == 1.0

@@ -59,10 +59,15 @@ def test_warmup_averages_iteration_times_as_the_paper_measured():
     assert policy("zero-one-adam", "resnet50")[2].comm == "none"  # 0/1 Adam's local steps send nothing
 
 
-def test_birder_beats_sgdm_on_slow_ethernet_and_ties_are_broken_by_bandwidth():
-    slow = {opt: predict(cluster("10gbe", 8), model="bert-base", batch_per_gpu=3, optimizer=opt).throughput
-            for opt in ("sgdm", "birder")}
-    assert slow["birder"] > 2 * slow["sgdm"]
+def test_birder_beats_sgdm_twice_over_on_slow_ethernet_and_less_on_fast_networks():
+    def speedup(network):
+        kwargs = dict(model="bert-base", batch_per_gpu=3)
+        return (predict(cluster(network, 8), optimizer="birder", **kwargs).throughput
+                / predict(cluster(network, 8), optimizer="sgdm", **kwargs).throughput)
+
+    slow, fast = speedup("10gbe"), speedup("ib-ndr")
+    assert slow > 2
+    assert fast < slow
 
 
 def test_validation_meets_the_issue_bar():
@@ -70,6 +75,97 @@ def test_validation_meets_the_issue_bar():
     results = validate.compare(validate.rows())
     assert validate.mape(results) < 0.10
     assert all(o["same"] for o in validate.order_agreement(results))
+
+
+def test_speedup_trend_sets_published_beside_predicted_per_gpu_count():
+    results = validate.compare(validate.rows())
+    trend = validate.speedup_trend(results)
+    by_key = {(t["network"], t["optimizer"], t["gpus"]): t for t in trend}
+    published = {(r["network"], r["optimizer"], r["gpus"]): r["published"] for r in results}
+    predicted = {(r["network"], r["optimizer"], r["gpus"]): r["predicted"] for r in results}
+    assert {k[1] for k in by_key} == {"birder", "onebit-adam"}
+    for (net, opt, gpus), t in by_key.items():
+        assert t["published"] == pytest.approx(published[net, opt, gpus] / published[net, "sgdm", gpus])
+        assert t["predicted"] == pytest.approx(predicted[net, opt, gpus] / predicted[net, "sgdm", gpus])
+    assert by_key["10gbe", "birder", 64]["published"] == pytest.approx(15253 / 6189)
+
+
+def test_cross_validation_refits_on_fewer_gpus_and_predicts_64():
+    """Constants refitted on the 16- and 32-GPU rows predict the 64-GPU rows within the bound measured with margin
+    (20.3% measured; the 1-bit Adam row on 10 GbE, +85%, is incast the smaller rows cannot show)."""
+    cv = validate.cross_validation()
+    assert cv["train_gpus"] == [16, 32] and cv["test_gpus"] == [64] and len(cv["rows"]) == 6
+    assert cv["constants"]["socket"]["incast_onset_flows"] == float("inf")  # no training row has incast
+    assert cv["mape"] < 0.30
+    assert cv["mape"] == pytest.approx(validate.mape(cv["rows"]))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("model,batch_per_gpu,network,optimizer,gpus,throughput\n", "no measurements"),
+    ("model,batch,network,optimizer,gpus,throughput\nresnet50,32,10gbe,sgdm,8,3693\n", "missing columns"),
+    ("model,batch_per_gpu,network,optimizer,gpus,throughput\nresnet50,32,10gbe,sgdm,12,3693\n", "whole number"),
+])
+def test_bad_validation_files_are_refused(tmp_path, text, message, capsys):
+    path = tmp_path / "rows.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        validate.rows(path)
+    assert main(["validate", "--csv", str(path), "--json"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+def test_incast_timeouts_are_reported_per_iteration(capsys):
+    """1-bit Adam on 64 GPUs over 10 GbE: its compressed steps (85%) run two all-to-all phases of 8 x 56 = 448
+    flows into each NIC, each losing one timeout; its warm-up rings have no incast."""
+    assert main(["predict", "--model", "resnet50", "--nodes", "8", "--network", "10gbe", "--optimizer",
+                 "onebit-adam", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["incast_timeouts"] == pytest.approx(0.85 * 2)
+    assert predict(cluster("ib-hdr", 8), model="resnet50", optimizer="onebit-adam").incast_timeouts == 0
+
+
+def test_fitted_infiniband_constants_belong_to_the_papers_cluster_only(tmp_path):
+    from sim.network import load_cluster
+
+    assert cluster("ib-hdr", 2).nic.efficiency == pytest.approx(0.114)
+    assert cluster("ib-ndr", 2).nic.efficiency == pytest.approx(0.96)
+    assert cluster("ib-ndr", 2).nic.bandwidth == pytest.approx(48e9)
+    own = tmp_path / "own.toml"
+    own.write_text("[network]\ntransport = \"ib\"\nline_rate_gbps = 200\nlatency_us = 5\n")
+    assert load_cluster(own).nic.efficiency == pytest.approx(0.96)
+    paper = tmp_path / "paper.toml"
+    paper.write_text("[network]\npreset = \"ib-hdr\"\n")
+    assert load_cluster(paper).nic.efficiency == pytest.approx(0.114)
+
+
+def test_cluster_file_yields_to_command_line_gpu_and_oversubscription(capsys):
+    def throughput(*extra):
+        assert main(["predict", "--cluster", "sim/presets/example_cluster.toml", "--optimizer", "sgdm",
+                     "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)["throughput"]
+
+    file_only = throughput()  # the file says oversubscription 2 (a ring uses one of its two NICs: no loss)
+    assert throughput("--oversubscription", "1") >= file_only
+    assert throughput("--oversubscription", "8") < file_only
+    assert throughput("--gpu", "h100") > file_only
+
+
+def test_sweep_calibrates_each_optimizer_with_its_single_node_throughput(tmp_path, capsys):
+    assert main(["sweep", "--model", "resnet50", "--nodes", "1,2", "--networks", "10gbe", "--optimizers",
+                 "sgdm,birder", "--single-node-throughput", "sgdm=3693,birder=3462", "--out", str(tmp_path),
+                 "--json"]) == 0
+    rows = {(r["optimizer"], r["nodes"]): r["throughput"] for r in json.loads(capsys.readouterr().out)["results"]}
+    assert rows["sgdm", 1] == pytest.approx(3693, rel=1e-6)
+    assert rows["birder", 1] == pytest.approx(3462, rel=1e-6)
+    assert main(["sweep", "--nodes", "1", "--optimizers", "sgdm,birder", "--single-node-throughput", "sgdm=3693",
+                 "--out", str(tmp_path)]) == 2
+
+
+def test_marsit_merges_cost_more_with_more_hops():
+    from sim.workload import compression_kernels
+
+    small, large = (compression_kernels("marsit", "", cluster("10gbe", n), 10**6)[0] for n in (2, 64))
+    assert large > small
 
 
 def test_predict_json_has_the_contract_keys(capsys):
@@ -89,6 +185,8 @@ def test_predict_json_has_the_contract_keys(capsys):
     ["predict", "--single-node-throughput", "0"],
     ["predict", "--optimizer", "lamb"],
     ["sweep", "--nodes", "1,x"],
+    ["sweep", "--nodes", ","],
+    ["sweep", "--single-node-throughput", "lamb=3"],
 ])
 def test_bad_arguments_exit_2_with_one_line(argv, capsys):
     with pytest.raises(SystemExit) as exc:
