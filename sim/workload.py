@@ -285,6 +285,11 @@ def default_compute_s(work: Workload, gpu: str) -> float:
 _CALIBRATED: dict[tuple, float] = {}  # calibrations already solved (the fit and sweeps ask for the same ones)
 
 
+def clear_calibrations() -> None:
+    """Forget the calibrations solved so far (so that a timing of ``predict`` includes its calibration)."""
+    _CALIBRATED.clear()
+
+
 def calibrate_compute_s(cluster: Cluster, work: Workload, kinds: tuple[StepKind, ...], single_node_throughput: float,
                         memo: dict) -> float:
     """The forward + backward time at which one node of ``cluster`` reaches ``single_node_throughput``.
