@@ -53,8 +53,8 @@ class Nic:
     latency: float  # s one message takes end to end on an idle link, beyond its serialization
     message_overhead: float  # s a message engine spends posting one message before its bytes move
     count: int = 1
-    incast_onset_flows: float = math.inf  # concurrent flows into one port up to which TCP incast never times out
-    incast_certain_flows: float = math.inf  # ... from which every burst loses one retransmission timeout
+    incast_onset_bytes: float = math.inf  # burst into one port (bytes, see system.burst_bytes) that never times out
+    incast_certain_bytes: float = math.inf  # ... from which every burst loses one retransmission timeout
     retransmission_timeout: float = 0.0  # s one such timeout costs (Linux TCP_RTO_MIN)
     source: str = ""
 
@@ -62,9 +62,9 @@ class Nic:
         if self.transport not in ("socket", "ib"):
             raise ValueError(f"network {self.name!r}: transport must be 'socket' or 'ib', got {self.transport!r}")
         _positive(self.name, line_rate=self.line_rate, efficiency=self.efficiency, count=self.count,
-                  incast_onset_flows=self.incast_onset_flows, incast_certain_flows=self.incast_certain_flows)
-        if self.incast_certain_flows < self.incast_onset_flows:
-            raise ValueError(f"network {self.name!r}: incast_certain_flows must be >= incast_onset_flows")
+                  incast_onset_bytes=self.incast_onset_bytes, incast_certain_bytes=self.incast_certain_bytes)
+        if self.incast_certain_bytes < self.incast_onset_bytes:
+            raise ValueError(f"network {self.name!r}: incast_certain_bytes must be >= incast_onset_bytes")
         if self.efficiency > 1:
             raise ValueError(f"network {self.name!r}: efficiency must be at most 1, got {self.efficiency}")
         _non_negative(self.name, latency=self.latency, message_overhead=self.message_overhead,
@@ -126,8 +126,8 @@ INTRA = _load("intra.toml")
 TRANSPORTS = _load("transports.toml")
 
 
-_NIC_FIELDS = {"line_rate_gbps", "efficiency", "latency_us", "message_overhead_us", "count", "incast_onset_flows",
-               "incast_certain_flows", "retransmission_timeout"}
+_NIC_FIELDS = {"line_rate_gbps", "efficiency", "latency_us", "message_overhead_us", "count", "incast_onset_bytes",
+               "incast_certain_bytes", "retransmission_timeout"}
 
 
 def make_nic(name: str, transport: str, values: dict[str, Any], source: str = "") -> Nic:
@@ -176,7 +176,7 @@ def load_cluster(path: str | Path, n_nodes: int | None = None, gpus_per_node: in
 
     Keys: ``nodes``, ``gpus_per_node``, ``gpu``; ``[network]`` with ``preset`` and/or the NIC fields
     (``transport``, ``line_rate_gbps``, ``efficiency``, ``latency_us``, ``message_overhead_us``, ``count``,
-    ``incast_onset_flows``, ``incast_certain_flows``, ``retransmission_timeout``); ``[intra]`` with ``preset``
+    ``incast_onset_bytes``, ``incast_certain_bytes``, ``retransmission_timeout``); ``[intra]`` with ``preset``
     and/or ``port_gbytes_per_s``, ``fabric_gbytes_per_s``, ``latency_us``; ``[switch]`` with ``oversubscription``.
     The arguments given (the command line's counts, GPU and oversubscription) win over the file's values. A NIC
     without ``preset`` takes its transport's hardware constants (``transports.toml``), never the fitted constants

@@ -203,14 +203,24 @@ def traffic(schedule: Schedule, nic_count: int = 1) -> Traffic:
 
 
 # ------------------------------------------------------------------------------------------------ simulation
-def incast_timeouts(flows: int, onset: float, certain: float) -> float:
-    """Expected TCP retransmission timeouts of one burst of ``flows`` concurrent flows into one port: none up to
-    ``onset`` flows, one from ``certain`` on, linear in between."""
-    if flows <= onset:
+TCP_INITIAL_WINDOW_BYTES = 10 * 1448  # Linux initial congestion window: 10 segments (RFC 6928) of 1448 B payload
+
+
+def burst_bytes(load: RoundLoad, nbytes: float) -> float:
+    """Bytes a round's synchronised senders push into the busiest NIC's switch port before any ACK returns: each
+    of its ``nic_rx`` flows sends at most one window (TCP incast: Phanishayee et al., FAST 2008)."""
+    return load.nic_rx * min(nbytes, TCP_INITIAL_WINDOW_BYTES)
+
+
+def incast_timeouts(burst: float, onset: float, certain: float) -> float:
+    """Expected TCP retransmission timeouts of one burst of ``burst`` bytes into one switch port: none up to
+    ``onset`` bytes, one from ``certain`` on, linear in between (the chance that the buffer overflows and a flow
+    loses its whole window grows with the overflow)."""
+    if burst <= onset:
         return 0.0
-    if flows >= certain:
+    if burst >= certain:
         return 1.0
-    return (flows - onset) / (certain - onset)
+    return (burst - onset) / (certain - onset)
 
 
 class Fabric:
@@ -244,7 +254,7 @@ class Fabric:
             if self.uplink is not None:
                 path[self.uplink] = load.node_tx
             path = {link: k for link, k in path.items() if k}
-            timeouts = incast_timeouts(load.nic_rx, nic.incast_onset_flows, nic.incast_certain_flows)
+            timeouts = incast_timeouts(burst_bytes(load, nbytes), nic.incast_onset_bytes, nic.incast_certain_bytes)
             self.incast_timeouts += timeouts
             # each NIC has its own message engine, which posts (sends or receives) its messages one by one
             posts = max(load.nic_tx, load.nic_rx)

@@ -9,8 +9,8 @@ user would measure it.
 ``python -m sim.validate [socket|ib]`` (this module's ``fit``) refits the FITTED constants of the presets
 (``transports.toml`` [socket], ``networks.toml`` [ib-hdr]) on the public rows: for each transport, the
 multi-node rows of its networks, minimising the mean absolute percentage error with Nelder-Mead in log space. The
-incast onset is a count of flows: the fit tries each bracket of consecutive flow counts of the rows (the ramp of
-expected timeouts runs across the bracket) and keeps the best. ``cross_validation`` refits on the 16- and 32-GPU
+incast onset is a burst size: the fit tries each bracket of consecutive bursts of the rows (the ramp of expected
+timeouts runs across the bracket) and keeps the best. ``cross_validation`` refits on the 16- and 32-GPU
 rows only and predicts the 64-GPU rows. ``speedup_trend`` sets each optimizer's speed-up over SGDM, published and
 predicted, against GPU count.
 """
@@ -23,8 +23,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from sim.models import model_profile
 from sim.network import NETWORKS, TRANSPORTS, Cluster, cluster
-from sim.workload import predict, with_constants
+from sim.system import burst_bytes, phase_plan, step_schedule
+from sim.workload import ddp_buckets, policy, predict, with_constants
 
 SHARED_CSV = Path(__file__).resolve().parents[2] / "shared" / "validation" / "birder_public.csv"
 SHIPPED_CSV = Path(__file__).resolve().parent / "presets" / "birder_public.csv"
@@ -139,8 +141,8 @@ def speedup_trend(results: list[dict], baseline: str = "sgdm") -> list[dict]:
 # ---------------------------------------------------------------------------------------------------- fit
 FITTED = {"socket": ("message_overhead_us",), "ib": ("message_overhead_us", "efficiency")}
 _NIC_FIELD = {"message_overhead_us": ("message_overhead", 1e-6), "latency_us": ("latency", 1e-6),
-              "efficiency": ("efficiency", 1.0), "incast_onset_flows": ("incast_onset_flows", 1.0),
-              "incast_certain_flows": ("incast_certain_flows", 1.0)}
+              "efficiency": ("efficiency", 1.0), "incast_onset_bytes": ("incast_onset_bytes", 1.0),
+              "incast_certain_bytes": ("incast_certain_bytes", 1.0)}
 
 
 def constants_tweak(fitted: dict[str, dict[str, float]]):
@@ -153,6 +155,25 @@ def constants_tweak(fitted: dict[str, dict[str, float]]):
         return with_constants(c, **fields)
 
     return tweak
+
+
+def row_bursts(row: Row) -> set[float]:
+    """The bursts (``sim.system.burst_bytes``) into one NIC of every many-to-one round the row's collectives run:
+    where the onset of incast can lie."""
+    c = cluster(row.network, row.gpus // GPUS_PER_NODE, GPUS_PER_NODE)
+    profile = model_profile(row.model)
+    out = set()
+    for kind in policy(row.optimizer, row.model):
+        if kind.comm == "none":
+            continue
+        sizes = {profile.n_params} if kind.comm == "after_backward" else {b.elements for b in ddp_buckets(profile)}
+        for elements in sizes:
+            sched = step_schedule(row.optimizer, c, elements, "hierarchical", kind.full_precision)
+            for phase in sched.phases:
+                for load, nbytes, _ in phase_plan(phase, sched.layout, c.nic.count).rounds:
+                    if load.nic_rx > 1:
+                        out.add(burst_bytes(load, nbytes))
+    return out
 
 
 def fit(transport: str, path: str | Path | None = None, gpus: tuple[int, ...] | None = None) -> dict[str, float]:
@@ -179,14 +200,15 @@ def fit(transport: str, path: str | Path | None = None, gpus: tuple[int, ...] | 
         start[1] = math.log(min(grid)[1])
     brackets: list[tuple] = [()]
     if transport == "socket":
-        # flows into a NIC in the rows' all-to-all phases: flat (1-bit Adam) 8(p-8), hierarchical (Birder) 8(n-1);
-        # the onset of incast lies between two consecutive counts of the rows, none of them tells where inside.
-        # No incast at all comes first, so that it wins ties (the rows then say nothing about incast).
-        sizes = {r.gpus for r in mine}
-        counts = sorted({8 * (g - 8) for g in sizes} | {8 * (g // 8 - 1) for g in sizes})
-        brackets = [(("incast_onset_flows", math.inf), ("incast_certain_flows", math.inf))]
-        brackets += [(("incast_onset_flows", a), ("incast_certain_flows", b))
-                     for a, b in zip(counts, counts[1:], strict=False)]
+        # the onset of incast lies between two consecutive bursts of the rows, none of which tells where inside.
+        # No incast at all comes first, so that it wins ties (the rows then say nothing about incast). Every
+        # bracket is scored at the starting constants; only the three best are refined.
+        bursts = sorted(set().union(*(row_bursts(r) for r in mine)))
+        brackets = [(("incast_onset_bytes", math.inf), ("incast_certain_bytes", math.inf))]
+        brackets += [(("incast_onset_bytes", a), ("incast_certain_bytes", b))
+                     for a, b in zip(bursts, bursts[1:], strict=False)]
+        scores = [error(start, incast) for incast in brackets]
+        brackets = [brackets[i] for i in sorted(range(len(brackets)), key=lambda i: (scores[i], i))[:3]]
     best = None
     for incast in brackets:
         res = minimize(error, start, args=(incast,), method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-4})

@@ -1,6 +1,7 @@
 """Properties of the simulator's network and system layers: closed forms, conservation, symmetry, the tree."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,13 +17,15 @@ from sim.system import Fabric, collective_time, nccl_allreduce_algorithm, traffi
 networks = st.sampled_from(["10gbe", "25gbe", "100gbe", "ib-hdr", "ib-ndr"])
 
 
-def expected_incast_timeouts(nic, flows):
-    """The incast ramp of sim/README.md: none up to the onset, one from the certain count, linear between."""
-    if flows <= nic.incast_onset_flows:
+def expected_incast_timeouts(nic, flows, nbytes):
+    """The incast ramp of sim/README.md: a burst of one initial window (10 x 1448 B) per flow at most; no timeout
+    up to the onset, one from the certain size, linear between."""
+    burst = flows * min(nbytes, 14480)
+    if burst <= nic.incast_onset_bytes:
         return 0.0
-    if flows >= nic.incast_certain_flows:
+    if burst >= nic.incast_certain_bytes:
         return 1.0
-    return (flows - nic.incast_onset_flows) / (nic.incast_certain_flows - nic.incast_onset_flows)
+    return (burst - nic.incast_onset_bytes) / (nic.incast_certain_bytes - nic.incast_onset_bytes)
 
 
 def ring_round(c, nbytes):
@@ -54,7 +57,7 @@ def test_lone_hierarchical_birder_equals_alpha_beta(n, dim, net):
     k, m = g * (n - 1), D // (8 * n * g)  # messages at the NIC per inter phase, bytes each
     # LogGP: posting k messages takes k*o; bytes move fairly meanwhile; the last one moves alone
     inter = max(nic.message_overhead + k * m / nic.bandwidth, k * nic.message_overhead + m / nic.bandwidth)
-    inter += nic.latency + expected_incast_timeouts(nic, k) * nic.retransmission_timeout
+    inter += nic.latency + expected_incast_timeouts(nic, k, m) * nic.retransmission_timeout
     assert collective_time(sched, c) == pytest.approx(rs + 2 * inter + ag, rel=1e-9)
 
 
@@ -153,16 +156,14 @@ def test_nccl_picks_ring_for_large_buckets_and_tree_at_scale():
 
 
 def test_incast_costs_one_timeout_per_phase_on_lossy_transports_only():
-    """A flat all-to-all of 64 nodes puts 8*504 flows into each NIC: each of its two phases loses one
-    retransmission timeout on sockets; InfiniBand is lossless."""
-    from dataclasses import replace
-
-    sched = schedule("flat", Layout(64, 8), 10**6)
+    """A flat all-to-all of 64 nodes puts 8*504 flows of 24 kB (a full initial window each) into each NIC: each of
+    its two phases loses one retransmission timeout on sockets; InfiniBand is lossless."""
+    sched = schedule("flat", Layout(64, 8), 10**8)
     eth = cluster("100gbe", 64)
-    no_incast = replace(eth, nic=replace(eth.nic, incast_onset_flows=math.inf, incast_certain_flows=math.inf))
+    no_incast = replace(eth, nic=replace(eth.nic, incast_onset_bytes=math.inf, incast_certain_bytes=math.inf))
     extra = collective_time(sched, eth) - collective_time(sched, no_incast)
     assert extra == pytest.approx(2 * eth.nic.retransmission_timeout)
-    assert math.isinf(cluster("ib-ndr", 64).nic.incast_onset_flows)
+    assert math.isinf(cluster("ib-ndr", 64).nic.incast_onset_bytes)
 
 
 @given(n=st.integers(2, 16), g=st.sampled_from([1, 4, 8]), dim=st.integers(1, 10**6), net=networks)
@@ -179,7 +180,7 @@ def test_lone_reduce_scatter_all_gather_all_to_all_equal_alpha_beta(n, g, dim, n
     m, nic, intra = 4 * sched.padded_dim // p, c.nic, c.intra
     k = g * (p - g)  # messages leaving the node's NIC, each GPU to every GPU of the other nodes
     inter = max(nic.message_overhead + k * m / nic.bandwidth, k * nic.message_overhead + m / nic.bandwidth)
-    inter += nic.latency + expected_incast_timeouts(nic, k) * nic.retransmission_timeout
+    inter += nic.latency + expected_incast_timeouts(nic, k, m) * nic.retransmission_timeout
     local = intra.latency + (g - 1) * m / intra.port_bandwidth if g > 1 else 0.0
     assert collective_time(sched, c) == pytest.approx(max(inter, local))
 
@@ -225,13 +226,16 @@ def test_two_nics_post_their_messages_in_parallel():
     assert collective_time(sched, two) == pytest.approx(k / 2 * one.nic.message_overhead, rel=0.05)
 
 
-def test_incast_timeouts_ramp_instead_of_a_cliff():
-    """Birder's hierarchical all-to-all on 10 GbE puts 8(n-1) flows into each NIC: its expected timeouts grow
-    linearly across the onset bracket, so one more node never costs a whole timeout per phase."""
+def test_incast_depends_on_the_burst_not_only_on_the_flow_count():
+    """Birder's hierarchical all-to-all of a 25 MB bucket sends D/(8 n G) bytes per flow: 8(n-1) flows of ever
+    smaller messages, a burst of about a bucket/8 at any n, so no timeout even at 512 nodes; 1-bit Adam's
+    all-to-all of the whole model sends window-sized messages, and its burst grows with the flow count."""
+    for n in (38, 512):
+        c = cluster("10gbe", n)
+        no_incast = replace(c, nic=replace(c.nic, incast_onset_bytes=math.inf, incast_certain_bytes=math.inf))
+        sched = schedule("hierarchical", Layout(n, 8), 6_553_600)
+        assert collective_time(sched, c) == collective_time(sched, no_incast)
     nic = cluster("10gbe", 2).nic
-    times = {}
-    for n in (25, 37, 38, 57):
-        times[n] = collective_time(schedule("hierarchical", Layout(n, 8), 6_000_000), cluster("10gbe", n))
-    assert times[38] - times[37] < 0.2 * (2 * nic.retransmission_timeout)
-    assert times[25] < times[37] < times[57]
-    assert expected_incast_timeouts(nic, 8 * 56) == 1.0
+    assert expected_incast_timeouts(nic, 8 * 24, 50_000) == 0.0  # 1-bit Adam, 32 GPUs
+    assert expected_incast_timeouts(nic, 8 * 56, 50_000) == 1.0  # 1-bit Adam, 64 GPUs
+    assert 0 < expected_incast_timeouts(nic, 8 * 40, 50_000) < 1  # in the bracket: a fraction of a timeout

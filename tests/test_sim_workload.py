@@ -95,7 +95,7 @@ def test_cross_validation_refits_on_fewer_gpus_and_predicts_64():
     (20.3% measured; the 1-bit Adam row on 10 GbE, +85%, is incast the smaller rows cannot show)."""
     cv = validate.cross_validation()
     assert cv["train_gpus"] == [16, 32] and cv["test_gpus"] == [64] and len(cv["rows"]) == 6
-    assert cv["constants"]["socket"]["incast_onset_flows"] == float("inf")  # no training row has incast
+    assert cv["constants"]["socket"]["incast_onset_bytes"] == float("inf")  # no training row has incast
     assert cv["mape"] < 0.30
     assert cv["mape"] == pytest.approx(validate.mape(cv["rows"]))
 
