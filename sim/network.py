@@ -51,8 +51,9 @@ class Nic:
     line_rate: float  # bits/s of one NIC
     efficiency: float  # share of the line rate NCCL moves as payload
     latency: float  # s one message takes end to end on an idle link, beyond its serialization
-    message_overhead: float  # s a message engine spends posting one message before its bytes move
+    message_overhead: float  # s a GPU's proxy spends posting one point-to-point message (LogGP o)
     count: int = 1
+    step_overhead: float = 0.0  # s one step of a collective kernel (ring, tree) costs at the NIC beyond latency
     incast_onset_bytes: float = math.inf  # burst into one port (bytes, see system.burst_bytes) that never times out
     incast_certain_bytes: float = math.inf  # ... from which every burst loses one retransmission timeout
     retransmission_timeout: float = 0.0  # s one such timeout costs (Linux TCP_RTO_MIN)
@@ -68,7 +69,7 @@ class Nic:
         if self.efficiency > 1:
             raise ValueError(f"network {self.name!r}: efficiency must be at most 1, got {self.efficiency}")
         _non_negative(self.name, latency=self.latency, message_overhead=self.message_overhead,
-                      retransmission_timeout=self.retransmission_timeout)
+                      step_overhead=self.step_overhead, retransmission_timeout=self.retransmission_timeout)
 
     @property
     def bandwidth(self) -> float:
@@ -126,8 +127,8 @@ INTRA = _load("intra.toml")
 TRANSPORTS = _load("transports.toml")
 
 
-_NIC_FIELDS = {"line_rate_gbps", "efficiency", "latency_us", "message_overhead_us", "count", "incast_onset_bytes",
-               "incast_certain_bytes", "retransmission_timeout"}
+_NIC_FIELDS = {"line_rate_gbps", "efficiency", "latency_us", "message_overhead_us", "step_overhead_us", "count",
+               "incast_onset_bytes", "incast_certain_bytes", "retransmission_timeout"}
 
 
 def make_nic(name: str, transport: str, values: dict[str, Any], source: str = "") -> Nic:
@@ -139,7 +140,7 @@ def make_nic(name: str, transport: str, values: dict[str, Any], source: str = ""
         raise ValueError(f"network {name!r}: needs line_rate_gbps and latency_us")
     return Nic(name=name, transport=transport, line_rate=fields.pop("line_rate_gbps") * 1e9,
                latency=fields.pop("latency_us") * 1e-6, message_overhead=fields.pop("message_overhead_us") * 1e-6,
-               source=source, **fields)
+               step_overhead=fields.pop("step_overhead_us", 0.0) * 1e-6, source=source, **fields)
 
 
 def nic_preset(name: str, **overrides: Any) -> Nic:
@@ -175,7 +176,8 @@ def load_cluster(path: str | Path, n_nodes: int | None = None, gpus_per_node: in
     """A cluster described by a TOML file (see ``sim/presets/example_cluster.toml``); one clear error if malformed.
 
     Keys: ``nodes``, ``gpus_per_node``, ``gpu``; ``[network]`` with ``preset`` and/or the NIC fields
-    (``transport``, ``line_rate_gbps``, ``efficiency``, ``latency_us``, ``message_overhead_us``, ``count``,
+    (``transport``, ``line_rate_gbps``, ``efficiency``, ``latency_us``, ``message_overhead_us``,
+    ``step_overhead_us``, ``count``,
     ``incast_onset_bytes``, ``incast_certain_bytes``, ``retransmission_timeout``); ``[intra]`` with ``preset``
     and/or ``port_gbytes_per_s``, ``fabric_gbytes_per_s``, ``latency_us``; ``[switch]`` with ``oversubscription``.
     The arguments given (the command line's counts, GPU and oversubscription) win over the file's values. A NIC

@@ -40,6 +40,10 @@ from birder_ref.schedules import (
 from sim.network import Cluster, FlowNetwork, Link
 
 TREE_PIECE_BYTES = 512 * 1024  # NCCL Simple protocol: a 4 MiB buffer in NCCL_STEPS = 8 slots (src/include/device.h)
+# Patterns that run as the steps of one collective kernel (NCCL's ring and tree): each step costs the NIC
+# ``step_overhead``. All-to-all, direct all-gather, push and pull are point-to-point send/recv operations: the
+# proxy thread of each GPU posts one per peer, ``message_overhead`` each (sim/README.md, "per-message costs").
+COLLECTIVE_KERNEL_PATTERNS = frozenset({"ring", "ring_reduce_scatter", "ring_all_gather", "binary_tree"})
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,8 @@ class RoundLoad:
     nic_tx: int = 0  # inter-node messages leaving the busiest NIC
     nic_rx: int = 0  # inter-node messages arriving at the busiest NIC
     node_tx: int = 0  # inter-node messages leaving the busiest node (its switch uplink's load)
+    gpu_net_tx: int = 0  # inter-node messages the busiest GPU sends (its proxy posts them one by one)
+    gpu_net_rx: int = 0  # ... receives
     intra_total: int = 0  # intra-node messages sent by GPUs in the whole cluster
     inter_total: int = 0  # inter-node messages sent by GPUs (not the parameter server) in the whole cluster
 
@@ -75,6 +81,7 @@ class _Counts:
         self.layout, self.nic_count = layout, nic_count
         self.gpu_tx, self.gpu_rx, self.fabric = Counter(), Counter(), Counter()
         self.nic_tx, self.nic_rx, self.node_tx = Counter(), Counter(), Counter()
+        self.gpu_net_tx, self.gpu_net_rx = Counter(), Counter()
         self.intra_total = self.inter_total = 0
 
     def nic(self, endpoint: int) -> tuple[int, int]:
@@ -92,6 +99,8 @@ class _Counts:
             self.nic_tx[self.nic(src)] += 1
             self.nic_rx[self.nic(dst)] += 1
             self.node_tx[src // g] += 1
+            self.gpu_net_tx[src] += 1
+            self.gpu_net_rx[dst] += 1
             self.inter_total += src != self.layout.server
 
     def everyone_to_everyone(self, group: tuple[int, ...]) -> None:
@@ -108,6 +117,8 @@ class _Counts:
             self.nic_tx[self.nic(ep)] += remote
             self.nic_rx[self.nic(ep)] += remote
             self.node_tx[node] += remote
+            self.gpu_net_tx[ep] += remote
+            self.gpu_net_rx[ep] += remote
             self.inter_total += remote
 
     def load(self) -> RoundLoad:
@@ -115,7 +126,8 @@ class _Counts:
             return max(c.values(), default=0)
 
         return RoundLoad(top(self.gpu_tx), top(self.gpu_rx), top(self.fabric), top(self.nic_tx), top(self.nic_rx),
-                         top(self.node_tx), self.intra_total, self.inter_total)
+                         top(self.node_tx), top(self.gpu_net_tx), top(self.gpu_net_rx), self.intra_total,
+                         self.inter_total)
 
 
 def _count(phase: Phase, layout: Layout, nic_count: int, all_tree_levels: bool = False) -> RoundLoad:
@@ -240,8 +252,9 @@ class Fabric:
         self.memo: dict[tuple, tuple[float, float]] = {}  # collective -> (seconds, expected incast timeouts)
         self.incast_timeouts = 0.0  # expected retransmission timeouts charged so far
 
-    def round(self, load: RoundLoad, nbytes: int):
-        """One lock-step round: the busiest GPU port's and the busiest NIC's messages, concurrently."""
+    def round(self, load: RoundLoad, nbytes: int, pattern: str):
+        """One lock-step round of a phase of ``pattern``: the busiest GPU port's and the busiest NIC's messages,
+        concurrently."""
         env, nic, procs = self.env, self.cluster.nic, []
         if load.gpu_tx or load.gpu_rx:
             path = {self.gpu_tx: load.gpu_tx, self.gpu_rx: load.gpu_rx}
@@ -256,9 +269,11 @@ class Fabric:
             path = {link: k for link, k in path.items() if k}
             timeouts = incast_timeouts(burst_bytes(load, nbytes), nic.incast_onset_bytes, nic.incast_certain_bytes)
             self.incast_timeouts += timeouts
-            # each NIC has its own message engine, which posts (sends or receives) its messages one by one
-            posts = max(load.nic_tx, load.nic_rx)
-            procs.append(env.process(self.net.message(nbytes, path, nic.latency, nic.message_overhead, posts,
+            if pattern in COLLECTIVE_KERNEL_PATTERNS:  # one step of a collective: a step's cost at each NIC
+                overhead, posts = nic.step_overhead, max(load.nic_tx, load.nic_rx)
+            else:  # point-to-point operations, which each GPU's proxy thread posts one by one, per peer
+                overhead, posts = nic.message_overhead, max(load.gpu_net_tx, load.gpu_net_rx)
+            procs.append(env.process(self.net.message(nbytes, path, nic.latency, overhead, posts,
                                                       timeouts * nic.retransmission_timeout)))
         yield env.all_of(procs)
 
@@ -277,7 +292,7 @@ class Fabric:
                 if load.empty:
                     continue
                 first, timeouts = self.env.now, self.incast_timeouts
-                yield from self.round(load, nbytes)
+                yield from self.round(load, nbytes, phase.pattern)
                 if repeat > 1:  # the same round again on the same idle links takes the same time
                     self.incast_timeouts += (repeat - 1) * (self.incast_timeouts - timeouts)
                     yield self.env.timeout((repeat - 1) * (self.env.now - first))

@@ -139,10 +139,10 @@ def speedup_trend(results: list[dict], baseline: str = "sgdm") -> list[dict]:
 
 
 # ---------------------------------------------------------------------------------------------------- fit
-FITTED = {"socket": ("message_overhead_us",), "ib": ("message_overhead_us", "efficiency")}
-_NIC_FIELD = {"message_overhead_us": ("message_overhead", 1e-6), "latency_us": ("latency", 1e-6),
-              "efficiency": ("efficiency", 1.0), "incast_onset_bytes": ("incast_onset_bytes", 1.0),
-              "incast_certain_bytes": ("incast_certain_bytes", 1.0)}
+FITTED = {"socket": ("message_overhead_us", "step_overhead_us"), "ib": ("message_overhead_us", "efficiency")}
+_NIC_FIELD = {"message_overhead_us": ("message_overhead", 1e-6), "step_overhead_us": ("step_overhead", 1e-6),
+              "latency_us": ("latency", 1e-6), "efficiency": ("efficiency", 1.0),
+              "incast_onset_bytes": ("incast_onset_bytes", 1.0), "incast_certain_bytes": ("incast_certain_bytes", 1.0)}
 
 
 def constants_tweak(fitted: dict[str, dict[str, float]]):
@@ -196,7 +196,7 @@ def fit(transport: str, path: str | Path | None = None, gpus: tuple[int, ...] | 
 
     start = [math.log(max(preset[n], 1.0)) for n in names]
     if transport == "ib":  # the efficiency's error surface has local minima: start from the best of a coarse grid
-        grid = [(error([start[0], math.log(e)]), e) for e in (0.05, 0.1, 0.2, 0.4, 0.8)]
+        grid = [(error([start[0], math.log(e)]), e) for e in (0.05, 0.1, 0.2, 0.4, 0.8)]  # names: o, efficiency
         start[1] = math.log(min(grid)[1])
     brackets: list[tuple] = [()]
     if transport == "socket":

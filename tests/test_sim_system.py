@@ -28,10 +28,21 @@ def expected_incast_timeouts(nic, flows, nbytes):
     return (burst - nic.incast_onset_bytes) / (nic.incast_certain_bytes - nic.incast_onset_bytes)
 
 
+def point_to_point_phase(nic, gpus, posts, nbytes):
+    """LogGP closed form of k = gpus * posts point-to-point messages at one NIC: each GPU's proxy posts its
+    ``posts`` one by one (o each); the bytes move fairly meanwhile; the last message of every GPU, posted at
+    posts * o, then moves (gpus of them at once); then latency and any incast timeout."""
+    k = gpus * posts
+    time = max(nic.message_overhead + k * nbytes / nic.bandwidth, posts * nic.message_overhead
+               + gpus * nbytes / nic.bandwidth)
+    return time + nic.latency + expected_incast_timeouts(nic, k, nbytes) * nic.retransmission_timeout
+
+
 def ring_round(c, nbytes):
-    """Closed form of one ring round: the slower of an NVLink hop and a NIC hop (one message each)."""
+    """Closed form of one ring round: the slower of an NVLink hop and a NIC hop (one message each, one step of a
+    collective kernel)."""
     intra = c.intra.latency + nbytes / c.intra.port_bandwidth
-    inter = c.nic.message_overhead + nbytes / c.nic.bandwidth + c.nic.latency
+    inter = c.nic.step_overhead + nbytes / c.nic.bandwidth + c.nic.latency
     return max(intra, inter) if c.n_nodes > 1 else intra
 
 
@@ -46,7 +57,8 @@ def test_lone_ring_allreduce_equals_alpha_beta(n, g, dim, net):
 
 @given(n=st.integers(2, 32), dim=st.integers(1, 10**7), net=networks)
 def test_lone_hierarchical_birder_equals_alpha_beta(n, dim, net):
-    """Section 4 on an idle cluster: two intra rings and two inter phases of G(n-1) messages at one NIC."""
+    """Section 4 on an idle cluster: two intra rings and two inter phases in which each GPU sends n-1 messages
+    (G(n-1) at the node's NIC)."""
     g = 8
     c = cluster(net, n, g)
     sched = schedule("hierarchical", Layout(n, g), dim)
@@ -54,10 +66,7 @@ def test_lone_hierarchical_birder_equals_alpha_beta(n, dim, net):
     nic, intra = c.nic, c.intra
     rs = (g - 1) * (intra.latency + 4 * (D // g) / intra.port_bandwidth)
     ag = (g - 1) * (intra.latency + (D // g) / 8 / intra.port_bandwidth)
-    k, m = g * (n - 1), D // (8 * n * g)  # messages at the NIC per inter phase, bytes each
-    # LogGP: posting k messages takes k*o; bytes move fairly meanwhile; the last one moves alone
-    inter = max(nic.message_overhead + k * m / nic.bandwidth, k * nic.message_overhead + m / nic.bandwidth)
-    inter += nic.latency + expected_incast_timeouts(nic, k, m) * nic.retransmission_timeout
+    inter = point_to_point_phase(nic, g, n - 1, D // (8 * n * g))
     assert collective_time(sched, c) == pytest.approx(rs + 2 * inter + ag, rel=1e-9)
 
 
@@ -178,9 +187,7 @@ def test_lone_reduce_scatter_all_gather_all_to_all_equal_alpha_beta(n, g, dim, n
         assert collective_time(sched, c) == pytest.approx((p - 1) * ring_round(c, 4 * sched.padded_dim // p))
     sched = collective_schedule("all-to-all", layout, dim)
     m, nic, intra = 4 * sched.padded_dim // p, c.nic, c.intra
-    k = g * (p - g)  # messages leaving the node's NIC, each GPU to every GPU of the other nodes
-    inter = max(nic.message_overhead + k * m / nic.bandwidth, k * nic.message_overhead + m / nic.bandwidth)
-    inter += nic.latency + expected_incast_timeouts(nic, k, m) * nic.retransmission_timeout
+    inter = point_to_point_phase(nic, g, p - g, m)  # each GPU to every GPU of the other nodes
     local = intra.latency + (g - 1) * m / intra.port_bandwidth if g > 1 else 0.0
     assert collective_time(sched, c) == pytest.approx(max(inter, local))
 
@@ -213,17 +220,20 @@ def test_a_barely_oversubscribed_switch_changes_time_continuously(nics, optimize
     assert collective_time(sched, replace(c, oversubscription=8.0)) > t
 
 
-def test_two_nics_post_their_messages_in_parallel():
-    """Birder's flat scheme (an all-to-all, then a direct all-gather) puts half of a node's messages on each of
-    two NICs: the posting time halves."""
-    from dataclasses import replace
-
-    sched = schedule("flat", Layout(4, 8), 10**4)  # tiny messages: the per-message overhead dominates
-    one = cluster("100gbe", 4)
+def test_each_gpu_posts_its_own_point_to_point_messages():
+    """Birder's flat scheme (an all-to-all, then a direct all-gather) of tiny messages costs each GPU's proxy
+    (p - G) postings per phase, in parallel with the other GPUs', however many NICs the node has; a ring's
+    steps cost the step overhead instead."""
+    sched = schedule("flat", Layout(4, 8), 10**4)
+    one = cluster("10gbe", 4)
     two = replace(one, nic=replace(one.nic, count=2))
-    k = 2 * 8 * 24  # messages leaving a node in the two phases
-    assert collective_time(sched, one) == pytest.approx(k * one.nic.message_overhead, rel=0.05)
-    assert collective_time(sched, two) == pytest.approx(k / 2 * one.nic.message_overhead, rel=0.05)
+    posting = 2 * 24 * one.nic.message_overhead
+    assert collective_time(sched, one) == pytest.approx(posting, rel=0.02)
+    assert collective_time(sched, two) == pytest.approx(posting, rel=0.02)
+    ring = allreduce(Layout(4, 8), 10**4)
+    no_step_cost = replace(one, nic=replace(one.nic, step_overhead=0.0))
+    assert collective_time(ring, one) - collective_time(ring, no_step_cost) == pytest.approx(
+        2 * 31 * one.nic.step_overhead)
 
 
 def test_incast_depends_on_the_burst_not_only_on_the_flow_count():
