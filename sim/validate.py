@@ -141,7 +141,7 @@ def speedup_trend(results: list[dict], baseline: str = "sgdm") -> list[dict]:
 # ---------------------------------------------------------------------------------------------------- fit
 FITTED = {"socket": ("message_overhead_us", "step_overhead_us"), "ib": ("message_overhead_us", "efficiency")}
 _NIC_FIELD = {"message_overhead_us": ("message_overhead", 1e-6), "step_overhead_us": ("step_overhead", 1e-6),
-              "latency_us": ("latency", 1e-6), "efficiency": ("efficiency", 1.0),
+              "efficiency": ("efficiency", 1.0),
               "incast_onset_bytes": ("incast_onset_bytes", 1.0), "incast_certain_bytes": ("incast_certain_bytes", 1.0)}
 
 
