@@ -3,8 +3,9 @@
 A link is a full-duplex port modelled as two ``Link`` objects (one per direction). Concurrent flows share a
 link by processor sharing: every flow crossing a link gets ``bandwidth / load`` of it, where ``load`` counts the
 active flows, and a flow moves at the smallest share along its path. Rates are recomputed whenever a flow starts
-or ends (``FlowNetwork``). A message is a simpy process (``FlowNetwork.message``): it waits for its NIC's
-per-message overhead, moves its bytes, and arrives ``latency`` later.
+or ends (``FlowNetwork``). Messages are a simpy process (``FlowNetwork.message``): they are posted one by one
+(an overhead each, by the engines the system layer names: a NIC for the steps of a collective kernel, each GPU's
+proxy for send/recv), move their bytes, and arrive ``latency`` later.
 
 Symmetry. The system layer simulates one representative node (and the parameter server, if any) and lets one
 flow stand for ``multiplicity`` identical flows on a link: a flow of multiplicity k adds k to the link's load.

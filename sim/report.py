@@ -33,7 +33,11 @@ def section(outdir: Path, quick: bool) -> str:
                      f"{r['predicted']:.0f} | {r['error'] * 100:+.1f}% |")
     agree = sum(o["same"] for o in orders)
     lines += ["", f"Order of optimizers the same as published at {agree} of {len(orders)} (network, GPU count) points.",
-              "", f"![predicted vs published]({validation_png.name})", ""]
+              "", "Speed-up over SGDM, published / predicted:", "",
+              "| network | optimizer | GPUs | published | predicted |", "|---|---|---:|---:|---:|"]
+    lines += [f"| {t['network']} | {t['optimizer']} | {t['gpus']} | {t['published']:.2f} | {t['predicted']:.2f} |"
+              for t in validate.speedup_trend(results) if t["gpus"] > validate.GPUS_PER_NODE]
+    lines += ["", f"![predicted vs published]({validation_png.name})", ""]
     nodes = [1, 2, 4, 8] if quick else [1, 2, 4, 8, 16, 32, 64]
     for model, batch in (("resnet50", 32), ("bert-base", 3)):
         args = argparse.Namespace(model=model, params=None, batch_per_gpu=batch, scheme="hierarchical",
