@@ -194,8 +194,10 @@ def run_validate(args) -> int:
                "orders_agree": all(o["same"] for o in orders), "rows": results, "orders": orders,
                "speedup_trend": trend}
     sizes = sorted({r.gpus for r in table if r.gpus > validate.GPUS_PER_NODE})
-    if len(sizes) >= 2:  # refit on all but the largest multi-node GPU count, predict that one
-        summary["cross_validation"] = validate.cross_validation(args.csv, tuple(sizes[:-1]))
+    if len(sizes) >= 2 and not args.no_cross_validation:  # refit on all but the largest GPU count, predict that
+        cross = validate.cross_validation(args.csv, tuple(sizes[:-1]))
+        if cross is not None:
+            summary["cross_validation"] = cross
     if args.out:
         from sim import plots
 
@@ -263,5 +265,7 @@ def register(subparsers) -> None:
     v.add_argument("--csv", default=None,
                    help="measurements file (default: ../shared/validation/, else sim/presets/birder_public.csv)")
     v.add_argument("--out", default=None, help="directory for the predicted-vs-published plot")
+    v.add_argument("--no-cross-validation", action="store_true",
+                   help="skip the refit on all but the largest GPU count (it takes seconds per transport)")
     v.add_argument("--json", action="store_true", help="print one JSON object")
     v.set_defaults(func=run_validate)

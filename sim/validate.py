@@ -219,15 +219,20 @@ def fit(transport: str, path: str | Path | None = None, gpus: tuple[int, ...] | 
     return values
 
 
-def cross_validation(path: str | Path | None = None, train_gpus: tuple[int, ...] = (16, 32)) -> dict:
+def cross_validation(path: str | Path | None = None, train_gpus: tuple[int, ...] = (16, 32)) -> dict | None:
     """Refit every transport's constants on the multi-node rows of ``train_gpus`` GPUs only, then predict the
-    rows of more GPUs than those: how well the model extrapolates in GPU count, on rows it was not fitted on."""
+    rows of more GPUs than those: how well the model extrapolates in GPU count, on rows it was not fitted on.
+    Only transports with rows on both sides take part; None if there are none."""
     table = rows(path)
-    test = [r for r in table if r.gpus > max(train_gpus)]
+
+    def transport(r: Row) -> str:
+        return NETWORKS[r.network]["transport"]
+
+    trained = {transport(r) for r in table if r.gpus in train_gpus and r.gpus > GPUS_PER_NODE}
+    test = [r for r in table if r.gpus > max(train_gpus) and transport(r) in trained]
     if not test:
-        raise ValueError(f"no rows with more than {max(train_gpus)} GPUs to predict")
-    transports = sorted({NETWORKS[r.network]["transport"] for r in test})
-    fitted = {t: fit(t, path, train_gpus) for t in transports}
+        return None
+    fitted = {t: fit(t, path, train_gpus) for t in sorted({transport(r) for r in test})}
     results = compare(test, tweak=constants_tweak(fitted), table=table)
     return {"train_gpus": list(train_gpus), "test_gpus": sorted({r.gpus for r in test}), "constants": fitted,
             "mape": mape(results), "rows": results}

@@ -220,3 +220,13 @@ def test_sweep_writes_csv_and_plots(tmp_path, capsys):
     assert len(out["results"]) == 4
     assert (tmp_path / "sweep.csv").read_text().count("\n") == 5
     assert all((tmp_path / name).stat().st_size > 0 for name in ("throughput_vs_gpus.png", "time_breakdown.png"))
+
+
+def test_validate_prints_trend_and_cross_validation(capsys):
+    assert main(["validate", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["orders_agree"] and out["mape"] < 0.10
+    assert {t["gpus"] for t in out["speedup_trend"]} == {8, 16, 32, 64}
+    assert out["cross_validation"]["test_gpus"] == [64]
+    assert main(["validate", "--json", "--no-cross-validation"]) == 0
+    assert "cross_validation" not in json.loads(capsys.readouterr().out)
