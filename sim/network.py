@@ -182,8 +182,9 @@ def load_cluster(path: str | Path, n_nodes: int | None = None, gpus_per_node: in
     ``incast_onset_bytes``, ``incast_certain_bytes``, ``retransmission_timeout``); ``[intra]`` with ``preset``
     and/or ``port_gbytes_per_s``, ``fabric_gbytes_per_s``, ``latency_us``; ``[switch]`` with ``oversubscription``.
     The arguments given (the command line's counts, GPU and oversubscription) win over the file's values. A NIC
-    without ``preset`` takes its transport's hardware constants (``transports.toml``), never the fitted constants
-    of the paper's cluster (``networks.toml`` [ib-hdr]).
+    without ``preset`` takes its transport's constants (``transports.toml``: for sockets the fitted per-message
+    costs and incast bracket, for InfiniBand hardware values), never the fitted constants of the paper's
+    InfiniBand cluster (``networks.toml`` [ib-hdr]).
     """
     path = Path(path)
     try:
