@@ -25,6 +25,7 @@ def test_bench_command_measures_and_writes_a_profile_predict_reads(tmp_path, cap
     assert (cluster.n_nodes, cluster.gpus_per_node) == (2, 1)
     assert cluster.nic.line_rate == pytest.approx(network["line_rate_gbps"] * 1e9)
     assert cluster.nic.latency == pytest.approx(network["latency_us"] * 1e-6)
+    assert cluster.nic.message_overhead == 0 and cluster.nic.step_overhead == 0  # no fitted costs on top
 
     status = main(["predict", "--cluster", str(out), "--model", "resnet50", "--optimizer", "birder", "--json"])
     assert status == 0 and json.loads(capsys.readouterr().out)["throughput"] > 0
