@@ -114,7 +114,7 @@ class Policy:
 @dataclass(frozen=True)
 class CommunicationProfile:
     """Counts over a run: full-precision rounds, 1-bit rounds, silent steps; the share of steps that
-    communicate and the average bits per parameter per step (fp32 rounds 32 bits, 1-bit rounds 1)."""
+    communicate and the average bits per parameter per step."""
 
     total_steps: int
     full_precision_rounds: int
@@ -125,9 +125,9 @@ class CommunicationProfile:
     def communicating_fraction(self) -> float:
         return (self.full_precision_rounds + self.onebit_rounds) / max(1, self.total_steps)
 
-    @property
-    def bits_per_parameter(self) -> float:
-        return (32 * self.full_precision_rounds + self.onebit_rounds) / max(1, self.total_steps)
+    def bits_per_parameter(self, full_precision_bits: int = 32) -> float:
+        """Average bits per parameter per step: full-precision rounds at ``full_precision_bits``, 1-bit rounds 1."""
+        return (full_precision_bits * self.full_precision_rounds + self.onebit_rounds) / max(1, self.total_steps)
 
 
 def communication_profile(total_steps: int, policy: Policy | None = None) -> CommunicationProfile:

@@ -16,6 +16,7 @@ def test_variance_updates_follow_k_j_plus_one_minus_k_j_equals_two_to_floor_j_ov
     assert list(gaps[32:48]) == [4] * 16
     # notes §2.4 [DERIVED]: 153 updates below 12.5K steps (BERT), 185 below 50050 (ImageNet)
     assert len(Policy(12_500, 1).variance_steps()) == 153
+    assert len(Policy.paper_bert().variance_steps()) == 153  # the preset has the same freeze step
     assert len(Policy(50_050, 1).variance_steps()) == 185
 
 
@@ -35,7 +36,7 @@ def test_imagenet_policy_gives_the_papers_87_percent_less_volume_than_onebit_ada
     T = 450_450
     profile = communication_profile(T, Policy.paper_imagenet())
     assert profile.communicating_fraction == pytest.approx(0.347, abs=5e-4)
-    fp16_bits = (16 * profile.full_precision_rounds + profile.onebit_rounds) / T
+    fp16_bits = profile.bits_per_parameter(full_precision_bits=16)
     assert fp16_bits == pytest.approx(0.353, abs=5e-4)
     onebit_adam_bits = (16 * 50_050 + (T - 50_050)) / T  # 1-bit Adam with its 10-epoch full-precision stage
     assert 1 - fp16_bits / onebit_adam_bits == pytest.approx(0.867, abs=1e-3)
