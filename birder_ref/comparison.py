@@ -150,16 +150,11 @@ def optimizers(steps: int) -> dict:
 
 
 def _step_bytes(sched) -> tuple[int, int]:
-    """(all, inter-node) bytes the busiest GPU sends in one step of ``sched``, message by message."""
-    total: dict[int, int] = {}
-    inter: dict[int, int] = {}
-    for phase in sched.phases:
-        for messages in phase.rounds():
-            for msg in messages:
-                total[msg.src] = total.get(msg.src, 0) + msg.nbytes
-                if LAYOUT.node_of(msg.src) != LAYOUT.node_of(msg.dst):
-                    inter[msg.src] = inter.get(msg.src, 0) + msg.nbytes
-    return max(total.values(), default=0), max(inter.values(), default=0)
+    """(all, inter-node) bytes the busiest GPU sends in one step of ``sched``."""
+    inter, intra = sched.bytes_by_link()
+    senders = inter.keys() | intra.keys()
+    return (max((inter.get(ep, 0) + intra.get(ep, 0) for ep in senders), default=0),
+            max(inter.values(), default=0))
 
 
 def bytes_per_gpu(name: str, optimizer, steps: int) -> tuple[int, int]:

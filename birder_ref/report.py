@@ -19,19 +19,10 @@ RESNET50_PARAMS = 25_557_032  # torchvision's ResNet-50
 
 
 def link_bytes_per_gpu(scheme: str, layout: Layout, dim: int) -> tuple[int, int]:
-    """(inter-node, intra-node) bytes the busiest GPU sends in one step, message by message.
-
-    Only the first group of each phase is expanded: a phase's groups are translates of one another.
-    """
-    inter: dict[int, int] = {}
-    intra: dict[int, int] = {}
-    for phase in schedule(scheme, layout, dim).phases:
-        for messages in phase.group_rounds(phase.groups[0]):
-            for msg in messages:
-                if msg.src < layout.n_ranks:
-                    target = inter if layout.node_of(msg.src) != layout.node_of(msg.dst) else intra
-                    target[msg.src] = target.get(msg.src, 0) + msg.nbytes
-    return max(inter.values(), default=0), max(intra.values(), default=0)
+    """(inter-node, intra-node) bytes the busiest GPU (not the ps server) sends in one step."""
+    inter, intra = schedule(scheme, layout, dim).bytes_by_link()
+    return (max([b for ep, b in inter.items() if ep < layout.n_ranks], default=0),
+            max([b for ep, b in intra.items() if ep < layout.n_ranks], default=0))
 
 
 def equivalence_rows(layouts, dim: int, steps: int) -> list[tuple]:

@@ -183,6 +183,18 @@ class Schedule:
     padded_dim: int  # the length actually moved: a multiple of 8 * n_ranks
     phases: tuple[Phase, ...]
 
+    def bytes_by_link(self) -> tuple[dict[int, int], dict[int, int]]:
+        """(inter-node, intra-node) bytes each endpoint sends in one step, message by message."""
+        inter: dict[int, int] = {}
+        intra: dict[int, int] = {}
+        for phase in self.phases:
+            for messages in phase.rounds():
+                for msg in messages:
+                    crosses = self.layout.node_of(msg.src) != self.layout.node_of(msg.dst)
+                    target = inter if crosses else intra
+                    target[msg.src] = target.get(msg.src, 0) + msg.nbytes
+        return inter, intra
+
 
 def padded_dim(dim: int, n_ranks: int) -> int:
     """dim rounded up to a multiple of 8 * n_ranks, so every chunk of every scheme is whole bytes."""
