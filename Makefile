@@ -1,9 +1,11 @@
-# Two entry points for a fresh machine: `make run` (the main job) and `make test` (the whole suite).
+# Two entry points for a fresh machine: `make run` (the main job, base dependencies only: no torch) and
+# `make test` (the whole suite, with the test extras: torch==2.13.0, pytest, ruff).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
+STAMP_TORCH := $(VENV)/.installed-torch
 
 .PHONY: run test lint bench clean
 
@@ -12,12 +14,16 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(STAMP_RUN): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e ".[torch]"
+	$(BIN)/pip install -q -e .
 	touch $@
+
+$(STAMP_TORCH): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e ".[torch]"
+	touch $@ $(STAMP_RUN)
 
 $(STAMP_TEST): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e ".[test]"
-	touch $@ $(STAMP_RUN)
+	touch $@ $(STAMP_RUN) $(STAMP_TORCH)
 
 run: $(STAMP_RUN)
 	$(BIN)/birder report
@@ -26,7 +32,10 @@ test: $(STAMP_TEST)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-bench: $(STAMP_RUN)
+lint: $(STAMP_TEST)
+	$(BIN)/ruff check .
+
+bench: $(STAMP_TORCH)
 	for f in benchmarks/*.py; do $(BIN)/python $$f || exit 1; done
 
 clean:

@@ -1,7 +1,10 @@
-"""`birder report`: the main job. Each package contributes a section (Markdown text plus PNG plots).
+"""`birder report`: the main job. Each section is a function ``section(outdir: Path, quick: bool)`` that writes
+its plots into ``outdir`` and returns its Markdown, or a ``Section`` (Markdown plus a one-line summary for the
+terminal).
 
-A section is a function ``section(outdir: Path, quick: bool) -> str`` returning Markdown; it writes its plots
-into ``outdir`` and links them by file name.
+The report is built in a temporary directory beside ``--out`` and swapped in whole (``birder.atomic``): an
+interrupted run leaves the previous report as it was and no stray files. Progress bars go to a terminal only
+and ``--quiet`` silences them.
 """
 
 from __future__ import annotations
@@ -9,47 +12,111 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import signal
+import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tqdm import tqdm
 
-# "module:function" of each section, in report order.
+from birder.atomic import atomic_path
+
+# "module:function" of each section, in report order: the answer first, then how it was reached.
 SECTIONS = (
-    "birder_ref.report:section",
-    "proofs_checks.report:section",
-    "sim.report:section",
-    "birder_ref.comparison:section",
+    "birder.report_scaling:decision_section",
+    "birder.report_checks:section",
+    "birder.report_reference:section",
+    "birder.report_scaling:scaling_section",
+    "birder.comparison:section",
 )
+REPORT_NAME = "report.md"
 
 
-def write_report(outdir: Path, quick: bool = False, sections: tuple[str, ...] = SECTIONS) -> Path:
-    outdir.mkdir(parents=True, exist_ok=True)
+@dataclass(frozen=True)
+class Section:
+    """A section's Markdown and the lines it adds to the terminal summary (keyed, e.g. ``checks``)."""
+
+    markdown: str
+    summary: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Report:
+    path: Path
+    summary: dict[str, str]
+    timings: dict[str, float]
+
+
+def show_progress(quiet: bool = False) -> bool:
+    """Progress bars only on a terminal, and never with ``--quiet``."""
+    return not quiet and sys.stderr.isatty()
+
+
+def _check_replaceable(outdir: Path) -> None:
+    """Refuse to swap out a directory that is not a report (``--out .`` must not delete the user's files)."""
+    if outdir.exists() and not outdir.is_dir():
+        raise ValueError(f"--out {outdir} exists and is not a directory")
+    if outdir.is_dir() and any(outdir.iterdir()) and not (outdir / REPORT_NAME).is_file():
+        raise ValueError(f"--out {outdir} is a non-empty directory without a {REPORT_NAME}; "
+                         "give a new or an earlier report's directory")
+
+
+def timings_table(timings: dict[str, float]) -> str:
+    rows = [f"| `{spec}` | {seconds:.1f} |" for spec, seconds in timings.items()]
+    return "\n".join(["| section | seconds |", "|---|---:|", *rows,
+                      f"| total | {sum(timings.values()):.1f} |"])
+
+
+def write_report(outdir: Path, quick: bool = False, sections: tuple[str, ...] = SECTIONS,
+                 progress: bool = False) -> Report:
+    """Build every section into a temporary directory, then replace ``outdir`` with it in one swap."""
+    outdir = Path(outdir)
+    _check_replaceable(outdir)
     parts = ["# Birder toolkit report", ""]
-    timings = {}
-    for spec in tqdm(sections, desc="report sections", unit="section"):
-        module, function = spec.split(":")
-        started = time.perf_counter()
-        parts.append(getattr(importlib.import_module(module), function)(outdir, quick))
-        timings[spec] = round(time.perf_counter() - started, 2)
-    parts.append(f"_Section timings (s): {json.dumps(timings)}_\n")
-    path = outdir / "report.md"
-    path.write_text("\n".join(parts))
-    return path
+    summary: dict[str, str] = {}
+    timings: dict[str, float] = {}
+    with atomic_path(outdir) as tmp:
+        tmp.mkdir(parents=True)
+        for spec in tqdm(sections, desc="report sections", unit="section", disable=not progress, file=sys.stderr):
+            module, function = spec.split(":")
+            started = time.perf_counter()
+            out = getattr(importlib.import_module(module), function)(tmp, quick)
+            timings[spec] = round(time.perf_counter() - started, 2)
+            if isinstance(out, Section):
+                summary.update(out.summary)
+                out = out.markdown
+            parts.append(out)
+        parts += ["## How long each section took", "", timings_table(timings), ""]
+        (tmp / REPORT_NAME).write_text("\n".join(parts))
+    return Report(outdir / REPORT_NAME, summary, timings)
+
+
+def _terminate(signum, frame):  # SIGTERM unwinds like Ctrl-C, so the temporary directory is removed
+    raise SystemExit(128 + signum)
 
 
 def run(args: argparse.Namespace) -> int:
-    path = write_report(Path(args.out), quick=args.quick)
+    quiet = getattr(args, "quiet", False)
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        report = write_report(Path(args.out), quick=args.quick, progress=show_progress(quiet))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if args.json:
-        print(json.dumps({"report": str(path), "directory": str(path.parent)}))
-    else:
-        print(f"report written to {path} (plots beside it in {path.parent}/)")
+        print(json.dumps({"report": str(report.path), "directory": str(report.path.parent),
+                          "summary": report.summary, "timings_s": report.timings}))
+        return 0
+    print(f"report written to {report.path} (plots beside it in {report.path.parent}/)")
+    for key in ("checks", "prediction error", "headline"):
+        if key in report.summary:
+            print(f"{key}: {report.summary[key]}")
     return 0
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("report", help="the main job: checks, equivalences, scaling predictions, plots")
-    p.add_argument("--out", default="report", help="directory to write report.md and plots into")
-    p.add_argument("--quick", action="store_true", help="smaller sizes, for tests")
+    p = subparsers.add_parser("report", help="the main job: which network and optimizer, checks, plots")
+    p.add_argument("--out", default="report", help="directory to write report.md and plots into (default: report)")
+    p.add_argument("--quick", action="store_true", help="fewer nodes and steps, for tests")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)

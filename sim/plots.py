@@ -1,5 +1,12 @@
-"""Matplotlib figures of the simulator (Agg backend): throughput against GPUs (the Birder paper's Figure 3),
-the time breakdown per iteration (its Figure 4), and predicted against published throughput."""
+"""Matplotlib figures of the simulator (Agg backend): throughput against GPUs (the Birder paper's Figure 3), the
+share of each iteration spent computing, compressing and communicating (its Figure 4), a speed-up against nodes,
+and predicted against published throughput.
+
+Figures a reader compares side by side share their axes: networks are panels in order of line rate (slowest
+first), panels share the y axis, every optimizer has its own marker and line style (so identical series stay
+visible), GPU and node counts are plain numbers, and a prediction's interval (``throughput_low``/``_high``) is a
+band when the results carry one.
+"""
 
 from __future__ import annotations
 
@@ -9,80 +16,206 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+LINESTYLES = ("-", "--", "-.", ":")
+HATCHES = ("", "//", "..", "xx", "\\\\", "oo")
+COMPONENTS = (("compute_s", "compute", "#4c72b0"), ("compression_s", "compression/decompression", "#dd8452"),
+              ("exposed_communication_s", "exposed communication", "#c44e52"))
 
 
-def throughput_vs_gpus(results: list[dict], out: Path, prefix: str = "") -> list[Path]:
-    """One panel per network: samples/s against GPU count, one line per optimizer."""
-    networks = sorted({r["network"] for r in results})
-    fig, axes = plt.subplots(1, len(networks), figsize=(5 * len(networks), 4), squeeze=False)
-    for ax, net in zip(axes[0], networks, strict=True):
-        for opt in dict.fromkeys(r["optimizer"] for r in results):
-            rs = sorted((r for r in results if r["network"] == net and r["optimizer"] == opt), key=lambda r: r["gpus"])
-            ax.plot([r["gpus"] for r in rs], [r["throughput"] for r in rs], marker="o", label=opt)
+def line_rate_gbps(network: str) -> float | None:
+    """A preset's line rate per node (Gb/s x NICs), or None for a name that is not a preset (a cluster file)."""
+    from sim.network import NETWORKS
+
+    spec = NETWORKS.get(network)
+    if spec is None or "line_rate_gbps" not in spec:
+        return None
+    return float(spec["line_rate_gbps"]) * float(spec.get("count", 1))
+
+
+def speed_order(networks) -> list[str]:
+    """Networks from the slowest line rate to the fastest (a number from the preset, never the name's spelling);
+    names that are not presets keep their order, after the presets."""
+    names = list(dict.fromkeys(networks))
+    known = sorted((n for n in names if line_rate_gbps(n) is not None), key=lambda n: (line_rate_gbps(n), n))
+    return known + [n for n in names if line_rate_gbps(n) is None]
+
+
+def network_label(network: str) -> str:
+    rate = line_rate_gbps(network)
+    return network if rate is None else f"{network} ({rate:g} Gb/s)"
+
+
+def styles(names) -> dict[str, dict]:
+    """A distinct colour, marker and line style for each name, in order."""
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    return {n: {"color": colours[i % len(colours)], "marker": MARKERS[i % len(MARKERS)],
+                "linestyle": LINESTYLES[i % len(LINESTYLES)]} for i, n in enumerate(dict.fromkeys(names))}
+
+
+def counts_axis(ax, values, log: bool = True) -> None:
+    """An x axis of GPU or node counts labelled as plain numbers (8, 16, ... not 2^3)."""
+    values = sorted(set(values))
+    if log:
         ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(values))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([f"{v:g}" for v in values], rotation=45 if len(values) > 6 else 0, fontsize=8)
+
+
+def _save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _panels(n: int, width: float = 4.2, height: float = 3.8, sharey: bool = True):
+    cols = min(n, 4)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows + 0.8), squeeze=False, sharey=sharey)
+    flat = list(axes.ravel())
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
+def throughput_vs_gpus(results: list[dict], out: Path, prefix: str = "", title: str | None = None) -> list[Path]:
+    """One panel per network (slowest first, shared log y axis): samples/s against GPUs, one line per optimizer,
+    its interval as a band when the results carry ``throughput_low``/``throughput_high``."""
+    networks = speed_order(r["network"] for r in results)
+    optimizers = list(dict.fromkeys(r["optimizer"] for r in results))
+    style = styles(optimizers)
+    fig, axes = _panels(len(networks))
+    for ax, net in zip(axes, networks, strict=True):
+        for opt in optimizers:
+            rs = sorted((r for r in results if r["network"] == net and r["optimizer"] == opt), key=lambda r: r["gpus"])
+            if not rs:
+                continue
+            gpus = [r["gpus"] for r in rs]
+            ax.plot(gpus, [r["throughput"] for r in rs], label=opt, markersize=5, markerfacecolor="none",
+                    **style[opt])
+            if all("throughput_low" in r and "throughput_high" in r for r in rs):
+                ax.fill_between(gpus, [r["throughput_low"] for r in rs], [r["throughput_high"] for r in rs],
+                                color=style[opt]["color"], alpha=0.10, lw=0)
+        ax.set_yscale("log")
+        counts_axis(ax, [r["gpus"] for r in results])
         ax.set_xlabel("GPUs")
-        ax.set_ylabel("throughput (samples/s)")
-        ax.set_title(net)
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    path = out / f"{prefix}throughput_vs_gpus.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+        ax.set_title(network_label(net), fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("throughput (samples/s, log scale)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
+    fig.suptitle(title or "Predicted throughput" + (" (bands: prediction interval)"
+                                                    if any("throughput_low" in r for r in results) else ""))
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return [_save(fig, out / f"{prefix}throughput_vs_gpus.png")]
 
 
-def time_breakdown(results: list[dict], out: Path, prefix: str = "") -> list[Path]:
-    """Stacked bars per network: compute, compression and exposed communication per iteration."""
-    networks = sorted({r["network"] for r in results})
-    fig, axes = plt.subplots(1, len(networks), figsize=(6 * len(networks), 4), squeeze=False)
-    for ax, net in zip(axes[0], networks, strict=True):
-        rs = [r for r in results if r["network"] == net]
-        labels = [f"{r['optimizer']}\n{r['gpus']}" for r in rs]
-        x = range(len(rs))
-        compute = [r["compute_s"] * 1e3 for r in rs]
-        compression = [r["compression_s"] * 1e3 for r in rs]
-        comm = [r["exposed_communication_s"] * 1e3 for r in rs]
-        ax.bar(x, compute, label="compute")
-        ax.bar(x, compression, bottom=compute, label="compression/decompression")
-        ax.bar(x, comm, bottom=[a + b for a, b in zip(compute, compression, strict=True)],
-               label="exposed communication")
-        ax.set_xticks(list(x), labels, fontsize=6, rotation=90)
-        ax.set_ylabel("time per iteration (ms)")
-        ax.set_title(net)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = out / f"{prefix}time_breakdown.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+def time_breakdown(results: list[dict], out: Path, prefix: str = "", title: str | None = None,
+                   optimizers: list[str] | None = None) -> list[Path]:
+    """One panel per network (slowest first): for every node count, one bar per optimizer (told apart by hatch)
+    splitting its iteration into compute, compression and exposed communication, as shares of the iteration
+    (so that every node count and model reads on one scale)."""
+    networks = speed_order(r["network"] for r in results)
+    optimizers = optimizers or list(dict.fromkeys(r["optimizer"] for r in results))
+    nodes = sorted({r["nodes"] for r in results})
+    fig, axes = _panels(len(networks), width=max(4.2, 0.32 * len(nodes) * len(optimizers) + 1.5))
+    width = 0.8 / len(optimizers)
+    for ax, net in zip(axes, networks, strict=True):
+        for j, opt in enumerate(optimizers):
+            for i, n in enumerate(nodes):
+                rs = [r for r in results if r["network"] == net and r["optimizer"] == opt and r["nodes"] == n]
+                if not rs:
+                    continue
+                r, bottom = rs[0], 0.0
+                total = max(r["iteration_s"], sum(r[key] for key, _, _ in COMPONENTS))
+                for key, _, colour in COMPONENTS:
+                    share = r[key] / total
+                    ax.bar(i + (j - (len(optimizers) - 1) / 2) * width, share, width * 0.95, bottom=bottom,
+                           color=colour, hatch=HATCHES[j % len(HATCHES)], edgecolor="white", lw=0.3)
+                    bottom += share
+        ax.set_xticks(range(len(nodes)), [str(n) for n in nodes], fontsize=8)
+        ax.set_xlabel("nodes")
+        ax.set_ylim(0, 1)
+        ax.set_title(network_label(net), fontsize=10)
+    axes[0].set_ylabel("share of the iteration time")
+    handles = [Patch(color=c, label=label) for _, label, c in COMPONENTS]
+    handles += [Patch(facecolor="lightgrey", hatch=HATCHES[j % len(HATCHES)], edgecolor="black", label=opt)
+                for j, opt in enumerate(optimizers)]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
+    fig.suptitle(title or "Where each iteration's time goes")
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    return [_save(fig, out / f"{prefix}time_breakdown.png")]
 
 
-def validation(results: list[dict], out: Path, prefix: str = "") -> Path:
-    """Predicted against published throughput, one marker per optimizer, the diagonal and +-10%."""
+def speedup_vs_nodes(curves: dict[str, list[dict]], path: Path, title: str, baseline_label: str = "best baseline"
+                     ) -> Path:
+    """One panel per model (shared log y): Birder's throughput over the best uncompressed baseline's against
+    nodes, one line per network (slowest first), the interval as a band, 1 (no gain) as a black line.
+    ``curves`` maps a panel title to points ``{"network", "nodes", "ratio", "low", "high"}``."""
+    fig, axes = _panels(len(curves), width=4.6)
+    networks = speed_order(p["network"] for points in curves.values() for p in points)
+    colours = plt.get_cmap("viridis")([i / max(1, len(networks) - 1) * 0.9 for i in range(len(networks))])
+    for ax, (panel, points) in zip(axes, curves.items(), strict=True):
+        for i, net in enumerate(networks):
+            ps = sorted((p for p in points if p["network"] == net), key=lambda p: p["nodes"])
+            if not ps:
+                continue
+            x = [p["nodes"] for p in ps]
+            ax.plot(x, [p["ratio"] for p in ps], color=colours[i], marker=MARKERS[i % len(MARKERS)],
+                    linestyle=LINESTYLES[i % len(LINESTYLES)], markersize=5, label=network_label(net))
+            ax.fill_between(x, [p["low"] for p in ps], [p["high"] for p in ps], color=colours[i], alpha=0.08, lw=0)
+        ax.axhline(1.0, color="black", lw=1)
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(FixedLocator([0.1, 0.2, 0.5, 1, 2, 5, 10]))
+        ax.yaxis.set_minor_locator(NullLocator())
+        ax.set_yticklabels(["0.1x", "0.2x", "0.5x", "1x", "2x", "5x", "10x"])
+        counts_axis(ax, [p["nodes"] for p in points])
+        ax.set_xlabel("nodes (8 GPUs each)")
+        ax.set_title(panel, fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel(f"Birder throughput / {baseline_label}")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    return _save(fig, path)
+
+
+def validation(results: list[dict], out: Path, prefix: str = "", cross_validated: list[dict] | None = None,
+               title: str | None = None) -> Path:
+    """Predicted against published throughput: filled markers for the fit (constants fitted on these rows),
+    open markers for the cross-validated predictions (rows left out of the fit); the diagonal and +-10%."""
     out.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(5, 5))
-    top = max(max(r["published"], r["predicted"]) for r in results) * 1.1
+    fig, ax = plt.subplots(figsize=(6, 6))
+    everything = results + (cross_validated or [])
+    top = max(max(r["published"], r["predicted"]) for r in everything) * 1.1
     ax.plot([0, top], [0, top], color="black", lw=0.8)
     ax.plot([0, top], [0, top * 1.1], color="grey", ls="--", lw=0.6)
     ax.plot([0, top], [0, top * 0.9], color="grey", ls="--", lw=0.6)
-    for opt in dict.fromkeys(r["optimizer"] for r in results):
-        for net, marker in (("10gbe", "o"), ("ib-hdr", "s")):
+    optimizers = list(dict.fromkeys(r["optimizer"] for r in everything))
+    networks = speed_order(r["network"] for r in everything)
+    colour = styles(optimizers)
+    for opt in optimizers:
+        for k, net in enumerate(networks):
             rs = [r for r in results if r["optimizer"] == opt and r["network"] == net]
             if rs:
-                ax.scatter([r["published"] for r in rs], [r["predicted"] for r in rs], marker=marker,
-                           label=f"{opt} {net}")
-        rs = [r for r in results if r["optimizer"] == opt and r["network"] not in ("10gbe", "ib-hdr")]
-        if rs:
-            ax.scatter([r["published"] for r in rs], [r["predicted"] for r in rs], marker="^", label=opt)
+                ax.scatter([r["published"] for r in rs], [r["predicted"] for r in rs], marker=MARKERS[k],
+                           color=colour[opt]["color"], s=30, label=f"{opt}, {net}: fit")
+            cs = [r for r in (cross_validated or []) if r["optimizer"] == opt and r["network"] == net]
+            if cs:
+                ax.scatter([r["published"] for r in cs], [r["predicted"] for r in cs], marker=MARKERS[k], s=70,
+                           facecolors="none", edgecolors=colour[opt]["color"], lw=1.4,
+                           label=f"{opt}, {net}: cross-validated")
     ax.set_xlabel("published throughput (samples/s)")
     ax.set_ylabel("predicted throughput (samples/s)")
     ax.set_xlim(0, top)
     ax.set_ylim(0, top)
-    ax.legend(fontsize=7)
-    ax.set_title("sim vs Birder paper (dashed: +-10%)")
+    ax.legend(fontsize=7, loc="upper left")
+    ax.set_title(title or "Simulator against published throughput (dashed: +-10%)", fontsize=10)
     fig.tight_layout()
-    path = out / f"{prefix}validation.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, out / f"{prefix}validation.png")

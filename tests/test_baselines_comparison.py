@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from birder_ref import comparison
+from birder import comparison
 
 
 def test_backpropagation_matches_central_differences():

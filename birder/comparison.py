@@ -18,6 +18,7 @@ No schedule, no weight decay, constant lr.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -192,14 +193,16 @@ class Result:
     bytes_per_gpu: tuple[int, int]  # (all, inter-node) over the run
 
 
-def run(quick: bool = False, seed: int = 0, learning_rates: dict[str, float] | None = None) -> list[Result]:
+def run(quick: bool = False, seed: int = 0, learning_rates: dict[str, float] | None = None,
+        progress: bool = False) -> list[Result]:
     """Train every optimizer; rank 0's replica is evaluated (0/1 Adam's may be between syncs at the end)."""
     steps = QUICK_STEPS if quick else STEPS
     data = load()
     task = problem(data)
     rates = LEARNING_RATES if learning_rates is None else learning_rates
     results = []
-    for name, optimizer in tqdm(optimizers(steps).items(), desc="digits comparison", unit="optimizer"):
+    for name, optimizer in tqdm(optimizers(steps).items(), desc="digits comparison", unit="optimizer",
+                                    disable=not progress, file=sys.stderr):
         history = train(task, optimizer, LAYOUT, steps, rates[name], seed)
         w = history.params[-1]
         results.append(Result(name, rates[name], history.losses, history.losses[-1],
@@ -225,7 +228,9 @@ def plot(results: list[Result], path: Path) -> None:
 
 def section(outdir: Path, quick: bool) -> str:
     """The report section: loss curves (PNG) and a table of final training loss and test accuracy."""
-    results = run(quick)
+    from birder.report import show_progress
+
+    results = run(quick, progress=show_progress())
     steps = len(results[0].losses) - 1
     plot(results, outdir / "baselines_digits_loss.png")
     by_name = {r.name: r for r in results}
@@ -235,7 +240,7 @@ def section(outdir: Path, quick: bool) -> str:
         "",
         f"A 64-{HIDDEN}-10 tanh MLP on scikit-learn's digits (1437 train / 360 test images), {steps} steps, "
         f"{LAYOUT.n_nodes} nodes x {LAYOUT.gpus_per_node} GPUs, {BATCH} samples per GPU per step, every optimizer "
-        "on the reference driver with its own communication executed (`birder_ref.comparison`). Learning rates: "
+        "on the reference driver with its own communication executed (`birder.comparison`). Learning rates: "
         "the best of one grid per optimizer (module docstring). 1-bit Adam warms up for 15% of the steps; "
         f"0/1 Adam uses the paper's ImageNet policy scaled to the run; Marsit is Marsit-{MARSIT_K} (SGD).",
         "",
@@ -258,7 +263,7 @@ def section(outdir: Path, quick: bool) -> str:
         "Bytes are the busiest GPU's, from each optimizer's schedule over the steps it communicates. "
         f"{marsit_jumps}0/1 Adam's jagged curve is rank 0's replica between syncs. "
         "One seed, one small network: a check that each optimizer trains, not a ranking; "
-        "`python -m birder_ref.comparison --seeds 5` prints the spread over seeds.",
+        "`python -m birder.comparison --seeds 5` prints the spread over seeds.",
         "",
         "![training loss per optimizer](baselines_digits_loss.png)",
         "",
@@ -278,11 +283,11 @@ def seed_summary(seeds: int, quick: bool = False) -> dict[str, dict[str, list[fl
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m birder_ref.comparison --seeds 5``: the comparison over several seeds, mean [min, max]."""
+    """``python -m birder.comparison --seeds 5``: the comparison over several seeds, mean [min, max]."""
     import argparse
     import json
 
-    parser = argparse.ArgumentParser(prog="python -m birder_ref.comparison", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m birder.comparison", description=main.__doc__)
     parser.add_argument("--seeds", type=int, default=5, help="number of seeds (0 .. N-1)")
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_STEPS} steps instead of {STEPS}")
     parser.add_argument("--json", action="store_true", help="print one JSON object")

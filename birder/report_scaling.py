@@ -1,0 +1,556 @@
+"""The scaling sections of `birder report`: the answer first (which network, does Birder help), then how the
+predictions were made and how accurate they are.
+
+Every number comes from the simulator through ``sim.api`` (``sweep_grid``, ``validation_summary``); the
+sentences are generated from the same predictions the tables and plots show. The networks are the presets of
+``sim.network.NETWORKS`` that describe hardware (site profiles, fitted to one testbed, are left out), in order of
+line rate: the slowest is taken to be the cheapest.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from birder.report import Section, show_progress
+
+MATCH_SHARE = 0.95  # "matches": at least this share of the other's throughput
+UNCOMPRESSED = ("sgdm", "adam")
+OPTIMIZERS = ("sgdm", "adam", "onebit-adam", "zero-one-adam", "birder", "marsit")
+NODES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+QUICK_NODES = (1, 2, 16, 64)
+HEADLINE_NODES = (16, 64)
+GPUS_PER_NODE = 8
+
+# A published single-node throughput that calibrates one optimizer; the others are scaled from it by the
+# simulated one-node ratio (their compression costs on one node), so every optimizer shares the same compute.
+NVIDIA_BERT_LARGE = {
+    "optimizer": "adam", "throughput": 469.8,
+    "source": "NVIDIA DeepLearningExamples, PyTorch BERT README: SQuAD v1.1 fine-tuning of BERT-Large, sequence "
+              "384, batch 32 per GPU, TF32, 8 x A100-80GB, PyTorch 21.11: 469.8 sequences/s",
+}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One model's section: its batch and where its single-node compute comes from."""
+
+    model: str
+    label: str
+    batch_per_gpu: int
+    calibration: str  # "paper" (published single-node rows), "nvidia" (NVIDIA_BERT_LARGE), "built-in"
+
+
+SETTINGS = (
+    Setting("resnet50", "ResNet-50", 32, "paper"),
+    Setting("bert-base", "BERT-base", 32, "built-in"),
+    Setting("bert-large", "BERT-large", 32, "nvidia"),
+    Setting("gpt2", "GPT-2", 8, "built-in"),
+)
+
+
+# ------------------------------------------------------------------------------------------ networks
+def is_site_profile(name: str, networks: dict, transports: dict, fitted: dict) -> bool:
+    """A preset fitted to one testbed (a ``birder-paper-*`` profile, or one overriding its transport's fitted
+    constants with values of its own) rather than hardware."""
+    if name.startswith("birder-paper"):
+        return True
+    spec = networks[name]
+    base = transports.get(spec.get("transport"), {})
+    return any(k in spec and spec[k] != base.get(k) for k in fitted.get(spec.get("transport"), ()))
+
+
+def buying_networks() -> list[str]:
+    """The hardware presets, slowest line rate first."""
+    from sim import plots
+    from sim.network import NETWORKS, TRANSPORTS
+
+    fitted = _fitted_names()
+    names = [n for n in NETWORKS if not is_site_profile(n, NETWORKS, TRANSPORTS, fitted)]
+    return plots.speed_order(names)
+
+
+def _fitted_names() -> dict:
+    try:
+        from sim.validate import FITTED
+    except ImportError:
+        return {}
+    return dict(FITTED)
+
+
+# ------------------------------------------------------------------------------------------ calibration
+def single_node_figures(setting: Setting, summary: dict, optimizers: tuple[str, ...], network: str
+                        ) -> tuple[dict[str, float] | None, tuple[str, ...], str]:
+    """(single-node throughput per optimizer or None, the optimizers the section runs, the calibration's words)."""
+    from sim import api
+
+    if setting.calibration == "paper":
+        published = {}
+        for r in summary["rows"]:
+            if (r["model"], r["batch_per_gpu"], r["gpus"]) == (setting.model, setting.batch_per_gpu, GPUS_PER_NODE):
+                published.setdefault(r["optimizer"], r["published"])
+        if published:
+            runs = tuple(o for o in optimizers if o in published)
+            words = ("calibrated with each optimizer's published single-node throughput (Birder paper, Table 1: "
+                     + ", ".join(f"{o} {published[o]:,.0f}/s" for o in runs) + ")")
+            return {o: published[o] for o in runs}, runs, words
+    if setting.calibration == "nvidia":
+        ref = NVIDIA_BERT_LARGE
+        one = {o: api.predict_config(setting.model, 1, network, o, batch_per_gpu=setting.batch_per_gpu,
+                                     gpus_per_node=GPUS_PER_NODE)["throughput"] for o in optimizers}
+        scaled = {o: ref["throughput"] * one[o] / one[ref["optimizer"]] for o in optimizers}
+        words = (f"calibrated with {ref['optimizer']}'s published single-node throughput, {ref['throughput']}/s "
+                 f"({ref['source']}); the other optimizers' single-node figures scaled from it by the simulated "
+                 "one-node ratio")
+        return scaled, optimizers, words
+    return None, optimizers, "built-in A100 compute profile (no published single-node figure in this project)"
+
+
+# ------------------------------------------------------------------------------------------ the grid
+@dataclass(frozen=True)
+class ModelGrid:
+    setting: Setting
+    calibration: str
+    optimizers: tuple[str, ...]
+    networks: tuple[str, ...]
+    nodes: tuple[int, ...]
+    predictions: tuple[dict, ...]
+
+    def get(self, network: str, optimizer: str, nodes: int) -> dict | None:
+        for p in self.predictions:
+            if (p["network"], p["optimizer"], p["nodes"]) == (network, optimizer, nodes):
+                return p
+        return None
+
+    @property
+    def baselines(self) -> tuple[str, ...]:
+        return tuple(o for o in self.optimizers if o in UNCOMPRESSED)
+
+    @property
+    def title(self) -> str:
+        s = self.setting
+        short = "built-in compute profile" if self.calibration.startswith("built-in") else "calibrated"
+        return f"{s.label}, {s.batch_per_gpu} samples per GPU, {short}"
+
+
+@dataclass(frozen=True)
+class Grid:
+    models: tuple[ModelGrid, ...]
+    summary: dict
+    networks: tuple[str, ...]
+    error: float  # the relative error a prediction's interval spans
+
+
+_CACHE: dict[bool, Grid] = {}
+
+
+def grid(quick: bool = False, progress: bool = False) -> Grid:
+    """Every setting's predictions over the buying networks and nodes (computed once per process)."""
+    if quick in _CACHE:
+        return _CACHE[quick]
+    from sim import api
+
+    summary = api.validation_summary()
+    networks = tuple(buying_networks())
+    nodes = QUICK_NODES if quick else NODES
+    models = []
+    for setting in SETTINGS:
+        candidates = ("sgdm", "adam", "onebit-adam", "birder") if quick else OPTIMIZERS
+        single, optimizers, words = single_node_figures(setting, summary, candidates, networks[0])
+        predictions = api.sweep_grid(setting.model, list(nodes), list(networks), list(optimizers),
+                                     batch_per_gpu=setting.batch_per_gpu, gpus_per_node=GPUS_PER_NODE, gpu="a100",
+                                     single_node_throughput=single, progress=progress)
+        models.append(ModelGrid(setting, words, optimizers, networks, nodes, tuple(predictions)))
+    first = models[0].predictions[0]
+    error = first["throughput_high"] / first["throughput"] - 1 if first.get("throughput_high") else math.nan
+    _CACHE[quick] = Grid(tuple(models), summary, networks, error)
+    return _CACHE[quick]
+
+
+# ------------------------------------------------------------------------------------------ decisions
+def interval(p: dict) -> tuple[float, float]:
+    return p.get("throughput_low", p["throughput"]), p.get("throughput_high", p["throughput"])
+
+
+def speedup(faster: dict, slower: dict) -> tuple[float, float, float]:
+    """faster / slower and its range: the worst-case combination of the two intervals."""
+    lo_a, hi_a = interval(faster)
+    lo_b, hi_b = interval(slower)
+    return faster["throughput"] / slower["throughput"], lo_a / hi_b, hi_a / lo_b
+
+
+def best(g: ModelGrid, network: str, nodes: int, optimizers) -> dict | None:
+    found = [p for o in optimizers if (p := g.get(network, o, nodes)) is not None]
+    return max(found, key=lambda p: p["throughput"], default=None)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one model at one node count tells a buyer."""
+
+    nodes: int
+    reference: dict  # the best uncompressed baseline on the fastest network
+    without: dict | None  # the cheapest network's best baseline reaching MATCH_SHARE of the reference
+    with_birder: dict | None  # the cheapest network where Birder reaches MATCH_SHARE of the reference
+    best_birder: dict | None  # Birder's best over the networks
+    speedups: dict[str, tuple[float, float, float]]  # per network: Birder / best baseline there
+    best_per_network: dict[str, str]  # per network: the fastest optimizer
+
+
+def decide(g: ModelGrid, nodes: int) -> Decision | None:
+    fastest = g.networks[-1]
+    reference = best(g, fastest, nodes, g.baselines)
+    if reference is None:
+        return None
+    target = MATCH_SHARE * reference["throughput"]
+    without = next((b for n in g.networks if (b := best(g, n, nodes, g.baselines)) and b["throughput"] >= target),
+                   None)
+    birders = [p for n in g.networks if (p := g.get(n, "birder", nodes)) is not None]
+    with_birder = next((p for p in birders if p["throughput"] >= target), None)
+    speedups = {}
+    for n in g.networks:
+        b, base = g.get(n, "birder", nodes), best(g, n, nodes, g.baselines)
+        if b is not None and base is not None:
+            speedups[n] = speedup(b, base)
+    best_per = {n: top["optimizer"] for n in g.networks if (top := best(g, n, nodes, g.optimizers)) is not None}
+    return Decision(nodes, reference, without, with_birder, max(birders, key=lambda p: p["throughput"], default=None),
+                    speedups, best_per)
+
+
+def pays_runs(g: ModelGrid, network: str) -> tuple[list[int], list[int]]:
+    """(node counts > 1 where Birder beats the best baseline, those where it does not)."""
+    pays, not_pays = [], []
+    for n in g.nodes:
+        if n < 2:
+            continue
+        b, base = g.get(network, "birder", n), best(g, network, n, g.baselines)
+        if b is None or base is None:
+            continue
+        (pays if b["throughput"] > base["throughput"] else not_pays).append(n)
+    return pays, not_pays
+
+
+def why_not(g: ModelGrid, network: str, nodes: int) -> str:
+    """Why Birder does not beat the best baseline here: compute-bound, per-message costs, or compression."""
+    b, base = g.get(network, "birder", nodes), best(g, network, nodes, g.baselines)
+    base_comm = base["exposed_communication_s"] / base["iteration_s"]
+    if base_comm < 0.10:
+        return (f"compute-bound: {base['optimizer']}'s communication is {100 * base_comm:.0f}% of its iteration, "
+                "so there is little to save")
+    if (b["exposed_communication_s"] >= base["exposed_communication_s"]
+            and b["inter_node_bytes_per_gpu"] < base["inter_node_bytes_per_gpu"]):
+        fewer = base["inter_node_bytes_per_gpu"] / max(1.0, b["inter_node_bytes_per_gpu"])
+        return (f"per-message costs: Birder sends {fewer:.0f}x fewer bytes but waits "
+                f"{1e3 * b['exposed_communication_s']:,.0f} ms on communication against "
+                f"{1e3 * base['exposed_communication_s']:,.0f} ms")
+    return (f"compression and communication together: {1e3 * b['iteration_s']:,.0f} ms per iteration against "
+            f"{1e3 * base['iteration_s']:,.0f} ms")
+
+
+# ------------------------------------------------------------------------------------------ words
+def num(x: float) -> str:
+    """Three significant figures with thousands separators: 61,234 -> 61,200; 4.567 -> 4.57."""
+    if not math.isfinite(x) or x == 0:
+        return f"{x:g}"
+    exponent = math.floor(math.log10(abs(x)))
+    return f"{round(x, 2 - exponent):,.{max(0, 2 - exponent)}f}"
+
+
+def rate(p: dict) -> str:
+    lo, hi = interval(p)
+    return f"{num(p['throughput'])}/s ({num(lo)} to {num(hi)})"
+
+
+def ratio(r: tuple[float, float, float]) -> str:
+    return f"{r[0]:.2f}x ({r[1]:.2f} to {r[2]:.2f})"
+
+
+def spans(values: list[int], all_values: list[int]) -> str:
+    """Node counts as runs of consecutive grid points: '2-128', '2, 16-64'."""
+    out, run = [], []
+    for v in all_values:
+        if v in values:
+            run.append(v)
+        elif run:
+            out.append(run)
+            run = []
+    if run:
+        out.append(run)
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in out)
+
+
+def best_alternative(g: ModelGrid, d: Decision) -> tuple[str, tuple[float, float, float]] | None:
+    """The network slower than the reference's where Birder gains most over the best baseline, if it gains."""
+    cheaper = [(n, r) for n, r in d.speedups.items() if n != d.reference["network"] and r[0] > 1]
+    return max(cheaper, key=lambda item: item[1][0], default=None)
+
+
+def decision_sentence(g: ModelGrid, d: Decision) -> str:
+    ref = d.reference
+    head = f"**{d.nodes} nodes ({d.nodes * GPUS_PER_NODE} GPUs):**"
+    need = d.without["network"] if d.without is not None else ref["network"]
+    if d.with_birder is not None and g.networks.index(d.with_birder["network"]) < g.networks.index(need):
+        text = (f"{head} without Birder buy {need} ({ref['optimizer']} {rate(ref)} on {ref['network']}); with "
+                f"Birder {d.with_birder['network']} is enough ({rate(d.with_birder)}).")
+    else:
+        text = f"{head} buy {need} with or without Birder: {ref['optimizer']} on {ref['network']} {rate(ref)}."
+        fastest_gain = d.speedups.get(ref["network"])
+        if fastest_gain is not None:
+            text += f" Birder there: {ratio(fastest_gain)} of it."
+    alternative = best_alternative(g, d)
+    if alternative is not None:
+        net, r = alternative
+        b = g.get(net, "birder", d.nodes)
+        text += (f" On a cheaper network Birder helps most on {net}: {ratio(r)} the best baseline there, "
+                 f"{100 * b['throughput'] / ref['throughput']:.0f}% of the fastest set-up.")
+    else:
+        text += " On no cheaper network does Birder beat the best baseline."
+    return text
+
+
+def stops_paying_sentence(g: ModelGrid) -> str:
+    """Per network, the node counts where Birder beats the best baseline, and why it stops."""
+    grid_nodes = [n for n in g.nodes if n >= 2]
+    words = []
+    for net in g.networks:
+        pays, not_pays = pays_runs(g, net)
+        if not pays:
+            words.append(f"never on {net} ({why_not(g, net, grid_nodes[-1]).split(':')[0]})")
+        elif not not_pays:
+            words.append(f"on {net} at every count ({grid_nodes[0]}-{grid_nodes[-1]} nodes)")
+        else:
+            later = [n for n in not_pays if n > pays[0]]
+            first_loss = later[0] if later else not_pays[0]
+            words.append(f"on {net} at {spans(pays, grid_nodes)} nodes (from {first_loss}: "
+                         f"{why_not(g, net, first_loss).split(':')[0]})")
+    return "1-bit pays: Birder beats the best uncompressed optimizer " + "; ".join(words) + "."
+
+
+def stops_paying_details(g: ModelGrid) -> list[str]:
+    """The reason at the first node count where Birder stops beating the best baseline, per network."""
+    grid_nodes = [n for n in g.nodes if n >= 2]
+    lines = []
+    for net in g.networks:
+        pays, not_pays = pays_runs(g, net)
+        later = [n for n in not_pays if pays and n > pays[0]] or not_pays
+        if later:
+            lines.append(f"- {net}, {later[0] if pays else grid_nodes[-1]} nodes: "
+                         f"{why_not(g, net, later[0] if pays else grid_nodes[-1])}.")
+    return lines
+
+
+def summary_rows(g: ModelGrid) -> list[str]:
+    """Markdown rows: the best optimizer per network and node count, with Birder's speed-up."""
+    head = "| network | " + " | ".join(str(n) for n in g.nodes if n >= 2) + " |"
+    lines = [head, "|---|" + "---|" * len([n for n in g.nodes if n >= 2])]
+    for net in g.networks:
+        cells = []
+        for n in g.nodes:
+            if n < 2:
+                continue
+            top = best(g, net, n, g.optimizers)
+            b, base = g.get(net, "birder", n), best(g, net, n, g.baselines)
+            ratio_text = f" ({b['throughput'] / base['throughput']:.2f}x)" if b and base else ""
+            cells.append(f"{top['optimizer']}{ratio_text}" if top else "")
+        lines.append(f"| {net} | " + " | ".join(cells) + " |")
+    return lines
+
+
+# ------------------------------------------------------------------------------------------ accuracy
+def accuracy_words(summary: dict) -> tuple[str, str]:
+    """(fit sentence, cross-validation sentence) from ``validation_summary``."""
+    rows = summary["rows"]
+    multi = [r for r in rows if r["gpus"] > GPUS_PER_NODE]
+    fit = (f"fit (in-sample) {100 * summary['fit_mape']:.1f}% mean absolute error over {len(rows)} published rows "
+           f"({len(multi)} multi-node; the constants were fitted on these same rows)")
+    cross = summary.get("cross_validation")
+    if summary.get("cross_validated_mape") is None or not cross:
+        return fit, "prediction (cross-validated): not available (too few published rows to hold some out)"
+    detail = cross.get("description") or (
+        f"constants refitted on the {', '.join(map(str, cross.get('train_gpus', [])))}-GPU rows only, predicting "
+        f"the {', '.join(map(str, cross.get('test_gpus', [])))}-GPU rows")
+    return fit, (f"prediction (cross-validated) {100 * summary['cross_validated_mape']:.1f}% on rows left out of "
+                 f"the fit ({detail})")
+
+
+def fitted_constants_lines(summary: dict) -> list[str]:
+    """Which constants are fitted, where they live, and on which rows."""
+    from sim.network import NETWORKS, TRANSPORTS
+
+    fitted = _fitted_names()
+    rows = [r for r in summary["rows"] if r["gpus"] > GPUS_PER_NODE]
+    lines = []
+    for transport, names in fitted.items():
+        nets = sorted({r["network"] for r in rows if NETWORKS.get(r["network"], {}).get("transport") == transport})
+        if not nets:
+            continue
+        on_site = all(all(k in NETWORKS[n] for k in names) for n in nets)
+        where = (", ".join(f"`networks.toml` [{n}]" for n in nets) if on_site
+                 else f"`transports.toml` [{transport}], so every {transport} network uses them")
+        values = {k: (NETWORKS[nets[0]] if on_site else TRANSPORTS[transport]).get(k) for k in names}
+        models = sorted({f"{r['model']} at {r['batch_per_gpu']}/GPU" for r in rows if r["network"] in nets})
+        gpus = sorted({r["gpus"] for r in rows if r["network"] in nets})
+        lines.append(f"- {transport}: " + ", ".join(f"`{k}` = {v:g}" for k, v in values.items() if v is not None)
+                     + f", in {where}; fitted on {sum(r['network'] in nets for r in rows)} rows of "
+                     f"{', '.join(models)} on {', '.join(nets)} at {gpus[0]}-{gpus[-1]} GPUs.")
+    return lines
+
+
+def fit_range(summary: dict) -> dict[str, dict]:
+    """Per transport whose fitted constants every network of it uses: the models, networks and GPU counts fitted."""
+    from sim.network import NETWORKS
+
+    out = {}
+    rows = [r for r in summary["rows"] if r["gpus"] > GPUS_PER_NODE]
+    for transport, names in _fitted_names().items():
+        nets = {r["network"] for r in rows if NETWORKS.get(r["network"], {}).get("transport") == transport}
+        if not nets or all(all(k in NETWORKS[n] for k in names) for n in nets):
+            continue  # none, or the constants live in the site profiles only
+        mine = [r for r in rows if r["network"] in nets]
+        out[transport] = {"models": {(r["model"], r["batch_per_gpu"]) for r in mine},
+                          "rates": {NETWORKS[n].get("line_rate_gbps") for n in nets},
+                          "gpus": (min(r["gpus"] for r in mine), max(r["gpus"] for r in mine))}
+    return out
+
+
+def extrapolated(p: dict, ranges: dict[str, dict]) -> bool:
+    """The simulator's ``extrapolated`` flag when it gives one; else: the prediction's network uses constants
+    fitted on other models, line rates or GPU counts than its own."""
+    if "extrapolated" in p:
+        return bool(p["extrapolated"])
+    from sim.network import NETWORKS
+
+    spec = NETWORKS.get(p["network"], {})
+    r = ranges.get(spec.get("transport"))
+    if r is None or p["nodes"] < 2:
+        return False
+    return ((p["model"], p["batch_per_gpu"]) not in r["models"] or spec.get("line_rate_gbps") not in r["rates"]
+            or not r["gpus"][0] <= p["gpus"] <= r["gpus"][1])
+
+
+# ------------------------------------------------------------------------------------------ sections
+def decision_section(outdir: Path, quick: bool) -> Section:
+    g = grid(quick, progress=show_progress())
+    fit, cross = accuracy_words(g.summary)
+    ranges = fit_range(g.summary)
+    leaning = sorted({p["network"] for m in g.models for p in m.predictions if extrapolated(p, ranges)},
+                     key=g.networks.index)
+    lines = [
+        "## The answer first: which network, and does Birder help?",
+        "",
+        "Generated from the simulator's predictions (8 A100 GPUs per node; sections below show how). A range is the "
+        f"prediction ± its cross-validated error ({100 * g.error:.0f}%); a speed-up's range combines both ends. "
+        f"Networks from the slowest (taken as the cheapest) to the fastest: {', '.join(g.networks)}. \"Enough\" "
+        f"means at least {100 * MATCH_SHARE:.0f}% of the fastest uncompressed set-up.",
+        "",
+    ]
+    if leaning:
+        lines += [f"Caution: on {', '.join(leaning)} these predictions lean on constants fitted outside their range "
+                  "(see \"Which constants are fitted\"); treat them as estimates of the trend.", ""]
+    headline = ""
+    for m in g.models:
+        lines += [f"**{m.title}** ({m.calibration.split(' (')[0]}):", ""]
+        for n in HEADLINE_NODES:
+            d = decide(m, n)
+            if d is not None:
+                lines.append(f"- {decision_sentence(m, d)}")
+                if not headline:
+                    headline = f"{m.setting.label}, " + decision_sentence(m, d).replace("**", "").split(". ")[0] + "."
+        lines += [f"- {stops_paying_sentence(m)}", ""]
+    lines += [f"Accuracy: {fit}; {cross}.", ""]
+    for m in g.models:
+        lines += [f"Best optimizer per network and node count, {m.title} (Birder / best of "
+                  f"{'/'.join(m.baselines)} in brackets):", "", *summary_rows(m), ""]
+    error = (f"fit {100 * g.summary['fit_mape']:.1f}% (in-sample), cross-validated "
+             + (f"{100 * g.summary['cross_validated_mape']:.1f}%" if g.summary.get("cross_validated_mape") is not None
+                else "n/a") + " (rows left out of the fit)")
+    return Section("\n".join(lines), {"prediction error": error, "headline": headline})
+
+
+def scaling_section(outdir: Path, quick: bool) -> str:
+    from sim import plots
+
+    g = grid(quick, progress=show_progress())
+    summary = g.summary
+    fit, cross = accuracy_words(summary)
+    cv = summary.get("cross_validation") or {}
+    validation_png = plots.validation(summary["rows"], outdir, prefix="sim_", cross_validated=cv.get("rows"),
+                                      title=f"Against the Birder paper: fit {100 * summary['fit_mape']:.1f}% "
+                                            "in-sample" + (f", cross-validated {100 * cv['mape']:.1f}%"
+                                                           if cv.get("mape") is not None else ""))
+    lines = [
+        "## Scaling predictions: how they are made and how accurate they are",
+        "",
+        "A discrete-event model (simpy) of nodes of 8 GPUs on Ethernet or InfiniBand (`sim/README.md`). Each "
+        "section below says where its single-node compute comes from: a published single-node throughput where "
+        "one exists, else the built-in A100 profile (FLOP rates, `sim/presets/gpus.toml`).",
+        "",
+        "### How accurate",
+        "",
+        f"- {fit}.",
+        f"- {cross}.",
+        "",
+        "The fit error says how well the constants reproduce the rows they were chosen on; the cross-validated "
+        "error is the one to expect of a prediction, and the ranges in this report use it.",
+        "",
+        "| network | GPUs | optimizer | published | predicted (fit) | error |",
+        "|---|---:|---|---:|---:|---:|",
+    ]
+    lines += [f"| {r['network']} | {r['gpus']} | {r['optimizer']} | {r['published']:,.0f} | {r['predicted']:,.0f} | "
+              f"{100 * r['error']:+.1f}% |" for r in summary["rows"]]
+    if cv.get("rows"):
+        lines += ["", "Cross-validated (constants refitted without these rows):", "",
+                  "| network | GPUs | optimizer | published | predicted (cross-validated) | error |",
+                  "|---|---:|---|---:|---:|---:|"]
+        lines += [f"| {r['network']} | {r['gpus']} | {r['optimizer']} | {r['published']:,.0f} | "
+                  f"{r['predicted']:,.0f} | {100 * r['error']:+.1f}% |" for r in cv["rows"]]
+    lines += ["", f"![predicted vs published: fit and cross-validated]({validation_png.name})", "",
+              "### Which constants are fitted", ""]
+    lines += fitted_constants_lines(summary) or ["- none: every constant is a hardware figure with its source."]
+    ranges = fit_range(summary)
+    for m in g.models:
+        flagged = [p for p in m.predictions if extrapolated(p, ranges)]
+        if flagged:
+            nets = sorted({p["network"] for p in flagged}, key=m.networks.index)
+            lines.append(f"- {m.title}: {len(flagged)} of {len(m.predictions)} predictions (on {', '.join(nets)}) "
+                         "use fitted constants outside the models, line rates or GPU counts they were fitted on.")
+    lines.append("")
+
+    curves = {}
+    for m in g.models:
+        lines += _model_section(m, outdir, plots)
+        curves[f"{m.setting.label}, {m.setting.batch_per_gpu}/GPU"] = [
+            {"network": n, "nodes": k, "ratio": r[0], "low": r[1], "high": r[2]}
+            for k in m.nodes if k >= 2 for n in m.networks
+            if (b := m.get(n, "birder", k)) and (base := best(m, n, k, m.baselines)) and (r := speedup(b, base))]
+    speed_png = plots.speedup_vs_nodes(curves, outdir / "sim_birder_speedup.png",
+                                       "Birder's throughput over the best uncompressed optimizer (SGDM/Adam); "
+                                       "bands: prediction interval", "best of SGDM/Adam")
+    lines += ["### Birder's speed-up against nodes, every network", "",
+              "Above the black line Birder is faster than the best uncompressed optimizer on the same network.", "",
+              f"![Birder speed-up over the best baseline]({speed_png.name})", ""]
+    return "\n".join(lines)
+
+
+def _model_section(m: ModelGrid, outdir: Path, plots) -> list[str]:
+    prefix = f"sim_{m.setting.model}_"
+    title = f"{m.title}: predicted throughput (bands: prediction interval)"
+    curve = plots.throughput_vs_gpus(list(m.predictions), outdir, prefix=prefix, title=title)[0]
+    shown = [o for o in ("sgdm", "adam", "onebit-adam", "birder") if o in m.optimizers]
+    multi = [p for p in m.predictions if p["nodes"] >= 2 and p["optimizer"] in shown]
+    bars = plots.time_breakdown(multi, outdir, prefix=prefix, optimizers=shown,
+                                title=f"{m.title}: share of each iteration, 2-{m.nodes[-1]} nodes "
+                                      "(the same range as the throughput plot)")[0]
+    gpus = [n * GPUS_PER_NODE for n in m.nodes]
+    lines = [f"### {m.title}", "", f"Compute: {m.calibration}.", "",
+             "Where Birder stops beating the best uncompressed optimizer, and why:", "", *stops_paying_details(m), "",
+             f"![throughput vs GPUs]({curve.name})", "", f"![share of each iteration]({bars.name})", "",
+             "Throughput (samples/s) by GPU count:", "",
+             "| network | optimizer | " + " | ".join(str(k) for k in gpus) + " |", "|---|---|" + "---:|" * len(gpus)]
+    for net in m.networks:
+        for opt in m.optimizers:
+            row = [m.get(net, opt, n) for n in m.nodes]
+            lines.append(f"| {net} | {opt} | " + " | ".join(num(p["throughput"]) if p else "" for p in row) + " |")
+    lines.append("")
+    return lines
