@@ -68,9 +68,9 @@ def timings_table(timings: dict[str, float]) -> str:
                       f"| total | {sum(timings.values()):.1f} |"])
 
 
-def write_report(outdir: Path, quick: bool = False, sections: tuple[str, ...] = SECTIONS,
-                 progress: bool = False) -> Report:
-    """Build every section into a temporary directory, then replace ``outdir`` with it in one swap."""
+def write_report(outdir: Path, quick: bool = False, sections: tuple = SECTIONS, progress: bool = False) -> Report:
+    """Build every section (a "module:function" or a callable) into a temporary directory, then replace
+    ``outdir`` with it in one swap; on any error ``outdir`` stays as it was."""
     outdir = Path(outdir)
     _check_replaceable(outdir)
     parts = ["# Birder toolkit report", ""]
@@ -79,9 +79,13 @@ def write_report(outdir: Path, quick: bool = False, sections: tuple[str, ...] = 
     with atomic_path(outdir) as tmp:
         tmp.mkdir(parents=True)
         for spec in tqdm(sections, desc="report sections", unit="section", disable=not progress, file=sys.stderr):
-            module, function = spec.split(":")
+            if callable(spec):
+                make, spec = spec, f"{spec.__module__}:{spec.__name__}"
+            else:
+                module, function = spec.split(":")
+                make = getattr(importlib.import_module(module), function)
             started = time.perf_counter()
-            out = getattr(importlib.import_module(module), function)(tmp, quick)
+            out = make(tmp, quick)
             timings[spec] = round(time.perf_counter() - started, 2)
             if isinstance(out, Section):
                 summary.update(out.summary)

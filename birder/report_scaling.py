@@ -20,6 +20,8 @@ UNCOMPRESSED = ("sgdm", "adam")
 OPTIMIZERS = ("sgdm", "adam", "onebit-adam", "zero-one-adam", "birder", "marsit")
 NODES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 QUICK_NODES = (1, 2, 16, 64)
+QUICK_MODELS = ("resnet50", "bert-base")  # --quick: the two models of the buyer's question, fewer optimizers
+QUICK_OPTIMIZERS = ("sgdm", "adam", "birder")
 HEADLINE_NODES = (16, 64)
 GPUS_PER_NODE = 8
 
@@ -156,7 +158,9 @@ def grid(quick: bool = False, progress: bool = False) -> Grid:
     nodes = QUICK_NODES if quick else NODES
     models = []
     for setting in SETTINGS:
-        candidates = ("sgdm", "adam", "onebit-adam", "birder") if quick else OPTIMIZERS
+        if quick and setting.model not in QUICK_MODELS:
+            continue
+        candidates = QUICK_OPTIMIZERS if quick else OPTIMIZERS
         single, optimizers, words = single_node_figures(setting, summary, candidates, networks[0])
         predictions = api.sweep_grid(setting.model, list(nodes), list(networks), list(optimizers),
                                      batch_per_gpu=setting.batch_per_gpu, gpus_per_node=GPUS_PER_NODE, gpu="a100",
@@ -537,7 +541,7 @@ def _model_section(m: ModelGrid, outdir: Path, plots) -> list[str]:
     prefix = f"sim_{m.setting.model}_"
     title = f"{m.title}: predicted throughput (bands: prediction interval)"
     curve = plots.throughput_vs_gpus(list(m.predictions), outdir, prefix=prefix, title=title)[0]
-    shown = [o for o in ("sgdm", "adam", "onebit-adam", "birder") if o in m.optimizers]
+    shown = [o for o in (m.baselines[-1:] + ("onebit-adam", "birder")) if o in m.optimizers]
     multi = [p for p in m.predictions if p["nodes"] >= 2 and p["optimizer"] in shown]
     bars = plots.time_breakdown(multi, outdir, prefix=prefix, optimizers=shown,
                                 title=f"{m.title}: share of each iteration, 2-{m.nodes[-1]} nodes "

@@ -73,8 +73,8 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def _panels(n: int, width: float = 4.2, height: float = 3.8, sharey: bool = True):
-    cols = min(n, 4)
+def _panels(n: int, width: float = 4.2, height: float = 3.8, sharey: bool = True, cols: int = 4):
+    cols = min(n, cols)
     rows = -(-n // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows + 0.8), squeeze=False, sharey=sharey)
     flat = list(axes.ravel())
@@ -123,7 +123,9 @@ def time_breakdown(results: list[dict], out: Path, prefix: str = "", title: str 
     networks = speed_order(r["network"] for r in results)
     optimizers = optimizers or list(dict.fromkeys(r["optimizer"] for r in results))
     nodes = sorted({r["nodes"] for r in results})
-    fig, axes = _panels(len(networks), width=max(4.2, 0.32 * len(nodes) * len(optimizers) + 1.5))
+    bars = len(nodes) * len(optimizers)
+    fig, axes = _panels(len(networks), width=min(12.0, max(4.2, 0.22 * bars + 1.5)), height=3.4,
+                        cols=4 if bars <= 12 else 2)
     width = 0.8 / len(optimizers)
     for ax, net in zip(axes, networks, strict=True):
         for j, opt in enumerate(optimizers):
@@ -146,9 +148,9 @@ def time_breakdown(results: list[dict], out: Path, prefix: str = "", title: str 
     handles = [Patch(color=c, label=label) for _, label, c in COMPONENTS]
     handles += [Patch(facecolor="lightgrey", hatch=HATCHES[j % len(HATCHES)], edgecolor="black", label=opt)
                 for j, opt in enumerate(optimizers)]
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=9, frameon=False)
     fig.suptitle(title or "Where each iteration's time goes")
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     return [_save(fig, out / f"{prefix}time_breakdown.png")]
 
 

@@ -1,0 +1,154 @@
+"""`birder report`: the answer first, generated from the predictions it cites; networks in order of speed; the
+report directory swapped whole; no torch in the report's process."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from birder import report, report_scaling
+from birder.report_scaling import ModelGrid, Setting, decide, decision_sentence, num, stops_paying_sentence
+from sim import api, plots
+from sim.network import NETWORKS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def prediction(network, optimizer, nodes, throughput, comm=0.5):
+    return {"network": network, "optimizer": optimizer, "nodes": nodes, "gpus": 8 * nodes, "model": "m",
+            "batch_per_gpu": 32, "throughput": throughput, "throughput_low": 0.8 * throughput,
+            "throughput_high": 1.2 * throughput, "iteration_s": 1.0, "compute_s": 1 - comm, "compression_s": 0.0,
+            "exposed_communication_s": comm, "inter_node_bytes_per_gpu": 1e6 if optimizer == "birder" else 32e6}
+
+
+def toy_grid(birder_on_10gbe: float, birder_elsewhere: float = 1.0) -> ModelGrid:
+    networks = ("10gbe", "25gbe", "100gbe")
+    sgdm = {"10gbe": 1000.0, "25gbe": 2000.0, "100gbe": 4000.0}
+    birder = {"10gbe": birder_on_10gbe, "25gbe": 3850.0 * birder_elsewhere, "100gbe": 3700.0 * birder_elsewhere}
+    preds = [prediction(n, "sgdm", k, sgdm[n] * k / 16) for n in networks for k in (2, 16)]
+    preds += [prediction(n, "birder", k, birder[n] * k / 16) for n in networks for k in (2, 16)]
+    return ModelGrid(Setting("m", "M", 32, "built-in"), "built-in", ("sgdm", "birder"), networks, (1, 2, 16),
+                     tuple(preds))
+
+
+def test_the_decision_is_computed_from_the_predictions_and_moves_with_them():
+    sentence = decision_sentence(toy_grid(3900.0), decide(toy_grid(3900.0), 16))
+    # sgdm on the fastest network is the reference; Birder reaches 95% of it on the cheapest network
+    assert "without Birder buy 100gbe (sgdm 4,000/s (3,200 to 4,800) on 100gbe)" in sentence
+    assert "with Birder 10gbe is enough (3,900/s (3,120 to 4,680))" in sentence
+    # less Birder throughput on 10gbe: the cheapest network that is enough becomes 25gbe
+    moved = decision_sentence(toy_grid(3000.0), decide(toy_grid(3000.0), 16))
+    assert "with Birder 25gbe is enough (3,850/s (3,080 to 4,620))" in moved
+    # Birder nowhere near: the sentence says to buy the fastest network either way
+    slow = toy_grid(100.0, birder_elsewhere=0.1)
+    never = decide(slow, 16)
+    assert never.with_birder is None and never.without["network"] == "100gbe"
+    assert decision_sentence(slow, never).startswith("**16 nodes (128 GPUs):** buy 100gbe with or without Birder")
+
+
+def test_where_one_bit_stops_paying_is_read_off_the_grid():
+    text = stops_paying_sentence(toy_grid(3900.0))
+    assert "on 10gbe at every count (2-16 nodes)" in text and "on 25gbe at every count" in text
+    assert "never on 100gbe" in text
+
+
+def test_networks_are_ordered_by_line_rate_not_by_name():
+    assert plots.speed_order(["100gbe", "10gbe", "25gbe", "my-cluster"]) == ["10gbe", "25gbe", "100gbe", "my-cluster"]
+    rates = [NETWORKS[n]["line_rate_gbps"] * NETWORKS[n].get("count", 1) for n in report_scaling.buying_networks()]
+    assert rates == sorted(rates) and len(rates) >= 3
+
+
+def test_num_keeps_three_significant_figures():
+    assert [num(x) for x in (61234, 4.567, 0.01234, 190764)] == ["61,200", "4.57", "0.0123", "191,000"]
+
+
+def test_the_first_screen_cites_the_simulators_predictions(tmp_path):
+    section = report_scaling.decision_section(tmp_path, quick=True)
+    first_screen = "\n".join(section.markdown.splitlines()[:40])
+    grid = report_scaling.grid(quick=True)
+    resnet = grid.models[0]
+    assert resnet.setting.model == "resnet50" and resnet.title in first_screen
+    networks = first_screen.split("to the fastest: ")[1].split(".")[0].split(", ")
+    assert networks == list(grid.networks)
+    for nodes in (16, 64):
+        d = decide(resnet, nodes)
+        assert decision_sentence(resnet, d) in first_screen
+        # the reference throughput, predicted again through sim.api with the paper's single-node figure
+        published = next(r["published"] for r in grid.summary["rows"] if r["gpus"] == 8
+                         and r["optimizer"] == d.reference["optimizer"])
+        again = api.predict_config("resnet50", nodes, grid.networks[-1], d.reference["optimizer"], batch_per_gpu=32,
+                                   single_node_throughput=published)
+        assert f"{num(again['throughput'])}/s ({num(again['throughput_low'])} to {num(again['throughput_high'])})" \
+            in first_screen
+    assert "fit (in-sample)" in section.markdown and "prediction (cross-validated)" in section.markdown
+    assert set(section.summary) == {"prediction error", "headline"}
+
+
+def test_a_failing_section_leaves_the_old_report_and_no_stray_files(tmp_path):
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "report.md").write_text("old")
+
+    def fine(outdir, quick):
+        (outdir / "new.png").write_bytes(b"png")
+        return "fine"
+
+    def boom(outdir, quick):
+        raise ValueError("a section failed")
+
+    with pytest.raises(ValueError, match="a section failed"):
+        report.write_report(out, quick=True, sections=(fine, boom))
+    assert (out / "report.md").read_text() == "old" and sorted(os.listdir(tmp_path)) == ["report"]
+    assert sorted(os.listdir(out)) == ["report.md"]
+    written = report.write_report(out, quick=True, sections=(fine,))
+    assert written.path.read_text().startswith("# Birder toolkit report") and (out / "new.png").exists()
+    assert "| section | seconds |" in written.path.read_text()
+
+
+def test_a_directory_that_is_not_a_report_is_never_replaced(tmp_path):
+    (tmp_path / "precious.txt").write_text("mine")
+    with pytest.raises(ValueError, match="without a report.md"):
+        report.write_report(tmp_path, quick=True, sections=())
+    assert (tmp_path / "precious.txt").read_text() == "mine"
+
+
+def test_an_interrupted_report_run_leaves_the_old_report_whole(tmp_path):
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "report.md").write_text("old")
+    proc = subprocess.Popen([sys.executable, "-m", "birder.cli", "report", "--quick", "--out", str(out)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and not any(
+            p.name.startswith(".report.") and p.is_dir() for p in tmp_path.iterdir()):
+        time.sleep(0.05)
+    time.sleep(0.5)  # inside the first section
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert sorted(os.listdir(tmp_path)) == ["report"] and sorted(os.listdir(out)) == ["report.md"]
+    assert (out / "report.md").read_text() == "old"
+
+
+def test_the_report_process_never_imports_torch_and_ends_with_a_summary(tmp_path):
+    code = ("import sys; from birder.cli import main; rc = main(['report', '--quick', '--out', sys.argv[1]]); "
+            "print('torch imported' if 'torch' in sys.modules else 'no torch'); sys.exit(rc)")
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "r")], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert lines[-1] == "no torch"
+    assert [line.split(":")[0] for line in lines[-4:-1]] == ["checks", "prediction error", "headline"]
+    assert "fit" in lines[-3] and "cross-validated" in lines[-3]
+    assert result.stderr == ""  # no progress bars when stderr is not a terminal
+    text = (tmp_path / "r" / "report.md").read_text()
+    assert text.index("The answer first") < text.index("The paper's claims as checks")
+    assert "about 1e-10" not in text and "| NO |" not in text
+    for line in text.splitlines():
+        if line.startswith("![") and "](" in line:
+            assert (tmp_path / "r" / line.split("](")[1].rstrip(")")).stat().st_size > 10_000, line
