@@ -113,7 +113,7 @@ def single_node_figures(setting: Setting, summary: dict, optimizers: tuple[str, 
 @dataclass(frozen=True)
 class ModelGrid:
     setting: Setting
-    calibration: str
+    calibration: str  # in words, with its source
     optimizers: tuple[str, ...]
     networks: tuple[str, ...]
     nodes: tuple[int, ...]
@@ -132,7 +132,12 @@ class ModelGrid:
     @property
     def title(self) -> str:
         s = self.setting
-        short = "built-in compute profile" if self.calibration.startswith("built-in") else "calibrated"
+        if self.calibration.startswith("built-in"):
+            short = "built-in compute profile (no published single-node figure)"
+        elif "Birder paper" in self.calibration:
+            short = "calibrated on the Birder paper's single-node throughputs"
+        else:
+            short = "calibrated on a published single-node throughput"
         return f"{s.label}, {s.batch_per_gpu} samples per GPU, {short}"
 
 
@@ -344,6 +349,22 @@ def stops_paying_details(g: ModelGrid) -> list[str]:
     return lines
 
 
+def headline_table(g: ModelGrid, nodes=HEADLINE_NODES) -> list[str]:
+    """Samples/s (range) of the best baseline and of Birder on every network at the headline node counts."""
+    counts = [n for n in nodes if n in g.nodes]
+    base = "best of " + "/".join(g.baselines)
+    lines = ["| network | " + " | ".join(f"{n} nodes: {base} | {n} nodes: birder" for n in counts) + " |",
+             "|---|" + "---:|" * (2 * len(counts))]
+    for net in g.networks:
+        cells = []
+        for n in counts:
+            for p in (best(g, net, n, g.baselines), g.get(net, "birder", n)):
+                cells.append("" if p is None else
+                             f"{num(p['throughput'])} ({num(interval(p)[0])} to {num(interval(p)[1])})")
+        lines.append(f"| {net} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def summary_rows(g: ModelGrid) -> list[str]:
     """Markdown rows: the best optimizer per network and node count, with Birder's speed-up."""
     head = "| network | " + " | ".join(str(n) for n in g.nodes if n >= 2) + " |"
@@ -418,6 +439,13 @@ def fit_range(summary: dict) -> dict[str, dict]:
     return out
 
 
+def range_words(ranges: dict[str, dict]) -> str:
+    return "; ".join(
+        f"{transport} constants fitted on " + ", ".join(f"{m} at {b}/GPU" for m, b in sorted(r["models"]))
+        + " at " + ", ".join(f"{x:g}" for x in sorted(r["rates"])) + f" Gb/s and {r['gpus'][0]}-{r['gpus'][1]} GPUs"
+        for transport, r in ranges.items())
+
+
 def extrapolated(p: dict, ranges: dict[str, dict]) -> bool:
     """The simulator's ``extrapolated`` flag when it gives one; else: the prediction's network uses constants
     fitted on other models, line rates or GPU counts than its own."""
@@ -450,18 +478,18 @@ def decision_section(outdir: Path, quick: bool) -> Section:
         "",
     ]
     if leaning:
-        lines += [f"Caution: on {', '.join(leaning)} these predictions lean on constants fitted outside their range "
-                  "(see \"Which constants are fitted\"); treat them as estimates of the trend.", ""]
+        lines += [f"Caution: on {', '.join(leaning)} the predictions lean on fitted constants outside the range they "
+                  f"were fitted on ({range_words(ranges)}); read them as estimates of the trend.", ""]
     headline = ""
     for m in g.models:
-        lines += [f"**{m.title}** ({m.calibration.split(' (')[0]}):", ""]
+        lines += [f"**{m.title}**", ""]
         for n in HEADLINE_NODES:
             d = decide(m, n)
             if d is not None:
                 lines.append(f"- {decision_sentence(m, d)}")
                 if not headline:
                     headline = f"{m.setting.label}, " + decision_sentence(m, d).replace("**", "").split(". ")[0] + "."
-        lines += [f"- {stops_paying_sentence(m)}", ""]
+        lines += [f"- {stops_paying_sentence(m)}", "", *headline_table(m), ""]
     lines += [f"Accuracy: {fit}; {cross}.", ""]
     for m in g.models:
         lines += [f"Best optimizer per network and node count, {m.title} (Birder / best of "

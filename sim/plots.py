@@ -50,10 +50,12 @@ def network_label(network: str) -> str:
 
 
 def styles(names) -> dict[str, dict]:
-    """A distinct colour, marker and line style for each name, in order."""
+    """A distinct colour, marker and line style for each name, in order; earlier names get larger markers, so a
+    series drawn exactly on top of an earlier one leaves the earlier one's marker visible around it."""
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     return {n: {"color": colours[i % len(colours)], "marker": MARKERS[i % len(MARKERS)],
-                "linestyle": LINESTYLES[i % len(LINESTYLES)]} for i, n in enumerate(dict.fromkeys(names))}
+                "linestyle": LINESTYLES[i % len(LINESTYLES)], "markersize": max(3.5, 8.0 - 0.9 * i)}
+            for i, n in enumerate(dict.fromkeys(names))}
 
 
 def counts_axis(ax, values, log: bool = True) -> None:
@@ -96,8 +98,7 @@ def throughput_vs_gpus(results: list[dict], out: Path, prefix: str = "", title: 
             if not rs:
                 continue
             gpus = [r["gpus"] for r in rs]
-            ax.plot(gpus, [r["throughput"] for r in rs], label=opt, markersize=5, markerfacecolor="none",
-                    **style[opt])
+            ax.plot(gpus, [r["throughput"] for r in rs], label=opt, markerfacecolor="none", **style[opt])
             if all("throughput_low" in r and "throughput_high" in r for r in rs):
                 ax.fill_between(gpus, [r["throughput_low"] for r in rs], [r["throughput_high"] for r in rs],
                                 color=style[opt]["color"], alpha=0.10, lw=0)
