@@ -17,7 +17,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
-from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 LINESTYLES = ("-", "--", "-.", ":")
@@ -68,6 +68,20 @@ def counts_axis(ax, values, log: bool = True) -> None:
     ax.set_xticklabels([f"{v:g}" for v in values], rotation=45 if len(values) > 6 else 0, fontsize=8)
 
 
+PLAIN = FuncFormatter(lambda value, _: f"{value:,.0f}" if value >= 1 else f"{value:g}")
+# minor ticks of a log axis: label only 2x and 5x a power of ten, so that the labels never collide
+PLAIN_MINOR = FuncFormatter(lambda value, _: PLAIN(value) if f"{value:.0e}"[0] in "25" else "")
+
+
+def default_title(results: list[dict], what: str) -> str:
+    """'MODEL, B samples per GPU: WHAT' from the results' configuration, when they carry one."""
+    models = {r.get("model") for r in results} - {None}
+    batches = {r.get("batch_per_gpu") for r in results} - {None}
+    if len(models) == 1 and len(batches) == 1:
+        return f"{models.pop()}, {batches.pop()} samples per GPU: {what}"
+    return what[0].upper() + what[1:]
+
+
 def _save(fig, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -103,6 +117,8 @@ def throughput_vs_gpus(results: list[dict], out: Path, prefix: str = "", title: 
                 ax.fill_between(gpus, [r["throughput_low"] for r in rs], [r["throughput_high"] for r in rs],
                                 color=style[opt]["color"], alpha=0.10, lw=0)
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(PLAIN)
+        ax.yaxis.set_minor_formatter(PLAIN_MINOR)
         counts_axis(ax, [r["gpus"] for r in results])
         ax.set_xlabel("GPUs")
         ax.set_title(network_label(net), fontsize=10)
@@ -110,8 +126,8 @@ def throughput_vs_gpus(results: list[dict], out: Path, prefix: str = "", title: 
     axes[0].set_ylabel("throughput (samples/s, log scale)")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
-    fig.suptitle(title or "Predicted throughput" + (" (bands: prediction interval)"
-                                                    if any("throughput_low" in r for r in results) else ""))
+    fig.suptitle(title or default_title(results, "predicted throughput" + (
+        " (bands: prediction interval)" if any("throughput_low" in r for r in results) else "")))
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     return [_save(fig, out / f"{prefix}throughput_vs_gpus.png")]
 
@@ -150,7 +166,7 @@ def time_breakdown(results: list[dict], out: Path, prefix: str = "", title: str 
     handles += [Patch(facecolor="lightgrey", hatch=HATCHES[j % len(HATCHES)], edgecolor="black", label=opt)
                 for j, opt in enumerate(optimizers)]
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=9, frameon=False)
-    fig.suptitle(title or "Where each iteration's time goes")
+    fig.suptitle(title or default_title(results, "where each iteration's time goes"))
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return [_save(fig, out / f"{prefix}time_breakdown.png")]
 
