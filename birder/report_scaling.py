@@ -24,6 +24,7 @@ QUICK_MODELS = ("resnet50", "bert-base")  # --quick: the two models of the buyer
 QUICK_OPTIMIZERS = ("sgdm", "adam", "birder")
 HEADLINE_NODES = (16, 64)
 GPUS_PER_NODE = 8
+INCAST_KEYS = ("incast_onset_bytes", "incast_certain_bytes")  # fitted as a bracket where a preset sets them
 
 # A published single-node throughput that calibrates one optimizer; the others are scaled from it by the
 # simulated one-node ratio (their compression costs on one node), so every optimizer shares the same compute.
@@ -413,10 +414,13 @@ def fitted_constants_lines(summary: dict) -> list[str]:
         on_site = all(all(k in NETWORKS[n] for k in names) for n in nets)
         where = (", ".join(f"`networks.toml` [{n}]" for n in nets) if on_site
                  else f"`transports.toml` [{transport}], so every {transport} network uses them")
-        values = {k: (NETWORKS[nets[0]] if on_site else TRANSPORTS[transport]).get(k) for k in names}
+        spec = NETWORKS[nets[0]] if on_site else TRANSPORTS[transport]
+        incast = [k for k in INCAST_KEYS if math.isfinite(float(spec.get(k, math.inf)))]  # a bracket of the rows
+        values = {k: spec.get(k) for k in (*names, *incast)}
         models = sorted({f"{r['model']} at {r['batch_per_gpu']}/GPU" for r in rows if r["network"] in nets})
         gpus = sorted({r["gpus"] for r in rows if r["network"] in nets})
-        lines.append(f"- {transport}: " + ", ".join(f"`{k}` = {v:g}" for k, v in values.items() if v is not None)
+        lines.append(f"- {transport}: " + ", ".join(f"`{k}` = {v:,}" if isinstance(v, int) else f"`{k}` = {v:g}"
+                                             for k, v in values.items() if v is not None)
                      + f", in {where}; fitted on {sum(r['network'] in nets for r in rows)} rows of "
                      f"{', '.join(models)} on {', '.join(nets)} at {gpus[0]}-{gpus[-1]} GPUs.")
     return lines
@@ -530,7 +534,8 @@ def scaling_section(outdir: Path, quick: bool) -> str:
         "|---|---:|---|---:|---:|---:|",
     ]
     lines += [f"| {r['network']} | {r['gpus']} | {r['optimizer']} | {r['published']:,.0f} | {r['predicted']:,.0f} | "
-              f"{100 * r['error']:+.1f}% |" for r in summary["rows"]]
+              + ("calibration |" if r["gpus"] == GPUS_PER_NODE else f"{100 * r['error']:+.1f}% |")
+              for r in summary["rows"]]
     if cv.get("rows"):
         lines += ["", "Cross-validated (constants refitted without these rows):", "",
                   "| network | GPUs | optimizer | published | predicted (cross-validated) | error |",
