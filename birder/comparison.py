@@ -32,7 +32,7 @@ from tqdm import tqdm  # noqa: E402
 from birder_ref import draws  # noqa: E402
 from birder_ref.driver import Problem, train  # noqa: E402
 from birder_ref.marsit import Marsit  # noqa: E402
-from birder_ref.onebit_adam import OneBitAdam, warmup_steps_for  # noqa: E402
+from birder_ref.onebit_adam import DEFAULT_WARMUP_FRACTION, OneBitAdam, warmup_steps_for  # noqa: E402
 from birder_ref.optimizers import SGDM, Adam, Birder, SoftSignSGD  # noqa: E402
 from birder_ref.schedules import Layout, allreduce, optimizer_schedule  # noqa: E402
 from birder_ref.zero_one_adam import Policy, ZeroOneAdam  # noqa: E402
@@ -202,7 +202,7 @@ def run(quick: bool = False, seed: int = 0, learning_rates: dict[str, float] | N
     rates = LEARNING_RATES if learning_rates is None else learning_rates
     results = []
     for name, optimizer in tqdm(optimizers(steps).items(), desc="digits comparison", unit="optimizer",
-                                    disable=not progress, file=sys.stderr):
+                                    disable=not progress, file=sys.stderr, leave=False):
         history = train(task, optimizer, LAYOUT, steps, rates[name], seed)
         w = history.params[-1]
         results.append(Result(name, rates[name], history.losses, history.losses[-1],
@@ -241,7 +241,8 @@ def section(outdir: Path, quick: bool) -> str:
         f"A 64-{HIDDEN}-10 tanh MLP on scikit-learn's digits (1437 train / 360 test images), {steps} steps, "
         f"{LAYOUT.n_nodes} nodes x {LAYOUT.gpus_per_node} GPUs, {BATCH} samples per GPU per step, every optimizer "
         "on the reference driver with its own communication executed (`birder.comparison`). Learning rates: "
-        "the best of one grid per optimizer (module docstring). 1-bit Adam warms up for 15% of the steps; "
+        "the best of one grid per optimizer (`birder/comparison.py`'s docstring). 1-bit Adam warms up for "
+        f"{warmup_steps_for(steps)} of the {steps} steps ({100 * DEFAULT_WARMUP_FRACTION:.0f}%); "
         f"0/1 Adam uses the paper's ImageNet policy scaled to the run; Marsit is Marsit-{MARSIT_K} (SGD).",
         "",
         "| optimizer | lr | final train loss | test accuracy | KB sent per GPU (all) | of which inter-node |",
@@ -254,16 +255,19 @@ def section(outdir: Path, quick: bool) -> str:
                     "paying back the compensation accumulated since the last one. " if steps > MARSIT_K else "")
     lines += [
         "",
-        f"Measured here, Birder's test accuracy is {100 * gap:+.1f} points from Adam's "
+        "Measured here, Birder's test accuracy is "
+        + (f"{abs(100 * gap):.1f} points {'above' if gap > 0 else 'below'} Adam's " if round(100 * gap, 1)
+           else "the same as Adam's ") +
         f"({100 * birder.test_accuracy:.1f}% vs {100 * adam.test_accuracy:.1f}%); its final training loss is "
         f"{birder.final_loss:.4f}, {birder.final_loss / adam.final_loss:.1f}x Adam's {adam.final_loss:.4f} and "
         f"{birder.final_loss / soft.final_loss:.1f}x that of SoftSignSGD, its uncompressed form "
         f"({soft.final_loss:.4f}). Birder sends "
-        f"{adam.bytes_per_gpu[1] / max(1, birder.bytes_per_gpu[1]):.0f}x fewer inter-node bytes than Adam. "
+        f"{adam.bytes_per_gpu[1] / max(1, birder.bytes_per_gpu[1]):.0f}x fewer inter-node bytes than Adam (a ratio "
+        "of the exact byte counts; the table rounds them to KB). "
         "Bytes are the busiest GPU's, from each optimizer's schedule over the steps it communicates. "
         f"{marsit_jumps}0/1 Adam's jagged curve is rank 0's replica between syncs. "
         "One seed, one small network: a check that each optimizer trains, not a ranking; "
-        "`python -m birder.comparison --seeds 5` prints the spread over seeds.",
+        "`python -m birder.comparison --seeds 5` prints the spread over seeds (about 5 minutes on 2 cores).",
         "",
         "![training loss per optimizer](baselines_digits_loss.png)",
         "",

@@ -15,6 +15,7 @@ import json
 import signal
 import sys
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,8 +49,14 @@ class Report:
     timings: dict[str, float]
 
 
+_PROGRESS: ContextVar[bool | None] = ContextVar("report_progress", default=None)
+
+
 def show_progress(quiet: bool = False) -> bool:
-    """Progress bars only on a terminal, and never with ``--quiet``."""
+    """Progress bars only on a terminal, and never with ``--quiet``; inside ``write_report``, what it was given."""
+    during_report = _PROGRESS.get()
+    if during_report is not None:
+        return during_report
     return not quiet and sys.stderr.isatty()
 
 
@@ -73,6 +80,14 @@ def write_report(outdir: Path, quick: bool = False, sections: tuple = SECTIONS, 
     ``outdir`` with it in one swap; on any error ``outdir`` stays as it was."""
     outdir = Path(outdir)
     _check_replaceable(outdir)
+    token = _PROGRESS.set(progress)  # the sections' own bars follow the same choice
+    try:
+        return _build(outdir, quick, sections, progress)
+    finally:
+        _PROGRESS.reset(token)
+
+
+def _build(outdir: Path, quick: bool, sections: tuple, progress: bool) -> Report:
     parts = ["# Birder toolkit report", ""]
     summary: dict[str, str] = {}
     timings: dict[str, float] = {}

@@ -152,3 +152,15 @@ def test_the_report_process_never_imports_torch_and_ends_with_a_summary(tmp_path
     for line in text.splitlines():
         if line.startswith("![") and "](" in line:
             assert (tmp_path / "r" / line.split("](")[1].rstrip(")")).stat().st_size > 10_000, line
+
+
+def test_sections_follow_the_reports_progress_choice(tmp_path):
+    seen = []
+
+    def records(outdir, quick):
+        seen.append(report.show_progress())
+        return ""
+
+    report.write_report(tmp_path / "a", sections=(records,), progress=False)
+    report.write_report(tmp_path / "b", sections=(records,), progress=True)
+    assert seen == [False, True]
