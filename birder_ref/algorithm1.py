@@ -7,10 +7,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from birder_ref.quantize import quantize, quantize_unchecked
-from birder_ref.validation import check_array, check_coefficients, check_draws
+from birder_ref.validation import check_array, check_coefficients, check_draws, check_int
 
 # `birder check` judges a module offering quantize, init and step: this one, by default.
-__all__ = ["State", "init", "step", "quantize", "worker_step", "server_step", "mean_of_signs", "check_step_inputs"]
+__all__ = ["State", "init", "step", "quantize", "worker_step", "server_step", "mean_of_signs", "check_step_inputs",
+           "check_state"]
 
 
 @dataclass(frozen=True)
@@ -35,14 +36,70 @@ class State:
 
 def init(n_workers: int, dim: int) -> State:
     """Algorithm 1 line 1: m_0 = b_0 = e_0 = 0 on every worker and a zero server error."""
-    if int(n_workers) < 1 or int(dim) < 1:
-        raise ValueError(f"need n_workers >= 1 and dim >= 1, got n_workers={n_workers}, dim={dim}")
-    zeros = np.zeros((n_workers, dim), np.float32)
-    return State(zeros, zeros.copy(), zeros.copy(), zeros.copy(), np.zeros(dim, np.float32), 0)
+    n_workers, dim = check_int("n_workers", n_workers, 1), check_int("dim", dim, 1)
+    try:
+        zeros = np.zeros((n_workers, dim), np.float32)
+        return State(zeros, zeros.copy(), zeros.copy(), zeros.copy(), np.zeros(dim, np.float32), 0)
+    except (MemoryError, ValueError):  # NumPy: "array is too big" or the allocation failed
+        raise ValueError(f"n_workers x dim = {n_workers} x {dim} float32 elements (x4 arrays) do not fit in "
+                         "memory") from None
 
 
-def check_step_inputs(state: State, grads, u_worker, u_server, beta: float, eps: float, T0: int | None = None) -> None:
+def _finite_sum(x: np.ndarray) -> bool:
+    """True when every element is finite, in one pass: a sum is finite unless an element is not (or it overflows,
+    when the exact test decides)."""
+    return bool(np.isfinite(np.add.reduce(x, axis=None))) or bool(np.isfinite(x).all())
+
+
+FLOAT32_INF_BITS = 0x7F800000  # float32 +inf as uint32; >= 0 finite floats lie below it, -x and NaN at or above
+
+
+def _nonnegative_finite(x: np.ndarray) -> bool:
+    """True when every element is finite and >= 0, in one pass over x's bits (-0.0 is decided exactly)."""
+    if int(x.view(np.uint32).max()) < FLOAT32_INF_BITS:
+        return True
+    return bool(np.isfinite(x).all()) and bool(x.min() >= 0)
+
+
+def check_state(state) -> State:
+    """A state that Algorithm 1 can continue from, or one ValueError naming the field; nothing is modified.
+
+    m, b_hat, b, e: float32 (n, d), finite; b_hat, b >= 0 (EMAs of |g|); server_e float32 (d,), finite; t an
+    integer >= 0. Costs one read of each array (b is skipped when it is b_hat itself).
+    """
+    if not isinstance(state, State):
+        raise ValueError(f"state must be an algorithm1.State (from algorithm1.init or a previous step), "
+                         f"got {type(state).__name__}")
+    m = state.m
+    if not isinstance(m, np.ndarray) or m.ndim != 2 or m.shape[0] < 1 or m.shape[1] < 1:
+        raise ValueError(f"state.m must be a float32 array of shape (n_workers, dim), got "
+                         f"{getattr(m, 'shape', type(m).__name__)}")
+    n, d = m.shape
+    check_int("state.t", state.t, 0)
+    for name in ("m", "b_hat", "b", "e"):
+        x = getattr(state, name)
+        if name == "b" and x is state.b_hat:
+            continue
+        if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.shape != (n, d):
+            check_array(f"state.{name}", x, (n, d))  # raises the type, dtype or shape error
+        if name in ("b_hat", "b"):
+            if not _nonnegative_finite(x):
+                check_array(f"state.{name}", x, (n, d), worker_axes=1)  # names a non-finite element
+                index = tuple(int(i) for i in np.argwhere(x < 0)[0])
+                raise ValueError(f"state.{name}: worker {index[0]}, element ({index[1]},) is {x[index]} (an EMA of "
+                                 "|g| cannot be negative)")
+        elif not _finite_sum(x):
+            check_array(f"state.{name}", x, (n, d), worker_axes=1)  # names the first non-finite element
+    if not isinstance(state.server_e, np.ndarray) or state.server_e.shape != (d,) or not _finite_sum(state.server_e):
+        check_array("state.server_e", state.server_e, (d,))
+    return state
+
+
+def check_step_inputs(state: State, grads, u_worker, u_server, beta: float, eps: float, T0: int | None = None,
+                      state_checked: bool = False) -> None:
     """Every input of one step, checked before anything is computed (the state is never touched)."""
+    if not state_checked:
+        check_state(state)
     check_coefficients(beta, eps, T0)
     n, d = state.n_workers, state.dim
     check_array("grads", grads, (n, d), worker_axes=1)
