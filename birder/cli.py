@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # Modules that register subcommands, in the order `birder --help` lists them.
@@ -26,6 +27,7 @@ QUIET_HELP = "silences progress bars (they are shown on a terminal only)"
 TORCH_HINT = 'this command needs torch, which is not installed: pip install -e ".[torch]" (the torch extra)'
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report Ctrl-C
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as shells report a writer whose reader closed the pipe
 _OUT_OF_MEMORY = ("out of memory", "can't allocate memory", "cannot allocate memory", "bad_alloc")
 
 
@@ -73,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
 def describe_error(error: BaseException) -> tuple[str, int] | None:
     """(one-line message, exit status) for an error that means bad input or environment; None for a bug."""
     if isinstance(error, KeyboardInterrupt):
-        return "interrupted (Ctrl-C); outputs are written atomically, so none is half-written", EXIT_INTERRUPTED
+        return "interrupted (Ctrl-C)", EXIT_INTERRUPTED
     if isinstance(error, ModuleNotFoundError | ImportError):
         missing = (getattr(error, "name", None) or "").split(".")[0]
         if missing == "torch" or (not missing and "torch" in str(error)):
@@ -104,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         command = f"birder {args.command}"
         return int(args.func(args) or 0)
+    except BrokenPipeError:  # the reader of stdout went away (`birder ... | head`): nothing left to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush does not fail again
+        return EXIT_BROKEN_PIPE
     except (KeyboardInterrupt, ImportError, MemoryError, RuntimeError, OSError, ValueError) as error:
         described = describe_error(error)
         if described is None:

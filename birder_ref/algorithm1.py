@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,7 +49,9 @@ def init(n_workers: int, dim: int) -> State:
 def _finite_sum(x: np.ndarray) -> bool:
     """True when every element is finite, in one pass: a sum is finite unless an element is not (or it overflows,
     when the exact test decides)."""
-    return bool(np.isfinite(np.add.reduce(x, axis=None))) or bool(np.isfinite(x).all())
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = np.add.reduce(x, axis=None)
+    return bool(np.isfinite(total)) or bool(np.isfinite(x).all())
 
 
 FLOAT32_INF_BITS = 0x7F800000  # float32 +inf as uint32; >= 0 finite floats lie below it, -x and NaN at or above
@@ -107,6 +110,22 @@ def check_step_inputs(state: State, grads, u_worker, u_server, beta: float, eps:
     check_draws("u_server", u_server, (d,))
 
 
+@contextmanager
+def overflow_guard():
+    """Floating-point overflow or an invalid operation inside a step becomes one ValueError naming the state.
+
+    NumPy reads the processor's floating-point flags after each operation, so this costs no extra pass. From a
+    state Algorithm 1 produces nothing overflows (|m| <= b_hat, so |m / (b + eps)| < 1, and |e| stays bounded);
+    a state built by hand may, and its step must not return inf silently.
+    """
+    try:
+        with np.errstate(over="raise", invalid="raise", divide="raise"):
+            yield
+    except FloatingPointError as error:
+        raise ValueError(f"state: a step from this state overflows float32 ({error}); Algorithm 1 keeps |m| <= b_hat "
+                         "and |e| bounded, so it did not produce this state") from None
+
+
 def worker_step(state: State, grads: np.ndarray, beta: float, eps: float, u_worker: np.ndarray, T0: int | None):
     """Lines 5-9 on every worker: returns (u, m, b_hat, b, e) with u the quantized updates (n, d).
 
@@ -160,7 +179,8 @@ def step(
     The update x -= lr * u_bar (line 16) is the caller's.
     """
     check_step_inputs(state, grads, u_worker, u_server, beta, eps, T0)
-    u, m, b_hat, b, e = worker_step(state, grads, beta, eps, u_worker, T0)
-    mean_u = u.sum(axis=0) / np.float32(state.n_workers)
-    u_bar, server_e = server_step(mean_u, state.server_e, u_server)
+    with overflow_guard():
+        u, m, b_hat, b, e = worker_step(state, grads, beta, eps, u_worker, T0)
+        mean_u = u.sum(axis=0) / np.float32(state.n_workers)
+        u_bar, server_e = server_step(mean_u, state.server_e, u_server)
     return u_bar, State(m, b_hat, b, e, server_e, state.t + 1)

@@ -93,6 +93,12 @@ def step(
                          f"{state.n_workers}")
     worker_grads = worker_gradients(scheme, grads)
     algorithm1.check_step_inputs(state, worker_grads, u_worker, u_server, beta, eps, T0, state_checked=True)
+    with algorithm1.overflow_guard():
+        return _step(scheme, layout, state, grads, worker_grads, beta, eps, u_worker, u_server, T0)
+
+
+def _step(scheme: str, layout: Layout, state: State, grads, worker_grads, beta, eps, u_worker, u_server, T0):
+    """``step`` on checked inputs."""
     sched = schedule(scheme, layout, state.dim)
     D, p = sched.padded_dim, layout.n_ranks
     padded = _padded_state(state, D)

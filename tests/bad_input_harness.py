@@ -142,7 +142,7 @@ def count_bad_inputs() -> dict[str, tuple[int, int]]:
     import test_bad_inputs_cli as cli
 
     def tally(rows) -> tuple[int, int]:
-        ids = {row.id: bool(row.marks) for row in rows}
+        ids = {row.id: any(mark.name == "xfail" for mark in row.marks) for row in rows}
         return len(ids), sum(ids.values())
 
     return {"cli": tally(cli.ROWS + cli.SUBPROCESS_ROWS), "python_api": tally(api.ROWS)}

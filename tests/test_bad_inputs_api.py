@@ -15,6 +15,8 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
 
 from birder_ref import algorithm1, baseline_schedules, draws, driver, hierarchical, marsit, onebit_adam, schemes
 from birder_ref.algorithm1 import State
@@ -149,6 +151,9 @@ ROWS = [
         "state.server_e"),
     api("step-state-server-e-2d", lambda: step_call(with_field("server_e", np.zeros((1, D), np.float32))),
         "state.server_e"),
+    api("step-state-m-overflows", lambda: step_call(with_field("m", np.full((N, D), np.float32(1e38)))), "state"),
+    api("hier-step-state-m-overflows", lambda: hier_call(state=with_field("m", np.full((2, D), np.float32(1e38)),
+                                                                          hierarchical.init(2, 2, D))), "state"),
     api("step-state-m-1d", lambda: step_call(with_field("m", np.zeros(D, np.float32))), "state.m"),
     api("step-state-m-empty", lambda: step_call(with_field("m", np.zeros((0, D), np.float32))), "state.m"),
     api("step-state-e-list", lambda: step_call(with_field("e", [[0.0] * D] * N)), "state.e"),
@@ -444,3 +449,60 @@ def test_negative_zero_in_b_is_accepted():
     b[0, 0] = -0.0
     fn, args, kwargs = step_call(with_field("b", b, state))
     fn(*args, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------- fuzz
+FUZZ = settings(max_examples=400, phases=(Phase.explicit, Phase.reuse, Phase.generate))
+SPECIAL = st.sampled_from([0.0, -0.0, 1.0, -1.0, 0.5, 1e-45, 1e-8, 1e38, -1e38, 3.4e38, NAN, INF, -INF])
+FLOAT32S = st.one_of(SPECIAL, st.floats(width=32))
+COEFFICIENTS = st.one_of(st.sampled_from([0.9, 0.95, 1e-8, 1.0, 0.0, -1.0, 1e-50, 1e39, NAN, INF, 2]),
+                         st.floats(), st.text(max_size=3), st.none(), st.booleans())
+FIELDS = ("m", "b_hat", "b", "e", "server_e", "grads", "u_worker", "u_server")
+
+
+@FUZZ
+@given(field=st.sampled_from(FIELDS), index=st.integers(0, N * D - 1), value=FLOAT32S,
+       beta=st.one_of(st.just(0.95), COEFFICIENTS), eps=st.one_of(st.just(1e-8), COEFFICIENTS),
+       T0=st.one_of(st.none(), st.integers(-2, 6), st.sampled_from([1.5, "2", True])),
+       t=st.one_of(st.integers(-2, 6), st.sampled_from([2.5, None])))
+def test_fuzz_step_values(field, index, value, beta, eps, T0, t):
+    """Any element, coefficient or count: a ValueError (one line, nothing changed) or a valid step (u_bar +-1, a
+    finite new state with b_hat, b >= 0, t + 1); never another exception, a warning or a silent inf."""
+    state = with_field("t", t)
+    kwargs = step_call(state, beta=beta, eps=eps, T0=T0)[2]
+    target = kwargs if field in ("grads", "u_worker", "u_server") else None
+    array = (target[field] if target else getattr(state, field)).copy()
+    array.reshape(-1)[index % array.size] = value
+    if target:
+        target[field] = array
+    else:
+        kwargs["state"] = with_field(field, array, state)
+    before = copy.deepcopy(kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            u_bar, new = algorithm1.step(**kwargs)
+        except ValueError as error:
+            assert "\n" not in str(error) and same(kwargs, before), str(error)
+            return
+    assert same(kwargs, before)
+    assert u_bar.dtype == np.float32 and u_bar.shape == (D,) and set(np.unique(u_bar)) <= {-1.0, 1.0}
+    assert all(np.isfinite(getattr(new, f)).all() for f in ("m", "b_hat", "b", "e", "server_e"))
+    assert new.b_hat.min() >= 0 and new.b.min() >= 0 and new.t == t + 1
+
+
+@settings(max_examples=100, phases=(Phase.explicit, Phase.reuse, Phase.generate))
+@given(lr=st.one_of(st.floats(), st.sampled_from([1e30, 1e38, 1e39, -0.0, 5e-324]), st.integers(-3, 10**40)),
+       optimizer=st.sampled_from(["sgdm", "adam", "softsignsgd", "birder", "marsit", "onebit-adam"]))
+def test_fuzz_learning_rates(lr, optimizer):
+    """Any learning rate: a ValueError naming lr, or a finite history; never an AssertionError or a warning."""
+    make = {"sgdm": SGDM, "adam": Adam, "softsignsgd": SoftSignSGD, "birder": Birder,
+            "marsit": lambda: marsit.Marsit(K=2), "onebit-adam": lambda: onebit_adam.OneBitAdam(2)}[optimizer]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            history = driver.train(driver.quadratic(8), make(), Layout(1, 2), 4, lr)
+        except ValueError as error:
+            assert "lr" in str(error) and "\n" not in str(error), str(error)
+            return
+    assert np.isfinite(history.losses).all() and all(np.isfinite(p).all() for p in history.params)

@@ -529,7 +529,7 @@ def test_ctrl_c_is_one_line_and_status_130(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------- fuzz
-FUZZ = settings(max_examples=40, phases=(Phase.explicit, Phase.reuse, Phase.generate),
+FUZZ = settings(max_examples=100, phases=(Phase.explicit, Phase.reuse, Phase.generate),
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 NUMBERS = st.one_of(
     st.sampled_from(["0", "-1", "1", "2", "nan", "inf", "-inf", "1e308", "1e-308", "", " ", "1.5", "0x10", "1_000",
