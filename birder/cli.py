@@ -1,14 +1,18 @@
 """`birder`: one console script; each subcommand lives in the package it belongs to.
 
 A command module exposes ``register(subparsers)``, which adds its parser(s) and sets ``func`` to a callable
-``func(args) -> int``. Bad arguments or input (argparse errors, ``ValueError``) print one line on stderr and
-exit with status 2.
+``func(args) -> int``. This module adds ``--quiet`` to every subcommand that lacks it (packages read
+``getattr(args, "quiet", False)`` and pass ``disable=True if quiet else None`` to tqdm, which also turns itself
+off when stderr is not a terminal), and turns bad input into one line on stderr and exit status 2, never a
+traceback: argparse errors, ``ValueError``, ``OSError``, ``MemoryError`` (and allocators' out-of-memory
+``RuntimeError``), a missing optional dependency. Ctrl-C is one line and exit status 130.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # Modules that register subcommands, in the order `birder --help` lists them.
@@ -19,12 +23,40 @@ COMMAND_MODULES = (
     "gpu_validation.cli",
 )
 
+QUIET_HELP = "silences progress bars (they are shown on a terminal only)"
+TORCH_HINT = 'this command needs torch, which is not installed: pip install -e ".[torch]" (the torch extra)'
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report Ctrl-C
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as shells report a writer whose reader closed the pipe
+_OUT_OF_MEMORY = ("out of memory", "can't allocate memory", "cannot allocate memory", "bad_alloc")
+
 
 class OneLineErrorParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are a single line on stderr and exit status 2."""
+    """An ArgumentParser whose errors are a single line on stderr and exit status 2, and which takes no abbreviated
+    options (``--node 4`` is an error, not a silent ``--nodes 4``)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # noqa: D401 - argparse's name
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {one_line(message)}\n")
+
+
+def one_line(text: str) -> str:
+    """``text`` with every run of whitespace (newlines included) collapsed to one space."""
+    return " ".join(str(text).split())
+
+
+def add_quiet(subparsers: argparse._SubParsersAction) -> None:
+    """Give every subcommand a ``--quiet`` flag, unless its package already defines one."""
+    seen = set()
+    for parser in subparsers.choices.values():
+        if id(parser) in seen:  # aliases share a parser
+            continue
+        seen.add(id(parser))
+        if not any("--quiet" in action.option_strings for action in parser._actions):
+            parser.add_argument("--quiet", action="store_true", help=QUIET_HELP)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,21 +68,54 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers.required = True
     for module in COMMAND_MODULES:
         importlib.import_module(module).register(subparsers)
+    add_quiet(subparsers)
     return parser
 
 
+def describe_error(error: BaseException) -> tuple[str, int] | None:
+    """(one-line message, exit status) for an error that means bad input or environment; None for a bug."""
+    if isinstance(error, KeyboardInterrupt):
+        return "interrupted (Ctrl-C)", EXIT_INTERRUPTED
+    if isinstance(error, ModuleNotFoundError | ImportError):
+        missing = (getattr(error, "name", None) or "").split(".")[0]
+        if missing == "torch" or (not missing and "torch" in str(error)):
+            return TORCH_HINT, EXIT_BAD_INPUT
+        if isinstance(error, ModuleNotFoundError) and missing:
+            return f"a required module is not installed: {missing} ({error})", EXIT_BAD_INPUT
+        return None  # an ImportError inside the project is a bug: let its traceback show
+    if isinstance(error, MemoryError):
+        detail = one_line(error) or "the allocation failed"
+        return f"out of memory: {detail} (try smaller sizes)", EXIT_BAD_INPUT
+    if isinstance(error, RuntimeError) and any(s in str(error).lower() for s in _OUT_OF_MEMORY):
+        return f"out of memory: {one_line(error)} (try smaller sizes)", EXIT_BAD_INPUT
+    if isinstance(error, OSError):
+        if error.strerror:
+            names = [n for n in (error.filename, error.filename2) if n is not None]
+            where = f": {' -> '.join(map(str, names))}" if names else ""
+            return one_line(f"{error.strerror}{where}"), EXIT_BAD_INPUT
+        return one_line(error) or type(error).__name__, EXIT_BAD_INPUT
+    if isinstance(error, ValueError):
+        return one_line(error) or "invalid value", EXIT_BAD_INPUT
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    command = "birder"
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        command = f"birder {args.command}"
         return int(args.func(args) or 0)
-    except ValueError as error:
-        message = " ".join(str(error).split())
-        print(f"birder {args.command}: error: {message}", file=sys.stderr)
-        return 2
-    except OSError as error:  # a file or directory that cannot be read or written
-        print(f"birder {args.command}: error: {error.strerror}: {error.filename}", file=sys.stderr)
-        return 2
+    except BrokenPipeError:  # the reader of stdout went away (`birder ... | head`): nothing left to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush does not fail again
+        return EXIT_BROKEN_PIPE
+    except (KeyboardInterrupt, ImportError, MemoryError, RuntimeError, OSError, ValueError) as error:
+        described = describe_error(error)
+        if described is None:
+            raise
+        message, status = described
+        print(f"{command}: error: {message}", file=sys.stderr)
+        return status
 
 
 if __name__ == "__main__":

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
 from birder_ref.quantize import quantize, quantize_unchecked
-from birder_ref.validation import check_array, check_coefficients, check_draws
+from birder_ref.validation import check_array, check_coefficients, check_draws, check_int
 
 # `birder check` judges a module offering quantize, init and step: this one, by default.
-__all__ = ["State", "init", "step", "quantize", "worker_step", "server_step", "mean_of_signs", "check_step_inputs"]
+__all__ = ["State", "init", "step", "quantize", "worker_step", "server_step", "mean_of_signs", "check_step_inputs",
+           "check_state"]
 
 
 @dataclass(frozen=True)
@@ -35,19 +37,93 @@ class State:
 
 def init(n_workers: int, dim: int) -> State:
     """Algorithm 1 line 1: m_0 = b_0 = e_0 = 0 on every worker and a zero server error."""
-    if int(n_workers) < 1 or int(dim) < 1:
-        raise ValueError(f"need n_workers >= 1 and dim >= 1, got n_workers={n_workers}, dim={dim}")
-    zeros = np.zeros((n_workers, dim), np.float32)
-    return State(zeros, zeros.copy(), zeros.copy(), zeros.copy(), np.zeros(dim, np.float32), 0)
+    n_workers, dim = check_int("n_workers", n_workers, 1), check_int("dim", dim, 1)
+    try:
+        zeros = np.zeros((n_workers, dim), np.float32)
+        return State(zeros, zeros.copy(), zeros.copy(), zeros.copy(), np.zeros(dim, np.float32), 0)
+    except (MemoryError, ValueError):  # NumPy: "array is too big" or the allocation failed
+        raise ValueError(f"n_workers x dim = {n_workers} x {dim} float32 elements (x4 arrays) do not fit in "
+                         "memory") from None
 
 
-def check_step_inputs(state: State, grads, u_worker, u_server, beta: float, eps: float, T0: int | None = None) -> None:
+def _finite_sum(x: np.ndarray) -> bool:
+    """True when every element is finite, in one pass: a sum is finite unless an element is not (or it overflows,
+    when the exact test decides)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = np.add.reduce(x, axis=None)
+    return bool(np.isfinite(total)) or bool(np.isfinite(x).all())
+
+
+FLOAT32_INF_BITS = 0x7F800000  # float32 +inf as uint32; >= 0 finite floats lie below it, -x and NaN at or above
+
+
+def _nonnegative_finite(x: np.ndarray) -> bool:
+    """True when every element is finite and >= 0, in one pass over x's bits (-0.0 is decided exactly)."""
+    if int(x.view(np.uint32).max()) < FLOAT32_INF_BITS:
+        return True
+    return bool(np.isfinite(x).all()) and bool(x.min() >= 0)
+
+
+def check_state(state) -> State:
+    """A state that Algorithm 1 can continue from, or one ValueError naming the field; nothing is modified.
+
+    m, b_hat, b, e: float32 (n, d), finite; b_hat, b >= 0 (EMAs of |g|); server_e float32 (d,), finite; t an
+    integer >= 0. Costs one read of each array (b is skipped when it is b_hat itself).
+    """
+    if not isinstance(state, State):
+        raise ValueError(f"state must be an algorithm1.State (from algorithm1.init or a previous step), "
+                         f"got {type(state).__name__}")
+    m = state.m
+    if not isinstance(m, np.ndarray) or m.ndim != 2 or m.shape[0] < 1 or m.shape[1] < 1:
+        raise ValueError(f"state.m must be a float32 array of shape (n_workers, dim), got "
+                         f"{getattr(m, 'shape', type(m).__name__)}")
+    n, d = m.shape
+    check_int("state.t", state.t, 0)
+    for name in ("m", "b_hat", "b", "e"):
+        x = getattr(state, name)
+        if name == "b" and x is state.b_hat:
+            continue
+        if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.shape != (n, d):
+            check_array(f"state.{name}", x, (n, d))  # raises the type, dtype or shape error
+        if name in ("b_hat", "b"):
+            if not _nonnegative_finite(x):
+                check_array(f"state.{name}", x, (n, d), worker_axes=1)  # names a non-finite element
+                index = tuple(int(i) for i in np.argwhere(x < 0)[0])
+                raise ValueError(f"state.{name}: worker {index[0]}, element ({index[1]},) is {x[index]} (an EMA of "
+                                 "|g| cannot be negative)")
+        elif not _finite_sum(x):
+            check_array(f"state.{name}", x, (n, d), worker_axes=1)  # names the first non-finite element
+    if not isinstance(state.server_e, np.ndarray) or state.server_e.shape != (d,) or not _finite_sum(state.server_e):
+        check_array("state.server_e", state.server_e, (d,))
+    return state
+
+
+def check_step_inputs(state: State, grads, u_worker, u_server, beta: float, eps: float, T0: int | None = None,
+                      state_checked: bool = False) -> None:
     """Every input of one step, checked before anything is computed (the state is never touched)."""
+    if not state_checked:
+        check_state(state)
     check_coefficients(beta, eps, T0)
     n, d = state.n_workers, state.dim
     check_array("grads", grads, (n, d), worker_axes=1)
     check_draws("u_worker", u_worker, (n, d), worker_axes=1)
     check_draws("u_server", u_server, (d,))
+
+
+@contextmanager
+def overflow_guard():
+    """Floating-point overflow or an invalid operation inside a step becomes one ValueError naming the state.
+
+    NumPy reads the processor's floating-point flags after each operation, so this costs no extra pass. From a
+    state Algorithm 1 produces nothing overflows (|m| <= b_hat, so |m / (b + eps)| < 1, and |e| stays bounded);
+    a state built by hand may, and its step must not return inf silently.
+    """
+    try:
+        with np.errstate(over="raise", invalid="raise", divide="raise"):
+            yield
+    except FloatingPointError as error:
+        raise ValueError(f"state: a step from this state overflows float32 ({error}); Algorithm 1 keeps |m| <= b_hat "
+                         "and |e| bounded, so it did not produce this state") from None
 
 
 def worker_step(state: State, grads: np.ndarray, beta: float, eps: float, u_worker: np.ndarray, T0: int | None):
@@ -103,7 +179,8 @@ def step(
     The update x -= lr * u_bar (line 16) is the caller's.
     """
     check_step_inputs(state, grads, u_worker, u_server, beta, eps, T0)
-    u, m, b_hat, b, e = worker_step(state, grads, beta, eps, u_worker, T0)
-    mean_u = u.sum(axis=0) / np.float32(state.n_workers)
-    u_bar, server_e = server_step(mean_u, state.server_e, u_server)
+    with overflow_guard():
+        u, m, b_hat, b, e = worker_step(state, grads, beta, eps, u_worker, T0)
+        mean_u = u.sum(axis=0) / np.float32(state.n_workers)
+        u_bar, server_e = server_step(mean_u, state.server_e, u_server)
     return u_bar, State(m, b_hat, b, e, server_e, state.t + 1)

@@ -20,6 +20,7 @@ messages the reference moves (``onebit_adam.compressed_allreduce``, ``marsit.sig
 from __future__ import annotations
 
 from birder_ref.schedules import Layout, Phase, Schedule, allreduce, padded_dim
+from birder_ref.validation import check_int
 
 BASELINES = ("onebit-adam", "zero-one-adam", "marsit")
 TOPOLOGIES = ("ring", "torus")
@@ -31,8 +32,7 @@ def _check(optimizer: str, layout: Layout, dim: int, options: dict) -> None:
         raise ValueError(f"unknown baseline {optimizer!r}; choose one of {', '.join(BASELINES)}")
     if not isinstance(layout, Layout):
         raise ValueError(f"layout must be a birder_ref.schedules.Layout, got {type(layout).__name__}")
-    if int(dim) < 1:
-        raise ValueError(f"dim must be >= 1, got {dim}")
+    check_int("dim", dim, 1)
     allowed = {"full_precision", "topology"} if optimizer == "marsit" else {"full_precision"}
     unknown = sorted(set(options) - allowed)
     if unknown:
@@ -124,6 +124,5 @@ def marsit_bits_per_element(K: int | None) -> float:
     """
     if K is None:
         return 1.0
-    if int(K) < 1:
-        raise ValueError(f"K must be >= 1 or None, got {K}")
+    check_int("K", K, 1)
     return 1 + 31 / int(K)

@@ -10,13 +10,14 @@ run is a pure function of its seed.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
 from birder_ref import draws
-from birder_ref.schedules import Layout
+from birder_ref.schedules import Layout, check_layout
+from birder_ref.validation import check_int, check_lr, check_real
 
 GRADIENT_GRID = 2.0**-16  # exact-data gradients are multiples of this: node sums are then exact
 
@@ -69,6 +70,9 @@ def figure8() -> Problem:
 
 def quadratic(dim: int = 64, condition: float = 100.0, noise: float = 0.1) -> Problem:
     """f(x) = 1/2 sum_j a_j x_j^2 with a_j spread over [1, condition], plus uniform gradient noise."""
+    dim = check_int("dim", dim, 1)
+    condition = check_real("condition", condition, 1.0)
+    noise = check_real("noise", noise, 0.0)
     a = np.geomspace(1.0, condition, dim).astype(np.float32)
     return Problem(f"quadratic-{dim}", np.ones(dim, np.float32),
                    lambda x: float(0.5 * np.sum(a * np.float64(x) ** 2)),
@@ -77,6 +81,8 @@ def quadratic(dim: int = 64, condition: float = 100.0, noise: float = 0.1) -> Pr
 
 def logistic(n_samples: int = 512, dim: int = 32, batch: int = 32, data_seed: int = 7) -> Problem:
     """Logistic regression on a fixed synthetic data set; each GPU draws its own mini-batch."""
+    n_samples, dim = check_int("n_samples", n_samples, 1), check_int("dim", dim, 1)
+    batch, data_seed = check_int("batch", batch, 1), check_int("data_seed", data_seed, 0)
     rng = np.random.default_rng(data_seed)
     X = rng.standard_normal((n_samples, dim)).astype(np.float32)
     w_true = rng.standard_normal(dim).astype(np.float32)
@@ -97,6 +103,28 @@ def logistic(n_samples: int = 512, dim: int = 32, batch: int = 32, data_seed: in
 PROBLEMS: dict[str, Callable[[], Problem]] = {"figure8": figure8, "quadratic": quadratic, "logistic": logistic}
 
 
+def problem(name: str, **options) -> Problem:
+    """The built-in problem called ``name`` (one of ``PROBLEMS``), built with ``options``."""
+    if not isinstance(name, str) or name not in PROBLEMS:
+        raise ValueError(f"unknown problem {name!r}; choose one of {', '.join(PROBLEMS)}")
+    try:
+        return PROBLEMS[name](**options)
+    except TypeError:  # an option the problem does not take
+        raise ValueError(f"problem {name!r} takes no option(s) {', '.join(sorted(options))}") from None
+
+
+def _first_non_finite(value, name: str) -> str | None:
+    """The name of the first float array in ``value`` (a dataclass state, possibly nested) holding NaN or inf."""
+    if isinstance(value, np.ndarray):
+        return name if value.dtype.kind == "f" and not np.isfinite(value).all() else None
+    if is_dataclass(value) and not isinstance(value, type):
+        for f in fields(value):
+            found = _first_non_finite(getattr(value, f.name), f"{name}.{f.name}")
+            if found:
+                return found
+    return None
+
+
 @dataclass
 class History:
     losses: list[float] = field(default_factory=list)  # f at rank 0's replica, before each step and at the end
@@ -105,17 +133,40 @@ class History:
 
 def train(problem: Problem, optimizer: DistributedOptimizer, layout: Layout, steps: int,
           lr: float | Callable[[int], float], seed: int = 0) -> History:
-    """Run ``steps`` steps; ``lr`` is a number or a function of the 1-based step t."""
-    if int(steps) < 0:
-        raise ValueError(f"steps must be >= 0, got {steps}")
+    """Run ``steps`` steps; ``lr`` is a number or a function of the 1-based step t.
+
+    Every argument is checked first (one ValueError naming it). A run whose parameters stop being finite raises
+    a ValueError naming the step and the learning rate (the usual cause: lr too large), never a silent inf.
+    """
+    if not isinstance(problem, Problem):
+        raise ValueError(f"problem must be a driver.Problem (figure8(), quadratic(), logistic() or "
+                         f"driver.problem(name)), got {type(problem).__name__}")
+    if isinstance(optimizer, type) or not all(callable(getattr(optimizer, m, None)) for m in ("init", "step")):
+        raise ValueError(f"optimizer must be an instance with init and step (the DistributedOptimizer protocol), "
+                         f"got {optimizer!r}")
+    check_layout(layout)
+    steps = check_int("steps", steps, 0)
+    seed = check_int("seed", seed, 0, 2**32 - 1)
+    if not callable(lr):
+        check_lr(lr)
     params = np.tile(problem.x0.astype(np.float32), (layout.n_ranks, 1))
     state = optimizer.init(layout, problem.dim)
     history = History()
     for t in range(1, steps + 1):
         history.losses.append(problem.loss(params[0]))
         history.params.append(params[0].copy())
-        grads = problem.gradients(params, layout, t, seed)
-        params, state = optimizer.step(state, params, grads, lr(t) if callable(lr) else lr, t)
+        rate = check_lr(lr(t), f"lr({t})") if callable(lr) else lr
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is caught just below, as one ValueError
+            grads = problem.gradients(params, layout, t, seed)
+            if not np.isfinite(grads).all():
+                raise ValueError(f"training diverged at step {t}: the gradients are not finite at parameters as "
+                                 f"large as {float(np.abs(params).max()):.3g} (lr={rate!r} too large for this "
+                                 "problem?)")
+            params, state = optimizer.step(state, params, grads, rate, t)
+        broken = "params" if not np.isfinite(params).all() else _first_non_finite(state, "state")
+        if broken:
+            raise ValueError(f"training diverged at step {t}: {broken} is no longer finite with lr={rate!r} (too "
+                             "large for this problem and optimizer)")
     history.losses.append(problem.loss(params[0]))
     history.params.append(params[0].copy())
     return history

@@ -6,12 +6,12 @@ import numpy as np
 
 from birder_ref import algorithm1, schemes
 from birder_ref.algorithm1 import State
+from birder_ref.validation import check_int
 
 
 def init(n_nodes: int, gpus_per_node: int, dim: int) -> State:
     """Algorithm 1's state with one worker per node (each node's GPUs hold its shards)."""
-    if int(gpus_per_node) < 1:
-        raise ValueError(f"gpus_per_node must be >= 1, got {gpus_per_node}")
+    check_int("gpus_per_node", gpus_per_node, 1)
     return algorithm1.init(n_nodes, dim)
 
 

@@ -38,8 +38,9 @@ import numpy as np
 from birder_ref import draws
 from birder_ref.baseline_schedules import TOPOLOGIES, marsit_schedule
 from birder_ref.execute import ByteLog, deliver, run_phase
-from birder_ref.schedules import Layout, Phase, Schedule, padded_dim
-from birder_ref.validation import check_array, check_draws
+from birder_ref.optimizers import check_state_fields, check_step_arguments
+from birder_ref.schedules import Layout, Phase, Schedule, check_layout, padded_dim
+from birder_ref.validation import check_array, check_draws, check_int, check_real, same_values
 
 RING_STREAM = 2**29
 COLUMN_STREAM = 2**29 + 2**28
@@ -52,8 +53,9 @@ def merge(incoming: np.ndarray, local: np.ndarray, transient: np.ndarray) -> np.
 
 def transient_probability(position: int, local_bit: int) -> Fraction:
     """Eq. (2): P(v = 1) = 1/p where the local bit is 1, (p-1)/p where it is 0; p = chain position."""
-    if int(position) < 1 or local_bit not in (0, 1):
-        raise ValueError(f"need a chain position >= 1 and a bit 0 or 1, got {position}, {local_bit}")
+    position = check_int("position", position, 1)
+    if isinstance(local_bit, bool) or local_bit not in (0, 1):
+        raise ValueError(f"local_bit must be 0 or 1, got {local_bit!r}")
     return Fraction(1, position) if local_bit else Fraction(position - 1, position)
 
 
@@ -113,7 +115,7 @@ def _execute(sched: Schedule, layout: Layout, vectors: np.ndarray, reduce_scatte
             buffers[r][r % g] = columns[r].reshape(-1)
         run_phase(row_ag, buffers, log)
     for r in range(1, p):
-        if not np.array_equal(buffers[r], buffers[0]):
+        if not same_values(buffers[r], buffers[0]):
             raise AssertionError(f"rank {r} ended {sched.scheme} with a different vector than rank 0")
     return buffers[0].reshape(-1)
 
@@ -126,9 +128,9 @@ def sign_allreduce(values: np.ndarray, layout: Layout, u_ring: np.ndarray, u_col
     Executes ``baseline_schedules.marsit_schedule`` hop by hop (reduce-scatter with ``merge``, all-gather by
     copying) on the padded vectors and returns the +-1 float32 vector u (d,) every rank ends with.
     """
-    if topology not in TOPOLOGIES:
+    if not isinstance(topology, str) or topology not in TOPOLOGIES:
         raise ValueError(f"unknown topology {topology!r}; choose one of {', '.join(TOPOLOGIES)}")
-    p, d = layout.n_ranks, values.shape[-1] if isinstance(values, np.ndarray) else 0
+    p, d = check_layout(layout).n_ranks, values.shape[-1] if isinstance(values, np.ndarray) else 0
     check_array("values", values, (p, d), worker_axes=1)
     check_draws("u_ring", u_ring, (p, d), worker_axes=1)
     if topology == "torus":
@@ -150,7 +152,9 @@ def full_precision_mean(values: np.ndarray, layout: Layout, topology: str = "rin
                         log: ByteLog | None = None) -> np.ndarray:
     """The K-periodic round (Algorithm 1 line 14): fp32 sum along the same ring or torus, divided by
     float32(p); returns the mean (d,) every rank ends with."""
-    p, d = values.shape
+    p = check_layout(layout).n_ranks
+    d = values.shape[-1] if isinstance(values, np.ndarray) and values.ndim == 2 else 0
+    check_array("values", values, (p, d), worker_axes=1)
     log = ByteLog() if log is None else log
     sched = marsit_schedule(layout, d, topology, full_precision=True)
     padded = np.pad(values, ((0, 0), (0, sched.padded_dim - d)))
@@ -177,24 +181,30 @@ class Marsit:
     name: str = "marsit"
 
     def __post_init__(self) -> None:
-        if self.K is not None and int(self.K) < 1:
-            raise ValueError(f"K must be >= 1 or None, got {self.K}")
-        if self.topology not in TOPOLOGIES:
+        if self.K is not None:
+            check_int("K", self.K, 1)
+        if not isinstance(self.topology, str) or self.topology not in TOPOLOGIES:
             raise ValueError(f"unknown topology {self.topology!r}; choose one of {', '.join(TOPOLOGIES)}")
-        if self.sign_scale is not None and not float(self.sign_scale) > 0:
-            raise ValueError(f"sign_scale must be positive, got {self.sign_scale}")
+        if self.sign_scale is not None:
+            check_real("sign_scale", self.sign_scale, 0.0, low_open=True, float32=True)
+        check_int("seed", self.seed, 0, 2**32 - 1)
 
     def init(self, layout: Layout, dim: int) -> MarsitState:
-        return MarsitState(np.zeros((layout.n_ranks, dim), np.float32))
+        check_layout(layout)
+        return MarsitState(np.zeros((layout.n_ranks, check_int("dim", dim, 1)), np.float32))
 
     def is_full_precision(self, t: int) -> bool:
         """Algorithm 1 line 3 with the paper's 0-based round t - 1: mod(t - 1, K) == 0."""
         return t == 1 if self.K is None else (t - 1) % int(self.K) == 0
 
     def step(self, state: MarsitState, params: np.ndarray, grads: np.ndarray, lr: float, t: int):
-        n, g, d = grads.shape
+        n, g, d = check_step_arguments(params, grads, lr, t)
+        check_int("t", t, 1, 2**32 - 1)  # the draws' step counter is 32 bits
+        check_state_fields(state, MarsitState, {"compensation": (n * g, d)})
         layout, p = Layout(n, g), n * g
         compensated = np.float32(lr) * grads.reshape(p, d) + state.compensation  # Algorithm 1 line 1
+        if not np.isfinite(compensated).all():
+            raise ValueError(f"lr * grads + compensation overflows float32 at step {t} (lr={lr!r} too large?)")
         if self.is_full_precision(t):
             update = full_precision_mean(compensated, layout, self.topology)
             return params - update, MarsitState(np.zeros_like(state.compensation))

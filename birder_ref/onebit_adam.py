@@ -23,10 +23,10 @@ import numpy as np
 
 from birder_ref.baseline_schedules import compressed_allreduce as compressed_allreduce_schedule
 from birder_ref.execute import ByteLog, deliver
-from birder_ref.optimizers import Adam, AdamState
+from birder_ref.optimizers import Adam, AdamState, check_adam_coefficients, check_adam_state, check_step_arguments
 from birder_ref.quantize import pack_signs, unpack_signs
-from birder_ref.schedules import Layout, padded_dim
-from birder_ref.validation import check_array
+from birder_ref.schedules import Layout, check_layout, padded_dim
+from birder_ref.validation import check_array, check_int, check_real, same_values
 
 DEFAULT_WARMUP_FRACTION = 0.15
 """Share of steps 1-bit Adam runs as plain Adam: the blog's BERT-Large setting ("warmup stage to be just 15%";
@@ -38,9 +38,9 @@ SCALES = ("l2", "mean_abs")
 
 def warmup_steps_for(total_steps: int, fraction: float = DEFAULT_WARMUP_FRACTION) -> int:
     """The number of warm-up steps for a run of ``total_steps`` steps (rounded to the nearest step)."""
-    if int(total_steps) < 0 or not 0.0 <= float(fraction) <= 1.0:
-        raise ValueError(f"need total_steps >= 0 and a fraction in [0, 1], got {total_steps}, {fraction}")
-    return int(round(float(fraction) * int(total_steps)))
+    total_steps = check_int("total_steps", total_steps, 0)
+    fraction = check_real("fraction", fraction, 0.0, 1.0)
+    return int(round(fraction * total_steps))
 
 
 def compress(x: np.ndarray, scale: str = "l2") -> tuple[np.float32, np.ndarray]:
@@ -51,8 +51,11 @@ def compress(x: np.ndarray, scale: str = "l2") -> tuple[np.float32, np.ndarray]:
 
     The norm is accumulated in float64 and the scale rounded to float32 once.
     """
-    if scale not in SCALES:
+    if not isinstance(scale, str) or scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}; choose one of {', '.join(SCALES)}")
+    if not isinstance(x, np.ndarray) or x.ndim != 1 or x.size == 0:
+        raise ValueError(f"x must be a non-empty 1-D float32 array, got {getattr(x, 'shape', type(x).__name__)}")
+    check_array("x", x, x.shape)
     wide = x.astype(np.float64)
     s = np.sqrt(np.dot(wide, wide) / x.size) if scale == "l2" else np.abs(wide).sum() / x.size
     return np.float32(s), np.where(x >= 0, np.float32(1.0), np.float32(-1.0))
@@ -90,6 +93,10 @@ def compressed_allreduce(
 
     ``log`` (optional) receives the bytes each rank really sent, phase by phase.
     """
+    if not isinstance(scale, str) or scale not in SCALES:
+        raise ValueError(f"unknown scale {scale!r}; choose one of {', '.join(SCALES)}")
+    if log is not None and not isinstance(log, ByteLog):
+        raise ValueError(f"log must be None or a birder_ref.execute.ByteLog, got {type(log).__name__}")
     if not isinstance(buffers, np.ndarray) or buffers.ndim != 2:
         raise ValueError(f"buffers must be an (N, d) float32 array, got {getattr(buffers, 'shape', buffers)}")
     N, d = buffers.shape
@@ -98,8 +105,6 @@ def compressed_allreduce(
     check_array("buffers", buffers, (N, d), worker_axes=1)
     check_array("worker_error", worker_error, (N, d), worker_axes=1)
     check_array("server_error", server_error, (N, d // N), worker_axes=1)
-    if scale not in SCALES:
-        raise ValueError(f"unknown scale {scale!r}; choose one of {', '.join(SCALES)}")
     log = ByteLog() if log is None else log
     chunk = d // N
     all_to_all, all_gather = compressed_allreduce_schedule(Layout(1, N), d).phases
@@ -140,7 +145,7 @@ def compressed_allreduce(
     deliver(all_gather, lambda m, _bits: _message(server[m.src][1], server[m.src][0]), receive_server_chunk, log)
     outs = [np.concatenate([s * q for s, q in (gathered[i][j] for j in range(N))]) for i in range(N)]
     for i in range(1, N):
-        if not np.array_equal(outs[i], outs[0]):
+        if not same_values(outs[i], outs[0]):
             raise AssertionError(f"rank {i} received a different all-reduce result than rank 0")
     return outs[0], new_worker_error, new_server_error
 
@@ -171,22 +176,34 @@ class OneBitAdam:
     name: str = "onebit-adam"
 
     def __post_init__(self) -> None:
-        if int(self.warmup_steps) < 1:
-            raise ValueError(f"warmup_steps must be >= 1 (the variance must be estimated), got {self.warmup_steps}")
-        if self.scale not in SCALES:
+        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int | np.integer) \
+                or self.warmup_steps < 1:
+            raise ValueError(f"warmup_steps must be an integer >= 1 (the variance must be estimated), got "
+                             f"{self.warmup_steps!r}")
+        if not isinstance(self.scale, str) or self.scale not in SCALES:
             raise ValueError(f"unknown scale {self.scale!r}; choose one of {', '.join(SCALES)}")
+        check_adam_coefficients(self.beta1, self.beta2, self.eps)
+        check_real("weight_decay", self.weight_decay, 0.0)
 
     @property
     def adam(self) -> Adam:
         return Adam(self.beta1, self.beta2, self.eps, self.weight_decay)
 
     def init(self, layout: Layout, dim: int) -> OneBitAdamState:
-        p = layout.n_ranks
+        p = check_layout(layout).n_ranks
+        dim = check_int("dim", dim, 1)
         D = padded_dim(dim, p)
         return OneBitAdamState(self.adam.init(layout, dim), np.zeros((p, D), np.float32),
                                np.zeros((p, D // p), np.float32))
 
     def step(self, state: OneBitAdamState, params: np.ndarray, grads: np.ndarray, lr: float, t: int):
+        n, g, d = check_step_arguments(params, grads, lr, t)
+        if not isinstance(state, OneBitAdamState):
+            raise ValueError(f"state must be a OneBitAdamState (from OneBitAdam.init), got {type(state).__name__}")
+        check_adam_state(state.adam, d)
+        p, D = n * g, padded_dim(d, n * g)
+        check_array("state.worker_error", state.worker_error, (p, D), worker_axes=1)
+        check_array("state.server_error", state.server_error, (p, D // p), worker_axes=1)
         if t <= self.warmup_steps:
             params, adam = self.adam.step(state.adam, params, grads, lr, t)
             return params, OneBitAdamState(adam, state.worker_error, state.server_error)

@@ -10,7 +10,40 @@ import numpy as np
 
 from birder_ref import algorithm1, draws, schemes
 from birder_ref.execute import ByteLog, run_phase
-from birder_ref.schedules import SCHEMES, Layout, allreduce
+from birder_ref.schedules import SCHEMES, Layout, allreduce, check_layout
+from birder_ref.validation import (
+    check_array,
+    check_coefficients,
+    check_int,
+    check_lr,
+    check_real,
+    check_step_number,
+    same_values,
+)
+
+SEED_MAX = 2**32 - 1  # draws.stream_key takes 32-bit seeds
+
+
+def check_step_arguments(params, grads, lr, t) -> tuple[int, int, int]:
+    """The driver protocol's step arguments: params float32 (p, d), grads float32 (n, g, d) with n g = p, both
+    finite; lr finite >= 0; t an integer >= 1. Returns (n, g, d); raises one ValueError naming the argument."""
+    check_lr(lr)
+    check_step_number(t)
+    if not isinstance(grads, np.ndarray) or grads.ndim != 3 or 0 in grads.shape:
+        raise ValueError(f"grads must be a float32 (n_nodes, gpus_per_node, d) array, got "
+                         f"{getattr(grads, 'shape', type(grads).__name__)}")
+    n, g, d = grads.shape
+    check_array("grads", grads, (n, g, d), worker_axes=2)
+    check_array("params", params, (n * g, d), worker_axes=1)
+    return n, g, d
+
+
+def check_state_fields(state, cls: type, shapes: dict[str, tuple[int, ...]]) -> None:
+    """``state`` is a ``cls`` whose named arrays are float32 of the given shapes and finite."""
+    if not isinstance(state, cls):
+        raise ValueError(f"state must be a {cls.__name__} (from the optimizer's init), got {type(state).__name__}")
+    for name, shape in shapes.items():
+        check_array(f"state.{name}", getattr(state, name), shape)
 
 
 def ring_allreduce_mean(grads: np.ndarray) -> np.ndarray:
@@ -18,7 +51,11 @@ def ring_allreduce_mean(grads: np.ndarray) -> np.ndarray:
 
     Executes ``schedules.allreduce`` chunk by chunk; every rank must end with the same sum.
     """
+    if not isinstance(grads, np.ndarray) or grads.ndim != 3 or 0 in grads.shape:
+        raise ValueError(f"grads must be a float32 (n_nodes, gpus_per_node, d) array, got "
+                         f"{getattr(grads, 'shape', type(grads).__name__)}")
     n, g, d = grads.shape
+    check_array("grads", grads, (n, g, d), worker_axes=2)
     sched = allreduce(Layout(n, g), d)
     p, D = n * g, sched.padded_dim
     rows = np.pad(grads.reshape(p, d), ((0, 0), (0, D - d)))
@@ -28,10 +65,9 @@ def ring_allreduce_mean(grads: np.ndarray) -> np.ndarray:
         run_phase(phase, buffers, log)
     total = buffers[0].reshape(-1)
     for r in range(1, p):
-        if not np.array_equal(buffers[r].reshape(-1), total):
+        if not same_values(buffers[r].reshape(-1), total):  # a sum that overflowed is inf or NaN on every rank
             raise AssertionError(f"rank {r} ended the ring all-reduce with a different sum than rank 0")
     return total[:d] / np.float32(p)
-
 
 
 @dataclass(frozen=True)
@@ -47,14 +83,21 @@ class Birder:
     name: str = "birder"
 
     def __post_init__(self) -> None:
-        if self.scheme not in SCHEMES:
+        if not isinstance(self.scheme, str) or self.scheme not in SCHEMES:
             raise ValueError(f"unknown scheme {self.scheme!r}; choose one of {', '.join(SCHEMES)}")
+        check_coefficients(self.beta, self.eps, self.T0)
+        check_real("weight_decay", self.weight_decay, 0.0)
+        check_int("seed", self.seed, 0, SEED_MAX)
 
     def init(self, layout: Layout, dim: int) -> algorithm1.State:
+        check_layout(layout)
         workers = layout.n_nodes if self.scheme == "hierarchical" else layout.n_ranks
         return algorithm1.init(workers, dim)
 
     def step(self, state, params, grads, lr, t):
+        check_step_arguments(params, grads, lr, t)
+        check_int("t", t, 1, SEED_MAX)  # the draws' step counter is 32 bits
+        algorithm1.check_state(state)
         U = draws.worker_uniforms(self.seed, t, state.n_workers, state.dim)
         V = draws.server_uniforms(self.seed, t, state.dim)
         u_bar, state, _ = schemes.step(self.scheme, state, grads, self.beta, self.eps, U, V, self.T0)
@@ -77,10 +120,20 @@ class SoftSignSGD:
     weight_decay: float = 0.0
     name: str = "softsignsgd"
 
+    def __post_init__(self) -> None:
+        check_coefficients(self.beta, self.eps)
+        check_real("weight_decay", self.weight_decay, 0.0)
+
     def init(self, layout: Layout, dim: int) -> SoftSignState:
+        check_layout(layout)
+        dim = check_int("dim", dim, 1)
         return SoftSignState(np.zeros(dim, np.float32), np.zeros(dim, np.float32))
 
     def step(self, state, params, grads, lr, t):
+        _, _, d = check_step_arguments(params, grads, lr, t)
+        check_state_fields(state, SoftSignState, {"m": (d,), "b": (d,)})
+        if state.b.min() < 0:
+            raise ValueError(f"state.b must be >= 0 (an EMA of |g|), got {state.b.min()}")
         g = ring_allreduce_mean(grads)
         m = self.beta * state.m + (1 - self.beta) * g
         b = self.beta * state.b + (1 - self.beta) * np.abs(g)
@@ -102,10 +155,17 @@ class SGDM:
     weight_decay: float = 0.0
     name: str = "sgdm"
 
+    def __post_init__(self) -> None:
+        check_real("momentum", self.momentum, 0.0, 1.0, high_open=True)
+        check_real("weight_decay", self.weight_decay, 0.0)
+
     def init(self, layout: Layout, dim: int) -> SGDMState:
-        return SGDMState(np.zeros(dim, np.float32))
+        check_layout(layout)
+        return SGDMState(np.zeros(check_int("dim", dim, 1), np.float32))
 
     def step(self, state, params, grads, lr, t):
+        _, _, d = check_step_arguments(params, grads, lr, t)
+        check_state_fields(state, SGDMState, {"momentum": (d,)})
         g = ring_allreduce_mean(grads) + np.float32(self.weight_decay) * params[0]
         buf = g if t == 1 else self.momentum * state.momentum + g
         return params - np.float32(lr) * buf, SGDMState(buf)
@@ -128,13 +188,35 @@ class Adam:
     weight_decay: float = 0.0
     name: str = "adam"
 
+    def __post_init__(self) -> None:
+        check_adam_coefficients(self.beta1, self.beta2, self.eps)
+        check_real("weight_decay", self.weight_decay, 0.0)
+
     def init(self, layout: Layout, dim: int) -> AdamState:
+        check_layout(layout)
+        dim = check_int("dim", dim, 1)
         return AdamState(np.zeros(dim, np.float32), np.zeros(dim, np.float32))
 
     def step(self, state, params, grads, lr, t):
+        _, _, d = check_step_arguments(params, grads, lr, t)
+        check_adam_state(state, d)
         g = ring_allreduce_mean(grads)
         m = self.beta1 * state.m + (1 - self.beta1) * g
         v = self.beta2 * state.v + (1 - self.beta2) * g * g
         update = (m / (1 - self.beta1**t)) / (np.sqrt(v / (1 - self.beta2**t)) + np.float32(self.eps))
         decay = np.float32(lr * self.weight_decay) * params
         return params - np.float32(lr) * update - decay, AdamState(m, v)
+
+
+def check_adam_coefficients(beta1, beta2, eps) -> None:
+    """Adam's beta1, beta2 in [0, 1) and eps > 0 (finite and non-zero in float32)."""
+    check_real("beta1", beta1, 0.0, 1.0, high_open=True)
+    check_real("beta2", beta2, 0.0, 1.0, high_open=True)
+    check_real("eps", eps, 0.0, low_open=True, float32=True)
+
+
+def check_adam_state(state, d: int) -> None:
+    """An ``AdamState`` for dimension d: finite float32 m and v, v >= 0."""
+    check_state_fields(state, AdamState, {"m": (d,), "v": (d,)})
+    if state.v.min() < 0:
+        raise ValueError(f"state.v must be >= 0 (an EMA of g^2), got {state.v.min()}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from birder_ref.validation import check_array, check_draws
+from birder_ref.validation import check_array, check_draws, check_int
 
 
 def quantize(y: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -47,7 +47,8 @@ def unpack_signs(bits: np.ndarray, d: int) -> np.ndarray:
     bits = np.asarray(bits)
     if bits.dtype != np.uint8 or bits.ndim != 1:
         raise ValueError(f"unpack_signs takes a 1-D uint8 array, got {bits.dtype} of shape {bits.shape}")
-    if d < 0 or bits.size != -(-d // 8):
-        raise ValueError(f"{bits.size} bytes cannot hold exactly d={d} signs (need {-(-max(d, 0) // 8)})")
+    d = check_int("d", d, 0)
+    if bits.size != -(-d // 8):
+        raise ValueError(f"{bits.size} bytes cannot hold exactly d={d} signs (need {-(-d // 8)})")
     plus = np.unpackbits(bits, count=d, bitorder="big").astype(bool)
     return np.where(plus, np.float32(1.0), np.float32(-1.0))

@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from math import ceil
 
+from birder_ref.validation import check_int
+
 SCHEMES = ("ps", "ring", "flat", "allgather", "hierarchical")
 PATTERNS = ("ring_reduce_scatter", "ring_all_gather", "all_to_all", "direct_all_gather", "push", "pull", "binary_tree")
 OPS = ("reduce", "copy")
@@ -28,8 +30,8 @@ class Layout:
     gpus_per_node: int
 
     def __post_init__(self) -> None:
-        if int(self.n_nodes) < 1 or int(self.gpus_per_node) < 1:
-            raise ValueError(f"a layout needs n_nodes >= 1 and gpus_per_node >= 1, got {self}")
+        check_int("n_nodes", self.n_nodes, 1)  # a layout needs whole nodes and GPUs
+        check_int("gpus_per_node", self.gpus_per_node, 1)
 
     @property
     def n_ranks(self) -> int:
@@ -196,8 +198,17 @@ class Schedule:
         return inter, intra
 
 
+def check_layout(layout) -> Layout:
+    """A ``Layout``, or a ValueError naming the parameter."""
+    if not isinstance(layout, Layout):
+        raise ValueError(f"layout must be a birder_ref.schedules.Layout, got {type(layout).__name__}")
+    return layout
+
+
 def padded_dim(dim: int, n_ranks: int) -> int:
     """dim rounded up to a multiple of 8 * n_ranks, so every chunk of every scheme is whole bytes."""
+    check_int("dim", dim, 0)
+    check_int("n_ranks", n_ranks, 1)
     unit = 8 * n_ranks
     return ceil(dim / unit) * unit
 
@@ -209,10 +220,10 @@ def count_bits(contributions: int) -> int:
 
 def schedule(scheme: str, layout: Layout, dim: int) -> Schedule:
     """The communication schedule of one Birder step with ``scheme`` on ``layout`` for a ``dim`` vector."""
-    if scheme not in SCHEMES:
+    if not isinstance(scheme, str) or scheme not in SCHEMES:
         raise ValueError(f"unknown scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
-    if int(dim) < 1:
-        raise ValueError(f"dim must be >= 1, got {dim}")
+    check_layout(layout)
+    check_int("dim", dim, 1)
     p, n, g = layout.n_ranks, layout.n_nodes, layout.gpus_per_node
     D = padded_dim(dim, p)
     everyone = (tuple(range(p)),)
@@ -251,8 +262,8 @@ def schedule(scheme: str, layout: Layout, dim: int) -> Schedule:
 
 def allreduce(layout: Layout, dim: int, bits: int = 32, name: str = "allreduce") -> Schedule:
     """Full-precision ring all-reduce over all ranks: reduce-scatter then all-gather, ``bits`` per element."""
-    if int(dim) < 1:
-        raise ValueError(f"dim must be >= 1, got {dim}")
+    check_layout(layout)
+    check_int("dim", dim, 1)
     p = layout.n_ranks
     D = padded_dim(dim, p)
     everyone = (tuple(range(p)),)
@@ -272,8 +283,8 @@ def tree_allreduce(layout: Layout, dim: int, bits: int = 32, name: str = "tree_a
 
     ``binary_tree`` phases list the two trees of each local rank as consecutive groups (chunk 0 and chunk 1).
     """
-    if int(dim) < 1:
-        raise ValueError(f"dim must be >= 1, got {dim}")
+    check_layout(layout)
+    check_int("dim", dim, 1)
     p, n, g = layout.n_ranks, layout.n_nodes, layout.gpus_per_node
     D = padded_dim(dim, p)
     nodes = tuple(layout.node_ranks(k) for k in range(n))
@@ -297,6 +308,8 @@ def optimizer_schedule(optimizer: str, layout: Layout, dim: int, scheme: str | N
     sgdm and adam: fp32 ring all-reduce; birder: ``schedule(scheme or "hierarchical")``; the 1-bit baselines
     come from ``birder_ref.baseline_schedules``.
     """
+    if not isinstance(optimizer, str) or optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
     if optimizer in ("sgdm", "adam"):
         return allreduce(layout, dim)
     if optimizer == "birder":
@@ -316,7 +329,10 @@ def paper_bytes_per_gpu(scheme: str, layout: Layout, dim: int) -> dict[str, int]
     sum_{r=1}^{p-1} ceil-bits(r) * P/(32p) of counts then (p-1)P/(32p); flat (p-1)P/(32p) twice; allgather
     (p-1)P/32.
     """
-    n, m, p = layout.n_nodes, layout.gpus_per_node, layout.n_ranks
+    if not isinstance(scheme, str) or scheme not in SCHEMES:
+        raise ValueError(f"unknown scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
+    n, m, p = check_layout(layout).n_nodes, layout.gpus_per_node, layout.n_ranks
+    check_int("dim", dim, 1)
     P = 4 * padded_dim(dim, p)
     if scheme == "hierarchical":
         return {

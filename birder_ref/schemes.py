@@ -80,14 +80,25 @@ def step(
     T0: int | None = None,
 ) -> tuple[np.ndarray, State, StepLog]:
     """One Birder step over ``scheme``; returns (u_bar, new state, byte log). See the module docstring."""
-    if scheme not in SCHEMES:
+    if not isinstance(scheme, str) or scheme not in SCHEMES:
         raise ValueError(f"unknown scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
-    if not isinstance(grads, np.ndarray) or grads.ndim != 3:
+    algorithm1.check_state(state)
+    if not isinstance(grads, np.ndarray) or grads.ndim != 3 or grads.shape[0] < 1 or grads.shape[1] < 1:
         raise ValueError(f"grads must be a (n_nodes, gpus_per_node, d) array, got {getattr(grads, 'shape', grads)}")
     layout = Layout(grads.shape[0], grads.shape[1])
     check_array("grads", grads, (*grads.shape[:2], state.dim), worker_axes=2)
+    workers = layout.n_nodes if scheme == "hierarchical" else layout.n_ranks
+    if workers != state.n_workers:
+        raise ValueError(f"grads of shape {grads.shape} give {workers} workers under {scheme!r}, but the state has "
+                         f"{state.n_workers}")
     worker_grads = worker_gradients(scheme, grads)
-    algorithm1.check_step_inputs(state, worker_grads, u_worker, u_server, beta, eps, T0)
+    algorithm1.check_step_inputs(state, worker_grads, u_worker, u_server, beta, eps, T0, state_checked=True)
+    with algorithm1.overflow_guard():
+        return _step(scheme, layout, state, grads, worker_grads, beta, eps, u_worker, u_server, T0)
+
+
+def _step(scheme: str, layout: Layout, state: State, grads, worker_grads, beta, eps, u_worker, u_server, T0):
+    """``step`` on checked inputs."""
     sched = schedule(scheme, layout, state.dim)
     D, p = sched.padded_dim, layout.n_ranks
     padded = _padded_state(state, D)

@@ -41,10 +41,73 @@ def check_draws(name: str, u, shape: tuple[int, ...], worker_axes: int = 0) -> n
     return u
 
 
+def check_int(name: str, value, minimum: int | None = None, maximum: int | None = None) -> int:
+    """An integer (Python or NumPy, not bool) within [minimum, maximum], returned as int; else a ValueError."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+        raise ValueError(f"{name} must be an integer, got {_shown(value)}")
+    value = int(value)
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        bounds = f"be >= {minimum}" if maximum is None else f"lie in [{minimum}, {maximum}]" if minimum is not None \
+            else f"be <= {maximum}"
+        raise ValueError(f"{name} must {bounds}, got {value}")
+    return value
+
+
+def check_real(name: str, value, low: float | None = None, high: float | None = None, low_open: bool = False,
+               high_open: bool = False, float32: bool = False) -> float:
+    """A finite real number (Python or NumPy, not bool) within the bounds, returned as float; else a ValueError.
+
+    ``float32``: the value must also be finite (and non-zero where ``low`` is 0 and open) once rounded to float32,
+    because the reference computes with it in float32.
+    """
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ValueError(f"{name} must be a real number, got {_shown(value)}")
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond float range
+        number = float("inf") if value > 0 else float("-inf")
+    if not np.isfinite(number):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    below = low is not None and (number <= low if low_open else number < low)
+    above = high is not None and (number >= high if high_open else number > high)
+    if below or above:
+        if high is None:
+            bounds = f"be {'>' if low_open else '>='} {low:g}"
+        elif low is None:
+            bounds = f"be {'<' if high_open else '<='} {high:g}"
+        else:
+            bounds = f"lie in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        raise ValueError(f"{name} must {bounds}, got {value!r}")
+    if float32:
+        single = np.float32(number) if abs(number) <= float(np.finfo(np.float32).max) else np.float32(np.inf)
+        if not np.isfinite(single) or (low == 0 and low_open and single == 0):
+            raise ValueError(f"{name}={number!r} is not representable in float32 (the reference computes in float32)")
+    return number
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
 def check_coefficients(beta: float, eps: float, T0: int | None = None) -> None:
-    if not 0.0 < float(beta) < 1.0:
-        raise ValueError(f"beta must lie in (0, 1), got {beta}")
-    if not float(eps) > 0.0 or not np.isfinite(eps):
-        raise ValueError(f"eps must be a positive finite number, got {eps}")
-    if T0 is not None and (isinstance(T0, bool) or not isinstance(T0, int | np.integer) or T0 < 0):
-        raise ValueError(f"T0 must be None or an integer >= 0, got {T0!r}")
+    """Algorithm 1's coefficients: beta in (0, 1), eps > 0 (finite and non-zero in float32), T0 None or >= 0."""
+    check_real("beta", beta, 0.0, 1.0, low_open=True, high_open=True)
+    check_real("eps", eps, 0.0, low_open=True, float32=True)
+    if T0 is not None:
+        check_int("T0", T0, 0)
+
+
+def check_lr(lr, name: str = "lr") -> float:
+    """A learning rate: finite, >= 0 and finite in float32 (the update is computed in float32)."""
+    return check_real(name, lr, 0.0, float32=True)
+
+
+def check_step_number(t) -> int:
+    """The driver's 1-based step t."""
+    return check_int("t", t, 1)
+
+
+def same_values(a: np.ndarray, b: np.ndarray) -> bool:
+    """Exact equality that counts NaN equal to NaN (a consistency check must not fail on a NaN both ranks hold)."""
+    return np.array_equal(a, b, equal_nan=bool(np.issubdtype(np.asarray(a).dtype, np.inexact)))

@@ -36,8 +36,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from birder_ref.onebit_adam import SCALES, compressed_allreduce
-from birder_ref.optimizers import ring_allreduce_mean
-from birder_ref.schedules import Layout, padded_dim
+from birder_ref.optimizers import check_adam_coefficients, check_state_fields, check_step_arguments, ring_allreduce_mean
+from birder_ref.schedules import Layout, check_layout, padded_dim
+from birder_ref.validation import check_int
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,7 @@ class Policy:
 
     def __post_init__(self) -> None:
         for name in ("var_freeze_step", "local_step_scaler", "var_update_scaler", "local_step_clipper"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+            check_int(name, getattr(self, name), 1)
 
     @classmethod
     def paper_bert(cls) -> Policy:
@@ -73,7 +73,7 @@ class Policy:
     def scaled(cls, total_steps: int) -> Policy:
         """The ImageNet policy scaled to ``total_steps``: 50050 of its 450450 steps (10 of 90 epochs) is 1/9,
         both for the freeze and for the doubling period."""
-        ninth = max(1, round(int(total_steps) / 9))
+        ninth = max(1, round(check_int("total_steps", total_steps, 0) / 9))
         return cls(ninth, ninth)
 
     def variance_steps(self) -> list[int]:
@@ -96,8 +96,7 @@ class Policy:
     def kinds(self, total_steps: int) -> list[str]:
         """Per 1-based step 1 .. total_steps: ``variance`` (fp32 all-reduce, v updated), ``onebit`` (1-bit
         all-reduce) or ``local`` (nothing sent)."""
-        if int(total_steps) < 0:
-            raise ValueError(f"total_steps must be >= 0, got {total_steps}")
+        total_steps = check_int("total_steps", total_steps, 0)
         variance = set(self.variance_steps())
         kinds, next_sync = [], self.var_freeze_step + 1  # the first step after the freeze syncs
         for t in range(1, int(total_steps) + 1):
@@ -165,11 +164,15 @@ class ZeroOneAdam:
     name: str = "zero-one-adam"
 
     def __post_init__(self) -> None:
-        if self.scale not in SCALES:
+        if not isinstance(self.policy, Policy):
+            raise ValueError(f"policy must be a zero_one_adam.Policy, got {type(self.policy).__name__}")
+        if not isinstance(self.scale, str) or self.scale not in SCALES:
             raise ValueError(f"unknown scale {self.scale!r}; choose one of {', '.join(SCALES)}")
+        check_adam_coefficients(self.beta1, self.beta2, self.eps)
 
     def init(self, layout: Layout, dim: int) -> ZeroOneAdamState:
-        p, D = layout.n_ranks, padded_dim(dim, layout.n_ranks)
+        dim = check_int("dim", dim, 1)
+        p, D = check_layout(layout).n_ranks, padded_dim(dim, layout.n_ranks)
         zeros = np.zeros((p, dim), np.float32)
         return ZeroOneAdamState(zeros, np.zeros(dim, np.float32), 0, zeros.copy(), 0.0, np.zeros(dim, np.float32),
                                 self.policy.var_freeze_step + 1, np.zeros((p, D), np.float32),
@@ -183,7 +186,12 @@ class ZeroOneAdam:
         return out[: values.shape[1]], worker_error, server_error
 
     def step(self, state: ZeroOneAdamState, params: np.ndarray, grads: np.ndarray, lr: float, t: int):
-        n, g, d = grads.shape
+        n, g, d = check_step_arguments(params, grads, lr, t)
+        p, D = n * g, padded_dim(d, n * g)
+        check_state_fields(state, ZeroOneAdamState, {"m": (p, d), "v": (d,), "buffer": (p, d), "anchor": (d,),
+                                                     "worker_error": (p, D), "server_error": (p, D // p)})
+        if state.v.min() < 0:
+            raise ValueError(f"state.v must be >= 0 (an EMA of g^2), got {state.v.min()}")
         gamma = lr / (1 - self.beta1**t)
         if t <= self.policy.var_freeze_step:  # Algorithm 4: one all-reduce of the gradients per step
             v, count, errors = state.v, state.variance_updates, (state.worker_error, state.server_error)

@@ -100,20 +100,22 @@ def test_bad_input_is_one_clear_error_and_the_state_is_untouched(mutate, message
                                        (0.9, float("nan")), (float("nan"), 1e-8)])
 def test_coefficients_outside_their_ranges_are_rejected(beta, eps):
     state, g, U, V = _good()
-    with pytest.raises(ValueError, match="beta must lie in|eps must be"):
+    with pytest.raises(ValueError, match="beta must|eps must be"):
         algorithm1.step(state, g, beta, eps, u_worker=U, u_server=V)
 
 
 @pytest.mark.parametrize("T0", [-1, 1.5, "3", True])
 def test_T0_must_be_a_non_negative_integer(T0):
     state, g, U, V = _good()
-    with pytest.raises(ValueError, match="T0 must be None or an integer >= 0"):
+    with pytest.raises(ValueError, match="T0 must be"):
         algorithm1.step(state, g, u_worker=U, u_server=V, T0=T0)
 
 
 def test_init_rejects_empty_shapes():
-    with pytest.raises(ValueError, match="n_workers >= 1 and dim >= 1"):
+    with pytest.raises(ValueError, match="n_workers must be >= 1"):
         algorithm1.init(0, 4)
+    with pytest.raises(ValueError, match="dim must be >= 1"):
+        algorithm1.init(2, 0)
 
 
 def _set(a, index, value):

@@ -89,7 +89,7 @@ def test_a_count_too_wide_for_its_declared_bits_is_caught():
 
 @pytest.mark.parametrize("call, message", [
     (lambda: schedule("tree", Layout(2, 2), 8), "unknown scheme 'tree'"),
-    (lambda: Layout(0, 8), "n_nodes >= 1"),
+    (lambda: Layout(0, 8), "n_nodes must be >= 1"),
     (lambda: schedule("ring", Layout(2, 2), 0), "dim must be >= 1"),
     (lambda: schemes.step("ring", algorithm1.init(4, 3), np.zeros((4, 3), np.float32)), "(n_nodes, gpus_per_node, d)"),
 ])
