@@ -24,14 +24,17 @@ def test_a_wrong_implementation_exits_one_naming_the_check(capsys):
     assert "FAIL  line9_worker_error" in out and "failed: line9_worker_error" in out and "wall time" in out
 
 
-def test_missing_quantize_is_a_failed_check_not_a_crash(capsys):
+def test_missing_quantize_lacks_the_interface_exit_two_reported_once(capsys):
+    """CONTRACT: an implementation lacking the interface cannot be judged (exit 2), the report still says why."""
     code = main(["check", "--json", "--impl", "proofs_checks.mutants:missing_quantize", "--only",
                  "interface,eq5_support,line9_worker_error"])
-    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
-    assert code == 1
+    captured = capsys.readouterr()
+    checks = {c["name"]: c for c in json.loads(captured.out)["checks"]}
+    assert code == 2 and captured.err.count("\n") == 1 and "lacks the interface" in captured.err
     assert not checks["interface"]["passed"] and "quantize" in checks["interface"]["detail"]
-    assert not checks["eq5_support"]["passed"]
+    assert checks["eq5_support"]["status"] == "blocked" and "interface" in checks["eq5_support"]["detail"]
     assert checks["line9_worker_error"]["passed"]  # step alone still satisfies line 9
+    assert {c["kind"] for c in checks.values()} == {"paper", "contract"}
 
 
 def test_bad_usage_is_one_line_and_exit_two(capsys):
