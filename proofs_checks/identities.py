@@ -431,7 +431,7 @@ def lemma2(ctx: Context) -> Outcome:
     "Eqs. 32 (iii), 35 (v), 36 (iv): alpha_{t-1}/(b_{t-1})_j - alpha_t/(b_t)_j >= 0 for alpha_t = c/sqrt(t); this "
     "needs line 7's running maximum (t > T0), which the paper says is 'commonly not implemented in practice'",
     "every step past T0 of the AMSGrad trajectories must satisfy it (b + eps as b); measured without AMSGrad",
-    after=("line7_amsgrad",),
+    after=("line2_step_counter", "line7_amsgrad"),
 )
 def step_sizes_nonincreasing(ctx: Context) -> Outcome:
     broken = checked = free_broken = free_total = 0

@@ -5,9 +5,9 @@ gradients and draws give the same outputs; the input state is left as it was).
 Lines 8 and 12 are checked against the implementation's own ``quantize`` with the injected draws: an
 implementation that draws internally, or quantizes something else, disagrees. On the trajectories its y = m/(b+eps)
 + e is known to us only to rounding, so each comparison evaluates ``quantize`` at y and y +- w, with w = 2^-20
-(|r| + |e_prev|) the rounding the implementation's own y may carry (0 where y is exactly 0), and skips the rare
-elements where the three disagree (counted; a quantizer that is not a function of (y, u) makes most elements
-"ambiguous" and fails). No monotonicity in y is assumed: a quantizer with Eq. 5's law and another draw mapping
+(|r| + |e_prev|) the rounding the implementation's own y may carry (0 where y is exactly 0), and skips the
+elements where the three disagree (counted; if more than half are skipped the check fails). No monotonicity in y
+is assumed: a quantizer with Eq. 5's law and another draw mapping
 (keep the sign of y with probability (1 + |y|)/2) is judged like the contract's ``u < (y + 1)/2``.
 ``step_exact_draws`` then drives ``step`` where y and z are exact (dyadic gradients, beta = 1/2) with draws chosen
 from y itself: u = 0 and u = 1 - 2^-24 at |y| = 1, u on the threshold (y + 1)/2 and one grid step below it, with no
@@ -26,7 +26,10 @@ from proofs_checks.registry import Context, Outcome, check, verdict
 from proofs_checks.target import ARRAY_FIELDS, Target, read_state, same_bits
 from proofs_checks.trajectories import SETTINGS, all_records, draws, gradients, trajectories
 
-AMBIGUOUS_SHARE = 0.01  # above this share of skipped elements the quantizer is not a function of (y, u)
+# Above this share of skipped elements too little is judged. A quantizer that is not a function of (y, u) (draws
+# of its own) is not caught by this share but by mismatches where its three calls happen to agree, and by
+# determinism; a correct quantizer that is not monotone in y (another draw mapping) skips a few percent.
+AMBIGUOUS_SHARE = 0.5
 STEP_KEYWORDS = ("beta", "eps", "u_worker", "u_server", "T0")
 
 
