@@ -92,6 +92,14 @@ class Int8VoteSum(Plain):
         return u.astype(np.int8).sum(axis=0, dtype=np.int8).astype(np.float32) / np.float32(u.shape[0])
 
 
+class Uint8PlusCount(Plain):
+    """The count of +1 votes kept in uint8 (mean = 2 count / n - 1): wraps past 255 agreeing workers."""
+
+    def mean(self, u):
+        plus = (u > 0).astype(np.uint8).sum(axis=0, dtype=np.uint8)
+        return np.float32(2) * plus.astype(np.float32) / np.float32(u.shape[0]) - np.float32(1)
+
+
 class PartialGridKernel(Plain):
     """Lines 5-6 launched on a grid covering only the first 2^16 elements of each worker."""
 
@@ -191,6 +199,14 @@ class MaxEps(Plain):
         return m / np.maximum(b, np.float32(eps))
 
 
+class NoEps(Plain):
+    """r = m / b: 0 / 0 = NaN where b = 0, and a NaN error from then on."""
+
+    def ratio(self, m, b, eps):
+        with np.errstate(all="ignore"):
+            return m / b
+
+
 # ---- correct alternatives --------------------------------------------------------------------------------------
 
 
@@ -217,6 +233,7 @@ class LerpEmas(Plain):
 MUTANTS = {
     "group_mean_server": (GroupMeanServer(), "line13_server_error"),
     "int8_vote_sum": (Int8VoteSum(), "line13_server_error"),
+    "uint8_plus_count": (Uint8PlusCount(), "line13_server_error"),
     "partial_grid_kernel": (PartialGridKernel(), "line5_6_moments"),
     "frozen_b_hat_after_40": (FrozenBHatAfterWarmup(), "line5_6_moments"),
     "wrapping_step_counter": (WrappingCounter(), "line2_step_counter"),
@@ -227,6 +244,7 @@ MUTANTS = {
     "float64_state": (Float64State(), "contract_dtypes"),
     "fused_inclusive_quantizer": (FusedInclusiveQuantizer(), "step_exact_draws"),
     "max_b_eps": (MaxEps(), "contract_eps_convention"),
+    "no_eps_nan": (NoEps(), "contract_eps_convention"),
 }
 
 # name -> a correct implementation the suite must accept

@@ -68,6 +68,7 @@ class Record:
     u_bar: np.ndarray
     new: StateView
     input_changed: tuple[str, ...] = ()
+    inputs_changed: tuple[str, ...] = ()
     older_changed: tuple[str, ...] = ()
     previous_u_bar_changed: bool = False
     dtypes: tuple[tuple[str, str], ...] = ()
@@ -167,10 +168,11 @@ def run(target: Target, setting: Setting) -> list[Record]:
     for t in range(1, setting.T + 1):
         grads = gradients(setting, rng, t)
         u_worker, u_server = draws(rng, n, d)
+        given = (grads.copy(), u_worker.copy(), u_server.copy())  # step gets these; the record keeps the originals
         try:
             prev = read_state(state, n, d)
-            raw_u_bar, u_bar, new_state = target.call_step(state, grads, setting.beta, setting.eps, u_worker,
-                                                           u_server, setting.T0)
+            raw_u_bar, u_bar, new_state = target.call_step(state, given[0], setting.beta, setting.eps, given[1],
+                                                           given[2], setting.T0)
             new = read_state(new_state, n, d)
             input_changed = _changed(state, prev, n, d)
             older_changed = _changed(older[0], older[1], n, d) if older else ()
@@ -179,8 +181,11 @@ def run(target: Target, setting: Setting) -> list[Record]:
             dtypes = tuple(state_dtypes(new_state).items()) + (("u_bar", str(u_bar.dtype)),)
         except ImplError as error:
             raise ImplError(f"{error} (trajectory {setting.name!r}, step {t})") from error
-        records.append(Record(setting, prev, grads, u_worker, u_server, u_bar, new, input_changed, older_changed,
-                              u_bar_changed, dtypes))
+        inputs_changed = tuple(name for name, mine, theirs in zip(("gradients", "u_worker", "u_server"),
+                                                                  (grads, u_worker, u_server), given, strict=True)
+                               if not same_bits(mine, theirs))
+        records.append(Record(setting, prev, grads, u_worker, u_server, u_bar, new, input_changed, inputs_changed,
+                              older_changed, u_bar_changed, dtypes))
         older, previous_u_bar = (state, prev), (raw_u_bar, u_bar)
         state = new_state
     return records

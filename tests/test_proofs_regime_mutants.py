@@ -35,6 +35,9 @@ def test_the_root_causes_name_the_line_or_the_clause():
     report = run_checks(load_target(mutants_regimes.MUTANTS["max_b_eps"][0]), names=["contract_eps_convention"],
                         progress=False)
     assert "r is not m / (b + eps)" in report.results[0].detail and "m / max(b, eps)" in report.results[0].detail
+    report = run_checks(load_target(mutants_regimes.MUTANTS["no_eps_nan"][0]), names=["contract_eps_convention"],
+                        progress=False)
+    assert "fit r = m / b (no eps)" in report.results[0].detail and "NaN" not in report.results[0].detail
     report = run_checks(load_target(mutants_regimes.MUTANTS["wrapping_step_counter"][0]),
                         names=["line2_step_counter"], progress=False)
     assert "wraps" in report.results[0].detail
