@@ -1,18 +1,191 @@
-"""`birder check`: the property suite against birder_ref.algorithm1 or a plugged-in implementation."""
+"""`birder check`: the property suite against birder_ref.algorithm1 or a plugged-in implementation.
+
+The implementation is imported and driven in a child process (``proofs_checks.isolated``) with a time limit per
+check, so the verdict can be trusted in CI: an implementation that exits, raises at import, hangs, ends its
+process or prints to stdout gives exit status 2 and one line on stderr, never 0; with ``--json`` stdout stays one
+JSON object.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
 
-from proofs_checks.runner import dumps, run_checks, table
-from proofs_checks.target import DEFAULT_IMPL, load_target
+from tqdm import tqdm
+
+from proofs_checks.runner import Report, Result, table
+from proofs_checks.runner import select as select_checks
+from proofs_checks.target import DEFAULT_IMPL
+
+TEMPLATE = Path(__file__).with_name("template.py")
+DEFAULT_TIMEOUT_S = 300.0
+INTERFACE_HELP = """\
+The interface (arrays are float32 NumPy arrays, or anything numpy.asarray reads, e.g. CPU/CUDA tensors):
+
+  quantize(y, u) -> q         Eq. 5 with the draw injected: +1 where u < (clip(y, -1, 1) + 1) / 2, else -1
+                              (any mapping of draws with P(+1) = (y + 1)/2 is accepted); u in [0, 1)
+  init(n_workers, dim) -> state
+                              fields m, b_hat, b, e (n, d) and server_e (d,) all zero, t = 0 (attributes or keys)
+  step(state, grads, beta, eps, u_worker, u_server, T0=None) -> (u_bar, new_state)
+                              Algorithm 1 lines 5-13, in this order, in float32:
+                                t = t + 1
+                                m = beta * m + (1 - beta) * g
+                                b_hat = beta * b_hat + (1 - beta) * abs(g)
+                                b = maximum(b, b_hat) if T0 is not None and t > T0 else b_hat
+                                r = m / (b + eps);  y = r + e;  u = quantize(y, u_worker);  e = y - u
+                                z = mean over workers of u + server_e
+                                u_bar = quantize(z, u_server);  server_e = z - u_bar
+                              grads, u_worker (n, d); u_server, u_bar (d,); the given state is left unchanged
+                              and what step returns is never overwritten by a later call
+
+Paper claims (kind "paper") are the paper's equations, lemmas and Theorem 1; contract clauses (kind "contract")
+are the interface's own rules: float32 dtypes, shapes, purity, no aliasing, r = m / (b + eps), |m| <= b in float32
+(m and b with the same operations in the same order). `birder check --template` prints a minimal correct
+implementation to copy. Exit status: 0 every check holds, 1 a check fails, 2 the implementation cannot be judged
+(it cannot be imported, exits, raises at import, hangs past --timeout, prints to stdout, lacks the interface).
+"""
+
+
+class Unjudgeable(Exception):
+    """The implementation cannot be judged; ``results`` holds the checks that finished before."""
+
+    def __init__(self, message: str, results: list[Result], target: str):
+        super().__init__(message)
+        self.results, self.target = results, target
+
+
+def _child_env() -> dict:
+    """The environment of the child: this package's folder first on PYTHONPATH, so it imports this proofs_checks."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (root, env.get("PYTHONPATH"))))
+    return env
+
+
+def _first_line(path: str, limit: int = 120) -> tuple[int, str]:
+    data = Path(path).read_bytes()
+    line = data.decode("utf-8", "replace").strip().splitlines()[0] if data.strip() else ""
+    return len(data), (line[:limit] + "...") if len(line) > limit else line
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Kill the child and anything it started (it runs in its own process group, which this command created)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        process.kill()
+    process.wait()
+
+
+def run_isolated(impl: str | None, names: list[str] | None, parity: bool, timeout: float, quiet: bool) -> Report:
+    """Run the checks in a child process; raise Unjudgeable when the implementation cannot be judged."""
+    options = {"impl": impl, "only": names, "parity": parity}
+    total = len(select_checks(names, parity))
+    read_fd, write_fd = os.pipe()
+    with tempfile.TemporaryDirectory(prefix="birder-check-") as scratch:
+        out_path, err_path = os.path.join(scratch, "stdout"), os.path.join(scratch, "stderr")
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "proofs_checks.isolated", str(write_fd), json.dumps(options)],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=err, pass_fds=(write_fd,), env=_child_env(),
+                start_new_session=True)
+        os.close(write_fd)
+        started = time.perf_counter()
+        results, target, current, error, done = [], impl or DEFAULT_IMPL, None, None, False
+        buffer = b""
+        bar = tqdm(total=total, desc="birder check", unit="check", disable=True if quiet else None)
+        try:
+            with os.fdopen(read_fd, "rb", buffering=0) as channel:
+                deadline = time.monotonic() + timeout
+                while not done and error is None:
+                    ready, _, _ = select.select([channel], [], [], max(0.0, deadline - time.monotonic()))
+                    if not ready:
+                        what = f"check {current}" if current else "importing the implementation"
+                        error = (f"{what} did not finish within {timeout:g} s: the implementation hangs or is too "
+                                 "slow (raise the limit with --timeout)")
+                        break
+                    chunk = channel.read(65536)
+                    if not chunk:
+                        break
+                    buffer += chunk
+                    while b"\n" in buffer:
+                        line, buffer = buffer.split(b"\n", 1)
+                        message = json.loads(line)
+                        event = message["event"]
+                        if event == "loaded":
+                            target = message["target"]
+                        elif event == "start":
+                            current = message["name"]
+                            deadline = time.monotonic() + timeout
+                        elif event == "result":
+                            results.append(Result(**message["result"]))
+                            current = None
+                            bar.update(1)
+                        elif event == "error":
+                            error = message["message"]
+                        elif event == "done":
+                            done = True
+        finally:
+            bar.close()
+            if process.poll() is None and not done:
+                _stop(process)
+        code = process.wait()
+        if error is None and not done:
+            where = f"during check {current}" if current else "while importing the implementation"
+            tail = Path(err_path).read_text("utf-8", "replace").strip().splitlines()
+            error = (f"the checking process ended {where} (exit status {code}): the implementation ended it"
+                     + (f"; its last words: {tail[-1][:160]}" if tail else ""))
+        if error is None:
+            size, first = _first_line(out_path)
+            if size:
+                error = (f"the implementation printed {size} bytes to stdout (first line: {first!r}): the verdict "
+                         "is withheld, as output it does not control could be taken for the verdict; print to "
+                         "stderr instead")
+        if error is not None:
+            raise Unjudgeable(error, results, target)
+        return Report(target, results, round(time.perf_counter() - started, 2))
+
+
+def _parse_only(only: str | None) -> list[str] | None:
+    if only is None:
+        return None
+    names = [n.strip() for n in only.split(",") if n.strip()]
+    if not names:
+        raise ValueError("--only needs at least one check name (NAME[,NAME])")
+    return names
 
 
 def run(args: argparse.Namespace) -> int:
-    target = load_target(args.impl)  # ValueError (not importable) -> one line on stderr, exit 2
-    names = [n for n in (args.only or "").split(",") if n] or None
-    report = run_checks(target, names=names, parity=args.parity, progress=not args.json)
-    print(dumps(report) if args.json else table(report))
+    if args.template:
+        print(TEMPLATE.read_text(), end="")
+        return 0
+    if not args.timeout > 0:
+        raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    names = _parse_only(args.only)
+    select_checks(names, args.parity)  # an unknown name: ValueError, one line, exit 2
+    quiet = bool(getattr(args, "quiet", False))
+    try:
+        report = run_isolated(args.impl, names, args.parity, args.timeout, quiet)
+    except Unjudgeable as stopped:
+        if args.json:
+            print(json.dumps({"passed": False, "error": str(stopped), "impl": stopped.target,
+                              "checks": Report(stopped.target, stopped.results, 0.0).to_json()["checks"]}))
+        print(f"birder check: error: {' '.join(str(stopped).split())}", file=sys.stderr)
+        return 2
+    print(json.dumps(report.to_json()) if args.json else table(report))
+    broken = report.interface_broken
+    if broken:
+        print(f"birder check: error: the implementation lacks the interface: {' '.join(broken.split())}",
+              file=sys.stderr)
+        return 2
     return 0 if report.passed else 1
 
 
@@ -20,13 +193,21 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "check",
         help="the paper's claims as checks, against the reference or your implementation",
-        description="Check an implementation of Birder (quantize, init, step; see CONTRACT.md) against every claim "
-                    "of the paper. Exit status 0 if every check holds, 1 if one fails.",
+        description="Check an implementation of Birder (quantize, init, step) against every claim of the paper "
+                    "and every clause of the interface. Exit status 0 if every check holds, 1 if one fails, 2 if "
+                    "the implementation cannot be judged.\n\n" + INTERFACE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--impl", metavar="MODULE[:OBJECT]", default=None,
-                   help=f"the implementation to judge (default {DEFAULT_IMPL})")
+                   help=f"the implementation to judge: a module (the current directory is searched), MODULE:OBJECT, "
+                        f"or a file path/to/impl.py[:OBJECT] (default {DEFAULT_IMPL})")
     p.add_argument("--only", metavar="NAME[,NAME]", help="run only these checks")
     p.add_argument("--parity", action="store_true",
                    help="also require bit-for-bit agreement with birder_ref (not a claim of the paper)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
+                   help=f"seconds one check (or the import) may take before the implementation is declared hung, "
+                        f"exit 2 (default {DEFAULT_TIMEOUT_S:g})")
+    p.add_argument("--template", action="store_true",
+                   help="print a minimal correct implementation (NumPy) to copy, and exit")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)

@@ -114,6 +114,7 @@ def probability_exact(ctx: Context) -> Outcome:
     "Lemma 1 (Eqs. 16-18): E[Q(y)] = y and E[(y - Q(y))^2] = 1 - y^2 <= 1 for |y| <= 1",
     "computed exactly from the grid counts of eq5_probability_exact; tolerance from one grid step",
     needs=("quantize",),
+    after=("eq5_probability_exact",),
 )
 def lemma1_moments(ctx: Context) -> Outcome:
     worst_mean = worst_var = 0.0
@@ -134,6 +135,7 @@ def lemma1_moments(ctx: Context) -> Outcome:
     "Eq. 5 at p = 1 and p = 0, and its clipped extension: |y| >= 1 gives sign(y) for every draw",
     "y = +-1, +-(1 + 2^-23), ..., +-FLT_MAX against all 2^16 grid draws and 1 - 2^-24",
     needs=("quantize",),
+    after=("eq5_probability_exact",),
 )
 def saturation(ctx: Context) -> Outcome:
     magnitudes = np.array([1, 1 + 2.0**-23, 1.5, 2, 3, 1e3, 1e30, np.finfo(np.float32).max], np.float32)

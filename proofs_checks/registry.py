@@ -2,7 +2,13 @@
 
 A check function takes a ``Context`` (the target plus a cache of trajectories shared between checks) and returns
 an ``Outcome``: ``pass`` or ``fail``, ``n/a`` (the target does not offer what the claim is about) or ``info``
-(a measurement the paper does not bound, reported, never failing).
+(a measurement the paper does not bound, reported, never failing). The runner adds ``blocked``: not judged,
+because a check it rests on (``after``) failed or the same implementation error was already reported, so each
+root cause is reported once.
+
+Every check has a ``kind``: ``"paper"`` for a claim of the paper, ``"contract"`` for a clause of the interface
+(dtypes, shapes, purity, aliasing, the eps convention, float32 |m| <= b): a user sees "your u_bar is float64", not
+a paper claim failing.
 """
 
 from __future__ import annotations
@@ -12,7 +18,8 @@ from dataclasses import dataclass, field
 
 from proofs_checks.target import Target
 
-STATUSES = ("pass", "fail", "n/a", "info")
+STATUSES = ("pass", "fail", "n/a", "info", "blocked")
+KINDS = ("paper", "contract")
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,8 @@ class Check:
     run: Callable[[Context], Outcome]
     needs: tuple[str, ...] = ("init", "step")  # the interface functions it drives
     opt_in: bool = False  # run only when asked for (parity with birder_ref)
+    kind: str = "paper"  # "paper" (a claim of the paper) or "contract" (a clause of the interface)
+    after: tuple[str, ...] = ()  # checks it rests on: when one of them fails, this one is not judged
 
 
 @dataclass
@@ -46,6 +55,8 @@ class Context:
 
     target: Target
     cache: dict = field(default_factory=dict)
+    failed: set = field(default_factory=set)  # names of the checks that failed or were not judged so far
+    errors: dict = field(default_factory=dict)  # implementation error message -> the first check that met it
 
     def shared(self, key, compute: Callable):
         """``compute()`` once per key; an exception is cached too and raised again for every check that asks."""
@@ -63,13 +74,16 @@ class Context:
 CHECKS: list[Check] = []
 
 
-def check(name: str, claim: str, method: str, needs: tuple[str, ...] = ("init", "step"), opt_in: bool = False):
+def check(name: str, claim: str, method: str, needs: tuple[str, ...] = ("init", "step"), opt_in: bool = False,
+          kind: str = "paper", after: tuple[str, ...] = ()):
     """Register the decorated function as the check ``name`` (report order is registration order)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r}")
 
     def register(function: Callable[[Context], Outcome]) -> Callable[[Context], Outcome]:
         if any(c.name == name for c in CHECKS):
             raise ValueError(f"check {name!r} registered twice")
-        CHECKS.append(Check(name, claim, method, function, needs, opt_in))
+        CHECKS.append(Check(name, claim, method, function, needs, opt_in, kind, after))
         return function
 
     return register

@@ -1,16 +1,22 @@
-"""The implementation under test, seen only through the interface of ../shared/CONTRACT.md.
+"""The implementation under test, seen only through its interface (README "Job 1", ``birder check --help``).
 
 An implementation is any object (a module, a class instance, ...) with ``quantize(y, u)``, ``init(n_workers,
 dim)`` and ``step(state, grads, beta=, eps=, u_worker=, u_server=, T0=)`` returning ``(u_bar, new_state)``. The
 state's fields m, b_hat, b, e, server_e and t are read by attribute, or by key from a dict-like state. Arrays may
 be NumPy arrays or anything ``numpy.asarray`` understands (torch tensors are moved to the CPU first).
+``load_target`` takes ``MODULE[:OBJECT]`` (a module in the current directory included) or a file path
+``path/to/impl.py[:OBJECT]``.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
+import os
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,10 +31,23 @@ class ImplError(Exception):
 
 
 def to_numpy(x) -> np.ndarray:
-    """A NumPy copy of an array-like (torch tensors are detached and moved to the CPU)."""
-    if hasattr(x, "detach"):
-        x = x.detach().cpu().numpy()
-    return np.array(x, copy=True)
+    """A NumPy copy of an array-like (torch tensors are detached and moved to the CPU), dtype kept."""
+    try:
+        if hasattr(x, "detach"):
+            x = x.detach().cpu().numpy()
+        return np.array(x, copy=True)
+    except Exception as error:  # e.g. a bfloat16 tensor, or an object numpy cannot read
+        raise ImplError(f"cannot read {type(x).__name__} as an array: {type(error).__name__}: {error}") from error
+
+
+def read_count(value) -> int:
+    """The step counter t as a Python int (a Python or NumPy integer, or a 0-d integer array or tensor)."""
+    a = to_numpy(value)
+    if a.shape != () or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
+        raise ImplError(f"state field t is {a!r}, expected an integer")
+    if np.issubdtype(a.dtype, np.floating) and not (np.isfinite(a) and float(a) == int(a)):
+        raise ImplError(f"state field t is {float(a)!r}, expected an integer")
+    return int(a)
 
 
 @dataclass(frozen=True)
@@ -70,7 +89,15 @@ def read_state(state, n: int, d: int) -> StateView:
         if value.shape != want:
             raise ImplError(f"state field {name} has shape {value.shape}, expected {want}")
         arrays[name] = value
-    return StateView(**arrays, t=int(to_numpy(_field(state, "t"))))
+    return StateView(**arrays, t=read_count(_field(state, "t")))
+
+
+def state_dtypes(state) -> dict:
+    """The dtype of each array field and the type of t, as the implementation returned them."""
+    kinds = {name: str(to_numpy(_field(state, name)).dtype) for name in ARRAY_FIELDS}
+    t = _field(state, "t")
+    kinds["t"] = str(to_numpy(t).dtype) if hasattr(t, "dtype") else type(t).__name__
+    return kinds
 
 
 @dataclass(frozen=True)
@@ -115,18 +142,24 @@ class Target:
         except Exception as error:
             raise ImplError(f"init({n}, {d}) raised {type(error).__name__}: {error}") from error
 
-    def run_step(self, state, grads, beta, eps, u_worker, u_server, T0):
-        """One call of ``step`` with keyword arguments; returns (u_bar as a NumPy array, the new state)."""
+    def call_step(self, state, grads, beta, eps, u_worker, u_server, T0):
+        """One call of ``step`` with keyword arguments; returns (u_bar as returned, a NumPy copy of it, the new
+        state)."""
         try:
             out = self.step(state, grads, beta=beta, eps=eps, u_worker=u_worker, u_server=u_server, T0=T0)
         except Exception as error:
             raise ImplError(f"step raised {type(error).__name__}: {error}") from error
-        if not isinstance(out, tuple) or len(out) != 2:
+        if not isinstance(out, tuple | list) or len(out) != 2:
             raise ImplError(f"step returned {type(out).__name__}, expected the pair (u_bar, new_state)")
         u_bar = to_numpy(out[0])
         if u_bar.shape != (grads.shape[1],):
             raise ImplError(f"step returned u_bar of shape {u_bar.shape}, expected {(grads.shape[1],)}")
-        return u_bar, out[1]
+        return out[0], u_bar, out[1]
+
+    def run_step(self, state, grads, beta, eps, u_worker, u_server, T0):
+        """One call of ``step`` with keyword arguments; returns (u_bar as a NumPy array, the new state)."""
+        _, u_bar, new = self.call_step(state, grads, beta, eps, u_worker, u_server, T0)
+        return u_bar, new
 
 
 def target_from_object(obj, name: str | None = None, schemes=None) -> Target:
@@ -156,11 +189,52 @@ def interface_misuse(obj) -> str | None:
     return None
 
 
-def load_target(spec=None) -> Target:
-    """The implementation named by ``MODULE[:OBJECT]`` (default ``birder_ref.algorithm1``), or an object itself.
+def _split_spec(spec: str) -> tuple[str, str]:
+    """``MODULE[:OBJECT]`` or ``path/to/file.py[:OBJECT]`` -> (module or path, object path)."""
+    head, sep, tail = spec.rpartition(":")
+    if sep and head and "/" not in tail and "\\" not in tail and not tail.endswith(".py"):
+        return head, tail
+    return spec, ""
+
+
+def _is_path(name: str) -> bool:
+    return name.endswith(".py") or os.sep in name or "/" in name
+
+
+def import_file(path: str):
+    """Import a Python file as a module. Its folder goes first on sys.path (its sibling imports work); a package's
+    ``__init__.py`` (or a package folder) is imported as that package, so its relative imports work."""
+    file = Path(path).expanduser().resolve()
+    if file.is_dir():
+        file = file / "__init__.py"
+    if not file.is_file():
+        raise ValueError(f"no such file: {path}")
+    if file.name == "__init__.py":
+        root, name = str(file.parent.parent), file.parent.name
+        if root not in sys.path:
+            sys.path.insert(0, root)
+        return importlib.import_module(name)
+    folder = str(file.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    name = file.stem if file.stem.isidentifier() else "birder_impl_under_check"
+    module_spec = importlib.util.spec_from_file_location(name, file)
+    if module_spec is None or module_spec.loader is None:
+        raise ValueError(f"{path} is not a Python file")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def load_target(spec=None, search_cwd: bool = False) -> Target:
+    """The implementation named by ``MODULE[:OBJECT]`` or ``path/to/file.py[:OBJECT]`` (default
+    ``birder_ref.algorithm1``), or an object itself. ``search_cwd`` puts the current directory first on sys.path,
+    as ``python -m`` does (the command line sets it).
 
     Raises ValueError (one line) when the module cannot be imported, the object is not in it, or the object cannot
-    be an implementation (``interface_misuse``).
+    be an implementation (``interface_misuse``). A SystemExit raised while importing is also reported as a
+    ValueError: importing an implementation must not end the process.
     """
     if spec is None:
         spec = DEFAULT_IMPL
@@ -169,13 +243,21 @@ def load_target(spec=None) -> Target:
         if misuse:
             raise ValueError(misuse)
         return target_from_object(spec)
-    module_name, _, object_path = spec.partition(":")
+    module_name, object_path = _split_spec(spec.strip())
     if not module_name:
-        raise ValueError(f"--impl {spec!r}: expected MODULE[:OBJECT]")
+        raise ValueError(f"--impl {spec!r}: expected MODULE[:OBJECT] or path/to/file.py[:OBJECT]")
+    if search_cwd and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
-        obj = importlib.import_module(module_name)
+        obj = import_file(module_name) if _is_path(module_name) else importlib.import_module(module_name)
+    except ValueError:
+        raise
+    except SystemExit as error:
+        raise ValueError(f"importing {module_name!r} called sys.exit({error.code!r})") from error
     except Exception as error:  # any failure to import is bad usage, reported in one line
-        raise ValueError(f"cannot import {module_name!r}: {type(error).__name__}: {error}") from error
+        hint = "" if _is_path(module_name) else " (a file: give its path, path/to/impl.py)"
+        raise ValueError(f"cannot import {module_name!r}: {type(error).__name__}: {error}"
+                         + (hint if isinstance(error, ModuleNotFoundError) else "")) from error
     for part in filter(None, object_path.split(".")):
         if not hasattr(obj, part):
             raise ValueError(f"{spec!r}: {getattr(obj, '__name__', obj)!s} has no attribute {part!r}")

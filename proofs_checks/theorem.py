@@ -140,6 +140,7 @@ def theorem_run(ctx: Context) -> dict:
     "Eqs. 41-42",
     f"{PROBLEMS} seeds of a non-convex problem (L = 1/4, G = 1, rho = 0.9, c = 1, beta = 0.1), T = 16..{STEPS}: "
     "mean of X_T^2 <= bound + Hoeffding eps (false failure <= 1e-9)",
+    after=("line5_6_moments", "line9_worker_error", "line13_server_error"),
 )
 def theorem1_bound(ctx: Context) -> Outcome:
     run = theorem_run(ctx)
@@ -180,6 +181,7 @@ def theorem1_decay_measured(ctx: Context) -> Outcome:
     "Algorithm 1 lines 9 and 13 hold at every step of a long run, not only over the first few",
     f"every one of the {STEPS} steps of the Theorem 1 run ({N_WORKERS} workers x {PROBLEMS} coordinates): "
     "tolerance 2^-20 as line9_worker_error and line13_server_error",
+    after=("line5_6_moments", "line9_worker_error", "line13_server_error"),
 )
 def long_run_identities(ctx: Context) -> Outcome:
     run = theorem_run(ctx)
@@ -194,6 +196,7 @@ def long_run_identities(ctx: Context) -> Outcome:
     "does not cover: there |y| > 1 happens): E[(e_t^(i))_j^2] <= 1 and E[(e_bar_t)_j^2] <= 1 at every t",
     f"the {STEPS}-step Theorem 1 run: per step, the mean over the {PROBLEMS} independent problems (each in [0, 4]) "
     "<= 1 + Hoeffding eps (false failure <= 1e-9 if the claim holds); Eq. 12's combined error reported",
+    after=("line5_6_moments", "line9_worker_error", "line13_server_error"),
 )
 def lemma1_error_second_moment(ctx: Context) -> Outcome:
     second = theorem_run(ctx)["second_moment"]

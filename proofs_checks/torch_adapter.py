@@ -2,37 +2,51 @@
 on CPU or CUDA: ``birder check --impl proofs_checks.torch_adapter`` (device from $BIRDER_CHECK_DEVICE, else
 CUDA when available, else CPU). It is also a template for wrapping your own kernels: NumPy in, tensors inside,
 anything ``numpy.asarray`` can read (after ``.cpu()``) out.
+
+torch and ``gpu_validation`` are imported on first use, not at import: importing this module (the check suite
+does, to list it) neither imports the implementation under test nor picks a device.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
-import torch
 
-from gpu_validation import torch_birder
-
-DEVICE = torch.device(os.environ.get("BIRDER_CHECK_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu"))
 FIELDS = ("m", "b_hat", "b", "e")
 
 
-def _tensor(a) -> torch.Tensor:
-    return torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float32, device=DEVICE)
+@functools.cache
+def _torch():
+    """(torch, gpu_validation.torch_birder, the device), imported and chosen once, on first use."""
+    import torch
+
+    from gpu_validation import torch_birder
+
+    device = torch.device(os.environ.get("BIRDER_CHECK_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu"))
+    return torch, torch_birder, device
 
 
-def quantize(y, u) -> torch.Tensor:
-    return torch_birder.quantize(_tensor(y), _tensor(u))
+def _tensor(a):
+    torch, _, device = _torch()
+    return torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float32, device=device)
+
+
+def quantize(y, u):
+    return _torch()[1].quantize(_tensor(y), _tensor(u))
 
 
 def init(n_workers: int, dim: int) -> dict:
-    zeros = torch.zeros((n_workers, dim), dtype=torch.float32, device=DEVICE)
+    torch, _, device = _torch()
+    zeros = torch.zeros((n_workers, dim), dtype=torch.float32, device=device)
     state = {name: zeros.clone() for name in FIELDS}
-    return {**state, "server_e": torch.zeros(dim, dtype=torch.float32, device=DEVICE), "t": 0}
+    return {**state, "server_e": torch.zeros(dim, dtype=torch.float32, device=device), "t": 0}
 
 
 def step(state: dict, grads, beta=0.95, eps=1e-8, u_worker=None, u_server=None, T0=None):
     """Lines 5-9 with torch_birder.worker_step on every worker, lines 12-13 with its server_step."""
+    torch, torch_birder, _ = _torch()
     t = state["t"] + 1
     grads, u_worker = _tensor(grads), _tensor(u_worker)
     outputs, workers = [], []

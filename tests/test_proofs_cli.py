@@ -1,6 +1,9 @@
 """`birder check` as a user runs it: JSON, exit statuses, bad usage in one line, and the report section."""
 
 import json
+from pathlib import Path
+
+import pytest
 
 from birder.cli import main
 from proofs_checks import independent
@@ -24,14 +27,17 @@ def test_a_wrong_implementation_exits_one_naming_the_check(capsys):
     assert "FAIL  line9_worker_error" in out and "failed: line9_worker_error" in out and "wall time" in out
 
 
-def test_missing_quantize_is_a_failed_check_not_a_crash(capsys):
+def test_missing_quantize_lacks_the_interface_exit_two_reported_once(capsys):
+    """CONTRACT: an implementation lacking the interface cannot be judged (exit 2), the report still says why."""
     code = main(["check", "--json", "--impl", "proofs_checks.mutants:missing_quantize", "--only",
                  "interface,eq5_support,line9_worker_error"])
-    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
-    assert code == 1
+    captured = capsys.readouterr()
+    checks = {c["name"]: c for c in json.loads(captured.out)["checks"]}
+    assert code == 2 and captured.err.count("\n") == 1 and "lacks the interface" in captured.err
     assert not checks["interface"]["passed"] and "quantize" in checks["interface"]["detail"]
-    assert not checks["eq5_support"]["passed"]
+    assert checks["eq5_support"]["status"] == "blocked" and "interface" in checks["eq5_support"]["detail"]
     assert checks["line9_worker_error"]["passed"]  # step alone still satisfies line 9
+    assert {c["kind"] for c in checks.values()} == {"paper", "contract"}
 
 
 def test_bad_usage_is_one_line_and_exit_two(capsys):
@@ -64,3 +70,76 @@ def test_report_section_has_the_table_and_the_plot(tmp_path):
     assert "| eq5_probability_exact |" in markdown and "| theorem1_bound |" in markdown
     assert "every check holds" in markdown
     assert (tmp_path / PLOT).stat().st_size > 10_000
+
+
+GOOD = (Path(__file__).resolve().parent.parent / "proofs_checks" / "template.py").read_text()
+BAD_IMPLS = {
+    "exits_at_import": ("import sys\nsys.exit(0)\n", "sys.exit(0)"),
+    "raises_at_import": ("raise RuntimeError('no GPU here')\n", "RuntimeError: no GPU here"),
+    "ends_its_process": (GOOD + "\nimport os\n\n\ndef step(*args, **kwargs):\n    os._exit(0)\n",
+                         "the checking process ended during check interface"),
+    "prints_garbage": (GOOD + "\nprint('garbage {')\n", "printed 10 bytes to stdout"),
+    "hangs": (GOOD + "\n\ndef step(*args, **kwargs):\n    while True:\n        pass\n",
+              "check interface did not finish within 2 s"),
+    "exits_in_step": (GOOD + "\nimport sys\n\n\ndef step(*args, **kwargs):\n    sys.exit(0)\n",
+                      "called sys.exit(0) during check interface"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_IMPLS))
+def test_an_implementation_that_escapes_the_checks_exits_two_with_one_line_and_one_json_object(case, tmp_path,
+                                                                                                capsys):
+    """The verdict is one a CI job can trust: never exit 0 when the implementation exits, raises, ends its
+    process, prints or hangs; stdout stays one JSON object; stderr one line."""
+    source, expected = BAD_IMPLS[case]
+    path = tmp_path / f"{case}.py"
+    path.write_text(source)
+    code = main(["check", "--json", "--impl", str(path), "--only", "interface,line9_worker_error", "--timeout", "2"])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.err.count("\n") == 1 and captured.err.startswith("birder check: error:")
+    assert expected in captured.err
+    out = json.loads(captured.out)
+    assert out["passed"] is False and expected in out["error"]
+
+
+def test_impl_as_a_module_of_the_current_directory_a_file_path_and_a_package(tmp_path, capsys, monkeypatch):
+    (tmp_path / "mybirder.py").write_text(GOOD)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "core.py").write_text(GOOD)
+    (tmp_path / "pkg" / "__init__.py").write_text("from .core import init, quantize, step\n")
+    monkeypatch.chdir(tmp_path)
+    for impl in ("mybirder", "mybirder.py", str(tmp_path / "mybirder.py"), "pkg/__init__.py", "pkg"):
+        assert main(["check", "--impl", impl, "--only", "interface,line9_worker_error"]) == 0, impl
+    assert "2 pass" in capsys.readouterr().out
+
+
+def test_a_step_without_T0_fails_the_interface_once(tmp_path, capsys):
+    """The README-era implementation without T0: the interface check names it, every other check is not judged
+    for the same cause (not 19 copies of one TypeError), and the verdict is exit 2."""
+    path = tmp_path / "old.py"
+    path.write_text(GOOD.replace(", T0=None):", "):").replace("if T0 is not None and t > T0 else b_hat", ""))
+    code = main(["check", "--json", "--impl", str(path), "--only",
+                 "interface,line5_6_moments,line9_worker_error,contract_dtypes"])
+    checks = json.loads(capsys.readouterr().out)["checks"]
+    assert code == 2
+    assert [c["status"] for c in checks] == ["fail", "blocked", "blocked", "blocked"]
+    assert "T0" in checks[0]["detail"]
+
+
+def test_template_prints_the_file_and_help_carries_the_interface(capsys):
+    assert main(["check", "--template"]) == 0
+    assert capsys.readouterr().out == GOOD
+    with pytest.raises(SystemExit):
+        main(["check", "--help"])
+    text = capsys.readouterr().out
+    for needle in ("step(state, grads, beta, eps, u_worker, u_server, T0=None)", "b_hat", "server_e", "float32",
+                   "contract", "--template"):
+        assert needle in text
+    assert "../shared" not in text and "CONTRACT.md" not in text
+
+
+def test_empty_only_and_bad_timeout_are_bad_usage(capsys):
+    for argv in (["check", "--only", ""], ["check", "--only", " , "], ["check", "--timeout", "0"]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err.count("\n") == 1

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from proofs_checks.mutants import MUTANTS
+from proofs_checks.mutants import ACCEPTED, MUTANTS
 from proofs_checks.runner import run_checks
 from proofs_checks.target import load_target
 
@@ -18,8 +18,9 @@ def test_mutant_is_rejected_by_its_check(name):
 
 
 def test_mutants_are_reachable_from_the_command_line_name():
-    target = load_target("proofs_checks.mutants:lerp_momentum")
-    assert target.obj is MUTANTS["lerp_momentum"][0]
+    target = load_target("proofs_checks.mutants:no_server_error")
+    assert target.obj is MUTANTS["no_server_error"][0]
+    assert load_target("proofs_checks.mutants:lerp_momentum").obj is ACCEPTED["lerp_momentum"]
 
 
 def test_lerp_counterexample_of_the_notes_is_a_real_float32_violation():
@@ -27,16 +28,20 @@ def test_lerp_counterexample_of_the_notes_is_a_real_float32_violation():
     from proofs_checks.bounds import run_sequence
 
     grads = np.full((14, 1, 1), 3.0, np.float32)
-    lerp = run_sequence(load_target(MUTANTS["lerp_momentum"][0]), grads, 0.9, None)
+    lerp = run_sequence(load_target(ACCEPTED["lerp_momentum"]), grads, 0.9, None)
     plain = run_sequence(load_target("proofs_checks.independent"), grads, 0.9, None)
     assert any(abs(v.m[0, 0]) > v.b[0, 0] for v in lerp)
     assert all(abs(v.m[0, 0]) <= v.b[0, 0] for v in plain)
 
 
-def test_the_hypothesis_hunt_finds_the_lerp_violation_on_its_own_and_nothing_on_the_reference():
-    """ratio_bound's seeded sweep already catches lerp; the derandomized Hypothesis search must too, by itself."""
+def test_the_hypothesis_hunt_finds_the_lerp_ulp_excess_on_its_own_and_nothing_on_the_reference():
+    """The derandomized Hypothesis search finds lerp's last-ulp |m| > b by itself (what contract_float32_ratio
+    reports), finds nothing beyond ratio_bound's rounding slack, and nothing at all on the reference."""
     from proofs_checks.bounds import hunt
+    from proofs_checks.identities import RATIO_SLACK
 
-    found = hunt(load_target(MUTANTS["lerp_momentum"][0]))
+    lerp = load_target(ACCEPTED["lerp_momentum"])
+    found = hunt(lerp)
     assert found is not None and found.startswith("beta=")
+    assert hunt(lerp, RATIO_SLACK) is None
     assert hunt(load_target()) is None
