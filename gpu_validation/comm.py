@@ -27,6 +27,7 @@ and ``all_reduce`` (the non-finite flag), all supported by gloo (CPU) and NCCL (
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -82,8 +83,27 @@ class Topology:
         return self.worker_of(self.rank)
 
 
-def make_topology(scheme: str, n_nodes: int, gpus_per_node: int) -> Topology:
-    """Create the process groups of ``scheme`` on the default group (collective: every rank must call it)."""
+def process_group_timeout(group=None) -> timedelta:
+    """The timeout the user gave the default process group (``init_process_group(timeout=...)``).
+
+    ``new_group`` without a timeout falls back to torch's backend default (30 min on gloo), not to the default
+    group's: groups made here pass this one on, so a stalled rank fails every collective within it.
+    """
+    group = group or dist.group.WORLD
+    for device in ("cpu", "cuda"):
+        try:
+            return group._get_backend(torch.device(device)).options._timeout
+        except (RuntimeError, AttributeError, ValueError):
+            continue
+    return dist.distributed_c10d._get_default_timeout(dist.get_backend(group))
+
+
+def make_topology(scheme: str, n_nodes: int, gpus_per_node: int, timeout: timedelta | None = None) -> Topology:
+    """Create the process groups of ``scheme`` on the default group (collective: every rank must call it).
+
+    Every group gets ``timeout`` (default: the default group's own, ``process_group_timeout()``), so a hung or
+    dead rank ends each collective on it within that time.
+    """
     if scheme not in SCHEMES:
         raise ValueError(f"unknown scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
     n, g = int(n_nodes), int(gpus_per_node)
@@ -92,15 +112,16 @@ def make_topology(scheme: str, n_nodes: int, gpus_per_node: int) -> Topology:
     world, rank = dist.get_world_size(), dist.get_rank()
     if world != n * g:
         raise ValueError(f"the process group has {world} ranks, but {n} nodes x {g} GPUs makes {n * g}")
+    timeout = process_group_timeout() if timeout is None else timeout
     if scheme == "flat":
         return Topology(scheme, n, g, rank, None, dist.group.WORLD if world > 1 else None)
     worker_group = server_group = None
     for node in range(n):  # every rank creates every group, in the same order
-        group = dist.new_group(list(range(node * g, (node + 1) * g)))
+        group = dist.new_group(list(range(node * g, (node + 1) * g)), timeout=timeout)
         if rank // g == node and g > 1:
             worker_group = group
     for local in range(g):
-        group = dist.new_group(list(range(local, n * g, g)))
+        group = dist.new_group(list(range(local, n * g, g)), timeout=timeout)
         if rank % g == local and n > 1:
             server_group = group
     return Topology(scheme, n, g, rank, worker_group, server_group)

@@ -264,10 +264,11 @@ def birder_hook(state: BirderState, bucket: dist.GradBucket) -> torch.futures.Fu
 
 
 class BirderUpdate(torch.optim.Optimizer):
-    """Line 16 with decoupled weight decay: x <- x * (1 - lr * weight_decay) - lr * u_bar, u_bar in p.grad.
+    """Line 16 with decoupled weight decay, x -= lr * (u_bar + weight_decay * x), u_bar in p.grad (the expert
+    path: ``gpu_validation.Birder`` keeps the update out of ``.grad``).
 
     With ``hook_state``, a step the hook skipped (non-finite gradient somewhere) leaves every parameter as is.
-    Two float32 operations, never fused, so NumPy reproduces them bit for bit.
+    The float32 operations of ``birder_ref.update.apply_update``, never fused, so NumPy reproduces them bit for bit.
     """
 
     def __init__(self, params, lr: float, weight_decay: float = 0.0, hook_state: BirderState | None = None):
@@ -285,7 +286,5 @@ class BirderUpdate(torch.optim.Optimizer):
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                if decay:
-                    p.mul_(1 - lr * decay)
-                p.sub_(p.grad * lr)
+                p.sub_(lr * (p.grad + decay * p))  # = optimizer.apply_update_
         return None

@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from birder_ref import algorithm1, schemes
 from birder_ref.draws import server_uniforms, worker_uniforms
+from birder_ref.update import apply_update
 from gpu_validation import comm, launch
 from gpu_validation.hook import BirderState, BirderUpdate, birder_hook
 
@@ -192,9 +193,7 @@ class Reference:
             executed, _, _ = schemes.step(cfg.scheme, self.state, by_node, cfg.beta, cfg.eps, **draws)
             u_bar, self.state = algorithm1.step(self.state, worker_grads, cfg.beta, cfg.eps, **draws)
             self.executor_identical &= bool(np.array_equal(executed, u_bar))
-            if cfg.weight_decay:
-                self.x = self.x * (1 - cfg.lr * cfg.weight_decay)
-            self.x = self.x - u_bar * cfg.lr
+            self.x = apply_update(self.x, u_bar, cfg.lr, cfg.weight_decay)
             self.digests.append(hashlib.sha256(np.packbits(u_bar > 0).tobytes()).hexdigest()[:16])
             self.mismatched += int((u_bars != u_bar).sum())
             self.max_abs_diff = max(self.max_abs_diff, float(np.abs(u_bars - u_bar).max()))
