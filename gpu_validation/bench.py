@@ -325,17 +325,22 @@ def _hook_steps(world: int, nodes: int, hook_name: str, steps: int, width: int, 
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     from gpu_validation.hook import BirderState, BirderUpdate, birder_hook
+    from gpu_validation.optimizer import Birder
 
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Linear(width, width) for _ in range(4)])
     ddp = nn.parallel.DistributedDataParallel(model)
-    if hook_name == "birder":
+    if hook_name == "birder":  # the optimizer people adopt
+        optimizer = Birder(ddp, lr=1e-3, gpus_per_node=world // nodes)
+    elif hook_name == "birder_hook":  # the expert hook, the update in .grad
         state = BirderState(model.parameters(), comm.make_topology("hierarchical", nodes, world // nodes))
         ddp.register_comm_hook(state, birder_hook)
         optimizer = BirderUpdate(model.parameters(), lr=1e-3, hook_state=state)
-    else:
+    elif hook_name == "allreduce":  # DDP's default all-reduce (as a hook) + AdamW
         ddp.register_comm_hook(dist.group.WORLD, default_hooks.allreduce_hook)
-        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    else:
+        raise ValueError(f"unknown hook {hook_name!r}")
     x = torch.randn(8, width)
     times = []
     for step in range(steps + 2):  # two warm-up steps: the first has a single bucket, then DDP rebuilds
@@ -350,7 +355,8 @@ def _hook_steps(world: int, nodes: int, hook_name: str, steps: int, width: int, 
 
 
 def hook_step_seconds(hook_name: str, nodes: int, gpus_per_node: int, steps: int = 10, width: int = 512) -> dict:
-    """Median seconds per DDP training step on gloo with ``hook_name`` ('birder' or 'allreduce'), from rank 0."""
+    """Median seconds per DDP training step on gloo, from rank 0: ``hook_name`` 'birder' (``Birder``),
+    'birder_hook' (``birder_hook`` + ``BirderUpdate``) or 'allreduce' (DDP's all-reduce + AdamW)."""
     world = nodes * gpus_per_node
     outcome = launch.launch(_hook_steps, (world, nodes, hook_name, steps, width), world, "gloo", 120.0, 900.0)
     return _results_of(outcome)[0]

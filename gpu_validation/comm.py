@@ -47,7 +47,9 @@ class Topology:
 
     A *worker* of Algorithm 1 is a node (hierarchical) or a GPU (flat); the ``worker_group`` holds the ranks
     sharing one worker (each keeps one shard of its state), the ``server_group`` the ranks that exchange bits
-    (equal local rank across nodes, or everyone). ``None`` stands for a group of one rank, ``WORLD`` for all.
+    (equal local rank across nodes, or everyone). ``None`` stands for a group of one rank. ``world_group`` is a
+    group of all ranks made for Birder alone: collectives issued from the hook's thread never interleave with
+    those DDP issues on the default group from the autograd thread (find_unused_parameters' bitmap all-reduce).
     """
 
     scheme: str
@@ -56,6 +58,7 @@ class Topology:
     rank: int
     worker_group: object
     server_group: object
+    world_group: object = None  # Birder's own group of all ranks (None: one rank), apart from DDP's default group
 
     @property
     def n_ranks(self) -> int:
@@ -113,8 +116,9 @@ def make_topology(scheme: str, n_nodes: int, gpus_per_node: int, timeout: timede
     if world != n * g:
         raise ValueError(f"the process group has {world} ranks, but {n} nodes x {g} GPUs makes {n * g}")
     timeout = process_group_timeout() if timeout is None else timeout
+    everyone = dist.new_group(list(range(world)), timeout=timeout) if world > 1 else None
     if scheme == "flat":
-        return Topology(scheme, n, g, rank, None, dist.group.WORLD if world > 1 else None)
+        return Topology(scheme, n, g, rank, None, everyone, everyone)
     worker_group = server_group = None
     for node in range(n):  # every rank creates every group, in the same order
         group = dist.new_group(list(range(node * g, (node + 1) * g)), timeout=timeout)
@@ -124,7 +128,7 @@ def make_topology(scheme: str, n_nodes: int, gpus_per_node: int, timeout: timede
         group = dist.new_group(list(range(local, n * g, g)), timeout=timeout)
         if rank % g == local and n > 1:
             server_group = group
-    return Topology(scheme, n, g, rank, worker_group, server_group)
+    return Topology(scheme, n, g, rank, worker_group, server_group, everyone)
 
 
 def padded_length(topology: Topology, dim: int) -> int:
@@ -224,12 +228,13 @@ def one_bit_allreduce(
     return tb.unpack_signs(all_bits.reshape(-1)), worker_state, server_error
 
 
-def any_nonfinite(tensor: torch.Tensor) -> tuple[torch.Tensor, object]:
-    """Start a MAX all-reduce over all ranks of 1.0 if ``tensor`` holds a NaN or an infinity here, else 0.0.
+def any_nonfinite(tensor: torch.Tensor, group=None) -> tuple[torch.Tensor, object]:
+    """Start a MAX all-reduce over ``group`` (all ranks; None: one rank) of 1.0 if ``tensor`` holds a NaN or an
+    infinity here, else 0.0.
 
     Returns (flag, work): ``work.wait()`` (or None when there is one rank) before reading ``flag``.
     """
     flag = (~torch.isfinite(tensor)).any().to(torch.float32).reshape(1)
-    if dist.get_world_size() == 1:
+    if group is None:
         return flag, None
-    return flag, dist.all_reduce(flag, op=dist.ReduceOp.MAX, async_op=True)
+    return flag, dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group, async_op=True)
