@@ -69,7 +69,9 @@ def uniforms(seed: int, step: int, stream: int, index: torch.Tensor) -> torch.Te
 
 
 def _uniforms_of(key: int, index: torch.Tensor) -> torch.Tensor:
-    bits = hash_index(key, index) >> (32 - UNIFORM_BITS)
+    """``birder_ref.draws``' hash on int32 words (the indices' low 32 bits), top 24 bits as k / 2**24."""
+    words = index if index.dtype == torch.int32 else index.to(torch.int32)  # keeps the low 32 bits
+    bits = (hash_index(key, words) >> (32 - UNIFORM_BITS)) & ((1 << UNIFORM_BITS) - 1)
     return bits.to(torch.float32) * 2.0**-UNIFORM_BITS
 
 
@@ -159,12 +161,13 @@ def server_step(mean_u: torch.Tensor, server_error: torch.Tensor, u_server: torc
 # happen while it is in cache, and no full-length temporary is made. The state is updated in place, so the caller
 # must decide beforehand that the step counts (the optimizer checks the gradients first).
 
-PIECE = 1 << 15  # elements per piece: a few float32 temporaries of this size stay in L2
+PIECE = 1 << 16  # elements per piece: a few float32 temporaries of this size stay in L2
 
 
 def _range_uniforms(key: int, start: int, n: int, device) -> torch.Tensor:
     """Draws of elements start .. start + n - 1 under ``key`` (the position in the padded vector is the index)."""
-    return _uniforms_of(key, torch.arange(start, start + n, dtype=torch.int64, device=device))
+    dtype = torch.int32 if start + n <= 1 << 31 else torch.int64
+    return _uniforms_of(key, torch.arange(start, start + n, dtype=dtype, device=device))
 
 
 def _quantize_into(y: torch.Tensor, u: torch.Tensor, work: torch.Tensor, error: torch.Tensor) -> torch.Tensor:
