@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from birder_ref.draws import UNIFORM_BITS, hash_index, stream_key
+from birder_ref.draws import stream_key
 from gpu_validation import torch_birder as tb
 from gpu_validation.bench import _median_seconds, kernel_timings, peak_gbytes_per_s
 
@@ -24,18 +24,19 @@ SHARDS = {"resnet50 / 8 GPUs": 25_557_032 // 8, "bert-base / 8 GPUs": 110_000_00
 def compiled_draw_seconds(n: int, device: torch.device) -> tuple[float, float]:
     """(compile seconds, median seconds per call) of the draws through torch.compile, after checking its bits."""
 
-    def draws(key: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        return (hash_index(key, index) >> (32 - UNIFORM_BITS)).to(torch.float32) * 2.0**-UNIFORM_BITS
+    key = stream_key(0, 1, 0)
+
+    def draws(index: torch.Tensor) -> torch.Tensor:
+        return tb._uniforms_of(key, index)
 
     compiled = torch.compile(draws, dynamic=True)
-    index = torch.arange(n, dtype=torch.int64, device=device)
-    key = torch.tensor(stream_key(0, 1, 0), dtype=torch.int64, device=device)
+    index = torch.arange(n, dtype=torch.int32, device=device)
     start = time.perf_counter()
-    got = compiled(key, index)
+    got = compiled(index)
     compile_s = time.perf_counter() - start
     if not torch.equal(got, tb.uniforms(0, 1, 0, index)):
         raise AssertionError("compiled draws differ from the eager draws")
-    return compile_s, _median_seconds(lambda: compiled(key, index), device, 5)
+    return compile_s, _median_seconds(lambda: compiled(index), device, 5)
 
 
 def compiled_quantize_pack_seconds(n: int, device: torch.device) -> tuple[float, float]:

@@ -1,7 +1,21 @@
 """Birder in torch over torch.distributed, regression-tested bit for bit against the NumPy reference.
 
-``torch_birder`` holds Algorithm 1's numerics on tensors, ``comm`` the 1-bit all-reduce over process groups,
-``hook`` the DDP communication hook and its state, ``validate`` the multi-rank comparison with ``birder_ref``,
-``launch`` the local ranks, ``digests`` the committed per-step digests, ``bench`` the timings, ``cli`` the two
-subcommands. See README.md beside this file.
+``optimizer`` holds ``Birder``, the torch optimizer users adopt in one line (``Birder(ddp_model, lr=...)``);
+``torch_birder`` Algorithm 1's numerics on tensors, ``comm`` the 1-bit all-reduce over process groups, ``hook``
+the lower-level DDP communication hook and its state, ``validate`` the multi-rank comparison with ``birder_ref``,
+``scenarios`` the multi-rank checks of ``Birder`` in training-loop habits, ``launch`` the local ranks,
+``digests`` the committed per-step digests, ``bench`` the timings, ``cli`` the two subcommands. See README.md.
+
+Importing this package does not import torch (the command line must be able to say torch is missing);
+``gpu_validation.Birder`` imports it on first use.
 """
+
+__all__ = ["Birder"]
+
+
+def __getattr__(name: str):
+    if name == "Birder":
+        from gpu_validation.optimizer import Birder
+
+        return Birder
+    raise AttributeError(f"module 'gpu_validation' has no attribute {name!r}")

@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+from birder.atomic import atomic_path, write_text
 from gpu_validation import comm, launch
 from gpu_validation import torch_birder as tb
 
@@ -45,6 +46,7 @@ class BenchConfig:
     device: str | None = None
     gpus_per_node: int | None = None  # ranks per node; default: all ranks on one node
     timeout_s: float = 120.0
+    quiet: bool = False  # no progress bar
 
     def check(self) -> None:
         if self.backend not in ("gloo", "nccl"):
@@ -56,10 +58,33 @@ class BenchConfig:
             raise ValueError(f"{self.ranks} ranks do not split into nodes of {g}")
         if self.device_type == "cuda" and not torch.cuda.is_available():
             raise ValueError("device cuda asked for, but torch sees no CUDA device")
+        needed, available = self.bytes_needed(), available_memory_bytes()
+        if available is not None and needed > available:
+            raise ValueError(f"--sizes up to {max(self.sizes)} elements need about {needed / 1e9:.1f} GB of memory "
+                             f"here ({self.ranks} rank(s)); {available / 1e9:.1f} GB are available")
+
+    def bytes_needed(self) -> int:
+        """A bound on the memory the largest size takes: the kernel stage (float32 and int64 temporaries, about
+        40 B per element) plus, per local rank, a collective's input and output (4 B each, x ranks for gather)."""
+        n = max(self.sizes)
+        local = self.ranks if self.device_type == "cpu" else 1
+        return n * 40 + local * n * 4 * (2 + self.ranks)
 
     @property
     def device_type(self) -> str:
         return self.device or ("cuda" if self.backend == "nccl" else "cpu")
+
+
+def available_memory_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (Linux), else None (no check)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
 
 
 def _sync(device: torch.device) -> None:
@@ -95,11 +120,11 @@ def copy_gbytes_per_s(device: torch.device, elements: int = 2**24) -> float:
     return 8 * elements / seconds / 1e9
 
 
-def kernel_timings(sizes, device: torch.device, repeats: int) -> list[dict]:
+def kernel_timings(sizes, device: torch.device, repeats: int, quiet: bool = False) -> list[dict]:
     """Per size: seconds for the draws, quantize + pack, unpack; achieved GB/s of quantize + pack + unpack."""
     rows = []
     peak, _ = peak_gbytes_per_s(device)
-    for n in tqdm(sizes, desc="bench kernels", unit="size"):
+    for n in tqdm(sizes, desc="bench kernels", unit="size", disable=True if quiet else None):
         n = -(-n // 8) * 8
         index = torch.arange(n, dtype=torch.int64, device=device)
         y = torch.linspace(-1.5, 1.5, n, device=device)
@@ -145,8 +170,9 @@ def collective_timings(cfg: BenchConfig, topology: comm.Topology, device: torch.
                 seconds = _median_seconds(_collective(op, group, members, x), device, cfg.repeats)
                 algbw = 4 * n / seconds
                 factor = 2 * (members - 1) / members if op == "all_reduce" else (members - 1) / members
-                rows.append({"group": name, "ranks": members, "op": op, "bytes": 4 * n, "seconds": seconds,
-                             "algbw_gbytes_per_s": algbw / 1e9, "busbw_gbytes_per_s": algbw * factor / 1e9})
+                rows.append({"group": name, "ranks": members, "op": op, "bytes": 4 * n, "time_s": seconds,
+                             "seconds": seconds, "algbw_gbytes_per_s": algbw / 1e9,
+                             "busbw_gbytes_per_s": algbw * factor / 1e9})
     return rows
 
 
@@ -177,8 +203,33 @@ def profile_fields(cfg: BenchConfig, nodes: int, gpus_per_node: int, rows: list[
     return fields
 
 
+def provenance(fields: dict, result: dict) -> dict[str, list[str]]:
+    """Which parts of the profile were measured here, which come from a preset, which are assumed."""
+    where = ("CPU loopback over gloo (ranks on this machine)" if result["backend"] == "gloo"
+             else f"{result['backend']} on {result['device']}")
+    measured, preset, assumed = [], [], []
+    if "network" in fields:
+        measured.append(f"[network] line_rate_gbps, latency_us: inter-node group, {where}")
+        assumed.append("[network] efficiency = 1.0 and no per-message/per-step overheads (the measured latency "
+                       "covers them)")
+        assumed.append(f"[network] transport = {fields['network']['transport']!r} (from the backend)")
+    else:
+        preset.append("[network] preset '10gbe': one node, no inter-node group to measure")
+    if "intra" in fields:
+        measured.append(f"[intra] port_gbytes_per_s, latency_us: intra-node group, {where}")
+    else:
+        preset.append("[intra]: the simulator's default for the GPU (one GPU per node, nothing to measure)")
+    if "gpu" in fields:
+        preset.append(f"gpu = {fields['gpu']!r}: compute profile from sim/presets, matched by device name")
+    else:
+        preset.append("gpu: the simulator's default compute profile (no GPU here)")
+    measured.append(f"kernels: quantize/pack/unpack on {result['device']} (comments only)")
+    return {"measured": measured, "preset": preset, "assumed": assumed}
+
+
 def write_profile(path: str | Path, fields: dict, result: dict) -> Path:
-    """The cluster profile TOML: only keys ``sim.network.load_cluster`` reads; provenance in comments."""
+    """The cluster profile TOML (written atomically): only keys ``sim.network.load_cluster`` reads; what was
+    measured, taken from a preset or assumed, in comments."""
     lines = [
         "# Cluster profile measured by `birder bench` (gpu_validation/bench.py).",
         f"# backend {result['backend']}, device {result['device']}, {result['ranks']} ranks "
@@ -187,6 +238,8 @@ def write_profile(path: str | Path, fields: dict, result: dict) -> Path:
         "# (nccl-tests convention); latencies: the fastest of them at the smallest size. Ranks on one machine",
         "# measure loopback (gloo) or NVLink/PCIe (nccl); run under torchrun across nodes to measure the network.",
     ]
+    for kind, items in provenance(fields, result).items():
+        lines += [f"# {kind}: {item}" for item in items]
     if result.get("kernels"):
         k = max(result["kernels"], key=lambda r: r["elements"])
         lines.append(f"# quantize+pack+unpack at {k['elements']} elements: {k['quantize_pack_unpack_gbytes_per_s']:.2f}"
@@ -205,9 +258,7 @@ def write_profile(path: str | Path, fields: dict, result: dict) -> Path:
     if "network" not in fields:
         lines += ["", "# One node only: no inter-node group to measure; predict takes this preset.",
                   "[network]", 'preset = "10gbe"']
-    path = Path(path)
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return write_text(path, "\n".join(lines) + "\n")
 
 
 def _measure_collectives(cfg: BenchConfig, rank: int) -> list[dict]:
@@ -224,7 +275,7 @@ def run(cfg: BenchConfig) -> dict:
     """Kernels here, collectives over spawned ranks (or this torchrun job); writes the profile if ``cfg.out``."""
     cfg.check()
     device = torch.device(cfg.device_type)
-    kernels = kernel_timings(cfg.sizes, device, cfg.repeats)
+    kernels = kernel_timings(cfg.sizes, device, cfg.repeats, cfg.quiet)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ:  # under torchrun
         world = int(os.environ["WORLD_SIZE"])
         g = int(os.environ.get("LOCAL_WORLD_SIZE", world))
@@ -249,6 +300,7 @@ def _result(cfg: BenchConfig, device: torch.device, kernels: list[dict], rows: l
               "peak_gbytes_per_s": peak, "peak_source": peak_source, "kernels": kernels, "collectives": rows}
     fields = profile_fields(cfg, cfg.ranks // g, g, rows, None if device.type == "cpu" else result["device"])
     result["profile_fields"] = fields
+    result["provenance"] = provenance(fields, result)
     result["profile"] = str(write_profile(cfg.out, fields, result)) if cfg.out else None
     result["plot"] = str(plot(result, Path(cfg.out).with_suffix(".png"))) if cfg.out else None
     return result
@@ -281,9 +333,10 @@ def plot(result: dict, path: Path) -> Path:
     if result["collectives"]:
         collectives.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
-    return path
+    return Path(path)
 
 
 def _spawn_collectives(cfg: BenchConfig) -> list[dict]:
@@ -308,13 +361,15 @@ def describe(result: dict) -> str:
                      f"{1e3 * k['unpack_s']:9.3f}  {k['quantize_pack_unpack_gbytes_per_s']:13.2f}  "
                      f"{100 * k['peak_ratio']:6.1f}%  {k['with_draws_gbytes_per_s']:15.2f}")
     if result["collectives"]:
-        lines += ["", "group  ranks  collective        bytes        ms   busbw GB/s"]
+        lines += ["", "group  ranks  collective        bytes        ms   algbw GB/s   busbw GB/s"]
         for r in result["collectives"]:
-            lines.append(f"{r['group']:<5}  {r['ranks']:>5}  {r['op']:<14} {r['bytes']:>10}  {1e3 * r['seconds']:8.3f}"
-                         f"  {r['busbw_gbytes_per_s']:11.3f}")
+            lines.append(f"{r['group']:<5}  {r['ranks']:>5}  {r['op']:<14} {r['bytes']:>10}  {1e3 * r['time_s']:8.3f}"
+                         f"  {r['algbw_gbytes_per_s']:11.3f}  {r['busbw_gbytes_per_s']:11.3f}")
     if result["profile"]:
         lines += ["", f"cluster profile written to {result['profile']} (birder predict --cluster {result['profile']}),"
                   f" plot to {result['plot']}"]
+    for kind, items in result.get("provenance", {}).items():
+        lines += [f"  {kind}: {item}" for item in items]
     return "\n".join(lines)
 
 
@@ -325,17 +380,22 @@ def _hook_steps(world: int, nodes: int, hook_name: str, steps: int, width: int, 
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     from gpu_validation.hook import BirderState, BirderUpdate, birder_hook
+    from gpu_validation.optimizer import Birder
 
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Linear(width, width) for _ in range(4)])
     ddp = nn.parallel.DistributedDataParallel(model)
-    if hook_name == "birder":
+    if hook_name == "birder":  # the optimizer people adopt
+        optimizer = Birder(ddp, lr=1e-3, gpus_per_node=world // nodes)
+    elif hook_name == "birder_hook":  # the expert hook, the update in .grad
         state = BirderState(model.parameters(), comm.make_topology("hierarchical", nodes, world // nodes))
         ddp.register_comm_hook(state, birder_hook)
         optimizer = BirderUpdate(model.parameters(), lr=1e-3, hook_state=state)
-    else:
+    elif hook_name == "allreduce":  # DDP's default all-reduce (as a hook) + AdamW
         ddp.register_comm_hook(dist.group.WORLD, default_hooks.allreduce_hook)
-        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    else:
+        raise ValueError(f"unknown hook {hook_name!r}")
     x = torch.randn(8, width)
     times = []
     for step in range(steps + 2):  # two warm-up steps: the first has a single bucket, then DDP rebuilds
@@ -350,7 +410,8 @@ def _hook_steps(world: int, nodes: int, hook_name: str, steps: int, width: int, 
 
 
 def hook_step_seconds(hook_name: str, nodes: int, gpus_per_node: int, steps: int = 10, width: int = 512) -> dict:
-    """Median seconds per DDP training step on gloo with ``hook_name`` ('birder' or 'allreduce'), from rank 0."""
+    """Median seconds per DDP training step on gloo, from rank 0: ``hook_name`` 'birder' (``Birder``),
+    'birder_hook' (``birder_hook`` + ``BirderUpdate``) or 'allreduce' (DDP's all-reduce + AdamW)."""
     world = nodes * gpus_per_node
     outcome = launch.launch(_hook_steps, (world, nodes, hook_name, steps, width), world, "gloo", 120.0, 900.0)
     return _results_of(outcome)[0]

@@ -5,6 +5,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
+
+TORCH_MISSING = 'needs torch, which is not installed: pip install -e ".[torch]"'
+
+
+def _torch_or_exit(command: str) -> bool:
+    """True if torch imports; else one line on stderr (the caller exits 2)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print(f"birder {command}: error: {TORCH_MISSING}", file=sys.stderr)
+        return False
+    return True
 
 
 def _step_rank(text: str) -> tuple[int, int]:
@@ -20,14 +33,21 @@ def _under_torchrun() -> bool:
 
 
 def run_gpu_validate(args: argparse.Namespace) -> int:
+    if not _torch_or_exit("gpu-validate"):
+        return 2
     from gpu_validation.validate import Config, run, run_under_torchrun
 
     cfg = Config(backend=args.backend, nodes=args.nodes, gpus_per_node=args.gpus_per_node, steps=args.steps,
                  seed=args.seed, scheme=args.scheme, timeout_s=args.timeout, resume_at=args.resume_at,
                  nonfinite_at=args.nonfinite_at, overflow_at=args.overflow_at, kill_at=args.kill_at,
-                 hang_at=args.hang_at)
+                 hang_at=args.hang_at, quiet=getattr(args, "quiet", False))
     if _under_torchrun():
-        result = run_under_torchrun(cfg)
+        try:
+            result = run_under_torchrun(cfg)
+        except ValueError:
+            if os.environ.get("RANK", "0") != "0":  # every rank finds the same mistake: rank 0 alone says it
+                return 2
+            raise
         if result is None:  # not rank 0: rank 0 speaks for the job
             return 0
     else:
@@ -44,6 +64,9 @@ def describe(result: dict) -> str:
     c = result.get("config", {})
     where = (f"{c.get('nodes', result.get('nodes'))} node(s) x {c.get('gpus_per_node', result.get('gpus_per_node'))}"
              f" GPU(s), {result['backend']} on {result['device']}, scheme {c.get('scheme', result.get('scheme'))}")
+    if result.get("fault_handled"):
+        return (f"gpu-validate PASSED ({where}): the injected fault was handled as designed: {result['fault']}; "
+                f"{result['error']}; the others stopped in {result['seconds_to_stop_after_failure']} s")
     if "error" in result:
         return f"gpu-validate FAILED ({where}): {result['error']}"
     lines = [
@@ -58,13 +81,15 @@ def describe(result: dict) -> str:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    if not _torch_or_exit("bench"):
+        return 2
     from gpu_validation.bench import BenchConfig
     from gpu_validation.bench import describe as describe_bench
     from gpu_validation.bench import run as run_benchmarks
 
     result = run_benchmarks(BenchConfig(backend=args.backend, ranks=args.ranks, sizes=tuple(args.sizes),
                                         repeats=args.repeats, out=args.out, device=args.device,
-                                        gpus_per_node=args.gpus_per_node))
+                                        gpus_per_node=args.gpus_per_node, quiet=getattr(args, "quiet", False)))
     print(json.dumps(result) if args.json else describe_bench(result))
     return 0
 
@@ -94,6 +119,7 @@ def register(subparsers) -> None:
     p.add_argument("--hang-at", type=_step_rank, default=None, metavar="STEP:RANK",
                    help="make RANK stall at STEP (the others must time out with an error)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run_gpu_validate)
 
     b = subparsers.add_parser(
@@ -110,4 +136,5 @@ def register(subparsers) -> None:
     b.add_argument("--repeats", type=int, default=5, help="timed repetitions; the median is kept (default 5)")
     b.add_argument("--out", default="cluster_profile.toml", help="where to write the cluster profile")
     b.add_argument("--json", action="store_true", help="print one JSON object")
+    b.add_argument("--quiet", action="store_true", help="no progress bar")
     b.set_defaults(func=run_bench)

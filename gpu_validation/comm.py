@@ -27,6 +27,7 @@ and ``all_reduce`` (the non-finite flag), all supported by gloo (CPU) and NCCL (
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -46,7 +47,9 @@ class Topology:
 
     A *worker* of Algorithm 1 is a node (hierarchical) or a GPU (flat); the ``worker_group`` holds the ranks
     sharing one worker (each keeps one shard of its state), the ``server_group`` the ranks that exchange bits
-    (equal local rank across nodes, or everyone). ``None`` stands for a group of one rank, ``WORLD`` for all.
+    (equal local rank across nodes, or everyone). ``None`` stands for a group of one rank. ``world_group`` is a
+    group of all ranks made for Birder alone: collectives issued from the hook's thread never interleave with
+    those DDP issues on the default group from the autograd thread (find_unused_parameters' bitmap all-reduce).
     """
 
     scheme: str
@@ -55,6 +58,7 @@ class Topology:
     rank: int
     worker_group: object
     server_group: object
+    world_group: object = None  # Birder's own group of all ranks (None: one rank), apart from DDP's default group
 
     @property
     def n_ranks(self) -> int:
@@ -82,8 +86,27 @@ class Topology:
         return self.worker_of(self.rank)
 
 
-def make_topology(scheme: str, n_nodes: int, gpus_per_node: int) -> Topology:
-    """Create the process groups of ``scheme`` on the default group (collective: every rank must call it)."""
+def process_group_timeout(group=None) -> timedelta:
+    """The timeout the user gave the default process group (``init_process_group(timeout=...)``).
+
+    ``new_group`` without a timeout falls back to torch's backend default (30 min on gloo), not to the default
+    group's: groups made here pass this one on, so a stalled rank fails every collective within it.
+    """
+    group = group or dist.group.WORLD
+    for device in ("cpu", "cuda"):
+        try:
+            return group._get_backend(torch.device(device)).options._timeout
+        except (RuntimeError, AttributeError, ValueError):
+            continue
+    return dist.distributed_c10d._get_default_timeout(dist.get_backend(group))
+
+
+def make_topology(scheme: str, n_nodes: int, gpus_per_node: int, timeout: timedelta | None = None) -> Topology:
+    """Create the process groups of ``scheme`` on the default group (collective: every rank must call it).
+
+    Every group gets ``timeout`` (default: the default group's own, ``process_group_timeout()``), so a hung or
+    dead rank ends each collective on it within that time.
+    """
     if scheme not in SCHEMES:
         raise ValueError(f"unknown scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
     n, g = int(n_nodes), int(gpus_per_node)
@@ -92,18 +115,20 @@ def make_topology(scheme: str, n_nodes: int, gpus_per_node: int) -> Topology:
     world, rank = dist.get_world_size(), dist.get_rank()
     if world != n * g:
         raise ValueError(f"the process group has {world} ranks, but {n} nodes x {g} GPUs makes {n * g}")
+    timeout = process_group_timeout() if timeout is None else timeout
+    everyone = dist.new_group(list(range(world)), timeout=timeout) if world > 1 else None
     if scheme == "flat":
-        return Topology(scheme, n, g, rank, None, dist.group.WORLD if world > 1 else None)
+        return Topology(scheme, n, g, rank, None, everyone, everyone)
     worker_group = server_group = None
     for node in range(n):  # every rank creates every group, in the same order
-        group = dist.new_group(list(range(node * g, (node + 1) * g)))
+        group = dist.new_group(list(range(node * g, (node + 1) * g)), timeout=timeout)
         if rank // g == node and g > 1:
             worker_group = group
     for local in range(g):
-        group = dist.new_group(list(range(local, n * g, g)))
+        group = dist.new_group(list(range(local, n * g, g)), timeout=timeout)
         if rank % g == local and n > 1:
             server_group = group
-    return Topology(scheme, n, g, rank, worker_group, server_group)
+    return Topology(scheme, n, g, rank, worker_group, server_group, everyone)
 
 
 def padded_length(topology: Topology, dim: int) -> int:
@@ -203,12 +228,13 @@ def one_bit_allreduce(
     return tb.unpack_signs(all_bits.reshape(-1)), worker_state, server_error
 
 
-def any_nonfinite(tensor: torch.Tensor) -> tuple[torch.Tensor, object]:
-    """Start a MAX all-reduce over all ranks of 1.0 if ``tensor`` holds a NaN or an infinity here, else 0.0.
+def any_nonfinite(tensor: torch.Tensor, group=None) -> tuple[torch.Tensor, object]:
+    """Start a MAX all-reduce over ``group`` (all ranks; None: one rank) of 1.0 if ``tensor`` holds a NaN or an
+    infinity here, else 0.0.
 
     Returns (flag, work): ``work.wait()`` (or None when there is one rank) before reading ``flag``.
     """
     flag = (~torch.isfinite(tensor)).any().to(torch.float32).reshape(1)
-    if dist.get_world_size() == 1:
+    if group is None:
         return flag, None
-    return flag, dist.all_reduce(flag, op=dist.ReduceOp.MAX, async_op=True)
+    return flag, dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group, async_op=True)

@@ -4,6 +4,8 @@ Read like PyTorch's ``powerSGD_hook``: one state object shared by every bucket (
 ``bucket.index()``, created lazily), one hook function, one usage example (``birder_hook``'s docstring).
 """
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import torch
@@ -86,6 +88,24 @@ class BirderState:
         self._pending: dict[int, BucketState] = {}
         self._flags: list[tuple[torch.Tensor, object]] = []
         self._carry: FullState | None = None  # per-element state awaiting new buckets (layout change, load)
+        self._executor: ThreadPoolExecutor | None = None  # the hook's communication thread, made on first use
+        self._executor_lock = threading.Lock()
+
+    def communication_thread(self) -> ThreadPoolExecutor:
+        """One thread per state: buckets are processed in the order DDP hands them over, on every rank alike."""
+        with self._executor_lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="birder-hook")
+            return self._executor
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_executor"], state["_executor_lock"] = None, None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._executor_lock = threading.Lock()
 
     # ---- per-bucket state, created lazily and rebuilt when the bucket layout changes ----
 
@@ -167,8 +187,7 @@ class BirderState:
             for name, values in zip(("m", "b_hat", "b", "e"), row, strict=True):
                 out[name][index[index >= 0]] = values[index >= 0]
         chunks = torch.cat([b.server_error for b in buckets])
-        world = dist.group.WORLD if topo.n_ranks > 1 else None
-        for rank, row in enumerate(comm.all_gather_rows(chunks, world, topo.n_ranks)):
+        for rank, row in enumerate(comm.all_gather_rows(chunks, topo.world_group, topo.n_ranks)):
             index = torch.cat([b.index[comm.chunk_slice(topo, b.index.numel(), rank)] for b in buckets])
             out["server_error"][index[index >= 0]] = row[index >= 0]
         return FullState(**{k: v.cpu() for k, v in out.items()})
@@ -231,6 +250,11 @@ def birder_hook(state: BirderState, bucket: dist.GradBucket) -> torch.futures.Fu
        bucket, every rank drops the whole iteration (state untouched, counted in ``state.skipped_steps``),
        else all buckets commit and t advances.
 
+    The hook returns at once with a future: steps 1-5 run on the state's communication thread (one per state,
+    buckets in DDP's order, so every rank issues the same collectives in the same order, on Birder's own groups),
+    while backward goes on computing the next buckets' gradients; DDP waits for the futures at the end of
+    backward. The same operations as before, so the same bits.
+
     The parameters then move by line 16, x -= lr * u_bar (``BirderUpdate``). Every rank ends with the same
     u_bar: the same bits as ``birder_ref.algorithm1.step`` on ``schemes.worker_gradients`` of the same gradients
     with the same draws (and as ``schemes.step``, whose ring order agrees whenever node sums are exact, always
@@ -244,6 +268,20 @@ def birder_hook(state: BirderState, bucket: dist.GradBucket) -> torch.futures.Fu
         >>> ddp_model.register_comm_hook(state, birder_hook)
         >>> optimizer = BirderUpdate(ddp_model.parameters(), lr=1e-3, weight_decay=1e-4, hook_state=state)
     """
+    future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+
+    def run() -> None:
+        try:
+            future.set_result(_bucket_step(state, bucket))
+        except BaseException as error:  # a failed collective: backward raises it on this rank
+            future.set_exception(error)
+
+    state.communication_thread().submit(run)
+    return future
+
+
+def _bucket_step(state: BirderState, bucket: dist.GradBucket) -> torch.Tensor:
+    """``birder_hook``'s work on one bucket (on the communication thread); returns the bucket, u_bar written."""
     buffer = bucket.buffer()
     current = state.bucket_state(bucket)
     grad = torch.zeros(current.index.numel(), dtype=torch.float32, device=buffer.device)
@@ -253,21 +291,20 @@ def birder_hook(state: BirderState, bucket: dist.GradBucket) -> torch.futures.Fu
         state.seed, state.t + 1, state.beta, state.eps, state.T0)
     # m (line 5) is non-finite exactly when a gradient element was, or when the node sum of finite gradients
     # overflowed: every element reaches one rank's m, and beta m + (1 - beta) g of finite values stays finite.
-    flag = comm.any_nonfinite(worker.m)
+    flag = comm.any_nonfinite(worker.m, state.topology.world_group)
     state.stage(bucket.index(), replace(current, worker=worker, server_error=server_error), flag)
     if bucket.is_last():
         state.finish_iteration()
     buffer.copy_(u_bar[: buffer.numel()])
-    future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    future.set_result(buffer)
-    return future
+    return buffer
 
 
 class BirderUpdate(torch.optim.Optimizer):
-    """Line 16 with decoupled weight decay: x <- x * (1 - lr * weight_decay) - lr * u_bar, u_bar in p.grad.
+    """Line 16 with decoupled weight decay, x -= lr * (u_bar + weight_decay * x), u_bar in p.grad (the expert
+    path: ``gpu_validation.Birder`` keeps the update out of ``.grad``).
 
     With ``hook_state``, a step the hook skipped (non-finite gradient somewhere) leaves every parameter as is.
-    Two float32 operations, never fused, so NumPy reproduces them bit for bit.
+    The float32 operations of ``birder_ref.update.apply_update``, never fused, so NumPy reproduces them bit for bit.
     """
 
     def __init__(self, params, lr: float, weight_decay: float = 0.0, hook_state: BirderState | None = None):
@@ -285,7 +322,5 @@ class BirderUpdate(torch.optim.Optimizer):
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                if decay:
-                    p.mul_(1 - lr * decay)
-                p.sub_(p.grad * lr)
+                p.sub_(lr * (p.grad + decay * p))  # = optimizer.apply_update_
         return None

@@ -69,7 +69,9 @@ def uniforms(seed: int, step: int, stream: int, index: torch.Tensor) -> torch.Te
 
 
 def _uniforms_of(key: int, index: torch.Tensor) -> torch.Tensor:
-    bits = hash_index(key, index) >> (32 - UNIFORM_BITS)
+    """``birder_ref.draws``' hash on int32 words (the indices' low 32 bits), top 24 bits as k / 2**24."""
+    words = index if index.dtype == torch.int32 else index.to(torch.int32)  # keeps the low 32 bits
+    bits = (hash_index(key, words) >> (32 - UNIFORM_BITS)) & ((1 << UNIFORM_BITS) - 1)
     return bits.to(torch.float32) * 2.0**-UNIFORM_BITS
 
 
@@ -150,3 +152,95 @@ def server_step(mean_u: torch.Tensor, server_error: torch.Tensor, u_server: torc
     z = mean_u + server_error
     u_bar = quantize(z, u_server)
     return u_bar, z - u_bar
+
+
+# ---- in-place, piecewise forms of the worker and server steps (the optimizer's path) ----
+#
+# The same float32 operations as ``worker_step`` / ``server_step`` (and ``birder_ref.algorithm1.step``), applied
+# over cache-sized pieces with preallocated temporaries: quantization, error feedback and bit packing of a piece
+# happen while it is in cache, and no full-length temporary is made. The state is updated in place, so the caller
+# must decide beforehand that the step counts (the optimizer checks the gradients first).
+
+PIECE = 1 << 16  # elements per piece: a few float32 temporaries of this size stay in L2
+
+
+def _range_uniforms(key: int, start: int, n: int, device) -> torch.Tensor:
+    """Draws of elements start .. start + n - 1 under ``key`` (the position in the padded vector is the index)."""
+    dtype = torch.int32 if start + n <= 1 << 31 else torch.int64
+    return _uniforms_of(key, torch.arange(start, start + n, dtype=dtype, device=device))
+
+
+def _quantize_into(y: torch.Tensor, u: torch.Tensor, work: torch.Tensor, error: torch.Tensor) -> torch.Tensor:
+    """Eq. 5 on y with draws u, writing the error y - Q(y) into ``error``; returns the bool "+1" mask."""
+    torch.clamp(y, -1.0, 1.0, out=work)
+    work.add_(1.0).div_(2.0)
+    plus = torch.lt(u, work)
+    torch.mul(plus, 2.0, out=work)  # +-1 exactly: 2 * {0, 1} - 1
+    work.sub_(1.0)
+    torch.sub(y, work, out=error)
+    return plus
+
+
+def _pack_mask(plus: torch.Tensor) -> torch.Tensor:
+    return (plus.view(-1, 8).to(torch.uint8) << _shifts(plus.device)).sum(dim=1, dtype=torch.uint8)
+
+
+def worker_step_packed_(m: torch.Tensor, b_hat: torch.Tensor, e: torch.Tensor, grad: torch.Tensor, beta: float,
+                        eps: float, key: int, start: int) -> torch.Tensor:
+    """Algorithm 1 lines 5-9 in place on (m, b_hat, e) with b = b_hat (T0 off); returns u packed as ``pack_signs``.
+
+    m = beta m + (1-beta) g; b_hat = beta b_hat + (1-beta)|g|; y = m / (b_hat + eps) + e; u = Q(y, U);
+    e = y - u. The draw of position i is ``uniforms``' at index start + i under ``key`` (``stream_key``).
+    Bit for bit ``worker_step`` (T0=None) followed by ``pack_signs``; length a multiple of 8.
+    """
+    n = grad.numel()
+    if n % 8:
+        raise ValueError(f"worker_step_packed_ takes a multiple of 8 elements, got {n}")
+    out = torch.empty(n // 8, dtype=torch.uint8, device=grad.device)
+    size = min(PIECE, n) or 1
+    t1 = torch.empty(size, dtype=torch.float32, device=grad.device)
+    t2 = torch.empty_like(t1)
+    for lo in range(0, n, PIECE):
+        hi = min(lo + PIECE, n)
+        k = hi - lo
+        mp, bp, ep, gp, a, w = m[lo:hi], b_hat[lo:hi], e[lo:hi], grad[lo:hi], t1[:k], t2[:k]
+        mp.mul_(beta)
+        torch.mul(gp, 1 - beta, out=a)
+        mp.add_(a)
+        bp.mul_(beta)
+        torch.abs(gp, out=a)
+        a.mul_(1 - beta)
+        bp.add_(a)
+        torch.add(bp, eps, out=a)
+        torch.div(mp, a, out=a)
+        a.add_(ep)  # a = y
+        plus = _quantize_into(a, _range_uniforms(key, start + lo, k, grad.device), w, ep)
+        out[lo // 8: hi // 8] = _pack_mask(plus)
+    return out
+
+
+def server_step_packed_(mean_u: torch.Tensor, server_error: torch.Tensor, key: int, start: int) -> torch.Tensor:
+    """Algorithm 1 lines 12-13 in place on the server error: z = mean_u + e_s, u_bar = Q(z, V), e_s = z - u_bar;
+    returns u_bar packed. Bit for bit ``server_step`` followed by ``pack_signs``."""
+    n = mean_u.numel()
+    if n % 8:
+        raise ValueError(f"server_step_packed_ takes a multiple of 8 elements, got {n}")
+    out = torch.empty(n // 8, dtype=torch.uint8, device=mean_u.device)
+    size = min(PIECE, n) or 1
+    t1 = torch.empty(size, dtype=torch.float32, device=mean_u.device)
+    t2 = torch.empty_like(t1)
+    for lo in range(0, n, PIECE):
+        hi = min(lo + PIECE, n)
+        k = hi - lo
+        z, w, sp = t1[:k], t2[:k], server_error[lo:hi]
+        torch.add(mean_u[lo:hi], sp, out=z)
+        plus = _quantize_into(z, _range_uniforms(key, start + lo, k, mean_u.device), w, sp)
+        out[lo // 8: hi // 8] = _pack_mask(plus)
+    return out
+
+
+def unpack_range(packed: torch.Tensor, start: int, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """Signs start .. start + n - 1 of a packed vector as +-1 in ``dtype`` (any bit offset)."""
+    first, last = start // 8, -(-(start + n) // 8)
+    bits = unpack_bits(packed[first:last])[start - 8 * first: start - 8 * first + n]
+    return bits.to(dtype).mul_(2).sub_(1)

@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from birder_ref import algorithm1, schemes
 from birder_ref.draws import server_uniforms, worker_uniforms
+from birder_ref.update import apply_update
 from gpu_validation import comm, launch
 from gpu_validation.hook import BirderState, BirderUpdate, birder_hook
 
@@ -60,6 +61,7 @@ class Config:
     kill_at: tuple[int, int] | None = None
     hang_at: tuple[int, int] | None = None
     resume_at: int | None = None
+    quiet: bool = False  # no progress bar
 
     def check(self) -> None:
         if self.backend not in ("gloo", "nccl"):
@@ -192,9 +194,7 @@ class Reference:
             executed, _, _ = schemes.step(cfg.scheme, self.state, by_node, cfg.beta, cfg.eps, **draws)
             u_bar, self.state = algorithm1.step(self.state, worker_grads, cfg.beta, cfg.eps, **draws)
             self.executor_identical &= bool(np.array_equal(executed, u_bar))
-            if cfg.weight_decay:
-                self.x = self.x * (1 - cfg.lr * cfg.weight_decay)
-            self.x = self.x - u_bar * cfg.lr
+            self.x = apply_update(self.x, u_bar, cfg.lr, cfg.weight_decay)
             self.digests.append(hashlib.sha256(np.packbits(u_bar > 0).tobytes()).hexdigest()[:16])
             self.mismatched += int((u_bars != u_bar).sum())
             self.max_abs_diff = max(self.max_abs_diff, float(np.abs(u_bars - u_bar).max()))
@@ -243,7 +243,8 @@ def train_and_compare(cfg: Config, rank: int, one_machine: bool = True) -> dict 
     trainer = Trainer(cfg, topology, device)
     reference = Reference(cfg, flat(trainer.params).cpu().numpy()) if rank == 0 else None
     checkpoint = None
-    for step in tqdm(range(1, cfg.steps + 1), desc="gpu-validate steps", unit="step", disable=rank != 0):
+    for step in tqdm(range(1, cfg.steps + 1), desc="gpu-validate steps", unit="step",
+                     disable=True if rank != 0 or cfg.quiet else None):
         if cfg.kill_at == (step, rank):
             os._exit(KILLED_EXIT_STATUS)  # a crash: no clean-up, no goodbye to the other ranks
         if cfg.hang_at == (step, rank):
@@ -316,7 +317,28 @@ def run(cfg: Config) -> dict:
             "killed_by_launcher": list(outcome.killed),
             "seconds_to_stop_after_failure": outcome.seconds_to_stop_after_failure,
         }
+        _judge_injected_fault(result, cfg, outcome)
     return _with_run_facts(result, cfg, started)
+
+
+def _judge_injected_fault(result: dict, cfg: Config, outcome: launch.Outcome) -> None:
+    """With --kill-at / --hang-at, the run passes when exactly the injected rank died or hung and every other
+    rank stopped with an error of its own (no hang, within the timeouts): the fault was handled as designed."""
+    fault = cfg.kill_at or cfg.hang_at
+    if fault is None:
+        return
+    step, bad = fault
+    others = set(range(cfg.world)) - {bad}
+    if cfg.kill_at is not None:
+        injected = outcome.exit_codes.get(bad) == KILLED_EXIT_STATUS and bad in outcome.lost
+        what = f"rank {bad} killed at step {step}"
+    else:
+        injected = bad in outcome.killed
+        what = f"rank {bad} stalled at step {step} (killed by the launcher afterwards)"
+    stopped = set(outcome.errors) == others and not (set(outcome.killed) & others)
+    result["fault"] = what
+    result["fault_handled"] = bool(injected and stopped)
+    result["passed"] = result["fault_handled"]
 
 
 def run_under_torchrun(cfg: Config) -> dict | None:

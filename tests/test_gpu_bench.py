@@ -18,6 +18,13 @@ def test_bench_command_measures_and_writes_a_profile_predict_reads(tmp_path, cap
     result = json.loads(capsys.readouterr().out)
     assert {r["op"] for r in result["collectives"]} == set(COLLECTIVES)
     assert all(r["seconds"] > 0 and r["group"] == "inter" for r in result["collectives"])
+    for r in result["collectives"]:  # nccl-tests' columns: busbw = algbw x (n-1)/n (x 2 for all-reduce), n = 2
+        assert r["time_s"] > 0 and r["algbw_gbytes_per_s"] == pytest.approx(r["bytes"] / r["time_s"] / 1e9)
+        assert r["busbw_gbytes_per_s"] == pytest.approx(r["algbw_gbytes_per_s"] * (1.0 if r["op"] == "all_reduce"
+                                                                                    else 0.5))
+    text = out.read_text()  # the file says what was measured and where, what is a preset, what is assumed
+    assert "# measured: [network]" in text and "CPU loopback" in text and "# assumed:" in text
+    assert "# preset: gpu" in text and result["provenance"]["measured"]
     assert [k["elements"] for k in result["kernels"]] == [64, 4096]
     assert (tmp_path / "measured.png").stat().st_size > 0 and result["plot"] == str(tmp_path / "measured.png")
     cluster = load_cluster(out)

@@ -37,7 +37,7 @@ def test_packing_rejects_bad_input(call, message):
 
 
 def fmix32_python(h: int) -> int:
-    """MurmurHash3's fmix32 with Python's unbounded ints (an independent oracle for the int64 splitting)."""
+    """MurmurHash3's fmix32 with Python's unbounded ints (an independent oracle for the wrapping int32 words)."""
     h ^= h >> 16
     h = (h * 0x85EBCA6B) & 0xFFFFFFFF
     h ^= h >> 13
@@ -48,8 +48,9 @@ def fmix32_python(h: int) -> int:
 @given(st.integers(0, 2**32 - 1))
 def test_fmix32_without_overflow_equals_the_plain_hash(h):
     assert draws.fmix32(h) == fmix32_python(h)
-    assert int(draws.fmix32(np.array([h], np.int64))[0]) == fmix32_python(h)
-    assert int(draws.fmix32(torch.tensor([h], dtype=torch.int64))[0]) == fmix32_python(h)
+    word = draws.as_int32(h)
+    assert int(draws.fmix32(np.array([word, word], np.int32))[0]) & draws.MASK32 == fmix32_python(h)
+    assert int(draws.fmix32(torch.tensor([word, word], dtype=torch.int32))[0]) & draws.MASK32 == fmix32_python(h)
 
 
 def test_uniforms_lie_on_the_2_to_minus_24_grid_in_0_1():
@@ -68,9 +69,33 @@ def test_uniforms_are_a_pure_function_of_seed_step_stream_index():
 
 def test_torch_computes_the_same_uniforms():
     key = draws.stream_key(11, 4, draws.SERVER_STREAM)
-    index = torch.arange(0, 5000, dtype=torch.int64)
-    u_torch = (draws.hash_index(key, index) >> 8).to(torch.float32) * 2.0**-24
+    index = torch.arange(0, 5000, dtype=torch.int32)
+    u_torch = ((draws.hash_index(key, index) >> 8) & 0xFFFFFF).to(torch.float32) * 2.0**-24
     assert np.array_equal(u_torch.numpy(), draws.uniforms(11, 4, draws.SERVER_STREAM, 5000))
+
+
+def test_indices_past_2_to_the_31_use_their_low_32_bits_in_numpy_and_torch():
+    """The int32 words of indices >= 2**31 are negative; the hash of the word is the hash of the index."""
+    from gpu_validation import torch_birder as tb
+
+    offset = 2**31 - 1000
+    u = draws.uniforms(9, 2, 1, 2000, offset=offset)
+    assert np.array_equal(u, tb.uniforms(9, 2, 1, torch.arange(offset, offset + 2000)).numpy())
+    key = draws.stream_key(9, 2, 1)
+    oracle = [fmix32_python(fmix32_python((i ^ key) & draws.MASK32) ^ key) >> 8 for i in (offset, 2**31, 2**32 - 1)]
+    got = draws.uniforms(9, 2, 1, 1, offset=offset)[0], draws.uniforms(9, 2, 1, 1, offset=2**31)[0], \
+        draws.uniforms(9, 2, 1, 1, offset=2**32 - 1)[0]
+    assert [int(g * 2**24) for g in got] == oracle
+
+
+@pytest.mark.parametrize("seed", [1.5, -1, True, "3", 2**32, np.float32(2.0)])
+def test_seeds_must_be_non_negative_integers(seed):
+    with pytest.raises(ValueError, match="seed must"):
+        draws.server_uniforms(seed, 1, 8)
+
+
+def test_numpy_integer_seeds_equal_python_ones():
+    assert np.array_equal(draws.server_uniforms(np.int64(7), np.uint32(2), 16), draws.server_uniforms(7, 2, 16))
 
 
 def test_uniforms_pass_a_chi_square_test_at_false_failure_probability_1e_9():

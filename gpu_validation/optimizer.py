@@ -1,0 +1,435 @@
+"""``Birder``: Algorithm 1 as a torch optimizer over a DDP model, adopted in one line.
+
+    opt = Birder(ddp_model, lr=1e-3)          # registers its own DDP communication hook
+    loss.backward(); opt.step(); opt.zero_grad()
+
+Where the work happens, and why:
+
+- **During backward**, the hook Birder registers leaves every bucket as it is (``.grad`` holds this rank's own
+  local gradient, as under ``no_sync``) and starts one asynchronous 4-byte MAX all-reduce per bucket: "this
+  bucket holds a NaN or an infinity here". If any rank's does, every rank's bucket is filled with NaN, so
+  ``GradScaler`` sees the same overflow on every rank and backs off everywhere.
+- **In step()**, the gradients of the trainable parameters are flattened (in ``parameters()`` order: that order
+  gives every element its draw index), divided by the ``GradScaler``'s scale when one passed it, and go through
+  Birder's 1-bit all-reduce (``comm``'s hierarchical or flat pipeline). The state is updated in place by the
+  piecewise kernels of ``torch_birder``; u_bar comes back packed (1 bit per element) and the parameters move by
+  line 16, x -= lr * (u_bar + weight_decay * x). The update never travels in ``.grad``.
+
+So whatever a training loop does to ``.grad`` between backward and step acts on the raw gradient *before* m and
+b, as it would before AdamW: ``clip_grad_norm_`` clips this rank's local gradient, ``GradScaler.unscale_``
+unscales it (or, without unscale_, step() divides by the scale the scaler passes: with its default power-of-two
+scales both are exact, and the update equals Algorithm 1's on the unscaled gradients bit for bit), and
+micro-batch accumulation without ``no_sync`` sums local gradients into one Birder step.
+
+Faults: every collective has the process group's timeout (``comm.make_topology``); when one fails, the rank
+waits briefly for the others to report the same iteration through the default store and raises one
+``RuntimeError`` naming the ranks that did not (hung or dead). A step skipped for a non-finite gradient names the
+ranks that had one, is counted (``skipped_steps``) and logged; ``max_consecutive_skips`` in a row raise.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from birder_ref.draws import MASK32, SERVER_STREAM, stream_key
+from gpu_validation import comm
+from gpu_validation import torch_birder as tb
+
+__all__ = ["Birder", "apply_update_", "FULL_FORMAT", "SHARD_FORMAT"]
+
+log = logging.getLogger(__name__)
+
+FULL_FORMAT = "birder-optimizer-full/1"
+SHARD_FORMAT = "birder-optimizer-shard/1"
+_VECTORS = ("m", "b_hat", "e")  # per worker; b = b_hat (T0 off, as the paper runs it)
+_FAULT_REPORT_S = 1.0  # how long a rank whose collective failed waits for the others to report
+
+
+def apply_update_(p: torch.Tensor, u_bar: torch.Tensor, lr: float, weight_decay: float) -> None:
+    """Line 16 in place: p -= lr * (u_bar + weight_decay * p), the operations of ``birder_ref.update``."""
+    p.sub_(lr * (u_bar + weight_decay * p))
+
+
+def _check_real(name: str, value, low: float, low_open: bool, high: float | None = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+        raise ValueError(f"{name} must be a finite real number, got {value!r}")
+    v = float(value)
+    if (v <= low if low_open else v < low) or (high is not None and not v < high):
+        bound = f"{'>' if low_open else '>='} {low}" + (f" and < {high}" if high is not None else "")
+        raise ValueError(f"{name} must be {bound}, got {value!r}")
+    return v
+
+
+def _check_count(name: str, value, low: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+def _layout(scheme: str, gpus_per_node) -> tuple[int, int]:
+    """(nodes, GPUs per node) from the argument or torchrun's environment (LOCAL_WORLD_SIZE, WORLD_SIZE)."""
+    world = dist.get_world_size()
+    env_world = os.environ.get("WORLD_SIZE")
+    if env_world is not None and env_world.isdigit() and int(env_world) != world:
+        raise ValueError(f"WORLD_SIZE={env_world} in the environment, but the process group has {world} ranks")
+    if gpus_per_node is None:
+        local = os.environ.get("LOCAL_WORLD_SIZE", "")
+        gpus_per_node = int(local) if local.isdigit() and int(local) > 0 else world
+    g = _check_count("gpus_per_node", gpus_per_node, 1)
+    if world % g:
+        raise ValueError(f"gpus_per_node={g} does not divide the world size {world}")
+    return (world // g, g) if scheme == "hierarchical" else (1, world)
+
+
+class _HookState:
+    """What the comm hook shares with the optimizer: whether a backward ran since the last step."""
+
+    def __init__(self, world: int):
+        self.world = world
+        self.backward_ran = False
+        self.nonfinite_ranks: set[int] = set()  # ranks whose local gradient was NaN/inf since the last step
+
+
+def _local_gradient_hook(state, bucket):  # DDP accepts only real (not string) annotations: none here
+    """Birder's DDP hook: keep this rank's gradient; poison the bucket everywhere if any rank's is non-finite.
+
+    One asynchronous all-gather of a 4-byte flag per bucket (the ranks with a NaN/inf, for the skip message);
+    DDP waits for it at the end of backward, so it overlaps the backward of the following buckets.
+    """
+    state.backward_ran = True
+    buffer = bucket.buffer()
+    if state.world == 1:
+        done = torch.futures.Future()
+        done.set_result(buffer)
+        return done
+    flag = (~torch.isfinite(buffer)).any().to(torch.float32).reshape(1)
+    flags = torch.empty(state.world, dtype=torch.float32, device=buffer.device)
+    work = comm._all_gather(flags, flag, async_op=True)
+
+    def poison(_):
+        bad = flags.nonzero().reshape(-1).tolist()
+        if bad:
+            state.nonfinite_ranks.update(bad)
+            buffer.fill_(float("nan"))
+        return buffer
+
+    return work.get_future().then(poison)
+
+
+class Birder(torch.optim.Optimizer):
+    """Birder (Algorithm 1 with Section 4's hierarchical 1-bit all-reduce) for a ``DistributedDataParallel`` model.
+
+    Args:
+        ddp_model: the DDP-wrapped model; Birder registers its communication hook on it (before the first
+            backward). Only parameters with ``requires_grad`` carry state; frozen ones cost nothing.
+        lr, weight_decay: line 16, x -= lr * (u_bar + weight_decay * x) (an LR scheduler may change ``lr``).
+        beta, eps: Algorithm 1's moving-average factor and the constant added to b.
+        seed: the draws' seed, the same on every rank (a non-negative integer below 2**32).
+        scheme: "hierarchical" (a worker is a node; Section 4) or "flat" (every rank a worker).
+        gpus_per_node: ranks per node; default torchrun's LOCAL_WORLD_SIZE, else one node of all ranks.
+        max_consecutive_skips: this many steps in a row skipped for non-finite gradients raise RuntimeError.
+
+    ``step()`` is collective (every rank calls it once per backward); so are ``state_dict()`` (one all-gather
+    over the default group of every rank's shard) and nothing else.
+    """
+
+    _step_supports_amp_scaling = True  # GradScaler passes grad_scale / found_inf instead of unscaling for us
+
+    def __init__(self, ddp_model: nn.parallel.DistributedDataParallel, lr: float = 1e-3, weight_decay: float = 0.0,
+                 beta: float = 0.95, eps: float = 1e-8, seed: int = 0, scheme: str = "hierarchical",
+                 gpus_per_node: int | None = None, *, max_consecutive_skips: int = 20):
+        if not isinstance(ddp_model, nn.parallel.DistributedDataParallel):
+            raise ValueError(f"ddp_model must be a torch.nn.parallel.DistributedDataParallel, got "
+                             f"{type(ddp_model).__name__}")
+        lr = _check_real("lr", lr, 0.0, True)
+        weight_decay = _check_real("weight_decay", weight_decay, 0.0, False)
+        self.beta = _check_real("beta", beta, 0.0, True, 1.0)
+        self.eps = _check_real("eps", eps, 0.0, True)
+        self.seed = _check_count("seed", seed)
+        if self.seed > MASK32:
+            raise ValueError(f"seed must be below 2**32, got {seed}")
+        if scheme not in comm.SCHEMES:
+            raise ValueError(f"scheme must be one of {', '.join(comm.SCHEMES)}, got {scheme!r}")
+        self.max_consecutive_skips = _check_count("max_consecutive_skips", max_consecutive_skips, 1)
+        params = [p for p in ddp_model.module.parameters() if p.requires_grad]
+        if not params:
+            raise ValueError("ddp_model has no trainable parameters (none with requires_grad)")
+        if any(p.is_sparse for p in params) or len({p.device for p in params}) != 1:
+            raise ValueError("Birder needs dense parameters on one device")
+        n_nodes, gpus = _layout(scheme, gpus_per_node)
+        super().__init__(params, {"lr": lr, "weight_decay": weight_decay})
+        self._sealed = True
+        self.device = params[0].device
+        self.offsets = []
+        offset = 0
+        for p in params:
+            self.offsets.append(offset)
+            offset += p.numel()
+        self.dim = offset
+        self.topology = comm.make_topology(scheme, n_nodes, gpus)
+        self.length = comm.padded_length(self.topology, self.dim)
+        if self.length > 2**32:
+            raise ValueError(f"element indices must fit in 32 bits; the model has {self.dim} trainable elements")
+        self.timeout_s = comm.process_group_timeout().total_seconds()
+        shard = comm.shard_slice(self.topology, self.length)
+        chunk = comm.chunk_slice(self.topology, self.length)
+        n_shard, n_chunk = shard.stop - shard.start, chunk.stop - chunk.start
+        self.m, self.b_hat, self.e = (torch.zeros(n_shard, dtype=torch.float32, device=self.device) for _ in _VECTORS)
+        self.server_error = torch.zeros(n_chunk, dtype=torch.float32, device=self.device)
+        self.t = 0
+        self.skipped_steps = 0
+        self.consecutive_skips = 0
+        self.last_skipped_ranks: list[int] = []
+        self._hook_state = _HookState(dist.get_world_size())
+        ddp_model.register_comm_hook(self._hook_state, _local_gradient_hook)
+        self._fault_stall: tuple[int, str] | None = None  # (step, phase): a test stalls here (fault injection)
+
+    def add_param_group(self, param_group: dict) -> None:
+        if getattr(self, "_sealed", False):
+            raise ValueError("Birder's parameters are the DDP model's trainable ones: add_param_group is refused")
+        super().add_param_group(param_group)
+
+    # ---- the step ----
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One Birder step from the gradients in ``.grad`` (collective). Returns the closure's loss, if any."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if not self._hook_state.backward_ran:
+            raise RuntimeError("Birder.step(): no backward pass through the DDP model since the last step (its "
+                               "communication hook did not run); call loss.backward() on the DDP model's output first")
+        self._hook_state.backward_ran = False
+        hook_bad = sorted(self._hook_state.nonfinite_ranks)
+        self._hook_state.nonfinite_ranks.clear()
+        scale = getattr(self, "grad_scale", None)  # set by GradScaler.step: the scale still in .grad
+        found_inf = getattr(self, "found_inf", None)
+        grad = torch.zeros(self.length, dtype=torch.float32, device=self.device)
+        for p, start in zip(self.param_groups[0]["params"], self.offsets, strict=True):
+            if p.grad is not None:
+                if p.grad.is_sparse:
+                    raise ValueError("Birder takes dense gradients")
+                grad[start:start + p.numel()] = p.grad.reshape(-1)
+        if scale is not None:
+            grad = grad / scale.to(device=self.device, dtype=torch.float32)  # exact for powers of two
+        local_bad = bool(found_inf is not None and float(found_inf) > 0)
+        bits = self._one_bit_allreduce(grad, local_bad, hook_bad)
+        del grad
+        if bits is None:
+            return loss
+        group = self.param_groups[0]
+        lr, decay = group["lr"], group["weight_decay"]
+        for p, start in zip(group["params"], self.offsets, strict=True):
+            apply_update_(p, tb.unpack_range(bits, start, p.numel(), p.dtype).view_as(p), lr, decay)
+        return loss
+
+    def _one_bit_allreduce(self, grad: torch.Tensor, local_bad: bool, hook_bad: list[int]) -> torch.Tensor | None:
+        """The pipeline of ``comm.one_bit_allreduce`` with in-place state; None if the step is skipped."""
+        topo, t = self.topology, self.t + 1
+        shard, chunk = comm.shard_slice(topo, self.length), comm.chunk_slice(topo, self.length)
+        servers = topo.n_workers
+        worker_grad = self._collective("intra-node reduce-scatter", topo.worker_group,
+                                       lambda: comm.node_mean_shard(topo, grad))
+        bad = torch.tensor([float(local_bad or not bool(torch.isfinite(worker_grad).all()))], device=self.device)
+        flags = self._collective("non-finite check", dist.group.WORLD,
+                                 lambda: comm.all_gather_rows(bad, dist.group.WORLD, dist.get_world_size()))
+        bad_ranks = [r for r, f in enumerate(flags.reshape(-1).tolist()) if f > 0]
+        if bad_ranks:
+            self._skip(hook_bad or bad_ranks)
+            return None
+        packed = tb.worker_step_packed_(self.m, self.b_hat, self.e, worker_grad, self.beta, self.eps,
+                                        stream_key(self.seed, t, topo.worker), shard.start)
+        received = self._collective("inter-node all-to-all", topo.server_group,
+                                    lambda: comm.all_to_all_rows(packed, topo.server_group, servers))
+        mean_u = tb.mean_of_signs(tb.count_plus(received), servers)
+        packed_chunk = tb.server_step_packed_(mean_u, self.server_error, stream_key(self.seed, t, SERVER_STREAM),
+                                              chunk.start)
+        shard_bits = self._collective("inter-node all-gather", topo.server_group,
+                                      lambda: comm.all_gather_rows(packed_chunk, topo.server_group, servers))
+        bits = self._collective("intra-node all-gather", topo.worker_group, lambda: comm.all_gather_rows(
+            shard_bits.reshape(-1), topo.worker_group, topo.shards_per_worker))
+        self.t = t
+        self.consecutive_skips = 0
+        return bits.reshape(-1)
+
+    def _skip(self, bad_ranks: list[int]) -> None:
+        self.skipped_steps += 1
+        self.consecutive_skips += 1
+        self.last_skipped_ranks = bad_ranks
+        log.warning("Birder: step %d skipped on every rank: non-finite gradient on rank(s) %s (%d skipped in all, "
+                    "%d in a row)", self.t + 1, bad_ranks, self.skipped_steps, self.consecutive_skips)
+        if self.consecutive_skips >= self.max_consecutive_skips:
+            raise RuntimeError(f"Birder: {self.consecutive_skips} consecutive steps skipped (limit "
+                               f"max_consecutive_skips={self.max_consecutive_skips}): rank(s) {bad_ranks} keep "
+                               f"producing non-finite gradients")
+
+    def _collective(self, phase: str, group, run):
+        """Run one collective; on failure (timeout, dead peer) raise one error naming the ranks that went silent."""
+        if group is None:
+            return run()
+        if self._fault_stall == (self.t + 1, phase):
+            time.sleep(1e6)  # fault injection for the tests: a rank stuck inside Birder's collectives
+        try:
+            return run()
+        except RuntimeError as error:
+            raise RuntimeError(self._fault_message(phase, group, error)) from error
+
+    def _fault_message(self, phase: str, group, error: Exception) -> str:
+        rank, step = dist.get_rank(), self.t + 1
+        members = dist.get_process_group_ranks(group)
+        silent: list[int] | None = None
+        try:  # every rank whose collective failed says so; those that never do are hung or dead
+            store = dist.distributed_c10d._get_default_store()
+            store.set(f"birder/fault/{step}/{rank}", phase)
+            keys = {r: f"birder/fault/{step}/{r}" for r in range(dist.get_world_size()) if r != rank}
+            deadline = time.monotonic() + min(_FAULT_REPORT_S, self.timeout_s / 2)
+            while True:
+                silent = [r for r, key in keys.items() if not store.check([key])]
+                if not silent or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+        except Exception:  # the store itself may be gone with a dead rank 0
+            silent = None
+        cause = " ".join(str(error).split())[:200]
+        who = (f"rank(s) {silent} did not reach it (hung or dead)" if silent
+               else "no rank is silent" if silent == [] else "the store could not tell which rank is missing")
+        return (f"Birder step {step}: the {phase} over ranks {members} failed on rank {rank} within the "
+                f"{self.timeout_s:g} s process-group timeout; {who}. Cause: {cause}")
+
+    # ---- checkpoints ----
+
+    def _config(self) -> dict:
+        topo = self.topology
+        return {"scheme": topo.scheme, "n_workers": topo.n_workers, "dim": self.dim, "seed": self.seed,
+                "beta": self.beta, "eps": self.eps}
+
+    def _groups(self) -> list[dict]:
+        g = self.param_groups[0]
+        return [{"lr": g["lr"], "weight_decay": g["weight_decay"], "params": list(range(len(g["params"])))}]
+
+    def _counters(self) -> dict:
+        return {"t": self.t, "skipped_steps": self.skipped_steps, "consecutive_skips": self.consecutive_skips}
+
+    def state_dict(self) -> dict:
+        """The full state: every worker's m, b_hat, e and the whole server error, in element order (collective).
+
+        Issues one all-gather over the default group (every rank's shards, concatenated); every rank must call it
+        and every rank gets the same dict, so rank 0 can save it and every rank can load that one file. Loads on
+        any layout with the same number of workers (nodes in hierarchical, ranks in flat).
+        """
+        topo, world = self.topology, dist.get_world_size()
+        mine = torch.cat([self.m, self.b_hat, self.e, self.server_error])
+        rows = self._collective("state_dict all-gather", dist.group.WORLD if world > 1 else None,
+                                lambda: comm.all_gather_rows(mine, dist.group.WORLD, world)).cpu()
+        n_shard = self.m.numel()
+        full = {name: torch.zeros(topo.n_workers, self.length) for name in _VECTORS}
+        server = torch.zeros(self.length)
+        for rank in range(world):
+            worker, shard = topo.worker_of(rank), comm.shard_slice(topo, self.length, rank)
+            for i, name in enumerate(_VECTORS):
+                full[name][worker, shard] = rows[rank, i * n_shard:(i + 1) * n_shard]
+            server[comm.chunk_slice(topo, self.length, rank)] = rows[rank, 3 * n_shard:]
+        state = {"format": FULL_FORMAT, **self._config(), **self._counters(),
+                 **{name: full[name][:, :self.dim].clone() for name in _VECTORS},
+                 "server_error": server[:self.dim].clone()}
+        return {"state": state, "param_groups": self._groups()}
+
+    def sharded_state_dict(self) -> dict:
+        """This rank's shard only (no collective): each rank saves its own file; loads on the same layout only."""
+        topo = self.topology
+        state = {"format": SHARD_FORMAT, **self._config(), "rank": topo.rank, "n_nodes": topo.n_nodes,
+                 "gpus_per_node": topo.gpus_per_node, **self._counters(),
+                 **{name: getattr(self, name).detach().cpu().clone() for name in (*_VECTORS, "server_error")}}
+        return {"state": state, "param_groups": self._groups()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore ``state_dict()``'s (or ``sharded_state_dict()``'s) output. Everything is checked first: any
+        problem raises one ValueError and leaves the optimizer unchanged."""
+        state, groups = self._check_envelope(state_dict)
+        fmt = state.get("format")
+        if fmt == FULL_FORMAT:
+            shapes = {**{name: (self.topology.n_workers, self.dim) for name in _VECTORS}, "server_error": (self.dim,)}
+            extra = ()
+        elif fmt == SHARD_FORMAT:
+            shapes = {**{name: tuple(self.m.shape) for name in _VECTORS},
+                      "server_error": tuple(self.server_error.shape)}
+            extra = ("rank", "n_nodes", "gpus_per_node")
+        else:
+            raise ValueError(f"Birder state format {fmt!r}: expected {FULL_FORMAT!r} or {SHARD_FORMAT!r}")
+        expected = {"format", *self._config(), *self._counters(), *shapes, *extra}
+        missing, unknown = sorted(expected - set(state)), sorted(set(state) - expected)
+        if missing or unknown:
+            raise ValueError(f"Birder state: missing keys {missing}, unknown keys {unknown}")
+        mine = self._config()
+        if extra:
+            topo = self.topology
+            mine.update(rank=topo.rank, n_nodes=topo.n_nodes, gpus_per_node=topo.gpus_per_node)
+        for key, value in mine.items():
+            if type(state[key]) is not type(value) or state[key] != value:
+                hint = (" (a sharded checkpoint loads only on the layout that saved it: save state_dict()'s full form "
+                        "to change layouts)" if key in extra else
+                        " (the workers' state cannot be split or merged)" if key == "n_workers" else "")
+                raise ValueError(f"Birder state was saved with {key}={state[key]!r}, this run has {value!r}{hint}")
+        t = _check_count("Birder state 't'", state["t"])
+        skipped = _check_count("Birder state 'skipped_steps'", state["skipped_steps"])
+        consecutive = _check_count("Birder state 'consecutive_skips'", state["consecutive_skips"])
+        if consecutive > skipped:
+            raise ValueError(f"Birder state: consecutive_skips={consecutive} exceeds skipped_steps={skipped}")
+        for name, shape in shapes.items():
+            v = state[name]
+            if not isinstance(v, torch.Tensor) or v.dtype != torch.float32 or tuple(v.shape) != shape or v.is_sparse:
+                got = f"{v.dtype} {tuple(v.shape)}" if isinstance(v, torch.Tensor) else type(v).__name__
+                raise ValueError(f"Birder state {name!r} must be a dense float32 tensor of shape {shape}, got {got}")
+            if not bool(torch.isfinite(v).all()):
+                raise ValueError(f"Birder state {name!r} holds a NaN or an infinity")
+        if bool((state["b_hat"] < 0).any()):
+            raise ValueError("Birder state 'b_hat' (b) holds a negative value; it is a mean of |g|")
+        for name in ("e", "server_error"):  # |y| <= 3 and Q(y) = sign(y) beyond [-1, 1] keep every error in [-2, 2]
+            if bool((state[name].abs() > 2).any()):
+                raise ValueError(f"Birder state {name!r} holds a value outside [-2, 2], which Algorithm 1 never makes")
+        # everything checked: now change the optimizer
+        if fmt == FULL_FORMAT:
+            topo, n = self.topology, self.dim
+            shard, chunk = comm.shard_slice(topo, self.length), comm.chunk_slice(topo, self.length)
+            for name in _VECTORS:
+                row = torch.zeros(self.length)
+                row[:n] = state[name][topo.worker]
+                getattr(self, name).copy_(row[shard])
+            server = torch.zeros(self.length)
+            server[:n] = state["server_error"]
+            self.server_error.copy_(server[chunk])
+        else:
+            for name in (*_VECTORS, "server_error"):
+                getattr(self, name).copy_(state[name])
+        self.t, self.skipped_steps, self.consecutive_skips = t, skipped, consecutive
+        for group, saved in zip(self.param_groups, groups, strict=True):
+            group["lr"], group["weight_decay"] = float(saved["lr"]), float(saved["weight_decay"])
+        self._hook_state.backward_ran = False
+
+    def _check_envelope(self, state_dict) -> tuple[dict, list]:
+        if not isinstance(state_dict, dict) or set(state_dict) != {"state", "param_groups"}:
+            raise ValueError("Birder state_dict must be a dict with exactly the keys 'state' and 'param_groups'")
+        state, groups = state_dict["state"], state_dict["param_groups"]
+        if not isinstance(state, dict):
+            raise ValueError(f"Birder state_dict['state'] must be a dict, got {type(state).__name__}")
+        if not isinstance(groups, list) or len(groups) != 1 or not isinstance(groups[0], dict):
+            raise ValueError("Birder state_dict['param_groups'] must be a list of one dict")
+        group = groups[0]
+        if set(group) != {"lr", "weight_decay", "params"}:
+            raise ValueError(f"Birder param group keys must be lr, weight_decay, params; got {sorted(group)}")
+        _check_real("param_groups[0]['lr']", group["lr"], 0.0, True)
+        _check_real("param_groups[0]['weight_decay']", group["weight_decay"], 0.0, False)
+        if group["params"] != list(range(len(self.param_groups[0]["params"]))):
+            raise ValueError(f"Birder state holds {len(group['params']) if isinstance(group['params'], list) else '?'}"
+                             f" parameters, this model has {len(self.param_groups[0]['params'])} trainable ones")
+        return state, groups

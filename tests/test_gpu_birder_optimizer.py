@@ -1,0 +1,263 @@
+"""``gpu_validation.Birder``, the torch optimizer: real DDP on gloo, bit for bit against birder_ref.
+
+Multi-rank cases run in ``gpu_validation.scenarios`` (one spawn of 4 ranks covers GradScaler with and without
+unscale_, clipping, accumulation without no_sync, frozen parameters, an overflow, the skip limit and both
+checkpoint forms); one-rank cases (argument checks, the state-dict refusals) run in this process.
+"""
+
+import copy
+import os
+import tempfile
+from datetime import timedelta
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from birder_ref import algorithm1
+from birder_ref.draws import server_uniforms, worker_uniforms
+from birder_ref.update import apply_update
+from gpu_validation import Birder, launch, scenarios
+from gpu_validation.validate import batch, make_model
+
+
+@pytest.fixture(scope="module")
+def four_ranks():
+    with tempfile.TemporaryDirectory() as folder:
+        outcome = launch.launch(scenarios.exactness_and_checkpoint, ("hierarchical", 2, 3, folder), 4, "gloo", 30, 240)
+    assert not outcome.describe_failures(), outcome.describe_failures()
+    return outcome.reports[0]["result"]
+
+
+@pytest.mark.parametrize("case", scenarios.CASES)
+def test_every_training_loop_habit_gives_algorithm1_bit_for_bit(four_ranks, case):
+    """GradScaler (with/without unscale_), clip_grad_norm_ on the raw gradient, accumulation without no_sync."""
+    assert four_ranks[case]["mismatched"] == 0
+    assert four_ranks[case]["t"] == 3
+
+
+def test_frozen_parameters_carry_no_state(four_ranks):
+    plain, frozen = four_ranks["plain"], four_ranks["frozen"]
+    assert frozen["dim"] == plain["dim"] - (8 * 16 + 16)
+    assert frozen["state_elements"] < plain["state_elements"]
+
+
+def test_an_overflow_skips_everywhere_and_every_scaler_backs_off(four_ranks):
+    overflow = four_ranks["overflow"]
+    assert overflow["scales"] == [[65536.0, 32768.0, 32768.0]] * 4
+    assert overflow["t"] == 2 and overflow["skipped"] == 1 and overflow["bad_ranks"] == [1]
+
+
+def test_consecutive_skips_raise_at_the_limit_naming_the_rank(four_ranks):
+    limit = four_ranks["skip_limit"]
+    assert limit["raised_at"] == 3 and limit["skipped"] == 3
+    assert "max_consecutive_skips=3" in limit["message"] and "rank(s) [1]" in limit["message"]
+
+
+def test_rank0_full_checkpoint_and_sharded_checkpoints_resume_bit_identically(four_ranks):
+    assert four_ranks["checkpoint"]["identical"] == {"full": True, "sharded": True}
+
+
+def test_flat_scheme_on_two_ranks_is_bit_exact():
+    outcome = launch.launch(scenarios.exactness, ("flat", 1, 2), 2, "gloo", 30, 120)
+    assert not outcome.describe_failures(), outcome.describe_failures()
+    result = outcome.reports[0]["result"]
+    assert all(result[case]["mismatched"] == 0 for case in scenarios.CASES)
+
+
+def test_a_rank_stalled_inside_birders_collectives_ends_every_rank_naming_it():
+    """Rank 1 hangs before the inter-node all-to-all (a group of ranks 1 and 3, not WORLD); timeout 2 s."""
+    timeout = 2.0
+    outcome = launch.launch(scenarios.stall, ("hierarchical", 2, 1, "inter-node all-to-all"), 4, "gloo", timeout, 60)
+    assert outcome.killed == (1,)
+    assert sorted(outcome.errors) == [0, 2, 3]
+    for message in outcome.errors.values():
+        assert "rank(s) [1] did not reach it" in message and "2 s process-group timeout" in message
+        seconds = float(message.split("after ")[1].split(" s")[0])
+        assert seconds < timeout + 1.0 + 1.5  # the timeout, the 1 s report window, scheduling on 2 cores
+
+
+# ---- one rank, in this process ----
+
+@pytest.fixture
+def one_rank():
+    with tempfile.TemporaryDirectory() as tmp:
+        dist.init_process_group("gloo", init_method=f"file://{os.path.join(tmp, 'store')}", rank=0, world_size=1,
+                                timeout=timedelta(seconds=20))
+        try:
+            yield
+        finally:
+            dist.destroy_process_group()
+
+
+def _trained(steps: int = 2, **options):
+    model = make_model(0)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = Birder(ddp, lr=0.01, weight_decay=1e-3, seed=3, **options)
+    for step in range(1, steps + 1):
+        x, y = batch(3, step, 0)
+        nn.functional.mse_loss(ddp(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+    return model, ddp, opt
+
+
+def test_one_rank_equals_algorithm1_and_line16(one_rank):
+    model = make_model(0)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = Birder(ddp, lr=0.01, weight_decay=1e-3, seed=3)
+    x = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
+    ref = algorithm1.init(1, opt.dim)
+    for step in range(1, 4):
+        inputs, targets = batch(3, step, 0)
+        nn.functional.mse_loss(ddp(inputs), targets).backward()
+        grad = np.concatenate([p.grad.reshape(-1).numpy() for p in model.parameters()])
+        opt.step()
+        opt.zero_grad()
+        u_bar, ref = algorithm1.step(ref, grad[None], 0.95, 1e-8, worker_uniforms(3, step, 1, opt.dim),
+                                     server_uniforms(3, step, opt.dim))
+        x = apply_update(x, u_bar, 0.01, 1e-3)
+        np.testing.assert_array_equal(torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy(), x)
+    state = opt.state_dict()["state"]
+    for name, ref_name in (("m", "m"), ("b_hat", "b_hat"), ("e", "e")):
+        np.testing.assert_array_equal(state[name].numpy(), getattr(ref, ref_name))
+    np.testing.assert_array_equal(state["server_error"].numpy(), ref.server_e)
+
+
+def test_step_without_a_backward_through_ddp_is_refused(one_rank):
+    model, ddp, opt = _trained(1)
+    with pytest.raises(RuntimeError, match="no backward pass through the DDP model"):
+        opt.step()
+    with pytest.raises(ValueError, match="add_param_group is refused"):
+        opt.add_param_group({"params": [torch.zeros(2, requires_grad=True)]})
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"ddp_model": "model"}, "ddp_model must be"),
+    ({"lr": 0.0}, "lr must be > 0"),
+    ({"lr": "0.1"}, "lr must be a finite real"),
+    ({"lr": float("nan")}, "lr must be a finite real"),
+    ({"weight_decay": -1.0}, "weight_decay must be >= 0"),
+    ({"beta": 1.0}, "beta must be > 0.0 and < 1.0"),
+    ({"eps": 0.0}, "eps must be > 0"),
+    ({"seed": 1.5}, "seed must be an integer"),
+    ({"seed": -1}, "seed must be an integer >= 0"),
+    ({"seed": True}, "seed must be an integer"),
+    ({"seed": 2**32}, "seed must be below 2\\*\\*32"),
+    ({"scheme": "ring"}, "scheme must be one of"),
+    ({"gpus_per_node": 0}, "gpus_per_node must be an integer >= 1"),
+    ({"max_consecutive_skips": 0}, "max_consecutive_skips must be an integer >= 1"),
+])
+def test_bad_arguments_are_one_value_error_naming_the_parameter(one_rank, kwargs, message):
+    ddp = nn.parallel.DistributedDataParallel(make_model(0))
+    args = {"ddp_model": ddp, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        Birder(**args)
+
+
+def _mutations():
+    """At least 30 distinct bad state dicts: (name, function making it from a good one)."""
+    def put(key, value):
+        def change(sd):
+            sd["state"][key] = value
+        return change
+
+    def tensor(key, fn):
+        def change(sd):
+            sd["state"][key] = fn(sd["state"][key].clone())
+        return change
+
+    def drop(key):
+        return lambda sd: sd["state"].pop(key)
+
+    def group(key, value):
+        def change(sd):
+            sd["param_groups"][0][key] = value
+        return change
+
+    def at(t, i, v):
+        t[(0,) * (t.dim() - 1) + (i,)] = v
+        return t
+
+    return [
+        ("not a dict", lambda sd: sd.clear() or sd.update({"oops": 1})),
+        ("extra top key", lambda sd: sd.update({"extra": 1})),
+        ("state a list", lambda sd: sd.update({"state": []})),
+        ("param_groups a dict", lambda sd: sd.update({"param_groups": {}})),
+        ("two param groups", lambda sd: sd["param_groups"].append(dict(sd["param_groups"][0]))),
+        ("lr a string", group("lr", "0.01")),
+        ("lr negative", group("lr", -0.01)),
+        ("lr NaN", group("lr", float("nan"))),
+        ("weight decay negative", group("weight_decay", -1.0)),
+        ("params wrong", group("params", [0, 1])),
+        ("unknown group key", group("momentum", 0.9)),
+        ("format", put("format", "birder-ddp-hook-state/1")),
+        ("missing m", drop("m")),
+        ("missing t", drop("t")),
+        ("unknown key", put("v", torch.zeros(3))),
+        ("t negative", put("t", -1)),
+        ("t fractional", put("t", 1.5)),
+        ("t a string", put("t", "2")),
+        ("t a bool", put("t", True)),
+        ("skipped negative", put("skipped_steps", -2)),
+        ("consecutive above skipped", put("consecutive_skips", 5)),
+        ("seed differs", put("seed", 4)),
+        ("seed a string", put("seed", "3")),
+        ("beta differs", put("beta", 0.9)),
+        ("eps differs", put("eps", 1e-6)),
+        ("scheme differs", put("scheme", "flat")),
+        ("another number of workers", put("n_workers", 2)),
+        ("dim differs", put("dim", 466)),
+        ("m float64", tensor("m", lambda t: t.double())),
+        ("m wrong shape", tensor("m", lambda t: t[:, :-1])),
+        ("m one-dimensional", tensor("m", lambda t: t[0])),
+        ("m not a tensor", tensor("m", lambda t: t.numpy())),
+        ("m NaN", tensor("m", lambda t: at(t, 3, float("nan")))),
+        ("b negative", tensor("b_hat", lambda t: at(t, 5, -1e-3))),
+        ("b NaN", tensor("b_hat", lambda t: at(t, 5, float("nan")))),
+        ("b infinite", tensor("b_hat", lambda t: at(t, 5, float("inf")))),
+        ("e outside [-2, 2]", tensor("e", lambda t: at(t, 7, 2.5))),
+        ("server error infinite", tensor("server_error", lambda t: at(t, 0, float("-inf")))),
+        ("server error wrong shape", tensor("server_error", lambda t: t[None])),
+        ("server error beyond 2", tensor("server_error", lambda t: at(t, 1, -3.0))),
+    ]
+
+
+@pytest.mark.parametrize("name, mutate", _mutations(), ids=[m[0] for m in _mutations()])
+def test_load_state_dict_refuses_each_bad_state_and_changes_nothing(one_rank, name, mutate):
+    model, ddp, opt = _trained(2)
+    good = opt.state_dict()
+    before = copy.deepcopy(good)
+    bad = copy.deepcopy(good)
+    mutate(bad)
+    with pytest.raises(ValueError):
+        opt.load_state_dict(bad)
+    after = opt.state_dict()
+    assert after["param_groups"] == before["param_groups"]
+    for key, value in before["state"].items():
+        now = after["state"][key]
+        same = torch.equal(now, value) if isinstance(value, torch.Tensor) else now == value
+        assert same, key
+
+
+def test_full_and_sharded_round_trips_and_another_layout_is_refused(one_rank):
+    model, ddp, opt = _trained(2)
+    full, shard = opt.state_dict(), opt.sharded_state_dict()
+    _, _, fresh = _trained(0)
+    fresh.load_state_dict(full)
+    assert fresh.t == 2 and torch.equal(fresh.m, opt.m) and torch.equal(fresh.server_error, opt.server_error)
+    _, _, fresh = _trained(0)
+    fresh.load_state_dict(shard)
+    assert fresh.t == 2 and torch.equal(fresh.e, opt.e)
+    moved = copy.deepcopy(shard)
+    moved["state"]["rank"] = 1
+    with pytest.raises(ValueError, match="sharded checkpoint loads only on the layout that saved it"):
+        fresh.load_state_dict(moved)
+    two_workers = copy.deepcopy(full)
+    two_workers["state"]["n_workers"] = 2
+    for name in ("m", "b_hat", "e"):
+        two_workers["state"][name] = two_workers["state"][name].repeat(2, 1)
+    with pytest.raises(ValueError, match="n_workers=2, this run has 1 .*cannot be split or merged"):
+        fresh.load_state_dict(two_workers)
