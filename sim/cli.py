@@ -138,6 +138,9 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
     else:
         name = network or getattr(args, "network", None) or "10gbe"
         gpu = args.gpu or "a100"
+        if nics is not None and nics > (args.gpus_per_node or 8):
+            raise ValueError(f"--nics-per-node {nics} exceeds --gpus-per-node {args.gpus_per_node or 8}: at most "
+                             "one NIC per GPU")
         nic_preset(name)  # an unknown name fails here, naming the flag's choices
         c = cluster(name, nodes or 1, args.gpus_per_node or 8, args.intra, gpu, 1.0 if over is None else over,
                     nics)

@@ -162,17 +162,32 @@ def network_spec(name: str) -> dict[str, Any]:
     raise ValueError(f"unknown network {name!r}; choose one of {', '.join(NETWORKS)} or pass --cluster FILE")
 
 
+NIC_RANGES = {"line_rate_gbps": "positive", "efficiency": "share", "count": "count", "incast_onset_bytes": "positive",
+              "incast_certain_bytes": "positive"}  # every other NIC key: a non-negative number
+
+
 def make_nic(name: str, spec: dict[str, Any], owner: str | None = None) -> Nic:
-    """A NIC from TOML values (units in the key names), converted to SI once."""
+    """A NIC from TOML values (units in the key names), checked in those units (errors name the key, its unit and
+    the value as written), then converted to SI once."""
     owner = owner or f"network {name!r}"
     values: dict[str, Any] = {}
     for key, (attr, factor) in NIC_KEYS.items():
-        if key in spec:
-            value = spec[key]
-            if not (isinstance(value, int | float) and not isinstance(value, bool)) or \
-                    (isinstance(value, float) and not math.isfinite(value) and not key.startswith("incast")):
-                raise ValueError(f"{owner}: {key} must be a number ({UNITS[key]}), got {value!r}")
-            values[attr] = value * factor if key != "count" else value
+        if key not in spec:
+            continue
+        value, kind = spec[key], NIC_RANGES.get(key, "non-negative")
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        finite_ok = number and (math.isfinite(value) or (key.startswith("incast") and value == math.inf))
+        if kind == "count":
+            ok, wanted = isinstance(value, int) and not isinstance(value, bool) and value >= 1, "a positive integer"
+        elif kind == "share":
+            ok, wanted = finite_ok and 0 < value <= 1, "a number in (0, 1]"
+        elif kind == "positive":
+            ok, wanted = finite_ok and value > 0, "a positive number"
+        else:
+            ok, wanted = finite_ok and value >= 0, "a non-negative number"
+        if not ok:
+            raise ValueError(f"{owner} {key} must be {wanted} ({UNITS[key]}), got {value!r}")
+        values[attr] = value * factor if key != "count" else value
     if "line_rate" not in values:
         raise ValueError(f"{owner}: needs line_rate_gbps (Gb/s) or a preset")
     fitted_on = tuple((k, tuple(v)) for k, v in spec.get("fitted_on", {}).items())
@@ -180,10 +195,7 @@ def make_nic(name: str, spec: dict[str, Any], owner: str | None = None) -> Nic:
         return Nic(name=name, transport=spec.get("transport", ""), fitted=bool(spec.get("fitted", False)),
                    fitted_on=fitted_on, source=spec.get("source", ""), **values)
     except ValueError as error:
-        message = str(error).replace(f"network {name!r}", owner)
-        for key, (attr, _) in NIC_KEYS.items():  # name the TOML key and its unit, not the field
-            message = message.replace(f": {attr} must", f": {key} ({UNITS[key]}) must")
-        raise ValueError(message) from None
+        raise ValueError(str(error).replace(f"network {name!r}", owner)) from None
 
 
 def nic_preset(name: str, **overrides: Any) -> Nic:
@@ -255,7 +267,7 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
         if table in data and not isinstance(data[table], dict):
             raise ValueError(f"[{table}] must be a table")
     prov: list[tuple[str, str]] = []
-    net = dict(data.get("network", {}))
+    net = dict(data.get("network", {"preset": "10gbe"}))  # no [network] table: the default preset
     preset = net.pop("preset", None)
     extra = set(net) - set(NIC_KEYS) - {"transport"}
     if extra:
@@ -267,7 +279,7 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
             raise ValueError(f"[network] preset must be a network name, got {preset!r}")
         spec = network_spec(preset) | net
         prov.append(("network", f"preset {preset}" + (f", overridden in the file: {', '.join(sorted(net))}"
-                                                      if net else "")))
+                                                      if net else "") + ("" if "network" in data else " (default)")))
     else:
         transport = net.get("transport")
         if transport not in TRANSPORTS:
@@ -277,9 +289,6 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
         defaulted = sorted(k for k in TRANSPORTS[transport] if k in NIC_KEYS and k not in net)
         prov.append(("network", f"from the file ({', '.join(sorted(net))}); transport {transport} defaults: "
                                 f"{', '.join(defaulted) or 'none'}"))
-    for key in ("count",):
-        if key in net and not (isinstance(net[key], int) and not isinstance(net[key], bool) and net[key] >= 1):
-            raise ValueError(f"[network] {key} must be a positive integer ({UNITS[key]}), got {net[key]!r}")
     nic = make_nic(preset if preset is not None and not net else str(name), spec, owner="[network]")
     gpu_from = "command line" if gpu else ("file" if "gpu" in data else "default a100")
     gpu = gpu or data.get("gpu", "a100")

@@ -205,14 +205,29 @@ def _count(phase: Phase, layout: Layout, nic_count: int) -> RoundLoad:
     return counts.load()
 
 
-@lru_cache(maxsize=4096)
-def _joint_bytes(phases: tuple[Phase, ...], weights: tuple[int, ...], layout: Layout, nic_count: int) -> RoundLoad:
-    """Bytes on the busiest link of each kind when the phases stream at once (one pipelined operation): counted
-    jointly, so that the busiest place is busiest for the sum of the phases, not for each one apart."""
+LINK_KINDS = ("gpu_tx", "gpu_rx", "fabric", "nic_tx", "nic_rx", "node_tx", "node_rx")
+
+
+@lru_cache(maxsize=1024)
+def _link_counters(phase: Phase, layout: Layout, nic_count: int) -> dict[str, Counter]:
+    """Messages of one phase (structure only) on every link of every kind, by link."""
     counts = _Counts(layout, nic_count)
-    for phase, weight in zip(phases, weights, strict=True):
-        _count_into(counts, phase, layout, weight)
-    return counts.load()
+    _count_into(counts, phase, layout)
+    return {kind: getattr(counts, kind) for kind in LINK_KINDS}
+
+
+def _joint_bytes(phases: tuple[Phase, ...], weights: tuple[int, ...], layout: Layout, nic_count: int) -> RoundLoad:
+    """Bytes on the busiest link of each kind when the phases stream at once (one pipelined operation): summed
+    link by link, so that the busiest place is busiest for the sum of the phases, not for each one apart."""
+    counters = [_link_counters(ph, layout, nic_count) for ph in phases]
+    busiest = {}
+    for kind in LINK_KINDS:
+        total: Counter = Counter()
+        for counter, weight in zip(counters, weights, strict=True):
+            for key, count in counter[kind].items():
+                total[key] += count * weight
+        busiest[kind] = max(total.values(), default=0)
+    return RoundLoad(**busiest)
 
 
 def byte_load(phases: tuple[Phase, ...], layout: Layout, nic_count: int) -> RoundLoad:
