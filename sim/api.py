@@ -4,15 +4,17 @@ Each prediction is a dict with the keys of ``birder predict --json`` (``throughp
 ``throughput_low``, ``throughput_high``, ``extrapolated``) plus the configuration (``model``,
 ``batch_per_gpu``, ``network``, ``optimizer``, ``nodes``, ``gpus``). The interval spans the group
 cross-validated error (``prediction_relative_error``), which is measured once and stored
-(``presets/cross_validation.toml``, written by ``python -m sim.api --write-cross-validation``) so that no
+(``presets/cross_validation.json``, written by ``python -m sim.api --write-cross-validation``) so that no
 prediction pays a refit. ``validation_summary`` gives the fit (in-sample) and the cross-validated errors apart.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
+import json
+import math
 import sys
-import tomllib
 from functools import lru_cache
 from pathlib import Path
 
@@ -21,7 +23,7 @@ from tqdm import tqdm
 from sim.hardware import PRESETS, Cluster, cluster, load_cluster
 from sim.workload import predict
 
-CROSS_VALIDATION_FILE = PRESETS / "cross_validation.toml"
+CROSS_VALIDATION_FILE = PRESETS / "cross_validation.json"
 
 
 def _rows_digest(path: Path) -> str:
@@ -35,14 +37,8 @@ def prediction_relative_error(site_profile: bool | None = None) -> float:
     did not see (an optimizer, a GPU count); for a generic preset (False) the MAPE of a network left out and
     predicted with its unfitted generic preset (a cluster nobody fitted); None: all groups. Read from the stored
     measurement when it was taken on the same rows, else measured now (once per process)."""
-    from sim import validate
 
     key = {None: "mape", True: "site_mape", False: "generic_mape"}[site_profile]
-    if CROSS_VALIDATION_FILE.exists():
-        with CROSS_VALIDATION_FILE.open("rb") as f:
-            stored = tomllib.load(f)
-        if stored.get("rows_sha256") == _rows_digest(validate.PUBLIC_CSV) and key in stored:
-            return float(stored[key])
     return float(_split(_cross_validation())[key])
 
 
@@ -149,7 +145,8 @@ def sweep_grid(model: str, nodes: list[int], networks: list[str] | None, optimiz
 def validation_summary(cross_validate: bool = True) -> dict:
     """The public rows predicted with the site profiles: ``fit_mape`` (in-sample: the sites' constants were fitted
     on these rows), ``cross_validated_mape`` (groups left out of the fit: an optimizer, a GPU count, a network),
-    ``cross_validation`` (its detail per group) and ``rows``."""
+    ``cross_validation`` (its detail per group; the stored measurement of these rows when there is one) and
+    ``rows``."""
     from sim import validate
 
     results = validate.compare(validate.rows())
@@ -165,31 +162,48 @@ def validation_summary(cross_validate: bool = True) -> dict:
 
 @lru_cache(maxsize=1)
 def _cross_validation() -> dict:
+    """The group cross-validation of the public rows: the stored measurement when it was taken on the same rows
+    (same SHA-256), else measured now, once per process."""
     from sim import validate
 
+    if CROSS_VALIDATION_FILE.exists():
+        stored = json.loads(CROSS_VALIDATION_FILE.read_text())
+        if stored.get("rows_sha256") == _rows_digest(validate.PUBLIC_CSV):
+            return stored["cross_validation"]
     return validate.group_cross_validation()
 
 
+def _finite(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 def write_cross_validation() -> Path:
-    """Measure the group cross-validation on the public rows and store it for ``prediction_relative_error``."""
+    """Measure the group cross-validation on the public rows and store it (with the rows' SHA-256) for
+    ``prediction_relative_error`` and ``validation_summary``."""
     from birder.atomic import write_text
     from sim import validate
 
-    cross = _cross_validation()
-    split = _split(cross)
-    lines = ["# Group cross-validation of the site profiles on the public rows (sim.validate.group_cross_validation),",
-             "# written by `python -m sim.api --write-cross-validation`. Intervals span site_mape for a site profile",
-             "# (groups its fit did not see) and generic_mape for a generic preset (a network left out, predicted",
-             "# with its unfitted generic preset).",
-             f'rows_sha256 = "{_rows_digest(validate.PUBLIC_CSV)}"', f"mape = {split['mape']:.6f}",
-             f"site_mape = {split['site_mape']:.6f}", f"generic_mape = {split['generic_mape']:.6f}", "",
-             "[by_column]"] + [f"{k} = {v:.6f}" for k, v in cross["by_column"].items()]
-    return write_text(CROSS_VALIDATION_FILE, "\n".join(lines) + "\n")
+    cross = validate.group_cross_validation()
+    body = {"command": "python -m sim.api --write-cross-validation",
+            "rows_sha256": _rows_digest(validate.PUBLIC_CSV), **_split(cross), "cross_validation": cross}
+    return write_text(CROSS_VALIDATION_FILE, json.dumps(_finite(body), indent=1, allow_nan=False) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sim.api", description="The simulator as a library; run as a "
+                                     "module it stores the group cross-validation that predictions' intervals use.")
+    parser.add_argument("--write-cross-validation", action="store_true", required=True,
+                        help=f"measure the group cross-validation of the public rows and write {CROSS_VALIDATION_FILE}")
+    parser.parse_args(argv)
+    print(write_cross_validation())
+    return 0
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--write-cross-validation"]:
-        print(write_cross_validation())
-    else:
-        print("usage: python -m sim.api --write-cross-validation", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(main())

@@ -12,6 +12,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -186,6 +187,25 @@ def _strict_json(value) -> str:
     return json.dumps(clean(value), allow_nan=False)
 
 
+FLAGS = {"single_node_throughput": "--single-node-throughput", "batch_per_gpu": "--batch-per-gpu",
+         "accumulation_steps": "--accumulation-steps", "grad_dtype": "--grad-dtype", "warmup_fraction":
+         "--warmup-fraction", "marsit_period": "--marsit-period", "model or params": "--model or --params"}
+
+
+def _flags(run):
+    """Run a command, naming the library's parameters in its ValueErrors as the command line's flags."""
+    def wrapped(args) -> int:
+        try:
+            return run(args)
+        except ValueError as error:
+            message = str(error)
+            for name, flag in FLAGS.items():
+                message = re.sub(rf"(?<![\w-]){name}(?![\w])", flag, message)
+            raise ValueError(message) from None
+
+    return wrapped
+
+
 def _quiet(args) -> bool:
     return bool(getattr(args, "quiet", False))
 
@@ -310,6 +330,8 @@ def run_sweep(args) -> int:
     if args.json:
         print(_strict_json({"csv": str(out / "sweep.csv"), "plots": figures, "results": results}))
     else:
+        for net in networks:
+            print(describe(make_cluster(args, args.nodes[0], None if args.cluster else net))[0])
         print(f"{len(results)} configurations written to {out / 'sweep.csv'}; plots: {', '.join(figures)}")
     return 0
 
@@ -395,7 +417,7 @@ def register(subparsers) -> None:
     p.add_argument("--single-node-throughput", type=_positive_float, default=None,
                    help="samples/s the same optimizer and batch reached on one node: calibrates compute time")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=run_predict)
+    p.set_defaults(func=_flags(run_predict))
 
     from sim.collective import ALGORITHMS, OPS
 
@@ -408,7 +430,7 @@ def register(subparsers) -> None:
     c.add_argument("--algorithm", choices=ALGORITHMS, default="auto", help="ring, tree or NCCL's choice (auto)")
     c.add_argument("--out", default=None, help="directory for the size sweep's table (CSV) and plot (PNG)")
     c.add_argument("--json", action="store_true", help="print one JSON object")
-    c.set_defaults(func=run_collective)
+    c.set_defaults(func=_flags(run_collective))
 
     s = subparsers.add_parser("sweep", help="a grid of predictions (nodes x networks x optimizers) to CSV and plots")
     _workload_args(s)
@@ -425,7 +447,7 @@ def register(subparsers) -> None:
                         "(sgdm=3693,birder=3462): calibrates compute time (default: built-in compute profiles)")
     s.add_argument("--out", default="sweep", help="directory for sweep.csv and the plots (default sweep/)")
     s.add_argument("--json", action="store_true", help="print one JSON object")
-    s.set_defaults(func=run_sweep)
+    s.set_defaults(func=_flags(run_sweep))
 
     v = subparsers.add_parser("validate", help="predictions against the published throughputs, with errors")
     v.add_argument("--csv", default=None,

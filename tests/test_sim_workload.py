@@ -123,11 +123,9 @@ def test_group_cross_validation_leaves_out_whole_groups(tmp_path):
 
 def test_the_interval_comes_from_the_stored_cross_validation_of_these_rows():
     """The stored measurement (python -m sim.api --write-cross-validation) is of the public rows as they are."""
-    import tomllib
-
     from sim import api
 
-    stored = tomllib.loads(api.CROSS_VALIDATION_FILE.read_text())
+    stored = json.loads(api.CROSS_VALIDATION_FILE.read_text())
     assert stored["rows_sha256"] == api._rows_digest(validate.PUBLIC_CSV)
     assert api.prediction_relative_error(True) == pytest.approx(stored["site_mape"])
     assert api.prediction_relative_error(False) == pytest.approx(stored["generic_mape"])
