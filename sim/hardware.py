@@ -340,7 +340,8 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
 def describe(c: Cluster) -> list[str]:
     """The cluster's name, key figures and where each came from: printed by every sim command."""
     nic = c.nic
-    lines = [f"cluster {c.name or nic.name}: {c.n_nodes} nodes x {c.gpus_per_node} {c.gpu.upper()}, "
+    nodes = f"{c.n_nodes} node{'s' if c.n_nodes != 1 else ''}"
+    lines = [f"cluster {c.name or nic.name}: {nodes} x {c.gpus_per_node} {c.gpu.upper()}, "
              f"{nic.count} x {nic.line_rate / 1e9:g} Gb/s {nic.transport} NIC per node "
              f"({nic.bandwidth / 1e9:.2f} GB/s payload each), intra {c.intra.name} "
              f"{c.intra.port_bandwidth / 1e9:g} GB/s per GPU, oversubscription {c.oversubscription:g}"]
