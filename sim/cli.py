@@ -103,7 +103,10 @@ def _cluster_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
                    help="GPU for built-in compute profiles and its default fabric (default a100, or the TOML's)")
     p.add_argument("--intra", choices=list(INTRA), help="intra-node fabric preset (default: the GPU's NVLink)")
     p.add_argument("--oversubscription", type=float, default=None,
-                   help="switch oversubscription factor >= 1 (default 1, or the TOML's)")
+                   help="spine oversubscription factor >= 1 (default 1, or the TOML's)")
+    p.add_argument("--nodes-per-leaf", type=_positive_int, default=None,
+                   help="nodes under one leaf switch, whose traffic never crosses the spine (default 1, or the "
+                        "TOML's [switch] nodes_per_leaf)")
 
 
 def _workload_args(p: argparse.ArgumentParser) -> None:
@@ -152,6 +155,9 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
             ("intra", f"preset {c.intra.name} ({'command line' if args.intra else 'default for ' + gpu})"),
             ("gpus per node", f"{c.gpus_per_node} ({'command line' if args.gpus_per_node else 'default'})"),
             ("oversubscription", f"{c.oversubscription:g} ({'command line' if over is not None else 'default'})")))
+    leaf = getattr(args, "nodes_per_leaf", None)
+    if leaf is not None:
+        c = replace(c, nodes_per_leaf=leaf, provenance=c.provenance + (("nodes per leaf", f"{leaf} (command line)"),))
     if getattr(args, "cluster", None) and args.intra:
         c = replace(c, intra=intra_preset(args.intra),
                     provenance=c.provenance + (("intra", f"preset {args.intra} (command line)"),))

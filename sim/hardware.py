@@ -85,16 +85,18 @@ class Cluster:
     gpus_per_node: int
     nic: Nic
     intra: Intra
-    oversubscription: float = 1.0  # 1: non-blocking switch; f > 1: each node's spine share is 1/f of its NICs
+    oversubscription: float = 1.0  # 1: non-blocking; f > 1: a leaf's spine uplinks carry 1/f of its nodes' NICs
     gpu: str = "a100"
     name: str = ""
     provenance: tuple[tuple[str, str], ...] = field(default=(), compare=False)  # (figure, where it came from)
+    nodes_per_leaf: int = 1  # nodes under one leaf switch; traffic between them never crosses the spine
 
     def __post_init__(self) -> None:
         for key in ("n_nodes", "gpus_per_node"):
             _count("cluster", key, getattr(self, key))
         if not (isinstance(self.oversubscription, int | float) and self.oversubscription >= 1):
             raise ValueError(f"switch oversubscription must be a number >= 1, got {self.oversubscription!r}")
+        _count("cluster", "nodes_per_leaf", self.nodes_per_leaf)
         if self.nic.count > self.gpus_per_node:
             raise ValueError(f"[network] count = {self.nic.count} NICs for {self.gpus_per_node} GPUs per node: "
                              "at most one NIC per GPU (count <= gpus_per_node)")
@@ -147,7 +149,7 @@ UNITS = {"line_rate_gbps": "Gb/s", "efficiency": "share of line rate", "latency_
          "count": "NICs per node", "message_overhead_us": "us", "step_overhead_us": "us",
          "incast_onset_bytes": "bytes", "incast_certain_bytes": "bytes", "retransmission_timeout_s": "s",
          "port_gbytes_per_s": "GB/s", "fabric_gbytes_per_s": "GB/s", "oversubscription": "factor >= 1",
-         "nodes": "nodes", "gpus_per_node": "GPUs"}
+         "nodes": "nodes", "gpus_per_node": "GPUs", "nodes_per_leaf": "nodes under one leaf switch"}
 SITE_ONLY_KEYS = ("message_overhead_us", "step_overhead_us", "incast_onset_bytes", "incast_certain_bytes")
 
 
@@ -315,8 +317,13 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
                  + (", overridden in the file" if set(data.get("intra", {})) - {"preset"} else "")))
     switch = dict(data.get("switch", {}))
     from_file = switch.pop("oversubscription", None)
+    leaf = switch.pop("nodes_per_leaf", 1)
     if switch:
-        raise ValueError(f"[switch] has unknown keys {sorted(switch)}; expected oversubscription")
+        raise ValueError(f"[switch] has unknown keys {sorted(switch)}; expected oversubscription, nodes_per_leaf")
+    if not (isinstance(leaf, int) and not isinstance(leaf, bool) and leaf >= 1):
+        raise ValueError(f"[switch] nodes_per_leaf must be a positive integer ({UNITS['nodes_per_leaf']}), "
+                         f"got {leaf!r}")
+    prov.append(("nodes per leaf", f"{leaf} ({'file' if 'nodes_per_leaf' in data.get('switch', {}) else 'default'})"))
     if from_file is not None and not (isinstance(from_file, int | float) and not isinstance(from_file, bool)
                                       and from_file >= 1):
         raise ValueError(f"[switch] oversubscription must be a number >= 1 ({UNITS['oversubscription']}), "
@@ -334,7 +341,8 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
             raise ValueError(f"{key} must be a positive integer ({UNITS[key]}), got {value!r}")
         counts[key] = value
         prov.append((key, f"{value} ({'command line' if given is not None else 'file' if key in data else 'default'})"))
-    return Cluster(counts["nodes"], counts["gpus_per_node"], nic, intra, oversubscription, gpu, str(name), tuple(prov))
+    return Cluster(counts["nodes"], counts["gpus_per_node"], nic, intra, oversubscription, gpu, str(name), tuple(prov),
+                   leaf)
 
 
 def describe(c: Cluster) -> list[str]:
@@ -344,7 +352,8 @@ def describe(c: Cluster) -> list[str]:
     lines = [f"cluster {c.name or nic.name}: {nodes} x {c.gpus_per_node} {c.gpu.upper()}, "
              f"{nic.count} x {nic.line_rate / 1e9:g} Gb/s {nic.transport} NIC per node "
              f"({nic.bandwidth / 1e9:.2f} GB/s payload each), intra {c.intra.name} "
-             f"{c.intra.port_bandwidth / 1e9:g} GB/s per GPU, oversubscription {c.oversubscription:g}"]
+             f"{c.intra.port_bandwidth / 1e9:g} GB/s per GPU, oversubscription {c.oversubscription:g}"
+             + (f" above leaves of {c.nodes_per_leaf} nodes" if c.nodes_per_leaf > 1 else "")]
     if nic.fitted:
         lines.append(f"  site profile {nic.name}: FITTED constants (message {nic.message_overhead * 1e6:.0f} us, "
                      f"step {nic.step_overhead * 1e6:.1f} us, efficiency {nic.efficiency:.3g}); fitted on "

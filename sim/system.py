@@ -90,8 +90,8 @@ class RoundLoad:
     fabric: float = 0  # intra-node messages of the busiest node (its fabric's load)
     nic_tx: float = 0  # inter-node messages leaving the busiest NIC
     nic_rx: float = 0  # inter-node messages arriving at the busiest NIC
-    node_tx: float = 0  # inter-node messages leaving the busiest node (its switch uplink's load)
-    node_rx: float = 0  # inter-node messages arriving at the busiest node (its switch downlink's load)
+    node_tx: float = 0  # messages leaving the busiest leaf switch for the spine (its uplinks' load)
+    node_rx: float = 0  # messages arriving at the busiest leaf switch from the spine (its downlinks' load)
     gpu_net_tx: int = 0  # inter-node messages the busiest GPU sends (its proxy posts them one by one)
     gpu_net_rx: int = 0  # ... receives
     intra_total: int = 0  # intra-node messages sent by GPUs in the whole cluster
@@ -105,8 +105,8 @@ class RoundLoad:
 class _Counts:
     """Accumulates the messages of one round by GPU, node and NIC (endpoint = node * G + local rank)."""
 
-    def __init__(self, layout: Layout, nic_count: int):
-        self.layout, self.nic_count = layout, nic_count
+    def __init__(self, layout: Layout, nic_count: int, leaf: int = 1):
+        self.layout, self.nic_count, self.leaf = layout, nic_count, leaf
         self.gpu_tx, self.gpu_rx, self.fabric = Counter(), Counter(), Counter()
         self.nic_tx, self.nic_rx, self.node_tx, self.node_rx = Counter(), Counter(), Counter(), Counter()
         self.gpu_net_tx, self.gpu_net_rx = Counter(), Counter()
@@ -133,8 +133,9 @@ class _Counts:
         else:
             self.nic_tx[self.nic(src)] += weight
             self.nic_rx[self.nic(dst)] += weight
-        self.node_tx[src // g] += weight
-        self.node_rx[dst // g] += weight
+        if src // g // self.leaf != dst // g // self.leaf:  # crosses the spine
+            self.node_tx[src // g // self.leaf] += weight
+            self.node_rx[dst // g // self.leaf] += weight
         self.gpu_net_tx[src] += 1
         self.gpu_net_rx[dst] += 1
         self.inter_total += src != self.layout.server
@@ -143,17 +144,19 @@ class _Counts:
         """One message from every member to every other member, counted in O(len(group))."""
         g, q = self.layout.gpus_per_node, len(group)
         on_node = Counter(ep // g for ep in group)
+        on_leaf = Counter(ep // g // self.leaf for ep in group)
         for ep in group:
             node = ep // g
             local, remote = on_node[node] - 1, q - on_node[node]
+            far = q - on_leaf[node // self.leaf]
             self.gpu_tx[ep] += local * weight
             self.gpu_rx[ep] += local * weight
             self.fabric[node] += local * weight
             self.intra_total += local
             self.nic_tx[self.nic(ep)] += remote * weight
             self.nic_rx[self.nic(ep)] += remote * weight
-            self.node_tx[node] += remote * weight
-            self.node_rx[node] += remote * weight
+            self.node_tx[node // self.leaf] += far * weight
+            self.node_rx[node // self.leaf] += far * weight
             self.gpu_net_tx[ep] += remote
             self.gpu_net_rx[ep] += remote
             self.inter_total += remote
@@ -199,8 +202,8 @@ def _count_into(counts: _Counts, phase: Phase, layout: Layout, weight: float = 1
             counts.send(src, dst, spread, weight)
 
 
-def _count(phase: Phase, layout: Layout, nic_count: int) -> RoundLoad:
-    counts = _Counts(layout, nic_count)
+def _count(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> RoundLoad:
+    counts = _Counts(layout, nic_count, leaf)
     _count_into(counts, phase, layout)
     return counts.load()
 
@@ -209,17 +212,18 @@ LINK_KINDS = ("gpu_tx", "gpu_rx", "fabric", "nic_tx", "nic_rx", "node_tx", "node
 
 
 @lru_cache(maxsize=1024)
-def _link_counters(phase: Phase, layout: Layout, nic_count: int) -> dict[str, Counter]:
+def _link_counters(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> dict[str, Counter]:
     """Messages of one phase (structure only) on every link of every kind, by link."""
-    counts = _Counts(layout, nic_count)
+    counts = _Counts(layout, nic_count, leaf)
     _count_into(counts, phase, layout)
     return {kind: getattr(counts, kind) for kind in LINK_KINDS}
 
 
-def _joint_bytes(phases: tuple[Phase, ...], weights: tuple[int, ...], layout: Layout, nic_count: int) -> RoundLoad:
+def _joint_bytes(phases: tuple[Phase, ...], weights: tuple[int, ...], layout: Layout, nic_count: int,
+                 leaf: int = 1) -> RoundLoad:
     """Bytes on the busiest link of each kind when the phases stream at once (one pipelined operation): summed
     link by link, so that the busiest place is busiest for the sum of the phases, not for each one apart."""
-    counters = [_link_counters(ph, layout, nic_count) for ph in phases]
+    counters = [_link_counters(ph, layout, nic_count, leaf) for ph in phases]
     busiest = {}
     for kind in LINK_KINDS:
         total: Counter = Counter()
@@ -230,20 +234,20 @@ def _joint_bytes(phases: tuple[Phase, ...], weights: tuple[int, ...], layout: La
     return RoundLoad(**busiest)
 
 
-def byte_load(phases: tuple[Phase, ...], layout: Layout, nic_count: int) -> RoundLoad:
+def byte_load(phases: tuple[Phase, ...], layout: Layout, nic_count: int, leaf: int = 1) -> RoundLoad:
     """Bytes the busiest link of each kind carries in one operation of ``phases`` (all at once)."""
     live = tuple(ph for ph in phases if ph.n_rounds)
     if len(live) == 1:  # one phase: its message counts (cached by structure) times its edge bytes
-        load, nbytes = phase_load(live[0], layout, nic_count), edge_bytes(live[0])
+        load, nbytes = phase_load(live[0], layout, nic_count, leaf), edge_bytes(live[0])
         return RoundLoad(*(getattr(load, f) * nbytes for f in ("gpu_tx", "gpu_rx", "fabric", "nic_tx", "nic_rx",
                                                                  "node_tx", "node_rx")))
     structure = tuple(_structure_key(ph) for ph in live)
-    return _joint_bytes(structure, tuple(edge_bytes(ph) for ph in live), layout, nic_count)
+    return _joint_bytes(structure, tuple(edge_bytes(ph) for ph in live), layout, nic_count, leaf)
 
 
 @lru_cache(maxsize=4096)
-def _phase_load(phase: Phase, layout: Layout, nic_count: int) -> RoundLoad:
-    return _count(phase, layout, nic_count) if phase.n_rounds else RoundLoad()
+def _phase_load(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> RoundLoad:
+    return _count(phase, layout, nic_count, leaf) if phase.n_rounds else RoundLoad()
 
 
 def _structure_key(phase: Phase) -> Phase:
@@ -251,8 +255,8 @@ def _structure_key(phase: Phase) -> Phase:
     return Phase(phase.name, phase.pattern, phase.groups, 8, (8,) * phase.n_rounds, phase.op, 0)
 
 
-def phase_load(phase: Phase, layout: Layout, nic_count: int) -> RoundLoad:
-    return _phase_load(_structure_key(phase), layout, nic_count)
+def phase_load(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> RoundLoad:
+    return _phase_load(_structure_key(phase), layout, nic_count, leaf)
 
 
 def edge_bytes(phase: Phase) -> int:
@@ -287,14 +291,15 @@ def traffic(schedule: Schedule, nic_count: int = 1) -> Traffic:
 # ---------------------------------------------------------------------------------------------- the flows
 class NodeLinks:
     """The links of the representative node: a GPU's port each way, the node's intra fabric, one of its NICs
-    each way, and its switch uplink and downlink (NICs x bandwidth / oversubscription; absent if non-blocking)."""
+    each way, and its leaf switch's spine uplink and downlink (the leaf's nodes x NICs x bandwidth /
+    oversubscription; absent if non-blocking)."""
 
     def __init__(self, cluster: Cluster):
         intra, nic = cluster.intra, cluster.nic
         self.gpu_tx, self.gpu_rx = Link("gpu_tx", intra.port_bandwidth), Link("gpu_rx", intra.port_bandwidth)
         self.fabric = Link("fabric", intra.fabric_bandwidth) if math.isfinite(intra.fabric_bandwidth) else None
         self.nic_tx, self.nic_rx = Link("nic_tx", nic.bandwidth), Link("nic_rx", nic.bandwidth)
-        spine = nic.count * nic.bandwidth / cluster.oversubscription
+        spine = cluster.nodes_per_leaf * nic.count * nic.bandwidth / cluster.oversubscription
         oversubscribed = cluster.oversubscription > 1
         self.up = Link("switch_uplink", spine) if oversubscribed else None
         self.down = Link("switch_downlink", spine) if oversubscribed else None
@@ -317,7 +322,8 @@ class NodeLinks:
 def flow_time(phases: tuple[Phase, ...], layout: Layout, cluster: Cluster) -> float:
     """Seconds the phases' bytes take when they stream at once over the representative node's links (one flow
     of one byte whose multiplicity on each link is the bytes the busiest such link carries)."""
-    return transfer_time(NodeLinks(cluster).flows(byte_load(phases, layout, cluster.nic.count), 1.0))
+    load = byte_load(phases, layout, cluster.nic.count, cluster.nodes_per_leaf)
+    return transfer_time(NodeLinks(cluster).flows(load, 1.0))
 
 
 def expanded_flow_time(phases: tuple[Phase, ...], layout: Layout, cluster: Cluster) -> float:
@@ -331,8 +337,8 @@ def expanded_flow_time(phases: tuple[Phase, ...], layout: Layout, cluster: Clust
             kind = key[0]
             bw = {"gpu_tx": cluster.intra.port_bandwidth, "gpu_rx": cluster.intra.port_bandwidth,
                   "fabric": cluster.intra.fabric_bandwidth, "nic_tx": nic.bandwidth, "nic_rx": nic.bandwidth,
-                  "up": k * nic.bandwidth / cluster.oversubscription,
-                  "down": k * nic.bandwidth / cluster.oversubscription}[kind]
+                  "up": cluster.nodes_per_leaf * k * nic.bandwidth / cluster.oversubscription,
+                  "down": cluster.nodes_per_leaf * k * nic.bandwidth / cluster.oversubscription}[kind]
             links[key] = Link(str(key), bw)
         return links[key]
 
@@ -354,8 +360,9 @@ def expanded_flow_time(phases: tuple[Phase, ...], layout: Layout, cluster: Clust
                 rails = [(j, j) for j in range(k)] if spread else [((src % g) * k // g, (dst % g) * k // g)]
                 for ja, jb in rails:
                     path = {link("nic_tx", a, ja): 1, link("nic_rx", b, jb): 1}
-                    if cluster.oversubscription > 1:
-                        path[link("up", a)], path[link("down", b)] = 1, 1
+                    leaf_a, leaf_b = a // cluster.nodes_per_leaf, b // cluster.nodes_per_leaf
+                    if cluster.oversubscription > 1 and leaf_a != leaf_b:
+                        path[link("up", leaf_a)], path[link("down", leaf_b)] = 1, 1
                     flows.append((nbytes / len(rails), path))
     return transfer_time(flows)
 
@@ -466,7 +473,7 @@ def op_time(kind: str, phases: tuple[Phase, ...], layout: Layout, cluster: Clust
             algorithm, timeouts = "ring", 0.0
         else:
             (ph,) = phases
-            load = phase_load(ph, layout, nic.count)
+            load = phase_load(ph, layout, nic.count, cluster.nodes_per_leaf)
             posts = max(load.gpu_net_tx, load.gpu_net_rx)
             t_bytes = t_flow / RING_FACTOR[proto]
             if nic.message_overhead > 0 and posts:  # a site's per-message cost, posted one peer after another

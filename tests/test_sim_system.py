@@ -82,11 +82,12 @@ def test_flows_finish_at_huge_simulated_times():
     assert env.now > 1e15
 
 
-@pytest.mark.parametrize("n,g,k,over", [(2, 2, 1, 1.0), (3, 4, 2, 1.0), (4, 4, 2, 2.0), (3, 2, 1, 3.0),
-                                        (4, 8, 4, 1.5)])
+@pytest.mark.parametrize("n,g,k,over,leaf", [(2, 2, 1, 1.0, 1), (3, 4, 2, 1.0, 1), (4, 4, 2, 2.0, 1),
+                                             (3, 2, 1, 3.0, 1), (4, 8, 4, 1.5, 1), (4, 2, 2, 4.0, 2),
+                                             (8, 2, 1, 3.0, 4)])
 @pytest.mark.parametrize("which", ["allreduce", "tree", "hierarchical", "flat", "ring", "allgather",
                                    "onebit-adam", "marsit"])
-def test_representative_node_equals_the_full_expansion(n, g, k, over, which):
+def test_representative_node_equals_the_full_expansion(n, g, k, over, leaf, which):
     """Every link of every node, every message of the cluster, max-min shared: the same time as the
     representative node's counted flows (the symmetry shortcut is exact for these schedules)."""
     layout = Layout(n, g)
@@ -99,7 +100,7 @@ def test_representative_node_equals_the_full_expansion(n, g, k, over, which):
     else:
         sched = schedule(which, layout, 10**5)
     base = cluster("25gbe", n, g, oversubscription=over)
-    c = replace(base, nic=replace(base.nic, count=k))
+    c = replace(base, nic=replace(base.nic, count=k), nodes_per_leaf=leaf)
     for phase in sched.phases:
         assert flow_time((phase,), layout, c) == pytest.approx(expanded_flow_time((phase,), layout, c), rel=1e-9)
     if which in ("allreduce", "tree"):  # one pipelined operation: all its phases at once
@@ -174,6 +175,20 @@ def test_oversubscribed_switch_is_slower_for_inter_node_traffic():
     c = cluster("100gbe", 8)
     sched = allreduce(Layout(8, 8), 10**7)
     assert collective_time(sched, replace(c, oversubscription=4.0)) > collective_time(sched, c)
+
+
+def test_oversubscription_slows_only_what_crosses_the_spine():
+    """Leaves of 4 nodes, spine oversubscribed 4:1: a 2-node job stays under one leaf and loses nothing; on 8
+    nodes (2 leaves) a flat all-to-all, which sends most bytes across the spine, slows down, while a ring, which
+    crosses it once per leaf, does not."""
+    def t(sched, n, over):
+        return collective_time(sched, replace(cluster("ib-hdr", n, 8, oversubscription=over), nodes_per_leaf=4))
+
+    two = allreduce(Layout(2, 8), 10**8)
+    assert t(two, 2, 4.0) == pytest.approx(t(two, 2, 1.0))
+    a2a, ring = schedule("flat", Layout(8, 8), 10**9), allreduce(Layout(8, 8), 10**8)
+    assert t(a2a, 8, 4.0) > 1.5 * t(a2a, 8, 1.0)
+    assert t(ring, 8, 4.0) == pytest.approx(t(ring, 8, 1.0))
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 16])
