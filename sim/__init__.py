@@ -2,10 +2,13 @@
 
 Three layers, as in ASTRA-sim:
 
-* workload (``sim.workload``, ``sim.models``): one training iteration, DDP buckets, optimizer policies;
-* system (``sim.system``): collectives from the schedules of ``birder_ref.schedules``, NCCL's ring/tree choice;
-* network (``sim.network``, ``sim/presets``): links with fair sharing, NICs, the switch, hardware presets.
+* workload (``sim.workload``, ``sim.models``): one training step, DDP buckets, optimizer policies, calibration;
+* system (``sim.system``, ``sim.collective``): collectives from ``birder_ref.schedules`` as NCCL runs them
+  (tuning.cc's latencies and protocols, channels over every NIC, NCCL's ring/tree choice);
+* network (``sim.hardware`` and ``sim/presets``: NICs, fabrics, GPUs, site profiles, cluster TOML;
+  ``sim.network``: links shared max-min fairly by flows).
 
-``sim.workload.predict`` is the library entry; ``birder predict | sweep | validate`` the command line
-(``sim.cli``); ``sim/README.md`` the design, the calibration and the fitted constants.
+``sim.api`` is the library entry (``predict_config``, ``sweep_grid``, ``validation_summary``); ``birder predict |
+collective | sweep | validate`` the command line (``sim.cli``); ``sim/README.md`` the design, every constant's
+source, and what was fitted where.
 """

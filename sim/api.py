@@ -1,69 +1,209 @@
-"""The simulator as a library, without argparse: what `birder report` and other programs call.
+"""The simulator as a library, without argparse: what `birder report`, `birder sweep` and other programs call.
 
 Each prediction is a dict with the keys of ``birder predict --json`` (``throughput``, ``iteration_s``, ...,
-``throughput_low``, ``throughput_high``) plus the configuration (``model``, ``batch_per_gpu``, ``network``,
-``optimizer``, ``nodes``, ``gpus``). ``validation_summary`` gives the fit (in-sample) and the cross-validated
-(rows not fitted on) errors apart.
+``throughput_low``, ``throughput_high``, ``extrapolated``) plus the configuration (``model``,
+``batch_per_gpu``, ``network``, ``optimizer``, ``nodes``, ``gpus``). The interval spans the group
+cross-validated error (``prediction_relative_error``), which is measured once and stored
+(``presets/cross_validation.json``, written by ``python -m sim.api --write-cross-validation``) so that no
+prediction pays a refit. ``validation_summary`` gives the fit (in-sample) and the cross-validated errors apart.
 """
 
 from __future__ import annotations
 
+import argparse
+import hashlib
+import json
+import math
 import sys
 from functools import lru_cache
+from pathlib import Path
 
 from tqdm import tqdm
 
-from sim.network import cluster as make_cluster
+from sim.hardware import PRESETS, Cluster, cluster, load_cluster
 from sim.workload import predict
 
+CROSS_VALIDATION_FILE = PRESETS / "cross_validation.json"
 
-@lru_cache(maxsize=1)
-def prediction_relative_error() -> float:
-    """The relative error that a prediction's interval spans: the cross-validated MAPE (rows not fitted on)."""
+
+def _rows_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@lru_cache(maxsize=4)
+def prediction_relative_error(site_profile: bool | None = None) -> float:
+    """The relative error a prediction's interval spans, measured by the group cross-validation of the public
+    rows (groups left out of the fit): for a site profile (``site_profile=True``) the MAPE of the groups its fit
+    did not see (an optimizer, a GPU count); for a generic preset (False) the MAPE of a network left out and
+    predicted with its unfitted generic preset (a cluster nobody fitted); None: all groups. Read from the stored
+    measurement when it was taken on the same rows, else measured now (once per process)."""
+
+    key = {None: "mape", True: "site_mape", False: "generic_mape"}[site_profile]
+    return float(_split(_cross_validation())[key])
+
+
+def _split(cross: dict) -> dict:
+    """The cross-validation's MAPE overall, over the groups a site's fit left out, and over networks left out."""
     from sim import validate
 
-    cross = validate.cross_validation()
-    return float(cross["mape"]) if cross is not None else float(validate.mape(validate.compare(validate.rows())))
+    site = [r for r in cross["rows"] if not r["left_out"].startswith("network=")]
+    generic = [r for r in cross["rows"] if r["left_out"].startswith("network=")]
+    return {"mape": cross["mape"], "site_mape": validate.mape(site) if site else cross["mape"],
+            "generic_mape": validate.mape(generic) if generic else cross["mape"]}
+
+
+def extrapolation(c: Cluster, model: str | None, batch_per_gpu: int, grad_dtype: str = "fp32",
+                  accumulation_steps: int = 1) -> list[str]:
+    """Why a prediction leans on a site's fitted constants outside the range they were fitted on (empty: it does
+    not, or the network is a generic preset with no fitted constant)."""
+    nic = c.nic
+    if not nic.fitted:
+        return []
+    seen = dict(nic.fitted_on)
+    reasons = []
+    if "models" in seen and (model or "synthetic") not in seen["models"]:
+        reasons.append(f"{nic.name} was fitted on {', '.join(seen['models'])}, not {model or 'a synthetic model'}")
+    if "batch_per_gpu" in seen and batch_per_gpu not in seen["batch_per_gpu"]:
+        reasons.append(f"{nic.name} was fitted at {', '.join(map(str, seen['batch_per_gpu']))} samples per GPU, "
+                       f"not {batch_per_gpu}")
+    if "gpus" in seen and not (min(seen["gpus"]) <= c.n_gpus <= max(seen["gpus"])):
+        reasons.append(f"{nic.name} was fitted on {min(seen['gpus'])}-{max(seen['gpus'])} GPUs, not {c.n_gpus}")
+    if "gpus_per_node" in seen and c.gpus_per_node not in seen["gpus_per_node"]:
+        reasons.append(f"{nic.name} was fitted with {', '.join(map(str, seen['gpus_per_node']))} GPUs per node, "
+                       f"not {c.gpus_per_node}")
+    if grad_dtype != "fp32" or accumulation_steps != 1:
+        reasons.append(f"{nic.name} was fitted with fp32 gradients and no accumulation")
+    return reasons
+
+
+def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None, params: int | None = None,
+               batch_per_gpu: int = 32, scheme: str = "hierarchical", single_node_throughput: float | None = None,
+               warmup_fraction: float | None = None, marsit_period: int | None = None, grad_dtype: str = "fp32",
+               accumulation_steps: int = 1, hook_blocks_backward: bool = True) -> dict:
+    """One training configuration on cluster ``c``: ``birder predict --json`` as a dict."""
+    if model is None and params is None:
+        model = "resnet50"
+    out = predict(c, model=model, params=params, batch_per_gpu=batch_per_gpu, optimizer=optimizer, scheme=scheme,
+                  single_node_throughput=single_node_throughput, warmup_fraction=warmup_fraction,
+                  marsit_period=marsit_period, grad_dtype=grad_dtype, accumulation_steps=accumulation_steps,
+                  hook_blocks_backward=hook_blocks_backward).as_dict()
+    error = prediction_relative_error(c.nic.fitted)
+    reasons = extrapolation(c, model, batch_per_gpu, grad_dtype, accumulation_steps)
+    out.update({"model": model if model is not None else f"params-{params}", "batch_per_gpu": batch_per_gpu,
+                "network": c.nic.name, "cluster": c.name or c.nic.name, "site_profile": c.nic.fitted,
+                "optimizer": optimizer, "nodes": c.n_nodes, "gpus": c.n_gpus, "gpus_per_node": c.gpus_per_node,
+                "nics_per_node": c.nic.count, "grad_dtype": grad_dtype, "accumulation_steps": accumulation_steps,
+                "relative_error": error, "throughput_low": out["throughput"] * (1 - error),
+                "throughput_high": out["throughput"] * (1 + error), "extrapolated": bool(reasons),
+                "extrapolation_reasons": reasons, "provenance": [f"{k}: {v}" for k, v in c.provenance]})
+    return out
 
 
 def predict_config(model: str, nodes: int, network: str = "10gbe", optimizer: str = "sgdm", *,
                    batch_per_gpu: int = 32, gpus_per_node: int = 8, gpu: str = "a100",
-                   scheme: str = "hierarchical", single_node_throughput: float | None = None) -> dict:
-    """One training configuration on a preset network: ``birder predict --json`` as a dict."""
-    c = make_cluster(network, nodes, gpus_per_node, None, gpu)
-    out = predict(c, model=model, batch_per_gpu=batch_per_gpu, optimizer=optimizer, scheme=scheme,
-                  single_node_throughput=single_node_throughput).as_dict()
-    error = prediction_relative_error()
-    out.update({"model": model, "batch_per_gpu": batch_per_gpu, "network": c.nic.name, "optimizer": optimizer,
-                "nodes": nodes, "gpus": c.n_gpus, "throughput_low": out["throughput"] * (1 - error),
-                "throughput_high": out["throughput"] * (1 + error)})
-    return out
+                   scheme: str = "hierarchical", single_node_throughput: float | None = None,
+                   nics_per_node: int | None = None, cluster_file: str | Path | None = None,
+                   grad_dtype: str = "fp32", accumulation_steps: int = 1, hook_blocks_backward: bool = True) -> dict:
+    """One training configuration on a network (any preset or site profile name) or a cluster file."""
+    if cluster_file is not None:
+        c = load_cluster(cluster_file, nodes, gpus_per_node, gpu)
+    else:
+        c = cluster(network, nodes, gpus_per_node, None, gpu, 1.0, nics_per_node)
+    return predict_on(c, optimizer=optimizer, model=model, batch_per_gpu=batch_per_gpu, scheme=scheme,
+                      single_node_throughput=single_node_throughput, grad_dtype=grad_dtype,
+                      accumulation_steps=accumulation_steps, hook_blocks_backward=hook_blocks_backward)
 
 
-def sweep_grid(model: str, nodes: list[int], networks: list[str], optimizers: list[str], *,
+def sweep_grid(model: str, nodes: list[int], networks: list[str] | None, optimizers: list[str], *,
                batch_per_gpu: int = 32, gpus_per_node: int = 8, gpu: str = "a100",
-               single_node_throughput: float | dict[str, float] | None = None, progress: bool = False) -> list[dict]:
-    """``predict_config`` over nodes x networks x optimizers; ``single_node_throughput`` may map optimizer -> X."""
+               single_node_throughput: float | dict[str, float] | None = None, progress: bool = False,
+               cluster_file: str | Path | None = None, grad_dtype: str = "fp32",
+               accumulation_steps: int = 1) -> list[dict]:
+    """``predict_config`` over nodes x networks x optimizers (or nodes x optimizers on ``cluster_file``);
+    ``single_node_throughput`` may map optimizer -> samples/s."""
+    if cluster_file is not None and networks:
+        raise ValueError("cluster_file and networks conflict: a cluster file names its own network")
+    if not nodes or not optimizers or (cluster_file is None and not networks):
+        raise ValueError("nodes, optimizers and networks (or cluster_file) must each name at least one value")
+    if len(set(nodes)) < len(nodes):
+        raise ValueError(f"nodes has repeated values: {nodes}")
     if isinstance(single_node_throughput, dict):
         missing = [o for o in optimizers if o not in single_node_throughput]
         if missing:
             raise ValueError(f"single_node_throughput has no value for {', '.join(missing)}")
-    grid = [(net, opt, n) for net in networks for opt in optimizers for n in nodes]
+    grid = [(net, opt, n) for net in (networks or [None]) for opt in optimizers for n in nodes]
     out = []
-    for net, opt, n in tqdm(grid, desc="sweep", unit="config", disable=not progress, file=sys.stderr):
+    for net, opt, n in tqdm(grid, desc="sweep", unit="config", disable=True if not progress else None,
+                            file=sys.stderr):
         single = single_node_throughput.get(opt) if isinstance(single_node_throughput, dict) else single_node_throughput
-        out.append(predict_config(model, n, net, opt, batch_per_gpu=batch_per_gpu, gpus_per_node=gpus_per_node,
-                                  gpu=gpu, single_node_throughput=single))
+        out.append(predict_config(model, n, net or "", opt, batch_per_gpu=batch_per_gpu, gpus_per_node=gpus_per_node,
+                                  gpu=gpu, single_node_throughput=single, cluster_file=cluster_file,
+                                  grad_dtype=grad_dtype, accumulation_steps=accumulation_steps))
     return out
 
 
-def validation_summary() -> dict:
-    """The public rows predicted, with ``fit_mape`` (in-sample: constants fitted on these rows) and
-    ``cross_validated_mape`` (rows left out of the fit), the cross-validation's description and its rows."""
+def validation_summary(cross_validate: bool = True) -> dict:
+    """The public rows predicted with the site profiles: ``fit_mape`` (in-sample: the sites' constants were fitted
+    on these rows), ``cross_validated_mape`` (groups left out of the fit: an optimizer, a GPU count, a network),
+    ``cross_validation`` (its detail per group; the stored measurement of these rows when there is one) and
+    ``rows``."""
     from sim import validate
 
     results = validate.compare(validate.rows())
-    cross = validate.cross_validation()
-    return {"rows": results, "fit_mape": validate.mape(results),
-            "cross_validated_mape": None if cross is None else cross["mape"],
-            "cross_validation": cross}
+    out = {"rows": results, "fit_mape": validate.mape(results),
+           "fit_mape_multi_node": validate.mape([r for r in results if r["gpus"] > validate.GPUS_PER_NODE])}
+    if cross_validate:
+        cross = _cross_validation()
+        split = _split(cross)
+        out.update({"cross_validated_mape": cross["mape"], "cross_validated_mape_site": split["site_mape"],
+                    "cross_validated_mape_generic": split["generic_mape"], "cross_validation": cross})
+    return out
+
+
+@lru_cache(maxsize=1)
+def _cross_validation() -> dict:
+    """The group cross-validation of the public rows: the stored measurement when it was taken on the same rows
+    (same SHA-256), else measured now, once per process."""
+    from sim import validate
+
+    if CROSS_VALIDATION_FILE.exists():
+        stored = json.loads(CROSS_VALIDATION_FILE.read_text())
+        if stored.get("rows_sha256") == _rows_digest(validate.PUBLIC_CSV):
+            return stored["cross_validation"]
+    return validate.group_cross_validation()
+
+
+def _finite(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def write_cross_validation() -> Path:
+    """Measure the group cross-validation on the public rows and store it (with the rows' SHA-256) for
+    ``prediction_relative_error`` and ``validation_summary``."""
+    from birder.atomic import write_text
+    from sim import validate
+
+    cross = validate.group_cross_validation()
+    body = {"command": "python -m sim.api --write-cross-validation",
+            "rows_sha256": _rows_digest(validate.PUBLIC_CSV), **_split(cross), "cross_validation": cross}
+    return write_text(CROSS_VALIDATION_FILE, json.dumps(_finite(body), indent=1, allow_nan=False) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sim.api", description="The simulator as a library; run as a "
+                                     "module it stores the group cross-validation that predictions' intervals use.")
+    parser.add_argument("--write-cross-validation", action="store_true", required=True,
+                        help=f"measure the group cross-validation of the public rows and write {CROSS_VALIDATION_FILE}")
+    parser.parse_args(argv)
+    print(write_cross_validation())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

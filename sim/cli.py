@@ -1,19 +1,30 @@
-"""`birder predict`, `birder sweep`, `birder validate`: the simulator on the command line."""
+"""`birder predict`, `birder collective`, `birder sweep`, `birder validate`: the simulator on the command line.
+
+Arguments are parsed here and handed to the library (``sim.api``, ``sim.collective``, ``sim.validate``), whose
+ValueErrors name parameters; ``birder.cli`` prints them as one line and exits 2.
+"""
 
 from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
+import math
+import os
+import re
+import shutil
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
 from tqdm import tqdm
 
+from birder.atomic import write_text
 from birder_ref.schedules import SCHEMES
-from sim.network import INTRA, NETWORKS, Cluster, cluster, intra_preset, load_cluster
-from sim.workload import GPUS, OPTIMIZERS, predict
+from sim.hardware import GPUS, INTRA, NETWORKS, Cluster, cluster, describe, intra_preset, load_cluster, nic_preset
+from sim.workload import GRAD_BITS, OPTIMIZERS
 
 
 def _positive_int(text: str) -> int:
@@ -31,15 +42,19 @@ def _positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {text!r}")
     return value
 
 
 def _int_list(text: str) -> list[int]:
-    values = [_positive_int(part) for part in text.split(",") if part.strip()]
+    """Comma-separated positive integers; an empty list or a repeated value is refused (not silently fixed)."""
+    values = [_positive_int(part.strip()) for part in text.split(",") if part.strip()]
     if not values:
         raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(f"repeated value(s) {', '.join(map(str, repeated))} in {text!r}")
     return values
 
 
@@ -59,26 +74,39 @@ def _throughputs(text: str) -> float | dict[str, float]:
 
 def _name_list(choices):
     def parse(text: str) -> list[str]:
-        names = [part for part in text.split(",") if part]
+        names = [part.strip() for part in text.split(",") if part.strip()]
+        if not names:
+            raise argparse.ArgumentTypeError(f"expected comma-separated names from {', '.join(choices)}, got "
+                                             f"{text!r}")
         for name in names:
             if name not in choices:
                 raise argparse.ArgumentTypeError(f"unknown name {name!r}; choose from {', '.join(choices)}")
+        if len(set(names)) < len(names):
+            raise argparse.ArgumentTypeError(f"repeated name in {text!r}")
         return names
 
     return parse
 
 
-def _cluster_args(p: argparse.ArgumentParser) -> None:
+def _cluster_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     net = p.add_mutually_exclusive_group()
-    net.add_argument("--network", choices=list(NETWORKS), help="inter-node network preset (default 10gbe)")
+    if not sweep:
+        net.add_argument("--network", choices=list(NETWORKS),
+                         help="inter-node network: a generic preset (hardware values) or a site profile "
+                              "(birder-paper-10gbe, birder-paper-ib: fitted); default 10gbe")
     net.add_argument("--cluster", metavar="FILE.toml",
                      help="a cluster described in TOML (sim/presets/example_cluster.toml)")
     p.add_argument("--gpus-per-node", type=_positive_int, default=None, help="GPUs per node (default 8)")
+    p.add_argument("--nics-per-node", type=_positive_int, default=None,
+                   help="NICs per node, rail-aligned (default 1, or the TOML's [network] count)")
     p.add_argument("--gpu", choices=list(GPUS), default=None,
-                   help="GPU for built-in compute profiles (default a100, or the TOML's)")
+                   help="GPU for built-in compute profiles and its default fabric (default a100, or the TOML's)")
     p.add_argument("--intra", choices=list(INTRA), help="intra-node fabric preset (default: the GPU's NVLink)")
     p.add_argument("--oversubscription", type=float, default=None,
-                   help="switch oversubscription factor (default 1, or the TOML's)")
+                   help="spine oversubscription factor >= 1 (default 1, or the TOML's)")
+    p.add_argument("--nodes-per-leaf", type=_positive_int, default=None,
+                   help="nodes under one leaf switch, whose traffic never crosses the spine (default 1, or the "
+                        "TOML's [switch] nodes_per_leaf)")
 
 
 def _workload_args(p: argparse.ArgumentParser) -> None:
@@ -91,40 +119,120 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
                    help="1-bit Adam's uncompressed share of steps (default 0.2 for BERT, 0.15 otherwise)")
     p.add_argument("--marsit-period", type=_positive_int, default=None, metavar="K",
                    help="Marsit's full-precision round every K steps (default: none after the first)")
+    p.add_argument("--grad-dtype", choices=list(GRAD_BITS), default="fp32",
+                   help="what full-precision gradients travel as (default fp32; AMP/DeepSpeed setups: fp16, bf16)")
+    p.add_argument("--accumulation-steps", type=_positive_int, default=1, metavar="K",
+                   help="micro-batches per optimizer step, one all-reduce per K (default 1)")
+    p.add_argument("--hook", choices=("blocking", "overlapped"), default="blocking",
+                   help="whether a 1-bit DDP hook holds up the backward pass until its collectives return "
+                        "(blocking: the paper's hook; default) or overlaps it like DDP's all-reduce")
 
 
-def _make_cluster(args, nodes: int, network: str | None = None) -> Cluster:
-    """The cluster of the command line; with ``--cluster``, the options given on the command line win over the file."""
-    if args.oversubscription is not None and not args.oversubscription >= 1:
-        raise ValueError(f"--oversubscription must be >= 1, got {args.oversubscription}")
+def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster:
+    """The cluster of the command line; with ``--cluster``, the options given on the command line win."""
+    over = getattr(args, "oversubscription", None)
+    if over is not None and not (math.isfinite(over) and over >= 1):
+        raise ValueError(f"--oversubscription must be a number >= 1, got {over}")
+    nics = getattr(args, "nics_per_node", None)
     if getattr(args, "cluster", None):
-        c = load_cluster(args.cluster, nodes, args.gpus_per_node, args.gpu, args.oversubscription)
-        if args.intra:
-            c = replace(c, intra=intra_preset(args.intra))
-        return c
-    return cluster(network or args.network or "10gbe", nodes or 1, args.gpus_per_node or 8, args.intra,
-                   args.gpu or "a100", 1.0 if args.oversubscription is None else args.oversubscription)
+        c = load_cluster(args.cluster, nodes, args.gpus_per_node, args.gpu, over)
+        if nics is not None:
+            c = replace(c, nic=replace(c.nic, count=nics),
+                        provenance=c.provenance + (("nics per node", f"{nics} (command line)"),))
+    else:
+        name = network or getattr(args, "network", None) or "10gbe"
+        gpu = args.gpu or "a100"
+        if nics is not None and nics > (args.gpus_per_node or 8):
+            raise ValueError(f"--nics-per-node {nics} exceeds --gpus-per-node {args.gpus_per_node or 8}: at most "
+                             "one NIC per GPU")
+        nic_preset(name)  # an unknown name fails here, naming the flag's choices
+        c = cluster(name, nodes or 1, args.gpus_per_node or 8, args.intra, gpu, 1.0 if over is None else over,
+                    nics)
+        c = replace(c, provenance=(
+            ("network", f"preset {name}" + (" (site profile: FITTED constants)" if c.nic.fitted else "")),
+            ("nics per node", f"{c.nic.count} ({'command line' if nics else 'default'})"),
+            ("gpu", f"{gpu} ({'command line' if args.gpu else 'default'})"),
+            ("intra", f"preset {c.intra.name} ({'command line' if args.intra else 'default for ' + gpu})"),
+            ("gpus per node", f"{c.gpus_per_node} ({'command line' if args.gpus_per_node else 'default'})"),
+            ("oversubscription", f"{c.oversubscription:g} ({'command line' if over is not None else 'default'})")))
+    leaf = getattr(args, "nodes_per_leaf", None)
+    if leaf is not None:
+        c = replace(c, nodes_per_leaf=leaf, provenance=c.provenance + (("nodes per leaf", f"{leaf} (command line)"),))
+    if getattr(args, "cluster", None) and args.intra:
+        c = replace(c, intra=intra_preset(args.intra),
+                    provenance=c.provenance + (("intra", f"preset {args.intra} (command line)"),))
+    if c.nic.count > c.gpus_per_node:
+        raise ValueError(f"--nics-per-node {c.nic.count} exceeds --gpus-per-node {c.gpus_per_node}: at most one "
+                         "NIC per GPU")
+    return c
 
 
-def _model(args) -> dict:
-    if args.params is not None:
-        return {"params": args.params}
-    return {"model": args.model or "resnet50"}
+def _options(args) -> dict:
+    out = {"batch_per_gpu": args.batch_per_gpu, "scheme": args.scheme, "warmup_fraction": args.warmup_fraction,
+           "marsit_period": args.marsit_period, "grad_dtype": getattr(args, "grad_dtype", "fp32"),
+           "accumulation_steps": getattr(args, "accumulation_steps", 1),
+           "hook_blocks_backward": getattr(args, "hook", "blocking") == "blocking"}
+    if getattr(args, "params", None) is not None:
+        out["params"] = args.params
+    else:
+        out["model"] = getattr(args, "model", None) or "resnet50"
+    return out
+
+
+def _strict_json(value) -> str:
+    """JSON with non-finite numbers as null (strict JSON has no Infinity or NaN)."""
+    def clean(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [clean(x) for x in v]
+        return v
+
+    return json.dumps(clean(value), allow_nan=False)
+
+
+FLAGS = {"single_node_throughput": "--single-node-throughput", "batch_per_gpu": "--batch-per-gpu",
+         "accumulation_steps": "--accumulation-steps", "grad_dtype": "--grad-dtype", "warmup_fraction":
+         "--warmup-fraction", "marsit_period": "--marsit-period", "model or params": "--model or --params"}
+
+
+def _flags(run):
+    """Run a command, naming the library's parameters in its ValueErrors as the command line's flags."""
+    def wrapped(args) -> int:
+        try:
+            return run(args)
+        except ValueError as error:
+            message = str(error)
+            for name, flag in FLAGS.items():
+                message = re.sub(rf"(?<![\w-]){name}(?![\w])", flag, message)
+            raise ValueError(message) from None
+
+    return wrapped
+
+
+def _quiet(args) -> bool:
+    return bool(getattr(args, "quiet", False))
 
 
 # ------------------------------------------------------------------------------------------------- predict
 def run_predict(args) -> int:
-    c = _make_cluster(args, args.nodes)
-    result = predict(c, batch_per_gpu=args.batch_per_gpu, optimizer=args.optimizer, scheme=args.scheme,
-                     single_node_throughput=args.single_node_throughput, warmup_fraction=args.warmup_fraction,
-                     marsit_period=args.marsit_period, **_model(args)).as_dict()
-    result.update({"nodes": c.n_nodes, "gpus": c.n_gpus, "network": c.nic.name, "optimizer": args.optimizer})
+    from sim.api import predict_on
+
+    c = make_cluster(args, args.nodes)
+    result = predict_on(c, optimizer=args.optimizer, single_node_throughput=args.single_node_throughput,
+                        **_options(args))
     if args.json:
-        print(json.dumps(result))
+        print(_strict_json(result))
         return 0
     print(f"{c.n_gpus} GPUs ({c.n_nodes} x {c.gpus_per_node}) on {c.nic.name}, {args.optimizer}"
           + (f" ({args.scheme})" if args.optimizer == "birder" else ""))
-    print(f"  throughput              {result['throughput']:12.1f} samples/s")
+    for line in describe(c):
+        print("  " + line)
+    print(f"  throughput              {result['throughput']:12.1f} samples/s "
+          f"(interval {result['throughput_low']:.0f} - {result['throughput_high']:.0f}, +-"
+          f"{result['relative_error'] * 100:.0f}%: the measured cross-validated error)")
     print(f"  iteration               {result['iteration_s'] * 1e3:12.2f} ms")
     print(f"    compute               {result['compute_s'] * 1e3:12.2f} ms")
     print(f"    compression           {result['compression_s'] * 1e3:12.2f} ms")
@@ -132,16 +240,62 @@ def run_predict(args) -> int:
     print(f"  bytes per GPU per step  {result['intra_node_bytes_per_gpu'] / 1e6:12.2f} MB intra, "
           f"{result['inter_node_bytes_per_gpu'] / 1e6:.2f} MB inter")
     print(f"  scale efficiency        {result['scale_efficiency'] * 100:12.1f} %")
+    if result["extrapolated"]:
+        print("  note: extrapolated beyond the site's fit: " + "; ".join(result["extrapolation_reasons"]))
     return 0
 
 
+# ---------------------------------------------------------------------------------------------- collective
+def run_collective(args) -> int:
+    from sim.collective import parse_size, predict_collective, sweep_sizes
+
+    c = make_cluster(args, args.nodes)
+    low, sep, high = args.bytes.partition(":")
+    sizes = sweep_sizes(parse_size(low), parse_size(high)) if sep else [parse_size(low)]
+    results = [predict_collective(args.op, n, c, args.algorithm) for n in sizes]
+    plot = None
+    if args.out:
+        from sim.collective_plots import size_sweep
+
+        out = Path(args.out)
+        write_text(out / "collective.csv", _csv(results, list(results[0])))
+        plot = str(size_sweep(results, out / "collective.png"))
+    if args.json:
+        body = results[0] if len(results) == 1 and not sep else {"results": results}
+        if plot:
+            body = {**body, "plot": plot, "csv": str(Path(args.out) / "collective.csv")}
+        print(_strict_json(body))
+        return 0
+    for line in describe(c):
+        print(line)
+    print(f"{'size (B)':>12} {'time (us)':>12} {'algbw (GB/s)':>13} {'busbw (GB/s)':>13}  algorithm/protocol")
+    for r in results:
+        print(f"{r['bytes']:12d} {r['time_s'] * 1e6:12.2f} {r['algbw_gbytes_per_s']:13.3f} "
+              f"{r['busbw_gbytes_per_s']:13.3f}  {r['algorithm']}/{r['protocol']}")
+    if plot:
+        print(f"table: {Path(args.out) / 'collective.csv'}; plot: {plot}")
+    return 0
+
+
+def _csv(rows: list[dict], fields: list[str]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
 # --------------------------------------------------------------------------------------------------- sweep
-SWEEP_FIELDS = ("model", "batch_per_gpu", "network", "optimizer", "nodes", "gpus", "throughput", "iteration_s",
-                "compute_s", "compression_s", "exposed_communication_s", "inter_node_bytes_per_gpu",
-                "intra_node_bytes_per_gpu", "scale_efficiency")
+SWEEP_FIELDS = ("model", "batch_per_gpu", "network", "optimizer", "nodes", "gpus", "throughput", "throughput_low",
+                "throughput_high", "iteration_s", "compute_s", "compression_s", "exposed_communication_s",
+                "inter_node_bytes_per_gpu", "intra_node_bytes_per_gpu", "scale_efficiency", "extrapolated")
 
 
 def sweep(args, nodes: list[int], networks: list[str], optimizers: list[str], progress: bool = True) -> list[dict]:
+    """A grid of predictions from command-line style ``args`` (kept for callers of the earlier layout; the
+    library form is ``sim.api.sweep_grid``)."""
+    from sim.api import predict_on
+
     single = getattr(args, "single_node_throughput", None)
     if isinstance(single, dict):
         missing = [opt for opt in optimizers if opt not in single]
@@ -149,33 +303,41 @@ def sweep(args, nodes: list[int], networks: list[str], optimizers: list[str], pr
             raise ValueError(f"--single-node-throughput has no value for {', '.join(missing)}")
     grid = [(net, opt, n) for net in networks for opt in optimizers for n in nodes]
     out = []
-    for net, opt, n in tqdm(grid, desc="sweep", unit="config", disable=not progress, file=sys.stderr):
-        c = _make_cluster(args, n, net)
-        r = predict(c, batch_per_gpu=args.batch_per_gpu, optimizer=opt, scheme=args.scheme,
-                    single_node_throughput=single[opt] if isinstance(single, dict) else single,
-                    warmup_fraction=args.warmup_fraction, marsit_period=args.marsit_period,
-                    **_model(args)).as_dict()
-        r.update({"model": args.model or f"params-{args.params}" if args.params else args.model or "resnet50",
-                  "batch_per_gpu": args.batch_per_gpu, "network": c.nic.name, "optimizer": opt, "nodes": n,
-                  "gpus": c.n_gpus})
+    disable = True if (not progress or _quiet(args)) else None
+    for net, opt, n in tqdm(grid, desc="sweep", unit="config", disable=disable, file=sys.stderr):
+        c = make_cluster(args, n, None if getattr(args, "cluster", None) else net)
+        r = predict_on(c, optimizer=opt, single_node_throughput=single[opt] if isinstance(single, dict) else single,
+                       **_options(args))
+        if getattr(args, "cluster", None):
+            r["network"] = c.name or net
         out.append({k: r[k] for k in SWEEP_FIELDS})
     return out
 
 
 def run_sweep(args) -> int:
+    if args.cluster and args.networks:
+        raise ValueError("--cluster and --networks conflict: a cluster file names its own network; give one")
     networks = args.networks or ([Path(args.cluster).stem] if args.cluster else ["10gbe", "ib-hdr"])
     results = sweep(args, args.nodes, networks, args.optimizers)
     from sim import plots  # matplotlib only when plotting: keeps `birder predict` fast
+
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    with (out / "sweep.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=SWEEP_FIELDS)
-        writer.writeheader()
-        writer.writerows(results)
-    figures = [str(p) for p in plots.throughput_vs_gpus(results, out) + plots.time_breakdown(results, out)]
+    write_text(out / "sweep.csv", _csv(results, list(SWEEP_FIELDS)))
+    staging = Path(tempfile.mkdtemp(prefix=".sweep-plots.", dir=out))
+    try:  # the plots are drawn beside, then each renamed into place whole
+        drawn = plots.throughput_vs_gpus(results, staging) + plots.time_breakdown(results, staging)
+        figures = []
+        for path in drawn:
+            os.replace(path, out / Path(path).name)
+            figures.append(str(out / Path(path).name))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     if args.json:
-        print(json.dumps({"csv": str(out / "sweep.csv"), "plots": figures, "results": results}))
+        print(_strict_json({"csv": str(out / "sweep.csv"), "plots": figures, "results": results}))
     else:
+        for net in networks:
+            print(describe(make_cluster(args, args.nodes[0], None if args.cluster else net))[0])
         print(f"{len(results)} configurations written to {out / 'sweep.csv'}; plots: {', '.join(figures)}")
     return 0
 
@@ -185,33 +347,45 @@ def run_validate(args) -> int:
     from sim import validate
 
     table = validate.rows(args.csv)
-    with tqdm(total=len(table), desc="validate", unit="row", file=sys.stderr, disable=args.json) as bar:
+    with tqdm(total=len(table), desc="validate", unit="row", file=sys.stderr,
+              disable=True if (args.json or _quiet(args)) else None) as bar:
         results = validate.compare(table, progress=bar)
     orders = validate.order_agreement(results)
     trend = validate.speedup_trend(results)
-    summary = {"mape": validate.mape(results),
-               "mape_multi_node": validate.mape([r for r in results if r["gpus"] > validate.GPUS_PER_NODE]),
-               "orders_agree": all(o["same"] for o in orders), "rows": results, "orders": orders,
-               "speedup_trend": trend}
-    sizes = sorted({r.gpus for r in table if r.gpus > validate.GPUS_PER_NODE})
-    if len(sizes) >= 2 and not args.no_cross_validation:  # refit on all but the largest GPU count, predict that
-        cross = validate.cross_validation(args.csv, tuple(sizes[:-1]))
-        if cross is not None:
-            summary["cross_validation"] = cross
+    multi = [r for r in results if r["gpus"] > validate.GPUS_PER_NODE]
+    summary = {"mape": validate.mape(results), "fit_mape": validate.mape(results),
+               "mape_multi_node": validate.mape(multi), "orders_agree": all(o["same"] for o in orders),
+               "rows": results, "orders": orders, "speedup_trend": trend,
+               "profiles": sorted({r["profile"] for r in results})}
+    if not args.no_cross_validation:
+        with tqdm(total=validate.cross_validation_groups(args.csv), desc="cross-validation", unit="group",
+                  file=sys.stderr, disable=True if (args.json or _quiet(args)) else None) as bar:
+            cross = validate.group_cross_validation(args.csv, progress=bar)
+        summary["cross_validated_mape"] = cross["mape"]
+        summary["cross_validation"] = cross
     if args.out:
         from sim import plots
 
-        summary["plot"] = str(plots.validation(results, Path(args.out)))
+        staging = Path(tempfile.mkdtemp(prefix=".validate-plot.", dir=Path(args.out).parent
+                                        if Path(args.out).parent.exists() else None))
+        try:
+            drawn = plots.validation(results, staging)
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            os.replace(drawn, Path(args.out) / Path(drawn).name)
+            summary["plot"] = str(Path(args.out) / Path(drawn).name)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     if args.json:
-        print(json.dumps(summary))
+        print(_strict_json(summary))
         return 0
-    print(f"{'model':9} {'batch':>5} {'network':8} {'optimizer':13} {'gpus':>4} {'published':>10} "
+    print(f"{'model':9} {'batch':>5} {'network':8} {'profile':19} {'optimizer':13} {'gpus':>4} {'published':>10} "
           f"{'predicted':>10} {'error':>7}")
     for r in results:
-        print(f"{r['model']:9} {r['batch_per_gpu']:5d} {r['network']:8} {r['optimizer']:13} {r['gpus']:4d} "
-              f"{r['published']:10.0f} {r['predicted']:10.0f} {r['error'] * 100:+6.1f}%")
-    print(f"MAPE {summary['mape'] * 100:.1f}% over {len(results)} rows "
-          f"({summary['mape_multi_node'] * 100:.1f}% over the multi-node rows; single-node rows are the calibration)")
+        print(f"{r['model']:9} {r['batch_per_gpu']:5d} {r['network']:8} {r['profile']:19} {r['optimizer']:13} "
+              f"{r['gpus']:4d} {r['published']:10.0f} {r['predicted']:10.0f} {r['error'] * 100:+6.1f}%")
+    print(f"fit (in-sample) MAPE {summary['mape'] * 100:.1f}% over {len(results)} rows "
+          f"({summary['mape_multi_node'] * 100:.1f}% over the multi-node rows; single-node rows are the calibration)"
+          f" with the site profiles {', '.join(summary['profiles'])}")
     for o in orders:
         mark = "same" if o["same"] else "DIFFERENT"
         print(f"order {o['network']:8} {o['gpus']:3d} GPUs: published {' > '.join(o['published_order'])}; "
@@ -227,9 +401,14 @@ def run_validate(args) -> int:
               f"{', '.join(str(t['gpus']) for t in ts)} GPUs: published {published}; predicted {predicted}")
     if "cross_validation" in summary:
         cv = summary["cross_validation"]
-        print(f"cross-validation: constants refitted on the {', '.join(map(str, cv['train_gpus']))}-GPU rows only, "
-              f"MAPE {cv['mape'] * 100:.1f}% on the {', '.join(map(str, cv['test_gpus']))}-GPU rows ("
-              + ", ".join(f"{r['network']} {r['optimizer']} {r['error'] * 100:+.0f}%" for r in cv["rows"]) + ")")
+        print(f"group cross-validation MAPE {cv['mape'] * 100:.1f}% (refit without each group, predict it):")
+        for g in cv["groups"]:
+            unfitted = f"; {', '.join(g['unfitted_sites'])} unfitted (generic base preset)" \
+                if g["unfitted_sites"] else ""
+            print(f"  left out {g['left_out']}={g['value']}: {g['rows']} rows, MAPE {g['mape'] * 100:.1f}%"
+                  + unfitted)
+        if cv["untestable_columns"]:
+            print(f"  not testable on these rows (one value each): {', '.join(cv['untestable_columns'])}")
     if args.out:
         print(f"plot: {summary['plot']}")
     return 0
@@ -244,14 +423,29 @@ def register(subparsers) -> None:
     p.add_argument("--single-node-throughput", type=_positive_float, default=None,
                    help="samples/s the same optimizer and batch reached on one node: calibrates compute time")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=run_predict)
+    p.set_defaults(func=_flags(run_predict))
+
+    from sim.collective import ALGORITHMS, OPS
+
+    c = subparsers.add_parser("collective", help="time one collective on a simulated cluster, in nccl-tests' terms")
+    c.add_argument("--op", choices=OPS, required=True, help="the collective")
+    c.add_argument("--bytes", required=True, metavar="N|MIN:MAX",
+                   help="nccl-tests' size (8, 64K, 8M, 1G); MIN:MAX sweeps doubling sizes")
+    c.add_argument("--nodes", type=_positive_int, default=None, help="number of nodes (default 1, or the TOML's)")
+    _cluster_args(c)
+    c.add_argument("--algorithm", choices=ALGORITHMS, default="auto", help="ring, tree or NCCL's choice (auto)")
+    c.add_argument("--out", default=None, help="directory for the size sweep's table (CSV) and plot (PNG)")
+    c.add_argument("--json", action="store_true", help="print one JSON object")
+    c.set_defaults(func=_flags(run_collective))
 
     s = subparsers.add_parser("sweep", help="a grid of predictions (nodes x networks x optimizers) to CSV and plots")
     _workload_args(s)
-    _cluster_args(s)
-    s.add_argument("--nodes", type=_int_list, default=[1, 2, 4, 8, 16, 32, 64], help="comma-separated node counts")
+    _cluster_args(s, sweep=True)
+    s.add_argument("--nodes", type=_int_list, default=[1, 2, 4, 8, 16, 32, 64],
+                   help="comma-separated node counts (each once)")
     s.add_argument("--networks", type=_name_list(list(NETWORKS)), default=None,
-                   help="comma-separated network presets (default 10gbe,ib-hdr)")
+                   help="comma-separated networks: presets or site profiles (default 10gbe,ib-hdr); "
+                        "conflicts with --cluster")
     s.add_argument("--optimizers", type=_name_list(OPTIMIZERS), default=["sgdm", "onebit-adam", "birder"],
                    help="comma-separated optimizers (default sgdm,onebit-adam,birder)")
     s.add_argument("--single-node-throughput", type=_throughputs, default=None, metavar="X|OPT=X,...",
@@ -259,13 +453,13 @@ def register(subparsers) -> None:
                         "(sgdm=3693,birder=3462): calibrates compute time (default: built-in compute profiles)")
     s.add_argument("--out", default="sweep", help="directory for sweep.csv and the plots (default sweep/)")
     s.add_argument("--json", action="store_true", help="print one JSON object")
-    s.set_defaults(func=run_sweep)
+    s.set_defaults(func=_flags(run_sweep))
 
     v = subparsers.add_parser("validate", help="predictions against the published throughputs, with errors")
     v.add_argument("--csv", default=None,
                    help="measurements file (default: ../shared/validation/, else sim/presets/birder_public.csv)")
     v.add_argument("--out", default=None, help="directory for the predicted-vs-published plot")
     v.add_argument("--no-cross-validation", action="store_true",
-                   help="skip the refit on all but the largest GPU count (it takes seconds per transport)")
+                   help="skip the group cross-validation (it refits the site profiles once per group left out)")
     v.add_argument("--json", action="store_true", help="print one JSON object")
     v.set_defaults(func=run_validate)

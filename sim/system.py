@@ -1,22 +1,26 @@
-"""System layer: collectives as the schedules of ``birder_ref.schedules`` say, timed on the network layer.
+"""System layer: collectives as NCCL runs them, timed on the network layer's flows.
 
-``birder_ref.schedules`` is the single source of who sends what: this module never invents a message. For
-each phase it counts, round by round, the messages every node sends and receives (``RoundLoad``), and then
-simulates one round of the busiest node: an intra-node flow that stands for the busiest GPU port's messages and
-an inter-node flow that stands for the busiest NIC's messages, each with its multiplicity on the links it
-crosses (``sim.network``). How that stays exact:
+``birder_ref.schedules`` is the single source of who sends what. An NCCL operation (one all-reduce, or one phase
+of a 1-bit schedule: a reduce-scatter, an all-to-all, an all-gather) is pipelined: its bytes stream over every
+link at once, so its time is NCCL's latency, paid once per operation, plus the time its flows take on shared
+links (``sim.network``: max-min fair sharing, recomputed as flows start and end), divided by the protocol's
+bandwidth factor:
 
-* ring, all-to-all and direct all-gather patterns: every node does the same in every round, so the busiest
-  node is any node and its receive load mirrors its transmit load; rounds whose messages are the same size
-  are simulated once and the rest take the same time (a collective has the network to itself: DDP and the
-  1-bit hooks run one collective at a time on their communication stream);
-* push/pull (parameter server): the server node's NIC is counted as a node of its own, so its incast (p
-  flows) is what the round waits for;
-* binary trees (NCCL's tree all-reduce): NCCL pipelines a tree in pieces of ``TREE_PIECE_BYTES``; in steady
-  state every level of the tree is busy at once, so one pipelined round carries all levels' messages and a
-  phase takes depth + pieces - 1 such rounds (the busiest node is an inner node of one tree).
+    T(op) = latency(algorithm, protocol) + T_flows / factor(protocol)            (NCCL src/graph/tuning.cc)
 
-Counting costs O(p) per phase, never the p^2 messages of a flat all-to-all.
+with the protocol (LL, LL128, Simple) that makes it fastest, as NCCL's tuner tries to. Latencies are tuning.cc's
+per algorithm and protocol: a base latency per operation, a hardware latency per pipeline step (NVLink / PCI for
+steps inside a node, NET for steps between nodes, plus the transport's own per-hop latency), NCCL's per-step net
+overhead for multi-node rings, and the ring plateau factor. Point-to-point operations (all-to-all, direct
+all-gather, push, pull) pay a published per-peer cost. A site profile adds what only that site showed (per-step
+and per-message overheads, TCP incast timeouts).
+
+Symmetry. Every node of a data-parallel job runs the same schedule, so one representative node's links carry
+the busiest counts of every kind of link (a flow of multiplicity k adds k on each link it crosses), and the
+flows arriving at its receive ports mirror those leaving its transmit ports. ``expanded_flow_time`` builds every
+link and every message of the whole cluster instead; tests check the two agree. Rings over several GPUs per node
+use every NIC (NCCL's channels, rail-aligned: GPU i on NIC i * count // G), so the node's ring traffic is spread
+over its NICs. Counting costs O(p) per phase, never the p^2 messages of a flat all-to-all.
 """
 
 from __future__ import annotations
@@ -37,25 +41,57 @@ from birder_ref.schedules import (
     padded_dim,
     tree_allreduce,
 )
-from sim.network import Cluster, FlowNetwork, Link
+from sim.hardware import GPUS, Cluster
+from sim.network import Link, transfer_time
 
-TREE_PIECE_BYTES = 512 * 1024  # NCCL Simple protocol: a 4 MiB buffer in NCCL_STEPS = 8 slots (src/include/device.h)
-# Patterns that run as the steps of one collective kernel (NCCL's ring and tree): each step costs the NIC
-# ``step_overhead``. All-to-all, direct all-gather, push and pull are point-to-point send/recv operations: the
-# proxy thread of each GPU posts one per peer, ``message_overhead`` each (sim/README.md, "per-message costs").
-COLLECTIVE_KERNEL_PATTERNS = frozenset({"ring", "ring_reduce_scatter", "ring_all_gather", "binary_tree"})
+KERNEL_PATTERNS = frozenset({"ring_reduce_scatter", "ring_all_gather", "binary_tree"})
+COLLECTIVE_KERNEL_PATTERNS = KERNEL_PATTERNS  # the earlier name
+PROTOCOLS = ("LL", "LL128", "Simple")
+
+# ------------------------------------------------------------------- NCCL's constants (src/graph/tuning.cc, master)
+BASE_LATENCY_US = {"tree": {"LL": 6.8, "LL128": 14.0, "Simple": 8.4}, "ring": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}}
+HW_LATENCY_US = {
+    "nvlink": {"tree": {"LL": 0.6, "LL128": 1.25, "Simple": 4.0}, "ring": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4}},
+    "pci": {"tree": {"LL": 1.0, "LL128": 1.9, "Simple": 4.0}, "ring": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7}},
+    "net": {"tree": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0}, "ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}},
+}
+NET_OVERHEAD_US = 1.0  # getNetOverhead on x86 Intel (2.0 on AMD), x3 for Simple: posting a network step
+RING_PLATEAU = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4}  # Simple ring all-reduce latency factor, multi-node
+# bandwidth factors: LL moves 4 data bytes per 8-byte line; LL128 120 of 128; tree all-reduce busBw * 0.92, and
+# * 0.85 for the plain TREE pattern; tree LL busBw / 3.8, tree LL128 * 120/128
+RING_FACTOR = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}
+TREE_FACTOR = {"LL": 1 / 3.8, "LL128": 120 / 128, "Simple": 0.92 * 0.85}
+# treeCorrectionFactor[protocol][log2(bytes / 64)], 64 B to 256 MB: NCCL's static correction of tree bandwidth
+TREE_CORRECTION = {
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
+}
 
 
+def protocols(cluster: Cluster, multi_node: bool) -> tuple[str, ...]:
+    """LL128 runs on NVLink/PCI paths and over verbs, not over sockets (NCCL enables it per path type)."""
+    return PROTOCOLS if (not multi_node or cluster.nic.transport == "ib") else ("LL", "Simple")
+
+
+def tree_correction(protocol: str, nbytes: float) -> float:
+    log = int(math.log2(nbytes / 64)) if nbytes >= 64 else -1
+    return TREE_CORRECTION[protocol][log] if 0 <= log < 23 else 1.0
+
+
+# ------------------------------------------------------------------------------------------------ counting
 @dataclass(frozen=True)
 class RoundLoad:
-    """Message counts of one round, at the busiest place of each kind (multiplicities of the flows)."""
+    """Message counts of one phase's round, at the busiest place of each kind (flow multiplicities; NIC counts
+    are fractional where a ring's node-crossing edge is spread over the node's NICs by NCCL's channels)."""
 
-    gpu_tx: int = 0  # intra-node messages the busiest GPU sends
-    gpu_rx: int = 0  # ... receives
-    fabric: int = 0  # intra-node messages of the busiest node (its fabric's load)
-    nic_tx: int = 0  # inter-node messages leaving the busiest NIC
-    nic_rx: int = 0  # inter-node messages arriving at the busiest NIC
-    node_tx: int = 0  # inter-node messages leaving the busiest node (its switch uplink's load)
+    gpu_tx: float = 0  # intra-node messages the busiest GPU sends
+    gpu_rx: float = 0  # ... receives
+    fabric: float = 0  # intra-node messages of the busiest node (its fabric's load)
+    nic_tx: float = 0  # inter-node messages leaving the busiest NIC
+    nic_rx: float = 0  # inter-node messages arriving at the busiest NIC
+    node_tx: float = 0  # messages leaving the busiest leaf switch for the spine (its uplinks' load)
+    node_rx: float = 0  # messages arriving at the busiest leaf switch from the spine (its downlinks' load)
     gpu_net_tx: int = 0  # inter-node messages the busiest GPU sends (its proxy posts them one by one)
     gpu_net_rx: int = 0  # ... receives
     intra_total: int = 0  # intra-node messages sent by GPUs in the whole cluster
@@ -66,21 +102,13 @@ class RoundLoad:
         return self.fabric == 0 and self.nic_tx == 0 and self.nic_rx == 0
 
 
-@dataclass(frozen=True)
-class PhasePlan:
-    """How a phase runs: lock-step rounds of given loads and message sizes."""
-
-    name: str
-    rounds: tuple[tuple[RoundLoad, int, int], ...]  # (load, message bytes, how many identical rounds in a row)
-
-
 class _Counts:
     """Accumulates the messages of one round by GPU, node and NIC (endpoint = node * G + local rank)."""
 
-    def __init__(self, layout: Layout, nic_count: int):
-        self.layout, self.nic_count = layout, nic_count
+    def __init__(self, layout: Layout, nic_count: int, leaf: int = 1):
+        self.layout, self.nic_count, self.leaf = layout, nic_count, leaf
         self.gpu_tx, self.gpu_rx, self.fabric = Counter(), Counter(), Counter()
-        self.nic_tx, self.nic_rx, self.node_tx = Counter(), Counter(), Counter()
+        self.nic_tx, self.nic_rx, self.node_tx, self.node_rx = Counter(), Counter(), Counter(), Counter()
         self.gpu_net_tx, self.gpu_net_rx = Counter(), Counter()
         self.intra_total = self.inter_total = 0
 
@@ -88,82 +116,138 @@ class _Counts:
         g = self.layout.gpus_per_node
         return endpoint // g, (endpoint % g) * self.nic_count // g
 
-    def send(self, src: int, dst: int) -> None:
+    def send(self, src: int, dst: int, spread: bool = False, weight: float = 1.0) -> None:
+        """One message (of ``weight``: 1, or its bytes); ``spread``: a ring edge that NCCL's channels spread over
+        all NICs of both nodes."""
         g = self.layout.gpus_per_node
         if src // g == dst // g:
-            self.gpu_tx[src] += 1
-            self.gpu_rx[dst] += 1
-            self.fabric[src // g] += 1
+            self.gpu_tx[src] += weight
+            self.gpu_rx[dst] += weight
+            self.fabric[src // g] += weight
             self.intra_total += 1
+            return
+        if spread:
+            for j in range(self.nic_count):
+                self.nic_tx[(src // g, j)] += weight / self.nic_count
+                self.nic_rx[(dst // g, j)] += weight / self.nic_count
         else:
-            self.nic_tx[self.nic(src)] += 1
-            self.nic_rx[self.nic(dst)] += 1
-            self.node_tx[src // g] += 1
-            self.gpu_net_tx[src] += 1
-            self.gpu_net_rx[dst] += 1
-            self.inter_total += src != self.layout.server
+            self.nic_tx[self.nic(src)] += weight
+            self.nic_rx[self.nic(dst)] += weight
+        if src // g // self.leaf != dst // g // self.leaf:  # crosses the spine
+            self.node_tx[src // g // self.leaf] += weight
+            self.node_rx[dst // g // self.leaf] += weight
+        self.gpu_net_tx[src] += 1
+        self.gpu_net_rx[dst] += 1
+        self.inter_total += src != self.layout.server
 
-    def everyone_to_everyone(self, group: tuple[int, ...]) -> None:
+    def everyone_to_everyone(self, group: tuple[int, ...], weight: float = 1.0) -> None:
         """One message from every member to every other member, counted in O(len(group))."""
         g, q = self.layout.gpus_per_node, len(group)
         on_node = Counter(ep // g for ep in group)
+        on_leaf = Counter(ep // g // self.leaf for ep in group)
         for ep in group:
             node = ep // g
             local, remote = on_node[node] - 1, q - on_node[node]
-            self.gpu_tx[ep] += local
-            self.gpu_rx[ep] += local
-            self.fabric[node] += local
+            far = q - on_leaf[node // self.leaf]
+            self.gpu_tx[ep] += local * weight
+            self.gpu_rx[ep] += local * weight
+            self.fabric[node] += local * weight
             self.intra_total += local
-            self.nic_tx[self.nic(ep)] += remote
-            self.nic_rx[self.nic(ep)] += remote
-            self.node_tx[node] += remote
+            self.nic_tx[self.nic(ep)] += remote * weight
+            self.nic_rx[self.nic(ep)] += remote * weight
+            self.node_tx[node // self.leaf] += far * weight
+            self.node_rx[node // self.leaf] += far * weight
             self.gpu_net_tx[ep] += remote
             self.gpu_net_rx[ep] += remote
             self.inter_total += remote
 
     def load(self) -> RoundLoad:
-        def top(c: Counter) -> int:
+        def top(c: Counter) -> float:
             return max(c.values(), default=0)
 
         return RoundLoad(top(self.gpu_tx), top(self.gpu_rx), top(self.fabric), top(self.nic_tx), top(self.nic_rx),
-                         top(self.node_tx), top(self.gpu_net_tx), top(self.gpu_net_rx), self.intra_total,
-                         self.inter_total)
+                         top(self.node_tx), top(self.node_rx), top(self.gpu_net_tx), top(self.gpu_net_rx),
+                         self.intra_total, self.inter_total)
 
 
-def _count(phase: Phase, layout: Layout, nic_count: int, all_tree_levels: bool = False) -> RoundLoad:
-    """Loads of one round (every round of these patterns has the same senders and receivers), or of a
-    pipelined tree round with all levels busy."""
-    counts = _Counts(layout, nic_count)
+def ring_spreads(group: tuple[int, ...], gpus_per_node: int) -> bool:
+    """Whether NCCL's channels spread this ring's node crossings over every NIC: a ring through several GPUs of
+    a node (a flat ring) crosses nodes once per channel, each channel through another NIC."""
+    return len({ep // gpus_per_node for ep in group}) < len(group)
+
+
+def messages(phase: Phase, layout: Layout, group: tuple[int, ...]):
+    """(src, dst) of every message of one group in one pipelined round (a tree: all levels at once)."""
+    q = len(group)
+    if phase.pattern.startswith("ring"):
+        return [(group[i], group[(i + 1) % q]) for i in range(q)]
+    if phase.pattern in ("all_to_all", "direct_all_gather"):
+        return [(a, b) for a in group for b in group if a != b]
+    if phase.pattern == "push":
+        return [(src, group[-1]) for src in group[:-1]]
+    if phase.pattern == "pull":
+        return [(group[-1], dst) for dst in group[:-1]]
+    return [(m.src, m.dst) for ms in phase.group_rounds(group) for m in ms]
+
+
+def _count_into(counts: _Counts, phase: Phase, layout: Layout, weight: float = 1.0) -> None:
     for group in phase.groups:
-        q = len(group)
-        if q < 2:
+        if len(group) < 2:
             continue
         if phase.pattern in ("all_to_all", "direct_all_gather"):
-            counts.everyone_to_everyone(group)
-        elif phase.pattern.startswith("ring"):
-            for i in range(q):
-                counts.send(group[i], group[(i + 1) % q])
-        elif phase.pattern == "push":
-            for src in group[:-1]:
-                counts.send(src, group[-1])
-        elif phase.pattern == "pull":
-            for dst in group[:-1]:
-                counts.send(group[-1], dst)
-        else:  # binary_tree
-            for messages in phase.group_rounds(group):
-                for m in messages:
-                    counts.send(m.src, m.dst)
+            counts.everyone_to_everyone(group, weight)
+            continue
+        spread = phase.pattern.startswith("ring") and ring_spreads(group, layout.gpus_per_node)
+        for src, dst in messages(phase, layout, group):
+            counts.send(src, dst, spread, weight)
+
+
+def _count(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> RoundLoad:
+    counts = _Counts(layout, nic_count, leaf)
+    _count_into(counts, phase, layout)
     return counts.load()
 
 
+LINK_KINDS = ("gpu_tx", "gpu_rx", "fabric", "nic_tx", "nic_rx", "node_tx", "node_rx")
+
+
+@lru_cache(maxsize=1024)
+def _link_counters(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> dict[str, Counter]:
+    """Messages of one phase (structure only) on every link of every kind, by link."""
+    counts = _Counts(layout, nic_count, leaf)
+    _count_into(counts, phase, layout)
+    return {kind: getattr(counts, kind) for kind in LINK_KINDS}
+
+
+def _joint_bytes(phases: tuple[Phase, ...], weights: tuple[int, ...], layout: Layout, nic_count: int,
+                 leaf: int = 1) -> RoundLoad:
+    """Bytes on the busiest link of each kind when the phases stream at once (one pipelined operation): summed
+    link by link, so that the busiest place is busiest for the sum of the phases, not for each one apart."""
+    counters = [_link_counters(ph, layout, nic_count, leaf) for ph in phases]
+    busiest = {}
+    for kind in LINK_KINDS:
+        total: Counter = Counter()
+        for counter, weight in zip(counters, weights, strict=True):
+            for key, count in counter[kind].items():
+                total[key] += count * weight
+        busiest[kind] = max(total.values(), default=0)
+    return RoundLoad(**busiest)
+
+
+def byte_load(phases: tuple[Phase, ...], layout: Layout, nic_count: int, leaf: int = 1) -> RoundLoad:
+    """Bytes the busiest link of each kind carries in one operation of ``phases`` (all at once)."""
+    live = tuple(ph for ph in phases if ph.n_rounds)
+    if len(live) == 1:  # one phase: its message counts (cached by structure) times its edge bytes
+        load, nbytes = phase_load(live[0], layout, nic_count, leaf), edge_bytes(live[0])
+        return RoundLoad(*(getattr(load, f) * nbytes for f in ("gpu_tx", "gpu_rx", "fabric", "nic_tx", "nic_rx",
+                                                                 "node_tx", "node_rx")))
+    structure = tuple(_structure_key(ph) for ph in live)
+    return _joint_bytes(structure, tuple(edge_bytes(ph) for ph in live), layout, nic_count, leaf)
+
+
 @lru_cache(maxsize=4096)
-def _phase_loads(phase: Phase, layout: Layout, nic_count: int) -> tuple[RoundLoad, ...]:
-    """Per round loads of a phase (pipelined trees: one steady-state load with every level busy)."""
-    if phase.n_rounds == 0:
-        return ()
-    if phase.pattern == "binary_tree":
-        return (_count(phase, layout, nic_count),)
-    return (_count(phase, layout, nic_count),) * phase.n_rounds
+def _phase_load(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> RoundLoad:
+    return _count(phase, layout, nic_count, leaf) if phase.n_rounds else RoundLoad()
 
 
 def _structure_key(phase: Phase) -> Phase:
@@ -171,23 +255,18 @@ def _structure_key(phase: Phase) -> Phase:
     return Phase(phase.name, phase.pattern, phase.groups, 8, (8,) * phase.n_rounds, phase.op, 0)
 
 
-def phase_plan(phase: Phase, layout: Layout, nic_count: int) -> PhasePlan:
-    loads = _phase_loads(_structure_key(phase), layout, nic_count)
-    if not loads:
-        return PhasePlan(phase.name, ())
-    if phase.pattern == "binary_tree":
-        message = phase.message_bytes(0)
-        pieces = max(1, math.ceil(message / TREE_PIECE_BYTES))
-        piece = math.ceil(message / pieces)
-        return PhasePlan(phase.name, ((loads[0], piece, phase.n_rounds + pieces - 1),))
-    rounds: list[tuple[RoundLoad, int, int]] = []
-    for r, load in enumerate(loads):
-        nbytes = phase.message_bytes(r)
-        if rounds and rounds[-1][0] == load and rounds[-1][1] == nbytes:
-            rounds[-1] = (load, nbytes, rounds[-1][2] + 1)
-        else:
-            rounds.append((load, nbytes, 1))
-    return PhasePlan(phase.name, tuple(rounds))
+def phase_load(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> RoundLoad:
+    return _phase_load(_structure_key(phase), layout, nic_count, leaf)
+
+
+def edge_bytes(phase: Phase) -> int:
+    """Bytes one edge of the phase carries in all: a ring edge every round's chunk, a tree edge its piece once
+    (pipelined), a point-to-point message its chunk."""
+    if phase.n_rounds == 0:
+        return 0
+    if phase.pattern.startswith("ring"):
+        return sum(phase.message_bytes(r) for r in range(phase.n_rounds))
+    return phase.message_bytes(0)
 
 
 @dataclass(frozen=True)
@@ -202,19 +281,133 @@ def traffic(schedule: Schedule, nic_count: int = 1) -> Traffic:
     p = schedule.layout.n_ranks
     intra = inter = 0
     for phase in schedule.phases:
-        plan = phase_plan(phase, schedule.layout, nic_count)
-        if phase.pattern == "binary_tree":  # count the real messages, not the pipelined pieces
-            load = plan.rounds[0][0] if plan.rounds else RoundLoad()
-            intra += load.intra_total * phase.message_bytes(0)
-            inter += load.inter_total * phase.message_bytes(0)
-            continue
-        for load, nbytes, repeat in plan.rounds:
-            intra += load.intra_total * nbytes * repeat
-            inter += load.inter_total * nbytes * repeat
+        load = phase_load(phase, schedule.layout, nic_count)
+        nbytes = edge_bytes(phase)
+        intra += load.intra_total * nbytes
+        inter += load.inter_total * nbytes
     return Traffic(intra / p, inter / p)
 
 
-# ------------------------------------------------------------------------------------------------ simulation
+# ---------------------------------------------------------------------------------------------- the flows
+class NodeLinks:
+    """The links of the representative node: a GPU's port each way, the node's intra fabric, one of its NICs
+    each way, and its leaf switch's spine uplink and downlink (the leaf's nodes x NICs x bandwidth /
+    oversubscription; absent if non-blocking)."""
+
+    def __init__(self, cluster: Cluster):
+        intra, nic = cluster.intra, cluster.nic
+        self.gpu_tx, self.gpu_rx = Link("gpu_tx", intra.port_bandwidth), Link("gpu_rx", intra.port_bandwidth)
+        self.fabric = Link("fabric", intra.fabric_bandwidth) if math.isfinite(intra.fabric_bandwidth) else None
+        self.nic_tx, self.nic_rx = Link("nic_tx", nic.bandwidth), Link("nic_rx", nic.bandwidth)
+        spine = cluster.nodes_per_leaf * nic.count * nic.bandwidth / cluster.oversubscription
+        oversubscribed = cluster.oversubscription > 1
+        self.up = Link("switch_uplink", spine) if oversubscribed else None
+        self.down = Link("switch_downlink", spine) if oversubscribed else None
+
+    def flows(self, load: RoundLoad, nbytes: float) -> list[tuple[float, dict[Link, float]]]:
+        out = []
+        if load.gpu_tx or load.gpu_rx:
+            path = {self.gpu_tx: load.gpu_tx, self.gpu_rx: load.gpu_rx}
+            if self.fabric is not None:
+                path[self.fabric] = load.fabric
+            out.append((nbytes, path))
+        if load.nic_tx or load.nic_rx:
+            path = {self.nic_tx: load.nic_tx, self.nic_rx: load.nic_rx}
+            if self.up is not None:
+                path[self.up], path[self.down] = load.node_tx, load.node_rx
+            out.append((nbytes, path))
+        return out
+
+
+def flow_time(phases: tuple[Phase, ...], layout: Layout, cluster: Cluster) -> float:
+    """Seconds the phases' bytes take when they stream at once over the representative node's links (one flow
+    of one byte whose multiplicity on each link is the bytes the busiest such link carries)."""
+    load = byte_load(phases, layout, cluster.nic.count, cluster.nodes_per_leaf)
+    return transfer_time(NodeLinks(cluster).flows(load, 1.0))
+
+
+def expanded_flow_time(phases: tuple[Phase, ...], layout: Layout, cluster: Cluster) -> float:
+    """The same as ``flow_time`` with every link of every node and every message of the cluster (for tests at
+    small sizes: the representative node is exact where the schedule is symmetric)."""
+    g, k, nic = layout.gpus_per_node, cluster.nic.count, cluster.nic
+    links: dict[tuple, Link] = {}
+
+    def link(*key) -> Link:
+        if key not in links:
+            kind = key[0]
+            bw = {"gpu_tx": cluster.intra.port_bandwidth, "gpu_rx": cluster.intra.port_bandwidth,
+                  "fabric": cluster.intra.fabric_bandwidth, "nic_tx": nic.bandwidth, "nic_rx": nic.bandwidth,
+                  "up": cluster.nodes_per_leaf * k * nic.bandwidth / cluster.oversubscription,
+                  "down": cluster.nodes_per_leaf * k * nic.bandwidth / cluster.oversubscription}[kind]
+            links[key] = Link(str(key), bw)
+        return links[key]
+
+    flows = []
+    for phase in phases:
+        nbytes = edge_bytes(phase)
+        for group in phase.groups:
+            if len(group) < 2:
+                continue
+            spread = phase.pattern.startswith("ring") and ring_spreads(group, g)
+            for src, dst in messages(phase, layout, group):
+                a, b = src // g, dst // g
+                if a == b:
+                    path = {link("gpu_tx", src): 1, link("gpu_rx", dst): 1}
+                    if math.isfinite(cluster.intra.fabric_bandwidth):
+                        path[link("fabric", a)] = 1
+                    flows.append((nbytes, path))
+                    continue
+                rails = [(j, j) for j in range(k)] if spread else [((src % g) * k // g, (dst % g) * k // g)]
+                for ja, jb in rails:
+                    path = {link("nic_tx", a, ja): 1, link("nic_rx", b, jb): 1}
+                    leaf_a, leaf_b = a // cluster.nodes_per_leaf, b // cluster.nodes_per_leaf
+                    if cluster.oversubscription > 1 and leaf_a != leaf_b:
+                        path[link("up", leaf_a)], path[link("down", leaf_b)] = 1, 1
+                    flows.append((nbytes / len(rails), path))
+    return transfer_time(flows)
+
+
+# ---------------------------------------------------------------------------------------------- latencies
+def _arch(cluster: Cluster) -> str:
+    return GPUS.get(cluster.gpu, {}).get("arch", "ampere")
+
+
+def ring_latency(cluster: Cluster, protocol: str, steps: int, inter_steps: int, allreduce_op: bool) -> float:
+    """tuning.cc's ring latency of one operation: base once, then each step's hardware latency (a multi-node
+    ring's intra steps at least the net overhead), NET steps plus the transport's hop latency, the plateau."""
+    multi = inter_steps > 0
+    intra = HW_LATENCY_US[cluster.intra.kind]["ring"][protocol]
+    if multi:
+        intra = max(intra, NET_OVERHEAD_US * (3 if protocol == "Simple" else 1))
+    ppn1 = cluster.gpus_per_node == 1
+    inter = HW_LATENCY_US["net"]["tree" if ppn1 else "ring"][protocol] + cluster.nic.latency * 1e6
+    lat = BASE_LATENCY_US["ring"][protocol] + (steps - inter_steps) * intra + inter_steps * inter
+    lat += steps * cluster.nic.step_overhead * 1e6 if multi else 0.0
+    if allreduce_op and multi and protocol == "Simple":
+        lat *= RING_PLATEAU.get(_arch(cluster), 1.4)
+    return lat * 1e-6
+
+
+def tree_latency(cluster: Cluster, protocol: str) -> float:
+    """tuning.cc's tree all-reduce latency: base + 2 ((G - 1) intra + log2(n) NET) steps."""
+    g, n = cluster.gpus_per_node, cluster.n_nodes
+    intra = HW_LATENCY_US[cluster.intra.kind]["tree"][protocol]
+    inter = HW_LATENCY_US["net"]["tree"][protocol] + cluster.nic.latency * 1e6
+    depth = int(math.log2(n)) if n > 1 else 0
+    steps = 2 * ((g - 1) + depth)
+    lat = BASE_LATENCY_US["tree"][protocol] + 2 * ((g - 1) * intra + depth * inter)
+    return (lat + steps * cluster.nic.step_overhead * 1e6) * 1e-6
+
+
+def p2p_latency(cluster: Cluster, protocol: str, crosses_nodes: bool, remote_peers: int) -> float:
+    """One point-to-point group (all-to-all, direct all-gather, push, pull): a base latency, one hop, and the
+    published per-peer cost for each remote peer."""
+    hop = (HW_LATENCY_US["net"]["ring"][protocol] + cluster.nic.latency * 1e6) if crosses_nodes else \
+        HW_LATENCY_US[cluster.intra.kind]["ring"][protocol]
+    return (BASE_LATENCY_US["ring"][protocol] + hop) * 1e-6 + remote_peers * cluster.nic.peer_overhead
+
+
+# ------------------------------------------------------------------------------------------------ incast
 TCP_INITIAL_WINDOW_BYTES = 10 * 1448  # Linux initial congestion window: 10 segments (RFC 6928) of 1448 B payload
 
 
@@ -225,9 +418,8 @@ def burst_bytes(load: RoundLoad, nbytes: float) -> float:
 
 
 def incast_timeouts(burst: float, onset: float, certain: float) -> float:
-    """Expected TCP retransmission timeouts of one burst of ``burst`` bytes into one switch port: none up to
-    ``onset`` bytes, one from ``certain`` on, linear in between (the chance that the buffer overflows and a flow
-    loses its whole window grows with the overflow)."""
+    """Expected TCP retransmission timeouts of one burst into one switch port: none up to ``onset`` bytes, one
+    from ``certain`` on, linear in between."""
     if burst <= onset:
         return 0.0
     if burst >= certain:
@@ -235,111 +427,135 @@ def incast_timeouts(burst: float, onset: float, certain: float) -> float:
     return (burst - onset) / (certain - onset)
 
 
-class Fabric:
-    """The links of the busiest node inside one simpy environment."""
+# ------------------------------------------------------------------------------------------------ operations
+@dataclass(frozen=True)
+class OpTime:
+    seconds: float
+    algorithm: str  # "ring", "tree" or "p2p"
+    protocol: str
+    incast_timeouts: float = 0.0
 
-    def __init__(self, env: simpy.Environment, cluster: Cluster):
-        self.env, self.cluster = env, cluster
-        self.net = FlowNetwork(env)
-        intra, nic = cluster.intra, cluster.nic
-        self.gpu_tx = Link("gpu_tx", intra.port_bandwidth)
-        self.gpu_rx = Link("gpu_rx", intra.port_bandwidth)
-        self.fabric = Link("fabric", intra.fabric_bandwidth) if math.isfinite(intra.fabric_bandwidth) else None
-        self.nic_tx = Link("nic_tx", nic.bandwidth)
-        self.nic_rx = Link("nic_rx", nic.bandwidth)
-        uplink = nic.count * nic.bandwidth / cluster.oversubscription
-        self.uplink = Link("switch_uplink", uplink) if cluster.oversubscription > 1 else None
-        self.memo: dict[tuple, tuple[float, float]] = {}  # collective -> (seconds, expected incast timeouts)
-        self.incast_timeouts = 0.0  # expected retransmission timeouts charged so far
 
-    def round(self, load: RoundLoad, nbytes: int, pattern: str):
-        """One lock-step round of a phase of ``pattern``: the busiest GPU port's and the busiest NIC's messages,
-        concurrently."""
-        env, nic, procs = self.env, self.cluster.nic, []
-        if load.gpu_tx or load.gpu_rx:
-            path = {self.gpu_tx: load.gpu_tx, self.gpu_rx: load.gpu_rx}
-            if self.fabric is not None:
-                path[self.fabric] = load.fabric
-            path = {link: k for link, k in path.items() if k}
-            procs.append(env.process(self.net.message(nbytes, path, self.cluster.intra.latency)))
-        if load.nic_tx or load.nic_rx:
-            path = {self.nic_tx: load.nic_tx, self.nic_rx: load.nic_rx}
-            if self.uplink is not None:
-                path[self.uplink] = load.node_tx
-            path = {link: k for link, k in path.items() if k}
-            timeouts = incast_timeouts(burst_bytes(load, nbytes), nic.incast_onset_bytes, nic.incast_certain_bytes)
-            self.incast_timeouts += timeouts
-            if pattern in COLLECTIVE_KERNEL_PATTERNS:  # one step of a collective: a step's cost at each NIC
-                overhead, posts = nic.step_overhead, max(load.nic_tx, load.nic_rx)
-            else:  # point-to-point operations, which each GPU's proxy thread posts one by one, per peer
-                overhead, posts = nic.message_overhead, max(load.gpu_net_tx, load.gpu_net_rx)
-            procs.append(env.process(self.net.message(nbytes, path, nic.latency, overhead, posts,
-                                                      timeouts * nic.retransmission_timeout)))
-        yield env.all_of(procs)
+def operations(schedule: Schedule) -> list[tuple[str, tuple[Phase, ...]]]:
+    """The NCCL operations of a schedule: an all-reduce (ring or tree) is one pipelined operation; every phase of
+    any other schedule is an operation of its own (its own NCCL call)."""
+    phases = tuple(ph for ph in schedule.phases if ph.n_rounds)
+    if schedule.scheme in ("allreduce", "ring-allreduce"):
+        return [("ring_allreduce", phases)] if phases else []
+    if schedule.scheme in ("tree_allreduce", "tree-allreduce"):
+        return [("tree_allreduce", phases)] if phases else []
+    return [("ring" if ph.pattern.startswith("ring") else "p2p", (ph,)) for ph in phases]
 
-    def run(self, schedule: Schedule):
-        """Process: the schedule's phases one after another (memoised: identical collectives take equal time)."""
-        key = (schedule.scheme, schedule.layout, schedule.padded_dim,
-               tuple((ph.name, ph.chunk_elements, ph.bits_per_element, ph.header_bytes) for ph in schedule.phases))
-        if key in self.memo:
-            seconds, timeouts = self.memo[key]
-            self.incast_timeouts += timeouts
-            yield self.env.timeout(seconds)
-            return
-        start, timeouts_before = self.env.now, self.incast_timeouts
-        for phase in schedule.phases:
-            for load, nbytes, repeat in phase_plan(phase, schedule.layout, self.cluster.nic.count).rounds:
-                if load.empty:
-                    continue
-                first, timeouts = self.env.now, self.incast_timeouts
-                yield from self.round(load, nbytes, phase.pattern)
-                if repeat > 1:  # the same round again on the same idle links takes the same time
-                    self.incast_timeouts += (repeat - 1) * (self.incast_timeouts - timeouts)
-                    yield self.env.timeout((repeat - 1) * (self.env.now - first))
-        self.memo[key] = (self.env.now - start, self.incast_timeouts - timeouts_before)
+
+def _spans(group: tuple[int, ...], g: int) -> int:
+    return len({ep // g for ep in group})
+
+
+def op_time(kind: str, phases: tuple[Phase, ...], layout: Layout, cluster: Cluster,
+            protocol: str | None = None) -> OpTime:
+    """Seconds one NCCL operation takes alone on the cluster, with the fastest protocol (or ``protocol``)."""
+    g = layout.gpus_per_node
+    t_flow = flow_time(phases, layout, cluster)
+    multi = any(_spans(grp, g) > 1 for ph in phases for grp in ph.groups)
+    choices = (protocol,) if protocol else protocols(cluster, multi)
+    nic = cluster.nic
+    best: OpTime | None = None
+    for proto in choices:
+        if kind == "tree_allreduce":
+            piece = edge_bytes(phases[1]) if len(phases) > 1 else edge_bytes(phases[0])
+            factor = TREE_FACTOR[proto] * tree_correction(proto, piece * 2 * g)
+            t = tree_latency(cluster, proto) + t_flow / factor
+            algorithm, timeouts = "tree", 0.0
+        elif kind in ("ring_allreduce", "ring"):
+            steps = sum(ph.n_rounds for ph in phases)
+            inter = sum(_spans(ph.groups[0], g) - 1 if _spans(ph.groups[0], g) > 1 else 0 for ph in phases)
+            t = ring_latency(cluster, proto, steps, inter, kind == "ring_allreduce") + t_flow / RING_FACTOR[proto]
+            algorithm, timeouts = "ring", 0.0
+        else:
+            (ph,) = phases
+            load = phase_load(ph, layout, nic.count, cluster.nodes_per_leaf)
+            posts = max(load.gpu_net_tx, load.gpu_net_rx)
+            t_bytes = t_flow / RING_FACTOR[proto]
+            if nic.message_overhead > 0 and posts:  # a site's per-message cost, posted one peer after another
+                t_bytes = max(nic.message_overhead + t_bytes, posts * nic.message_overhead + t_bytes / posts)
+            timeouts = incast_timeouts(burst_bytes(load, edge_bytes(ph)), nic.incast_onset_bytes,
+                                       nic.incast_certain_bytes) if load.nic_rx else 0.0
+            t = p2p_latency(cluster, proto, load.nic_tx > 0, int(posts)) + t_bytes
+            t += timeouts * nic.retransmission_timeout
+            algorithm = "p2p"
+        if best is None or t < best.seconds:
+            best = OpTime(t, algorithm, proto, timeouts)
+    return best
+
+
+def _schedule_key(schedule: Schedule, cluster: Cluster) -> tuple:
+    return (schedule.scheme, schedule.layout, schedule.padded_dim, cluster,
+            tuple((ph.name, ph.pattern, ph.chunk_elements, ph.bits_per_element, ph.header_bytes)
+                  for ph in schedule.phases))
+
+
+@lru_cache(maxsize=8192)
+def _collective(key: tuple, schedule: Schedule, cluster: Cluster) -> tuple[float, float, tuple[OpTime, ...]]:
+    ops = tuple(op_time(kind, phases, schedule.layout, cluster) for kind, phases in operations(schedule))
+    return sum(o.seconds for o in ops), sum(o.incast_timeouts for o in ops), ops
+
+
+def collective_ops(schedule: Schedule, cluster: Cluster) -> tuple[OpTime, ...]:
+    return _collective(_schedule_key(schedule, cluster), schedule, cluster)[2]
 
 
 def collective_time(schedule: Schedule, cluster: Cluster) -> float:
-    """Seconds one collective takes alone on an idle cluster."""
-    env = simpy.Environment()
-    fabric = Fabric(env, cluster)
-    env.process(fabric.run(schedule))
-    env.run()
-    return env.now
+    """Seconds one collective (a schedule: its NCCL operations one after another) takes alone on the cluster."""
+    return _collective(_schedule_key(schedule, cluster), schedule, cluster)[0]
+
+
+class Fabric:
+    """The network as the workload layer sees it: a collective takes its time on the communication stream
+    (DDP and the 1-bit hooks run one collective at a time, so each has the network to itself)."""
+
+    def __init__(self, env: simpy.Environment, cluster: Cluster):
+        self.env, self.cluster = env, cluster
+        self.incast_timeouts = 0.0  # expected retransmission timeouts charged so far
+
+    def run(self, schedule: Schedule):
+        seconds, timeouts, _ = _collective(_schedule_key(schedule, self.cluster), schedule, self.cluster)
+        self.incast_timeouts += timeouts
+        yield self.env.timeout(seconds)
 
 
 # ---------------------------------------------------------------------------------------- NCCL's algorithm choice
-# NCCL 2.10-era Simple-protocol constants from src/graph/tuning.cc (anchor_sim.md sec. 2), microseconds.
-NCCL_BASE_LATENCY = {"ring": 8.4, "tree": 8.4}
-NCCL_HW_LATENCY = {"nvlink": {"ring": 3.4, "tree": 4.0}, "pci": {"ring": 5.7, "tree": 4.0},
-                   "net": {"ring": 14.0, "tree": 14.0}}
-NCCL_TREE_BW_FACTOR = 0.92 * 0.85  # tree all-reduce: busBw * 0.92, then * 0.85 for the plain TREE pattern
-NCCL_RING_PLATEAU = 1.4  # multi-node Simple ring all-reduce latency factor on sm80+
+def nccl_model_time(cluster: Cluster, nbytes: float, algorithm: str, protocol: str) -> float:
+    """NCCL's own estimate (ncclTopoGetAlgoTime) of an all-reduce of ``nbytes``, in us, fed the achieved NIC
+    bandwidth (the paper's NCCL 2.10.3: no two-node tree preference)."""
+    n, g = cluster.n_nodes, cluster.gpus_per_node
+    p = n * g
+    bus = min(cluster.nic.count * cluster.nic.bandwidth, cluster.intra.port_bandwidth) / 1e9 if n > 1 \
+        else cluster.intra.port_bandwidth / 1e9  # GB/s = bytes per ns
+    if algorithm == "ring":
+        bw = bus * RING_FACTOR[protocol] * p / (2 * (p - 1))
+        lat = ring_latency(cluster, protocol, 2 * (p - 1), 2 * (n - 1), True) * 1e6
+    else:
+        bw = bus * TREE_FACTOR[protocol] * 0.5 * tree_correction(protocol, nbytes)
+        lat = tree_latency(cluster, protocol) * 1e6
+    return lat + nbytes / (1000 * bw)
 
 
 def nccl_allreduce_algorithm(cluster: Cluster, nbytes: float) -> str:
-    """'ring' or 'tree', whichever NCCL's own cost model (ncclTopoGetAlgoTime) says is faster."""
-    n, g = cluster.n_nodes, cluster.gpus_per_node
-    p = n * g
-    if n == 1:
-        return "ring"  # NCCL's tree needs several nodes to pay off; inside one node the ring wins
-    link = "pci" if "pcie" in cluster.intra.name else "nvlink"
-    bus = min(cluster.nic.count * cluster.nic.bandwidth, cluster.intra.port_bandwidth) / 1e6  # bytes per us
-    ring_lat = NCCL_BASE_LATENCY["ring"] + (2 * (p - 1) - 2 * (n - 1)) * NCCL_HW_LATENCY[link]["ring"] \
-        + 2 * (n - 1) * NCCL_HW_LATENCY["net"]["ring"]
-    ring = NCCL_RING_PLATEAU * ring_lat + nbytes / (bus * p / (2 * (p - 1)))
-    tree_lat = NCCL_BASE_LATENCY["tree"] + 2 * ((g - 1) * NCCL_HW_LATENCY[link]["tree"]
-                                                + math.log2(n) * NCCL_HW_LATENCY["net"]["tree"])
-    tree = tree_lat + nbytes / (bus * NCCL_TREE_BW_FACTOR * 0.5)
+    """'ring' or 'tree', whichever NCCL's own cost model says is faster over its protocols."""
+    if cluster.n_nodes == 1:
+        return "ring"
+    allowed = protocols(cluster, True)
+    ring = min(nccl_model_time(cluster, nbytes, "ring", pr) for pr in allowed)
+    tree = min(nccl_model_time(cluster, nbytes, "tree", pr) for pr in allowed)
     return "tree" if tree < ring else "ring"
 
 
-def fp32_allreduce(cluster: Cluster, dim: int) -> Schedule:
-    """The fp32 all-reduce DDP asks NCCL for, with the algorithm NCCL would pick."""
+def fp32_allreduce(cluster: Cluster, dim: int, bits: int = 32) -> Schedule:
+    """The all-reduce DDP asks NCCL for (``bits`` per element on the wire), with the algorithm NCCL would pick."""
     layout = Layout(cluster.n_nodes, cluster.gpus_per_node)
-    if nccl_allreduce_algorithm(cluster, 4 * dim) == "tree":
-        return tree_allreduce(layout, dim)
-    return allreduce(layout, dim)
+    if nccl_allreduce_algorithm(cluster, bits // 8 * dim) == "tree":
+        return tree_allreduce(layout, dim, bits)
+    return allreduce(layout, dim, bits)
 
 
 COLLECTIVES = ("ring-allreduce", "tree-allreduce", "reduce-scatter", "all-gather", "all-to-all", "parameter-server")
@@ -372,10 +588,10 @@ def collective_schedule(name: str, layout: Layout, dim: int, bits: int = 32) -> 
 
 
 def step_schedule(optimizer: str, cluster: Cluster, dim: int, scheme: str | None = None,
-                  full_precision: bool = False) -> Schedule:
+                  full_precision: bool = False, grad_bits: int = 32) -> Schedule:
     """The schedule one communicating step of ``optimizer`` runs (from ``birder_ref.schedules``)."""
     if optimizer in ("sgdm", "adam") or (full_precision and optimizer != "marsit"):
-        return fp32_allreduce(cluster, dim)
+        return fp32_allreduce(cluster, dim, grad_bits)
     layout = Layout(cluster.n_nodes, cluster.gpus_per_node)
     if optimizer == "birder":
         return optimizer_schedule(optimizer, layout, dim, scheme=scheme)

@@ -1,36 +1,37 @@
-"""Predictions against the published measurements shipped with the project, and the fit of the few constants.
+"""Predictions against the published measurements, the fit of the site profiles, and its cross-validation.
 
-``rows()`` reads ../shared/validation/birder_public.csv beside the project when it is there (it may hold more
-rows), else the copy shipped in the package (sim/presets/birder_public.csv, the paper's Tables 1 and 3), or any
-file of the same columns. Every prediction is
-calibrated only with the single-node (8-GPU) throughput of the same optimizer, model, batch and network, as a
-user would measure it.
+``rows()`` reads ../shared/validation/birder_public.csv beside the project when it is there, else the copy
+shipped in the package (sim/presets/birder_public.csv, the Birder paper's Tables 1 and 3), or any file of the same
+columns. A row's ``network`` is a ``--network`` name; the paper's rows say ``10gbe`` and ``ib-hdr``, which here
+mean the paper's two clusters, the site profiles ``birder-paper-10gbe`` and ``birder-paper-ib``
+(``SITE_OF``). Every prediction is calibrated only with the single-node (8-GPU) throughput of the same
+optimizer, model, batch and network, as a user would measure it.
 
-``python -m sim.validate [socket|ib]`` (this module's ``fit``) refits the FITTED constants of the presets
-(``transports.toml`` [socket], ``networks.toml`` [ib-hdr]) on the public rows: for each transport, the
-multi-node rows of its networks, minimising the mean absolute percentage error with Nelder-Mead in log space. The
-incast onset is a burst size: the fit tries each bracket of consecutive bursts of the rows (the ramp of expected
-timeouts runs across the bracket) and keeps the best. ``cross_validation`` refits on the 16- and 32-GPU
-rows only and predicts the 64-GPU rows. ``speedup_trend`` sets each optimizer's speed-up over SGDM, published and
-predicted, against GPU count.
+``python -m sim.validate [SITE ...]`` (``fit``) refits a site profile's FITTED constants (``presets/sites.toml``)
+on the public multi-node rows of that site, minimising the mean absolute percentage error with Nelder-Mead in
+log space (the incast onset of the socket site: the best bracket of consecutive bursts of the rows).
+``group_cross_validation`` leaves out whole groups (an optimizer, a GPU count, a network, a model, a batch size,
+where the rows hold more than one), refits on the rest and predicts the group left out.
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from sim.hardware import NETWORKS, SITES, Cluster, cluster, network_spec
 from sim.models import model_profile
-from sim.network import NETWORKS, TRANSPORTS, Cluster, cluster
-from sim.system import burst_bytes, phase_plan, step_schedule
-from sim.workload import ddp_buckets, policy, predict, with_constants
+from sim.system import burst_bytes, phase_load, step_schedule
+from sim.workload import ddp_buckets, policy, predict
 
 SHARED_CSV = Path(__file__).resolve().parents[2] / "shared" / "validation" / "birder_public.csv"
 SHIPPED_CSV = Path(__file__).resolve().parent / "presets" / "birder_public.csv"
 PUBLIC_CSV = SHARED_CSV if SHARED_CSV.exists() else SHIPPED_CSV
+SITE_OF = {"10gbe": "birder-paper-10gbe", "ib-hdr": "birder-paper-ib"}  # the paper's rows name its clusters so
 
 
 @dataclass(frozen=True)
@@ -48,31 +49,45 @@ GPUS_PER_NODE = 8  # the Birder paper's nodes (8 A100s); every row's GPU count i
 
 
 def rows(path: str | Path | None = None) -> list[Row]:
-    """The measurements of ``path`` (default: the public rows); ValueError if the file has none, lacks a column
-    or holds a GPU count that is not a whole number of nodes."""
+    """The measurements of ``path`` (default: the public rows). ValueError naming the file and row if it has no
+    rows, lacks a column, or holds a throughput that is not a positive finite number, an unknown network or a GPU
+    count that is not a whole number of nodes."""
     path = Path(path) if path is not None else PUBLIC_CSV
     if not path.exists():
         raise ValueError(f"no published measurements at {path}; pass --csv FILE")
-    lines = [line for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
-    reader = csv.DictReader(lines)
+    numbered = [(i, line) for i, line in enumerate(path.read_text().splitlines(), 1)
+                if line.strip() and not line.lstrip().startswith("#")]
+    if not numbered:
+        raise ValueError(f"{path}: no measurements (empty file)")
+    reader = csv.DictReader(line for _, line in numbered)
     missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
     if missing:
         raise ValueError(f"{path}: missing columns {', '.join(missing)}; expected {','.join(COLUMNS)}")
     out = []
-    try:
-        for rec in reader:
-            out.append(Row(rec["model"], int(rec["batch_per_gpu"]), rec["network"], rec["optimizer"],
-                           int(rec["gpus"]), float(rec["throughput"])))
-    except (KeyError, ValueError, TypeError) as error:
-        raise ValueError(f"{path}: malformed measurements ({error})") from None
+    for (lineno, _), rec in zip(numbered[1:], reader, strict=False):
+        where = f"{path}, line {lineno}"
+        try:
+            row = Row(rec["model"], int(rec["batch_per_gpu"]), rec["network"], rec["optimizer"],
+                      int(rec["gpus"]), float(rec["throughput"]))
+        except (KeyError, ValueError, TypeError) as error:
+            raise ValueError(f"{where}: malformed measurement ({error})") from None
+        if not (math.isfinite(row.throughput) and row.throughput > 0):
+            raise ValueError(f"{where}: throughput must be a positive number of samples/s, got {row.throughput}")
+        if row.gpus < 1 or row.gpus % GPUS_PER_NODE:
+            raise ValueError(f"{where}: {row.gpus} GPUs is not a whole number of {GPUS_PER_NODE}-GPU nodes")
+        if row.batch_per_gpu < 1:
+            raise ValueError(f"{where}: batch_per_gpu must be a positive integer, got {row.batch_per_gpu}")
+        if site_of(row.network) not in NETWORKS:
+            raise ValueError(f"{where}: unknown network {row.network!r}; choose one of {', '.join(NETWORKS)}")
+        out.append(row)
     if not out:
         raise ValueError(f"{path}: no measurements (only a header or comments)")
-    for row in out:
-        if row.gpus < 1 or row.gpus % GPUS_PER_NODE:
-            raise ValueError(f"{path}: {row.gpus} GPUs is not a whole number of {GPUS_PER_NODE}-GPU nodes")
-        if row.network not in NETWORKS:
-            raise ValueError(f"{path}: unknown network {row.network!r}; choose one of {', '.join(NETWORKS)}")
     return out
+
+
+def site_of(network: str) -> str:
+    """The ``--network`` name a row's network stands for (the paper's two clusters are site profiles)."""
+    return SITE_OF.get(network, network)
 
 
 def single_node(table: list[Row], row: Row, gpus_per_node: int = GPUS_PER_NODE) -> float:
@@ -83,22 +98,28 @@ def single_node(table: list[Row], row: Row, gpus_per_node: int = GPUS_PER_NODE) 
     raise ValueError(f"no single-node row for {row.model}/{row.batch_per_gpu}/{row.network}/{row.optimizer}")
 
 
-def predict_row(table: list[Row], row: Row, tweak=None) -> float:
-    c: Cluster = cluster(row.network, row.gpus // GPUS_PER_NODE, GPUS_PER_NODE)
+def row_cluster(row: Row, network: str | None = None) -> Cluster:
+    return cluster(network or site_of(row.network), row.gpus // GPUS_PER_NODE, GPUS_PER_NODE)
+
+
+def predict_row(table: list[Row], row: Row, tweak=None, network: str | None = None) -> float:
+    c = row_cluster(row, network)
     if tweak is not None:
         c = tweak(c)
     return predict(c, model=row.model, batch_per_gpu=row.batch_per_gpu, optimizer=row.optimizer,
                    single_node_throughput=single_node(table, row)).throughput
 
 
-def compare(selected: list[Row], progress=None, tweak=None, table: list[Row] | None = None) -> list[dict]:
+def compare(selected: list[Row], progress=None, tweak=None, table: list[Row] | None = None,
+            network: str | None = None) -> list[dict]:
     """Predict every row of ``selected``, calibrated by the single-node rows of ``table`` (default: selected)."""
     out = []
     for row in selected:
-        predicted = predict_row(table or selected, row, tweak)
+        predicted = predict_row(table or selected, row, tweak, network)
         out.append({"model": row.model, "batch_per_gpu": row.batch_per_gpu, "network": row.network,
-                    "optimizer": row.optimizer, "gpus": row.gpus, "published": row.throughput,
-                    "predicted": predicted, "error": (predicted - row.throughput) / row.throughput})
+                    "profile": network or site_of(row.network), "optimizer": row.optimizer, "gpus": row.gpus,
+                    "published": row.throughput, "predicted": predicted,
+                    "error": (predicted - row.throughput) / row.throughput})
         if progress is not None:
             progress.update(1)
     return out
@@ -123,8 +144,7 @@ def order_agreement(results: list[dict]) -> list[dict]:
 
 
 def speedup_trend(results: list[dict], baseline: str = "sgdm") -> list[dict]:
-    """Per (model, batch, network, optimizer, GPU count): the optimizer's throughput over ``baseline``'s, published
-    and predicted, so that how the speed-up moves with GPU count can be read beside the ranking."""
+    """Per (model, batch, network, optimizer, GPU count): the optimizer's throughput over ``baseline``'s."""
     base = {(r["model"], r["batch_per_gpu"], r["network"], r["gpus"]): r for r in results
             if r["optimizer"] == baseline}
     out = []
@@ -139,28 +159,30 @@ def speedup_trend(results: list[dict], baseline: str = "sgdm") -> list[dict]:
 
 
 # ---------------------------------------------------------------------------------------------------- fit
-FITTED = {"socket": ("message_overhead_us", "step_overhead_us"), "ib": ("message_overhead_us", "efficiency")}
+# the FITTED constants of each site (sites.toml keys) and the Nic field and unit factor each sets
+FITTED = {"birder-paper-10gbe": ("message_overhead_us", "step_overhead_us"),
+          "birder-paper-ib": ("message_overhead_us", "efficiency")}
 _NIC_FIELD = {"message_overhead_us": ("message_overhead", 1e-6), "step_overhead_us": ("step_overhead", 1e-6),
               "efficiency": ("efficiency", 1.0),
               "incast_onset_bytes": ("incast_onset_bytes", 1.0), "incast_certain_bytes": ("incast_certain_bytes", 1.0)}
 
 
 def constants_tweak(fitted: dict[str, dict[str, float]]):
-    """A cluster tweak that puts fitted constants (per transport, in the units of the TOML presets) on its NIC."""
+    """A cluster tweak that puts fitted constants (per site, in sites.toml's units) on its NIC."""
     def tweak(c: Cluster) -> Cluster:
-        values = fitted.get(c.nic.transport, {})
+        values = fitted.get(c.nic.name, {})
         fields = {_NIC_FIELD[k][0]: v * _NIC_FIELD[k][1] for k, v in values.items() if k in _NIC_FIELD}
         if "efficiency" in fields:
             fields["efficiency"] = min(1.0, fields["efficiency"])
-        return with_constants(c, **fields)
+        return replace(c, nic=replace(c.nic, **fields))
 
     return tweak
 
 
 def row_bursts(row: Row) -> set[float]:
-    """The bursts (``sim.system.burst_bytes``) into one NIC of every many-to-one round the row's collectives run:
-    where the onset of incast can lie."""
-    c = cluster(row.network, row.gpus // GPUS_PER_NODE, GPUS_PER_NODE)
+    """The bursts (``sim.system.burst_bytes``) into one NIC of every many-to-one phase the row's collectives
+    run: where the onset of incast can lie."""
+    c = row_cluster(row)
     profile = model_profile(row.model)
     out = set()
     for kind in policy(row.optimizer, row.model):
@@ -170,39 +192,40 @@ def row_bursts(row: Row) -> set[float]:
         for elements in sizes:
             sched = step_schedule(row.optimizer, c, elements, "hierarchical", kind.full_precision)
             for phase in sched.phases:
-                for load, nbytes, _ in phase_plan(phase, sched.layout, c.nic.count).rounds:
-                    if load.nic_rx > 1:
-                        out.add(burst_bytes(load, nbytes))
+                load = phase_load(phase, sched.layout, c.nic.count)
+                if load.nic_rx > 1 and not phase.pattern.startswith("ring") and phase.n_rounds:
+                    out.add(burst_bytes(load, phase.message_bytes(0)))
     return out
 
 
-def fit(transport: str, path: str | Path | None = None, gpus: tuple[int, ...] | None = None) -> dict[str, float]:
-    """Refit one transport's FITTED constants on the public multi-node rows of its networks (only the rows of
-    ``gpus`` GPUs when given: the cross-validation's training set). Returns them in the TOML presets' units,
-    with the fit's ``mape``."""
+def fit(site: str, path: str | Path | None = None, train: list[Row] | None = None) -> dict[str, float]:
+    """Refit ``site``'s FITTED constants on its multi-node rows (``train``: only those rows). Returns them in
+    sites.toml's units, with the fit's ``mape``."""
     from scipy.optimize import minimize
 
+    if site not in FITTED:
+        raise ValueError(f"no fitted constants for {site!r}; sites: {', '.join(FITTED)}")
     table = rows(path)
-    mine = [r for r in table if NETWORKS[r.network]["transport"] == transport and r.gpus > 8
-            and (gpus is None or r.gpus in gpus)]
+    mine = [r for r in (train if train is not None else table) if site_of(r.network) == site
+            and r.gpus > GPUS_PER_NODE]
     if not mine:
-        raise ValueError(f"no multi-node rows of transport {transport!r} to fit on")
-    preset = TRANSPORTS[transport] | NETWORKS[mine[0].network]
-    names = FITTED[transport]
+        raise ValueError(f"no multi-node rows of {site} to fit on")
+    names = FITTED[site]
+    spec = network_spec(site)
 
     def error(log_values, incast=()):
         fitted = dict(zip(names, (math.exp(v) for v in log_values), strict=True)) | dict(incast)
-        return mape(compare(mine, tweak=constants_tweak({transport: fitted}), table=table))
+        return mape(compare(mine, tweak=constants_tweak({site: fitted}), table=table))
 
-    start = [math.log(max(preset[n], 1.0)) for n in names]
-    if transport == "ib":  # the efficiency's error surface has local minima: start from the best of a coarse grid
-        grid = [(error([start[0], math.log(e)]), e) for e in (0.05, 0.1, 0.2, 0.4, 0.8)]  # names: o, efficiency
-        start[1] = math.log(min(grid)[1])
+    start = [math.log(max(spec.get(n, 1.0), 1e-3)) for n in names]
+    if "efficiency" in names:  # the efficiency's error surface has local minima: start from the best of a grid
+        k = names.index("efficiency")
+        grid = [(error(start[:k] + [math.log(e)] + start[k + 1:]), e) for e in (0.05, 0.1, 0.2, 0.4, 0.8)]
+        start[k] = math.log(min(grid)[1])
     brackets: list[tuple] = [()]
-    if transport == "socket":
-        # the onset of incast lies between two consecutive bursts of the rows, none of which tells where inside.
-        # No incast at all comes first, so that it wins ties (the rows then say nothing about incast). Every
-        # bracket is scored at the starting constants; only the three best are refined.
+    if network_spec(site)["transport"] == "socket":
+        # the onset of incast lies between two consecutive bursts of the rows, none of which tells where inside;
+        # no incast at all comes first so that it wins ties; the three best brackets at the start are refined
         bursts = sorted(set().union(*(row_bursts(r) for r in mine)))
         brackets = [(("incast_onset_bytes", math.inf), ("incast_certain_bytes", math.inf))]
         brackets += [(("incast_onset_bytes", a), ("incast_certain_bytes", b))
@@ -219,25 +242,78 @@ def fit(transport: str, path: str | Path | None = None, gpus: tuple[int, ...] | 
     return values
 
 
-def cross_validation(path: str | Path | None = None, train_gpus: tuple[int, ...] = (16, 32)) -> dict | None:
-    """Refit every transport's constants on the multi-node rows of ``train_gpus`` GPUs only, then predict the
-    rows of more GPUs than those: how well the model extrapolates in GPU count, on rows it was not fitted on.
-    Only transports with rows on both sides take part; None if there are none."""
+# ------------------------------------------------------------------------------------------ cross-validation
+def _groups(table: list[Row]) -> list[tuple[str, object]]:
+    """The groups a cross-validation can leave out: every value of a column that has more than one value."""
+    multi = [r for r in table if r.gpus > GPUS_PER_NODE]
+    out = []
+    for column in ("model", "batch_per_gpu", "network", "optimizer", "gpus"):
+        values = sorted({getattr(r, column) for r in multi}, key=str)
+        if len(values) > 1:
+            out += [(column, v) for v in values]
+    return out
+
+
+def group_cross_validation(path: str | Path | None = None, progress=None) -> dict:
+    """Leave out whole groups of the multi-node rows: for each value of each column with several values, refit
+    every site on the other rows and predict the rows left out. A site left with no rows to fit on (a network
+    left out) is predicted with its generic base preset, unfitted: a cluster nobody fitted. Returns the MAPE over
+    every held-out prediction, per column, and the rows; columns with one value only are listed as untestable."""
     table = rows(path)
+    multi = [r for r in table if r.gpus > GPUS_PER_NODE]
+    detail, results = [], []
+    groups = _groups(table)
+    for column, value in groups:
+        held = [r for r in multi if getattr(r, column) == value]
+        train = [r for r in multi if getattr(r, column) != value]
+        fitted, unfitted = {}, set()
+        for site in sorted({site_of(r.network) for r in held}):
+            if site in FITTED and any(site_of(r.network) == site for r in train):
+                fitted[site] = fit(site, path, train)
+            elif site in FITTED:
+                unfitted.add(site)
+        out = []
+        for r in held:
+            site = site_of(r.network)
+            base = SITES[site]["base"] if site in unfitted else None
+            out += compare([r], tweak=constants_tweak(fitted), table=table, network=base)
+        for r in out:
+            r["left_out"] = f"{column}={value}"
+        detail.append({"left_out": column, "value": value, "rows": len(out), "mape": mape(out),
+                       "constants": fitted, "unfitted_sites": sorted(unfitted)})
+        results += out
+        if progress is not None:
+            progress.update(1)
+    by_column = {}
+    for column in dict.fromkeys(c for c, _ in groups):
+        rs = [r for r in results if r["left_out"].startswith(column + "=")]
+        by_column[column] = mape(rs)
+    constant = [c for c in ("model", "batch_per_gpu", "network", "optimizer", "gpus")
+                if c not in by_column]
+    return {"mape": mape(results), "by_column": by_column, "groups": detail, "rows": results,
+            "untestable_columns": constant}
 
-    def transport(r: Row) -> str:
-        return NETWORKS[r.network]["transport"]
 
-    trained = {transport(r) for r in table if r.gpus in train_gpus and r.gpus > GPUS_PER_NODE}
-    test = [r for r in table if r.gpus > max(train_gpus) and transport(r) in trained]
-    if not test:
-        return None
-    fitted = {t: fit(t, path, train_gpus) for t in sorted({transport(r) for r in test})}
-    results = compare(test, tweak=constants_tweak(fitted), table=table)
-    return {"train_gpus": list(train_gpus), "test_gpus": sorted({r.gpus for r in test}), "constants": fitted,
-            "mape": mape(results), "rows": results}
+def cross_validation_groups(path: str | Path | None = None) -> int:
+    return len(_groups(rows(path)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sim.validate",
+                                     description="Refit the site profiles' FITTED constants on the public rows "
+                                                 "and print them (sites.toml units) with the fit's MAPE.")
+    parser.add_argument("sites", nargs="*", choices=[[], *FITTED], metavar="SITE",
+                        help=f"site profiles to refit (default all: {', '.join(FITTED)})")
+    parser.add_argument("--csv", default=None, help="measurements file (default: the public rows)")
+    args = parser.parse_args(argv)
+    try:
+        for site in args.sites or FITTED:
+            print(site, fit(site, args.csv))
+    except ValueError as error:
+        print(f"python -m sim.validate: error: {error}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
-    for t in sys.argv[1:] or ("socket", "ib"):
-        print(t, fit(t))
+    sys.exit(main())

@@ -21,25 +21,23 @@ Optimizers (``policy``) mix kinds of steps, each with its share of the steps:
 
 from __future__ import annotations
 
-import tomllib
+import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import simpy
 
 from birder_ref.schedules import OPTIMIZERS, SCHEMES
+from sim.hardware import GPUS, Cluster, Nic
 from sim.models import ModelProfile, model_profile, synthetic
-from sim.network import PRESETS, Cluster
 from sim.system import Fabric, step_schedule, traffic
 
 BUCKET_CAP_BYTES = 25 * 1024 * 1024  # torch DDP bucket_cap_mb = 25
 FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 BACKWARD_TO_FORWARD = 2.0  # backward costs about twice the forward (two matmuls per forward matmul)
-HOOK_BLOCKS_BACKWARD = True  # 1-bit DDP hooks wait for their collectives (see sim/README.md, "overlap")
+HOOK_BLOCKS_BACKWARD = True  # default: the paper's 1-bit DDP hooks wait for their collectives (sim/README.md)
 ZERO_ONE_ADAM_RUN_STEPS = 45_045  # 0/1 Adam's ImageNet policy (Policy.scaled) over a run of this length
-
-with (PRESETS / "gpus.toml").open("rb") as _f:
-    GPUS = tomllib.load(_f)
+GRAD_BITS = {"fp32": 32, "fp16": 16, "bf16": 16}  # what a full-precision gradient element travels as
 
 # GPU memory traffic per element (bytes) of the element-wise kernels, counted from the unfused PyTorch
 # operations of each algorithm: Birder's worker step (Algorithm 1 lines 2-10: read g, m, b, e and the
@@ -160,6 +158,9 @@ class Workload:
     batch_per_gpu: int
     optimizer: str
     scheme: str = "hierarchical"
+    grad_bits: int = 32  # bits per element of full-precision gradients on the wire (fp32 32, fp16/bf16 16)
+    accumulation_steps: int = 1  # micro-batches per optimizer step: forward + backward K times, one all-reduce
+    hook_blocks_backward: bool = HOOK_BLOCKS_BACKWARD  # a 1-bit hook holds up the backward pass until it returns
 
 
 @dataclass(frozen=True)
@@ -172,12 +173,12 @@ class StepTime:
     incast_timeouts: float  # expected TCP retransmission timeouts the step's collectives lose
 
 
-def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, fabric_memo: dict) -> StepTime:
-    """Simulate one step of ``kind``: forward, backward with overlapped bucket collectives, optimizer step."""
+def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float) -> StepTime:
+    """Simulate one optimizer step of ``kind``: K - 1 micro-batches of forward + backward without communication
+    (DDP's no_sync), then forward, backward with overlapped bucket collectives, optimizer step."""
     env = simpy.Environment()
     gpu = simpy.Resource(env, capacity=1)
     fabric = Fabric(env, cluster)
-    fabric.memo = fabric_memo
     model = work.model
     layers = list(reversed(model.layers))
     total_flops = model.forward_flops or 1.0
@@ -192,7 +193,8 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, fa
     totals = {"compression": 0.0, "intra": 0.0, "inter": 0.0}
 
     def communicate(elements: int):
-        schedule = step_schedule(work.optimizer, cluster, elements, work.scheme, kind.full_precision)
+        schedule = step_schedule(work.optimizer, cluster, elements, work.scheme, kind.full_precision,
+                                 work.grad_bits)
         t = traffic(schedule, cluster.nic.count)
         totals["intra"] += t.intra_node_bytes_per_gpu
         totals["inter"] += t.inter_node_bytes_per_gpu
@@ -209,7 +211,7 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, fa
                 yield turn
                 yield env.timeout(decompress)
 
-    blocking = kind.comm == "bucketed" and compressed and HOOK_BLOCKS_BACKWARD
+    blocking = kind.comm == "bucketed" and compressed and work.hook_blocks_backward
     ready = {bucket.ready_layer: [] for bucket in buckets}
     for bucket in buckets:
         ready[bucket.ready_layer].append(bucket)
@@ -232,6 +234,7 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, fa
                 yield from communicate(bucket.elements)
 
     def iteration():
+        yield env.timeout((work.accumulation_steps - 1) * compute_s)  # micro-batches under no_sync
         yield env.timeout(forward_s)
         done = [env.process(backward()), env.process(comm_stream())]
         yield env.all_of(done)
@@ -241,8 +244,8 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, fa
 
     env.process(iteration())
     env.run()
-    return StepTime(env.now, compute_s + opt_s, totals["compression"], totals["intra"], totals["inter"],
-                    fabric.incast_timeouts)
+    return StepTime(env.now, work.accumulation_steps * compute_s + opt_s, totals["compression"], totals["intra"],
+                    totals["inter"], fabric.incast_timeouts)
 
 
 @dataclass(frozen=True)
@@ -268,9 +271,9 @@ class Prediction:
         return out
 
 
-def _average(cluster: Cluster, work: Workload, kinds: tuple[StepKind, ...], compute_s: float,
-             memo: dict) -> tuple[float, list[tuple[StepKind, StepTime]]]:
-    parts = [(k, _step(cluster, work, k, compute_s, memo)) for k in kinds if k.share > 0]
+def _average(cluster: Cluster, work: Workload, kinds: tuple[StepKind, ...],
+             compute_s: float) -> tuple[float, list[tuple[StepKind, StepTime]]]:
+    parts = [(k, _step(cluster, work, k, compute_s)) for k in kinds if k.share > 0]
     return sum(k.share * t.iteration_s for k, t in parts), parts
 
 
@@ -282,71 +285,88 @@ def default_compute_s(work: Workload, gpu: str) -> float:
     return (1 + BACKWARD_TO_FORWARD) * work.model.forward_flops * work.batch_per_gpu / rate
 
 
-_CALIBRATED: dict[tuple, float] = {}  # calibrations already solved (the fit and sweeps ask for the same ones)
-
-
 def clear_calibrations() -> None:
-    """Forget the calibrations solved so far (so that a timing of ``predict`` includes its calibration)."""
-    _CALIBRATED.clear()
+    """Forget the calibrations and collective times solved so far (so that a timing includes them)."""
+    _calibrated.cache_clear()
+    from sim import system
+
+    system._collective.cache_clear()
 
 
-def calibrate_compute_s(cluster: Cluster, work: Workload, kinds: tuple[StepKind, ...], single_node_throughput: float,
-                        memo: dict) -> float:
-    """The forward + backward time at which one node of ``cluster`` reaches ``single_node_throughput``.
+# one node sends nothing between nodes: its NIC never matters, so calibrations share this stand-in
+ONE_NODE_NIC = Nic("one-node", "ib", 1e9, 1.0, 0.0)
+
+
+def calibrate_compute_s(cluster: Cluster, work: Workload, kinds: tuple[StepKind, ...],
+                        single_node_throughput: float) -> float:
+    """The forward + backward time of one micro-batch at which one node of ``cluster`` reaches
+    ``single_node_throughput`` (samples/s).
 
     The simulated iteration time grows continuously and monotonically with compute time, so bisection finds it.
     One node sends nothing between nodes, so the answer depends on the node (GPUs, intra-node fabric) and the
-    workload only: it is remembered under those, whatever the NICs and the switch.
+    workload only: it is cached under those, whatever the NICs and the switch.
     """
-    key = (cluster.intra, cluster.gpus_per_node, cluster.gpu, work, kinds, single_node_throughput)
-    if key in _CALIBRATED:
-        return _CALIBRATED[key]
-    one = cluster.with_nodes(1)
-    target = one.n_gpus * work.batch_per_gpu / single_node_throughput
-    lo, hi = 0.0, target
-    if _average(one, work, kinds, 0.0, memo)[0] > target:
+    one = replace(cluster.with_nodes(1), nic=ONE_NODE_NIC, name="", provenance=())
+    return _calibrated(one, work, kinds, single_node_throughput)
+
+
+@lru_cache(maxsize=4096)
+def _calibrated(one: Cluster, work: Workload, kinds: tuple[StepKind, ...], single_node_throughput: float) -> float:
+    target = one.n_gpus * work.batch_per_gpu * work.accumulation_steps / single_node_throughput
+    if _average(one, work, kinds, 0.0)[0] > target:
         raise ValueError(
-            f"--single-node-throughput {single_node_throughput:g} is faster than this cluster's communication "
+            f"single_node_throughput {single_node_throughput:g} is faster than this cluster's communication "
             "alone allows on one node; check the number or the intra-node fabric")
-    for _ in range(40):
+    lo, hi = 0.0, target / work.accumulation_steps
+    for _ in range(48):
         mid = (lo + hi) / 2
-        if _average(one, work, kinds, mid, memo)[0] < target:
+        if _average(one, work, kinds, mid)[0] < target:
             lo = mid
         else:
             hi = mid
-    if len(_CALIBRATED) >= 4096:
-        _CALIBRATED.clear()
-    _CALIBRATED[key] = (lo + hi) / 2
-    return _CALIBRATED[key]
+        if hi - lo <= 1e-9 * hi:
+            break
+    return (lo + hi) / 2
 
 
 def predict(cluster: Cluster, model: str | None = None, params: int | None = None, batch_per_gpu: int = 32,
             optimizer: str = "sgdm", scheme: str = "hierarchical", single_node_throughput: float | None = None,
-            warmup_fraction: float | None = None, marsit_period: int | None = None) -> Prediction:
-    """Predict one training configuration on ``cluster`` (the library behind ``birder predict``)."""
+            warmup_fraction: float | None = None, marsit_period: int | None = None, grad_dtype: str = "fp32",
+            accumulation_steps: int = 1, hook_blocks_backward: bool = HOOK_BLOCKS_BACKWARD) -> Prediction:
+    """Predict one training configuration on ``cluster`` (the library behind ``birder predict``).
+
+    Throughput counts every micro-batch: ``n_gpus * batch_per_gpu * accumulation_steps`` samples per step."""
     if (model is None) == (params is None):
-        raise ValueError("give exactly one of --model or --params")
+        raise ValueError("give exactly one of model or params")
     profile = model_profile(model) if model is not None else synthetic(params)
-    if not (isinstance(batch_per_gpu, int) and batch_per_gpu >= 1):
-        raise ValueError(f"--batch-per-gpu must be a positive integer, got {batch_per_gpu!r}")
-    if single_node_throughput is not None and not single_node_throughput > 0:
-        raise ValueError(f"--single-node-throughput must be positive, got {single_node_throughput}")
+    if not (isinstance(batch_per_gpu, int) and not isinstance(batch_per_gpu, bool) and batch_per_gpu >= 1):
+        raise ValueError(f"batch_per_gpu must be a positive integer, got {batch_per_gpu!r}")
+    if not (isinstance(accumulation_steps, int) and not isinstance(accumulation_steps, bool)
+            and accumulation_steps >= 1):
+        raise ValueError(f"accumulation_steps must be a positive integer, got {accumulation_steps!r}")
+    if single_node_throughput is not None and not (isinstance(single_node_throughput, int | float)
+                                                   and math.isfinite(single_node_throughput)
+                                                   and single_node_throughput > 0):
+        raise ValueError(f"single_node_throughput must be a positive finite number, got {single_node_throughput}")
     if scheme not in SCHEMES:
         raise ValueError(f"unknown scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
-    work = Workload(profile, batch_per_gpu, optimizer, scheme)
+    if grad_dtype not in GRAD_BITS:
+        raise ValueError(f"grad_dtype must be one of {', '.join(GRAD_BITS)}, got {grad_dtype!r}")
+    work = Workload(profile, batch_per_gpu, optimizer, scheme, GRAD_BITS[grad_dtype], accumulation_steps,
+                    bool(hook_blocks_backward))
     kinds = policy(optimizer, profile.name, warmup_fraction, marsit_period)
-    memo: dict = {}
     if single_node_throughput is not None:
-        compute_s = calibrate_compute_s(cluster, work, kinds, single_node_throughput, memo)
+        compute_s = calibrate_compute_s(cluster, work, kinds, single_node_throughput)
     else:
         compute_s = default_compute_s(work, cluster.gpu)
-    iteration_s, parts = _average(cluster, work, kinds, compute_s, memo)
+    iteration_s, parts = _average(cluster, work, kinds, compute_s)
+    samples_per_gpu = batch_per_gpu * accumulation_steps
     if single_node_throughput is None:
-        one_node_s = _average(cluster.with_nodes(1), work, kinds, compute_s, {})[0]
-        single = cluster.gpus_per_node * batch_per_gpu / one_node_s
+        one_node_s = _average(cluster.with_nodes(1), work, kinds, compute_s)[0]
+        single = cluster.gpus_per_node * samples_per_gpu / one_node_s
     else:
         single = single_node_throughput
-    samples = cluster.n_gpus * batch_per_gpu
+    samples = cluster.n_gpus * samples_per_gpu
     throughput = samples / iteration_s
 
     def mean(field: str) -> float:

@@ -1,0 +1,363 @@
+"""Network layer, hardware as data: NICs, intra-node fabrics, GPUs, clusters, and where their figures come from.
+
+Generic presets (``presets/networks.toml``, ``intra.toml``, ``gpus.toml``) hold physical constants with their
+sources only. Site profiles (``presets/sites.toml``) are one cluster's measured behaviour: a generic preset plus
+constants FITTED to that cluster's published rows; they say so (``Nic.fitted``) and nothing generic inherits
+them. Units are converted once, here, at parse time: the dataclasses hold bytes/s, bits/s and seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+PRESETS = Path(__file__).with_name("presets")
+
+
+# ----------------------------------------------------------------------------------------------------- specs
+@dataclass(frozen=True)
+class Intra:
+    """The fabric inside a node: each GPU's port (per direction) and the node-wide switch behind it."""
+
+    name: str
+    port_bandwidth: float  # bytes/s a GPU moves per direction inside the node (NCCL's achieved bus bandwidth)
+    fabric_bandwidth: float  # bytes/s the whole node's intra fabric carries per direction (inf: non-blocking)
+    latency: float  # s: NCCL's per-step hardware latency of the link (tuning.cc hwLatencies, Simple)
+    kind: str = "nvlink"  # "nvlink" or "pci": which of tuning.cc's latency rows applies
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        _positive(self.name, port_bandwidth=self.port_bandwidth, fabric_bandwidth=self.fabric_bandwidth)
+        _non_negative(self.name, latency=self.latency)
+        if self.kind not in ("nvlink", "pci"):
+            raise ValueError(f"intra-node fabric {self.name!r}: kind must be 'nvlink' or 'pci', got {self.kind!r}")
+
+
+@dataclass(frozen=True)
+class Nic:
+    """The network interfaces of one node; GPU i uses NIC i * count // gpus_per_node (rail-aligned)."""
+
+    name: str
+    transport: str  # "socket" (NCCL over TCP) or "ib" (NCCL over verbs: InfiniBand or RoCE)
+    line_rate: float  # bits/s of one NIC
+    efficiency: float  # share of the line rate NCCL moves as payload
+    latency: float  # s per inter-node hop beyond tuning.cc's NET latency (the transport's own stack)
+    peer_overhead: float = 0.0  # s per remote peer of a point-to-point operation (published per-peer cost)
+    count: int = 1
+    # Constants a site profile may fit (zero / infinite in every generic preset):
+    message_overhead: float = 0.0  # s a GPU's proxy spends per point-to-point send/recv, one peer after another
+    step_overhead: float = 0.0  # s per step of a collective kernel at the NIC (NCCL's "net overhead" on that site)
+    incast_onset_bytes: float = math.inf  # burst into one port (bytes, see system.burst_bytes) that never times out
+    incast_certain_bytes: float = math.inf  # ... from which every burst loses one retransmission timeout
+    retransmission_timeout: float = 0.0  # s one such timeout costs (Linux TCP_RTO_MIN)
+    fitted: bool = False  # True for a site profile: some constants were fitted to that site's rows
+    fitted_on: tuple[tuple[str, tuple], ...] = ()  # (what, values) the fit saw: models, batches, gpus
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.transport not in ("socket", "ib"):
+            raise ValueError(f"network {self.name!r}: transport must be 'socket' or 'ib', got {self.transport!r}")
+        _positive(self.name, line_rate=self.line_rate, efficiency=self.efficiency,
+                  incast_onset_bytes=self.incast_onset_bytes, incast_certain_bytes=self.incast_certain_bytes)
+        _count(self.name, "count", self.count)
+        if self.incast_certain_bytes < self.incast_onset_bytes:
+            raise ValueError(f"network {self.name!r}: incast_certain_bytes must be >= incast_onset_bytes")
+        if self.efficiency > 1:
+            raise ValueError(f"network {self.name!r}: efficiency must be at most 1, got {self.efficiency}")
+        _non_negative(self.name, latency=self.latency, peer_overhead=self.peer_overhead,
+                      message_overhead=self.message_overhead, step_overhead=self.step_overhead,
+                      retransmission_timeout=self.retransmission_timeout)
+
+    @property
+    def bandwidth(self) -> float:
+        """Payload bytes/s of one NIC per direction."""
+        return self.line_rate * self.efficiency / 8
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """n_nodes nodes of gpus_per_node GPUs, an intra-node fabric, NICs, and a switch oversubscribed by a factor."""
+
+    n_nodes: int
+    gpus_per_node: int
+    nic: Nic
+    intra: Intra
+    oversubscription: float = 1.0  # 1: non-blocking; f > 1: a leaf's spine uplinks carry 1/f of its nodes' NICs
+    gpu: str = "a100"
+    name: str = ""
+    provenance: tuple[tuple[str, str], ...] = field(default=(), compare=False)  # (figure, where it came from)
+    nodes_per_leaf: int = 1  # nodes under one leaf switch; traffic between them never crosses the spine
+
+    def __post_init__(self) -> None:
+        for key in ("n_nodes", "gpus_per_node"):
+            _count("cluster", key, getattr(self, key))
+        if not (isinstance(self.oversubscription, int | float) and self.oversubscription >= 1):
+            raise ValueError(f"switch oversubscription must be a number >= 1, got {self.oversubscription!r}")
+        _count("cluster", "nodes_per_leaf", self.nodes_per_leaf)
+        if self.nic.count > self.gpus_per_node:
+            raise ValueError(f"[network] count = {self.nic.count} NICs for {self.gpus_per_node} GPUs per node: "
+                             "at most one NIC per GPU (count <= gpus_per_node)")
+
+    @property
+    def n_gpus(self) -> int:
+        return self.n_nodes * self.gpus_per_node
+
+    def with_nodes(self, n_nodes: int) -> Cluster:
+        return replace(self, n_nodes=n_nodes)
+
+
+def _positive(owner: str, **values: float) -> None:
+    for key, value in values.items():
+        if not (isinstance(value, int | float) and not isinstance(value, bool) and value > 0):
+            raise ValueError(f"{owner}: {key} must be a positive number, got {value!r}")
+
+
+def _non_negative(owner: str, **values: float) -> None:
+    for key, value in values.items():
+        if not (isinstance(value, int | float) and not isinstance(value, bool) and value >= 0):
+            raise ValueError(f"{owner}: {key} must be a non-negative number, got {value!r}")
+
+
+def _count(owner: str, key: str, value: Any) -> None:
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        raise ValueError(f"{owner}: {key} must be a positive integer, got {value!r}")
+
+
+# --------------------------------------------------------------------------------------------------- presets
+def _load(name: str) -> dict[str, dict[str, Any]]:
+    with (PRESETS / name).open("rb") as f:
+        return tomllib.load(f)
+
+
+GENERIC_NETWORKS = _load("networks.toml")
+SITES = _load("sites.toml")
+TRANSPORTS = _load("transports.toml")
+INTRA = _load("intra.toml")
+GPUS = _load("gpus.toml")
+NETWORKS = {**GENERIC_NETWORKS, **SITES}  # every --network name: generic presets, then site profiles
+
+# TOML key -> (Nic field, factor to SI). The units of every key are in its name.
+NIC_KEYS = {"line_rate_gbps": ("line_rate", 1e9), "efficiency": ("efficiency", 1.0),
+            "latency_us": ("latency", 1e-6), "peer_overhead_us": ("peer_overhead", 1e-6), "count": ("count", 1),
+            "message_overhead_us": ("message_overhead", 1e-6), "step_overhead_us": ("step_overhead", 1e-6),
+            "incast_onset_bytes": ("incast_onset_bytes", 1.0), "incast_certain_bytes": ("incast_certain_bytes", 1.0),
+            "retransmission_timeout_s": ("retransmission_timeout", 1.0)}
+UNITS = {"line_rate_gbps": "Gb/s", "efficiency": "share of line rate", "latency_us": "us", "peer_overhead_us": "us",
+         "count": "NICs per node", "message_overhead_us": "us", "step_overhead_us": "us",
+         "incast_onset_bytes": "bytes", "incast_certain_bytes": "bytes", "retransmission_timeout_s": "s",
+         "port_gbytes_per_s": "GB/s", "fabric_gbytes_per_s": "GB/s", "oversubscription": "factor >= 1",
+         "nodes": "nodes", "gpus_per_node": "GPUs", "nodes_per_leaf": "nodes under one leaf switch"}
+SITE_ONLY_KEYS = ("message_overhead_us", "step_overhead_us", "incast_onset_bytes", "incast_certain_bytes")
+
+
+def network_spec(name: str) -> dict[str, Any]:
+    """The TOML values of a network name: a generic preset over its transport's, or a site over its base."""
+    if name in GENERIC_NETWORKS:
+        spec = GENERIC_NETWORKS[name]
+        return TRANSPORTS[spec["transport"]] | spec
+    if name in SITES:
+        site = SITES[name]
+        return network_spec(site["base"]) | {k: v for k, v in site.items() if k != "base"}
+    raise ValueError(f"unknown network {name!r}; choose one of {', '.join(NETWORKS)} or pass --cluster FILE")
+
+
+NIC_RANGES = {"line_rate_gbps": "positive", "efficiency": "share", "count": "count", "incast_onset_bytes": "positive",
+              "incast_certain_bytes": "positive"}  # every other NIC key: a non-negative number
+
+
+def make_nic(name: str, spec: dict[str, Any], owner: str | None = None) -> Nic:
+    """A NIC from TOML values (units in the key names), checked in those units (errors name the key, its unit and
+    the value as written), then converted to SI once."""
+    owner = owner or f"network {name!r}"
+    values: dict[str, Any] = {}
+    for key, (attr, factor) in NIC_KEYS.items():
+        if key not in spec:
+            continue
+        value, kind = spec[key], NIC_RANGES.get(key, "non-negative")
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        finite_ok = number and (math.isfinite(value) or (key.startswith("incast") and value == math.inf))
+        if kind == "count":
+            ok, wanted = isinstance(value, int) and not isinstance(value, bool) and value >= 1, "a positive integer"
+        elif kind == "share":
+            ok, wanted = finite_ok and 0 < value <= 1, "a number in (0, 1]"
+        elif kind == "positive":
+            ok, wanted = finite_ok and value > 0, "a positive number"
+        else:
+            ok, wanted = finite_ok and value >= 0, "a non-negative number"
+        if not ok:
+            raise ValueError(f"{owner} {key} must be {wanted} ({UNITS[key]}), got {value!r}")
+        values[attr] = value * factor if key != "count" else value
+    if "line_rate" not in values:
+        raise ValueError(f"{owner}: needs line_rate_gbps (Gb/s) or a preset")
+    fitted_on = tuple((k, tuple(v)) for k, v in spec.get("fitted_on", {}).items())
+    try:
+        return Nic(name=name, transport=spec.get("transport", ""), fitted=bool(spec.get("fitted", False)),
+                   fitted_on=fitted_on, source=spec.get("source", ""), **values)
+    except ValueError as error:
+        raise ValueError(str(error).replace(f"network {name!r}", owner)) from None
+
+
+def nic_preset(name: str, **overrides: Any) -> Nic:
+    """A network preset or site profile by name, with TOML-style overrides."""
+    return make_nic(name, network_spec(name) | overrides)
+
+
+def intra_preset(name: str) -> Intra:
+    if name not in INTRA:
+        raise ValueError(f"unknown intra-node fabric {name!r}; choose one of {', '.join(INTRA)}")
+    spec = INTRA[name]
+    return Intra(name, spec["port_gbytes_per_s"] * 1e9, spec.get("fabric_gbytes_per_s", math.inf) * 1e9,
+                 spec["latency_us"] * 1e-6, spec.get("kind", "nvlink"), spec.get("source", ""))
+
+
+def default_intra(gpu: str) -> str:
+    if gpu not in GPUS:
+        raise ValueError(f"unknown GPU {gpu!r}; choose one of {', '.join(GPUS)}")
+    return GPUS[gpu]["intra"]
+
+
+def cluster(network: str, n_nodes: int, gpus_per_node: int = 8, intra: str | None = None, gpu: str = "a100",
+            oversubscription: float = 1.0, nic_count: int | None = None) -> Cluster:
+    """A cluster from preset names (``network``: a generic preset or a site profile)."""
+    nic = nic_preset(network) if nic_count is None else nic_preset(network, count=nic_count)
+    intra_name = intra or default_intra(gpu)
+    prov = (("network", f"preset {network}" + (" (site profile, FITTED)" if nic.fitted else "")),
+            ("intra", f"preset {intra_name}"), ("gpu", gpu), ("nodes", "argument"))
+    return Cluster(n_nodes, gpus_per_node, nic, intra_preset(intra_name), oversubscription, gpu, network, prov)
+
+
+CLUSTER_KEYS = {"nodes", "gpus_per_node", "gpu", "network", "intra", "switch", "name"}
+INTRA_KEYS = {"preset", "port_gbytes_per_s", "fabric_gbytes_per_s", "latency_us", "kind"}
+
+
+def load_cluster(path: str | Path, n_nodes: int | None = None, gpus_per_node: int | None = None,
+                 gpu: str | None = None, oversubscription: float | None = None) -> Cluster:
+    """A cluster described by a TOML file (``sim/presets/example_cluster.toml``); one ValueError naming the file,
+    the key and its unit if malformed. The arguments given (the command line's) win over the file's values.
+
+    Keys: ``name``, ``nodes``, ``gpus_per_node``, ``gpu``; ``[network]`` with ``preset`` (any ``--network`` name)
+    and/or ``transport``, ``line_rate_gbps``, ``efficiency``, ``latency_us``, ``peer_overhead_us``, ``count``
+    (and a site's ``message_overhead_us``, ``step_overhead_us``, ``incast_*_bytes``); ``[intra]`` with ``preset``
+    and/or ``port_gbytes_per_s``, ``fabric_gbytes_per_s``, ``latency_us``; ``[switch]`` with
+    ``oversubscription``. A file without ``[network] preset`` takes its transport's hardware constants, never a
+    site's fit. ``Cluster.provenance`` says which figure came from a preset, the file, the command line or a default.
+    """
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            data = tomllib.load(f)
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(f"{path}: malformed TOML: {error}") from None
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read the cluster file ({error.strerror})") from None
+    try:
+        return _cluster_from(data, path, n_nodes, gpus_per_node, gpu, oversubscription)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
+    except (TypeError, KeyError, AttributeError) as error:
+        raise ValueError(f"{path}: malformed cluster description ({error})") from None
+
+
+def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubscription) -> Cluster:
+    unknown = set(data) - CLUSTER_KEYS
+    if unknown:
+        raise ValueError(f"unknown keys {sorted(unknown)}; expected some of {sorted(CLUSTER_KEYS)}")
+    for table in ("network", "intra", "switch"):
+        if table in data and not isinstance(data[table], dict):
+            raise ValueError(f"[{table}] must be a table")
+    prov: list[tuple[str, str]] = []
+    net = dict(data.get("network", {"preset": "10gbe"}))  # no [network] table: the default preset
+    preset = net.pop("preset", None)
+    extra = set(net) - set(NIC_KEYS) - {"transport"}
+    if extra:
+        raise ValueError(f"[network] has unknown keys {sorted(extra)}; expected some of "
+                         f"{sorted(set(NIC_KEYS) | {'preset', 'transport'})}")
+    name = data.get("name", path.stem)
+    if preset is not None:
+        if not isinstance(preset, str):
+            raise ValueError(f"[network] preset must be a network name, got {preset!r}")
+        spec = network_spec(preset) | net
+        prov.append(("network", f"preset {preset}" + (f", overridden in the file: {', '.join(sorted(net))}"
+                                                      if net else "") + ("" if "network" in data else " (default)")))
+    else:
+        transport = net.get("transport")
+        if transport not in TRANSPORTS:
+            raise ValueError("[network] needs a preset or a transport ('socket' or 'ib'), "
+                             f"got transport = {transport!r}")
+        spec = TRANSPORTS[transport] | net
+        defaulted = sorted(k for k in TRANSPORTS[transport] if k in NIC_KEYS and k not in net)
+        prov.append(("network", f"from the file ({', '.join(sorted(net))}); transport {transport} defaults: "
+                                f"{', '.join(defaulted) or 'none'}"))
+    nic = make_nic(preset if preset is not None and not net else str(name), spec, owner="[network]")
+    gpu_from = "command line" if gpu else ("file" if "gpu" in data else "default a100")
+    gpu = gpu or data.get("gpu", "a100")
+    prov.append(("gpu", f"{gpu} ({gpu_from})"))
+    intra_spec = dict(data.get("intra", {}))
+    extra = set(intra_spec) - INTRA_KEYS
+    if extra:
+        raise ValueError(f"[intra] has unknown keys {sorted(extra)}; expected some of {sorted(INTRA_KEYS)}")
+    base_name = intra_spec.pop("preset", None)
+    base = intra_preset(base_name or default_intra(gpu))
+    for key in ("port_gbytes_per_s", "fabric_gbytes_per_s", "latency_us"):
+        if key in intra_spec:
+            value = intra_spec[key]
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and (
+                value >= 0 if key == "latency_us" else value > 0)
+            if not ok:
+                kind = "non-negative" if key == "latency_us" else "positive"
+                raise ValueError(f"[intra] {key} must be a {kind} number ({UNITS.get(key, 'us')}), got {value!r}")
+    intra = Intra(base.name, intra_spec.pop("port_gbytes_per_s", base.port_bandwidth / 1e9) * 1e9,
+                  intra_spec.pop("fabric_gbytes_per_s", base.fabric_bandwidth / 1e9) * 1e9,
+                  intra_spec.pop("latency_us", base.latency * 1e6) * 1e-6, intra_spec.pop("kind", base.kind),
+                  base.source)
+    prov.append(("intra", f"preset {base.name}" + (" (file)" if base_name else f" (default for {gpu})")
+                 + (", overridden in the file" if set(data.get("intra", {})) - {"preset"} else "")))
+    switch = dict(data.get("switch", {}))
+    from_file = switch.pop("oversubscription", None)
+    leaf = switch.pop("nodes_per_leaf", 1)
+    if switch:
+        raise ValueError(f"[switch] has unknown keys {sorted(switch)}; expected oversubscription, nodes_per_leaf")
+    if not (isinstance(leaf, int) and not isinstance(leaf, bool) and leaf >= 1):
+        raise ValueError(f"[switch] nodes_per_leaf must be a positive integer ({UNITS['nodes_per_leaf']}), "
+                         f"got {leaf!r}")
+    prov.append(("nodes per leaf", f"{leaf} ({'file' if 'nodes_per_leaf' in data.get('switch', {}) else 'default'})"))
+    if from_file is not None and not (isinstance(from_file, int | float) and not isinstance(from_file, bool)
+                                      and from_file >= 1):
+        raise ValueError(f"[switch] oversubscription must be a number >= 1 ({UNITS['oversubscription']}), "
+                         f"got {from_file!r}")
+    if oversubscription is not None:
+        prov.append(("oversubscription", f"{oversubscription:g} (command line)"))
+    else:
+        prov.append(("oversubscription", f"{from_file:g} (file)" if from_file is not None else "1 (default)"))
+        oversubscription = 1.0 if from_file is None else from_file
+    counts = {}
+    for key, given in (("nodes", n_nodes), ("gpus_per_node", gpus_per_node)):
+        value = given if given is not None else data.get(key, 1 if key == "nodes" else 8)
+        if given is None and key in data and not (isinstance(value, int) and not isinstance(value, bool)
+                                                  and value >= 1):
+            raise ValueError(f"{key} must be a positive integer ({UNITS[key]}), got {value!r}")
+        counts[key] = value
+        prov.append((key, f"{value} ({'command line' if given is not None else 'file' if key in data else 'default'})"))
+    return Cluster(counts["nodes"], counts["gpus_per_node"], nic, intra, oversubscription, gpu, str(name), tuple(prov),
+                   leaf)
+
+
+def describe(c: Cluster) -> list[str]:
+    """The cluster's name, key figures and where each came from: printed by every sim command."""
+    nic = c.nic
+    nodes = f"{c.n_nodes} node{'s' if c.n_nodes != 1 else ''}"
+    lines = [f"cluster {c.name or nic.name}: {nodes} x {c.gpus_per_node} {c.gpu.upper()}, "
+             f"{nic.count} x {nic.line_rate / 1e9:g} Gb/s {nic.transport} NIC per node "
+             f"({nic.bandwidth / 1e9:.2f} GB/s payload each), intra {c.intra.name} "
+             f"{c.intra.port_bandwidth / 1e9:g} GB/s per GPU, oversubscription {c.oversubscription:g}"
+             + (f" above leaves of {c.nodes_per_leaf} nodes" if c.nodes_per_leaf > 1 else "")]
+    if nic.fitted:
+        lines.append(f"  site profile {nic.name}: FITTED constants (message {nic.message_overhead * 1e6:.0f} us, "
+                     f"step {nic.step_overhead * 1e6:.1f} us, efficiency {nic.efficiency:.3g}); fitted on "
+                     + "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in nic.fitted_on))
+    for what, where in c.provenance:
+        lines.append(f"  {what:16} {where}")
+    return lines

@@ -1,0 +1,122 @@
+"""Bad input to the simulator's commands (issue 12): one line on stderr, exit 2, nothing hangs, strict JSON."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from birder.cli import main
+from sim import validate
+from sim.hardware import load_cluster
+
+HEADER = "model,batch_per_gpu,network,optimizer,gpus,throughput\n"
+
+
+def status(argv) -> int:
+    """The exit status of ``birder ARGV`` (argparse exits with 2 on its own errors)."""
+    try:
+        return main(argv)
+    except SystemExit as done:
+        return done.code
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err
+    return err
+
+
+def test_a_tiny_single_node_throughput_returns_instead_of_hanging():
+    """0.001 samples/s: a 256,000 s iteration; the flow engine must still finish (bounded by the subprocess)."""
+    done = subprocess.run([sys.executable, "-m", "birder.cli", "predict", "--nodes", "4",
+                           "--single-node-throughput", "0.001", "--json"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["throughput"] == pytest.approx(0.004, rel=1e-3)
+
+
+@pytest.mark.parametrize("value", ["-5", "nan", "0", "inf"])
+def test_validate_refuses_a_row_whose_throughput_is_not_positive(tmp_path, value, capsys):
+    path = tmp_path / "rows.csv"
+    path.write_text(HEADER + "resnet50,32,10gbe,sgdm,8,3693\n" + f"resnet50,32,10gbe,sgdm,16,{value}\n")
+    assert main(["validate", "--csv", str(path), "--json"]) == 2
+    err = one_line_error(capsys)
+    assert "line 3" in err and "throughput" in err
+
+
+def test_validate_json_is_strict(tmp_path, capsys):
+    """Strict JSON (no Infinity or NaN) even when a constant is infinite (no incast onset)."""
+    assert main(["validate", "--json", "--no-cross-validation"]) == 0
+    text = capsys.readouterr().out
+    json.loads(text, parse_constant=lambda name: pytest.fail(f"non-strict JSON constant {name}"))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["sweep", "--cluster", "sim/presets/example_cluster.toml", "--networks", "10gbe"], "conflict"),
+    (["sweep", "--networks", ""], "expected comma-separated"),
+    (["sweep", "--optimizers", ""], "expected comma-separated"),
+    (["sweep", "--nodes", "2,1,2"], "repeated"),
+    (["sweep", "--nodes", ""], "expected comma-separated"),
+    (["predict", "--network", "no-such-net"], "invalid choice"),
+    (["predict", "--gpus-per-node", "2", "--nics-per-node", "4"], "nics-per-node"),
+    (["predict", "--single-node-throughput", "nan"], "positive"),
+    (["predict", "--oversubscription", "0.5"], "oversubscription"),
+])
+def test_bad_arguments_exit_2_with_one_line(argv, message, capsys, tmp_path):
+    assert status([*argv, "--out", str(tmp_path)] if argv[0] == "sweep" else argv) == 2
+    assert message in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("body, expected", [
+    ("[network]\npreset = \"25gbe\"\ncount = 9\n", "count = 9 NICs for 8 GPUs"),
+    ("[network]\npreset = \"25gbe\"\ncount = 1.5\n", "[network] count must be a positive integer (NICs per node)"),
+    ("[network]\npreset = \"25gbe\"\ncount = 0\n", "[network] count must be a positive integer"),
+    ("[network]\npreset = \"25gbe\"\nlatency_us = -3\n", "[network] latency_us must be a non-negative number (us), "
+                                                         "got -3"),
+    ("[network]\npreset = \"25gbe\"\nline_rate_gbps = 0\n", "line_rate_gbps must be a positive number (Gb/s)"),
+    ("[intra]\nport_gbytes_per_s = -1\n", "[intra] port_gbytes_per_s must be a positive number (GB/s)"),
+    ("[switch]\noversubscription = 0\n", "[switch] oversubscription must be a number >= 1"),
+    ("nodes = -2\n", "nodes must be a positive integer"),
+    ("gpus_per_node = 0\n", "gpus_per_node must be a positive integer"),
+    ("[network]\nline_rate_gbps = 100\n", "needs a preset or a transport"),
+    ("[network]\npreset = \"25gbe\"\nspeed = 3\n", "unknown keys ['speed']"),
+])
+def test_bad_cluster_files_name_the_file_the_key_and_its_unit(tmp_path, body, expected, capsys):
+    path = tmp_path / "c.toml"
+    path.write_text(body)
+    with pytest.raises(ValueError) as error:
+        load_cluster(path)
+    assert str(path) in str(error.value) and expected in str(error.value)
+    assert "'25gbe'" not in str(error.value)  # the user's value, never the preset, is blamed
+    assert main(["predict", "--cluster", str(path)]) == 2
+    assert expected in one_line_error(capsys)
+
+
+def test_module_help_is_help_not_a_traceback():
+    done = subprocess.run([sys.executable, "-m", "sim.validate", "--help"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and "usage" in done.stdout and "Traceback" not in done.stderr
+
+
+def test_predict_prints_the_cluster_and_where_each_figure_came_from(capsys):
+    assert main(["predict", "--cluster", "sim/presets/example_cluster.toml", "--gpu", "h100"]) == 0
+    out = capsys.readouterr().out
+    assert "cluster two-nic-25gbe" in out and "2 x 25 Gb/s socket NIC" in out
+    assert "preset 25gbe, overridden in the file: count" in out and "h100 (command line)" in out
+    assert "oversubscription 2 (file)" in out
+
+
+def test_a_site_profile_says_when_it_extrapolates(capsys):
+    assert main(["predict", "--network", "birder-paper-10gbe", "--nodes", "512", "--model", "bert-base",
+                 "--batch-per-gpu", "3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["extrapolated"] and len(out["extrapolation_reasons"]) == 3  # model, batch, GPU count
+    assert main(["predict", "--network", "birder-paper-10gbe", "--nodes", "4", "--json"]) == 0
+    assert not json.loads(capsys.readouterr().out)["extrapolated"]
+    assert main(["predict", "--network", "100gbe", "--nodes", "512", "--json"]) == 0
+    assert not json.loads(capsys.readouterr().out)["extrapolated"]  # a generic preset has nothing fitted
+
+
+def test_rows_are_checked_as_read():
+    assert len(validate.rows()) == 24
