@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +11,7 @@ from birder.cli import main
 from sim import validate
 from sim.hardware import load_cluster
 
+EXAMPLE = str(Path(__file__).resolve().parents[1] / "sim" / "presets" / "example_cluster.toml")
 HEADER = "model,batch_per_gpu,network,optimizer,gpus,throughput\n"
 
 
@@ -53,7 +55,7 @@ def test_validate_json_is_strict(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["sweep", "--cluster", "sim/presets/example_cluster.toml", "--networks", "10gbe"], "conflict"),
+    (["sweep", "--cluster", EXAMPLE, "--networks", "10gbe"], "conflict"),
     (["sweep", "--networks", ""], "expected comma-separated"),
     (["sweep", "--optimizers", ""], "expected comma-separated"),
     (["sweep", "--nodes", "2,1,2"], "repeated"),
@@ -100,7 +102,7 @@ def test_module_help_is_help_not_a_traceback():
 
 
 def test_predict_prints_the_cluster_and_where_each_figure_came_from(capsys):
-    assert main(["predict", "--cluster", "sim/presets/example_cluster.toml", "--gpu", "h100"]) == 0
+    assert main(["predict", "--cluster", EXAMPLE, "--gpu", "h100"]) == 0
     out = capsys.readouterr().out
     assert "cluster two-nic-25gbe" in out and "2 x 25 Gb/s socket NIC" in out
     assert "preset 25gbe, overridden in the file: count" in out and "h100 (command line)" in out

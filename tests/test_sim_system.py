@@ -83,7 +83,7 @@ def test_flows_finish_at_huge_simulated_times():
 
 
 @pytest.mark.parametrize("n,g,k,over,leaf", [(2, 2, 1, 1.0, 1), (3, 4, 2, 1.0, 1), (4, 4, 2, 2.0, 1),
-                                             (3, 2, 1, 3.0, 1), (4, 8, 4, 1.5, 1), (4, 2, 2, 4.0, 2),
+                                             (3, 2, 1, 3.0, 1), (3, 4, 4, 1.5, 1), (4, 2, 2, 4.0, 2),
                                              (8, 2, 1, 3.0, 4)])
 @pytest.mark.parametrize("which", ["allreduce", "tree", "hierarchical", "flat", "ring", "allgather",
                                    "onebit-adam", "marsit"])
