@@ -206,6 +206,8 @@ ROWS = [
     row("predict-unknown-flag", "predict --bogus", "--bogus"),
     row("predict-positional", "predict resnet50", "resnet50"),
     # predict: cluster files
+    row("cluster-empty-path", ["predict", "--cluster", ""], "--cluster",
+        marks=xfail(SIM, "--cluster '' is silently ignored (exit 0)")),
     row("cluster-missing", "predict --cluster {d}/nonexistent.toml", "nonexistent.toml"),
     row("cluster-directory", "predict --cluster {d}/a_directory.toml", "a_directory.toml"),
     row("cluster-malformed", "predict --cluster {d}/malformed.toml", "malformed.toml"),
@@ -274,6 +276,8 @@ ROWS = [
     row("sweep-throughput-negative", "sweep --single-node-throughput -3", "--single-node-throughput"),
     row("sweep-out-is-file", "sweep --nodes 1 --optimizers sgdm --networks 10gbe --out {d}/a_file", "a_file",
         marks=xfail(SIM, "the sweep runs (progress bars on stderr) before the output directory fails")),
+    row("sweep-out-empty", ["sweep", "--nodes", "1", "--optimizers", "sgdm", "--networks", "10gbe", "--out", ""],
+        "--out", marks=xfail(SIM, "--out '' writes sweep.csv and plots into the working directory (exit 0)")),
     row("sweep-batch-zero", "sweep --batch-per-gpu 0", "--batch-per-gpu"),
     row("sweep-model-unknown", "sweep --nodes 1 --model resnet5000 --optimizers sgdm --out s", "resnet5000",
         marks=xfail(SIM, "progress bars go to stderr before the error (not one line)")),
@@ -312,6 +316,8 @@ ROWS = [
         "duplicate", marks=xfail(SIM, "a duplicated measurement row is counted twice (exit 0)")),
     row("validate-out-is-file", "validate --csv {d}/good.csv --out {d}/a_file --no-cross-validation", "a_file",
         marks=BARS),
+    row("validate-csv-empty-path", ["validate", "--csv", "", "--no-cross-validation"], "--csv",
+        marks=xfail(SIM, "--csv '' reads '.': 'Is a directory: .' without naming --csv")),
     row("validate-unknown-flag", "validate --cvs x.csv", "--cvs"),
     # check
     row("check-impl-missing", "check --impl no_such_module_anywhere", "no_such_module_anywhere"),
@@ -329,6 +335,9 @@ ROWS = [
     row("check-impl-exits-3", "check --impl impl_exits3", "impl_exits3",
         marks=xfail(PROOFS, "an --impl that calls sys.exit(3) on import exits 3 (W3)")),
     row("check-impl-file-path", "check --impl {d}/impl_partial.py", "impl_partial"),
+    row("check-impl-class", "check --impl birder_ref.algorithm1:State", "State"),
+    row("check-impl-function", "check --impl birder_ref.algorithm1:step", "step"),
+    row("check-impl-dotted-missing", "check --impl birder_ref.no_such_module", "no_such_module"),
     row("check-only-unknown", "check --only no_such_check", "no_such_check"),
     row("check-only-empty", ["check", "--only", "", "--json"], "--only",
         marks=xfail(PROOFS, "--only '' runs every check (P11)")),
@@ -376,8 +385,9 @@ ROWS = [
     row("bench-cuda-without-cuda", "bench --device cuda --sizes 64 --repeats 1", "cuda"),
     row("bench-gpus-per-node-zero", "bench --gpus-per-node 0 --sizes 64 --repeats 1", "gpus", wall_s=HANG_S,
         marks=xfail(GPU, "--gpus-per-node 0 hangs")),
-    row("bench-gpus-per-node-not-divisor", "bench --ranks 3 --gpus-per-node 2 --sizes 64 --repeats 1", "3 ranks",
-        "nodes of 2"),
+    row("bench-gpus-per-node-not-divisor", "bench --ranks 3 --gpus-per-node 2 --sizes 64 --repeats 1", "ranks"),
+    row("bench-out-empty", ["bench", "--sizes", "64", "--repeats", "1", "--out", ""], "--out",
+        marks=xfail(GPU, "--out '' runs the benchmark and exits 0")),
     row("bench-out-in-missing-dir", "bench --sizes 64 --repeats 1 --out {d}/no/such/dir/x.toml", "x.toml",
         marks=xfail(GPU, "the benchmark runs before the output path fails (P13)")),
     row("bench-out-is-directory", "bench --sizes 64 --repeats 1 --out {d}/a_directory.toml", "a_directory.toml",
@@ -469,7 +479,17 @@ BIRDER = shutil.which("birder", path=str(Path(sys.executable).parent)) or shutil
 SUBPROCESS_WALL_S = 60
 
 
-def console(args: list[str], cwd: Path, timeout: float = SUBPROCESS_WALL_S, prelude: str | None = None):
+def _limit_memory(limit_bytes: int):
+    def apply() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+
+    return apply
+
+
+def console(args: list[str], cwd: Path, timeout: float = SUBPROCESS_WALL_S, prelude: str | None = None,
+            memory_limit: int | None = None):
     """Run the console script (or, with ``prelude``, ``python -c`` calling main after the prelude) with a timeout;
     a hang fails the test (the process group is killed) instead of blocking it."""
     if prelude is None:
@@ -480,7 +500,8 @@ def console(args: list[str], cwd: Path, timeout: float = SUBPROCESS_WALL_S, prel
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]),
                                                          os.environ.get("PYTHONPATH", "")])}
     process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                               start_new_session=True)
+                               start_new_session=True,
+                               preexec_fn=None if memory_limit is None else _limit_memory(memory_limit))
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -498,6 +519,8 @@ SUBPROCESS_ROWS = [
                  id="console-gpu-validate-without-torch"),
     pytest.param(["bench", "--sizes", "64", "--repeats", "1"], NO_TORCH, ("pip install", "torch"),
                  id="console-bench-without-torch"),
+    pytest.param(["predict", "--gpus-per-node", "1000000000", "--json"], "", ("memory",),
+                 id="console-predict-gpus-per-node-beyond-memory"),
     pytest.param(["bench", "--sizes", "10000000000", "--repeats", "1", "--out", "b.toml"], None, ("memory",),
                  id="console-bench-sizes-beyond-memory",
                  marks=xfail(GPU, "ranks fail to allocate 80 GB in child processes: tracebacks, exit 1 (W12)")),
@@ -510,7 +533,8 @@ SUBPROCESS_ROWS = [
 @pytest.mark.parametrize("args, prelude, names", SUBPROCESS_ROWS)
 def test_bad_input_console_script(args, prelude, names, tmp_path):
     timeout = 6 if "0.001" in args else SUBPROCESS_WALL_S  # the hang row: a fixed predict answers in ~1 s
-    status, stdout, stderr = console(args, tmp_path, timeout=timeout, prelude=prelude)
+    limit = 4 << 30 if "1000000000" in args else None  # an address-space limit: the allocation fails at once
+    status, stdout, stderr = console(args, tmp_path, timeout=timeout, prelude=prelude or None, memory_limit=limit)
     lines = stderr.strip().splitlines()
     assert "Traceback" not in stderr, stderr
     assert status == 2 and len(lines) == 1, (status, stderr)
