@@ -204,6 +204,10 @@ ROWS = [
     row("predict-marsit-period-zero", "predict --optimizer marsit --marsit-period 0", "--marsit-period"),
     row("predict-marsit-period-negative", "predict --marsit-period -4", "--marsit-period"),
     row("predict-unknown-flag", "predict --bogus", "--bogus"),
+    row("predict-abbreviated-flag", "predict --node 2", "--node"),
+    row("predict-network-twice", "predict --network 10gbe --network 25gbe", "--network", "twice"),
+    row("predict-nodes-twice-inline", "predict --nodes=2 --nodes 3", "--nodes", "twice"),
+    row("predict-optimizer-twice", "predict --optimizer birder --optimizer sgdm", "--optimizer", "twice"),
     row("predict-positional", "predict resnet50", "resnet50"),
     # predict: cluster files
     row("cluster-empty-path", ["predict", "--cluster", ""], "--cluster",
@@ -284,6 +288,14 @@ ROWS = [
     row("sweep-cluster-missing", "sweep --cluster {d}/nonexistent.toml --nodes 1 --optimizers sgdm --out s",
         "nonexistent.toml", marks=xfail(SIM, "progress bars go to stderr before the error (not one line)")),
     row("sweep-unknown-flag", "sweep --node 4", "--node"),
+    row("sweep-nodes-twice", "sweep --nodes 1 --nodes 2", "--nodes", "twice"),
+    row("sweep-optimizers-duplicate", "sweep --nodes 1 --optimizers sgdm,sgdm --networks 10gbe --out s",
+        "--optimizers", marks=xfail(SIM, "a repeated optimizer gives duplicate rows (exit 0)")),
+    row("sweep-networks-duplicate", "sweep --nodes 1 --optimizers sgdm --networks 10gbe,10gbe --out s",
+        "--networks", marks=xfail(SIM, "a repeated network gives duplicate rows (exit 0)")),
+    row("sweep-throughput-optimizer-twice",
+        "sweep --nodes 1 --optimizers sgdm --networks 10gbe --single-node-throughput sgdm=1,sgdm=2 --out s", "sgdm",
+        marks=xfail(SIM, "sgdm=1,sgdm=2 silently keeps the last value (exit 0)")),
     # validate
     row("validate-csv-missing", "validate --csv {d}/nonexistent.csv --no-cross-validation", "nonexistent.csv"),
     row("validate-csv-directory", "validate --csv {d}/a_directory.csv --no-cross-validation", "a_directory.csv"),
@@ -342,6 +354,7 @@ ROWS = [
     row("check-only-empty", ["check", "--only", "", "--json"], "--only",
         marks=xfail(PROOFS, "--only '' runs every check (P11)")),
     row("check-unknown-flag", "check --implementation x", "--implementation"),
+    row("check-impl-twice", "check --impl birder_ref.algorithm1 --impl json", "--impl", "twice"),
     # gpu-validate
     row("gpu-validate-nodes-zero", "gpu-validate --nodes 0", "nodes"),
     row("gpu-validate-nodes-negative", "gpu-validate --nodes -1", "nodes"),
@@ -367,6 +380,7 @@ ROWS = [
     row("gpu-validate-resume-negative", "gpu-validate --resume-at -1", "resume"),
     row("gpu-validate-resume-beyond", "gpu-validate --resume-at 100", "resume"),
     row("gpu-validate-too-many-ranks", "gpu-validate --nodes 5 --gpus-per-node 4", "20"),
+    row("gpu-validate-steps-twice", "gpu-validate --steps 2 --steps 3", "--steps", "twice"),
     row("gpu-validate-nccl-without-cuda", "gpu-validate --backend nccl", "nccl"),
     # bench
     row("bench-ranks-zero", "bench --ranks 0", "ranks"),
@@ -388,6 +402,7 @@ ROWS = [
     row("bench-gpus-per-node-not-divisor", "bench --ranks 3 --gpus-per-node 2 --sizes 64 --repeats 1", "ranks"),
     row("bench-out-empty", ["bench", "--sizes", "64", "--repeats", "1", "--out", ""], "--out",
         marks=xfail(GPU, "--out '' runs the benchmark and exits 0")),
+    row("bench-ranks-twice", "bench --ranks 2 --ranks 4", "--ranks", "twice"),
     row("bench-out-in-missing-dir", "bench --sizes 64 --repeats 1 --out {d}/no/such/dir/x.toml", "x.toml",
         marks=xfail(GPU, "the benchmark runs before the output path fails (P13)")),
     row("bench-out-is-directory", "bench --sizes 64 --repeats 1 --out {d}/a_directory.toml", "a_directory.toml",
@@ -396,6 +411,8 @@ ROWS = [
     row("report-out-under-file", "report --quick --out {d}/a_file/report", "a_file"),
     row("report-out-is-file", "report --quick --out {d}/a_file", "a_file"),
     row("report-unknown-flag", "report --fast", "--fast"),
+    row("report-out-twice", "report --out a --out b", "--out", "twice"),
+    row("report-out-in-proc", "report --quick --out /proc/birder-report", "/proc/birder-report"),
 ]
 
 if HAS_COLLECTIVE:  # the subcommand is being added beside this suite; its rows run once it is there
