@@ -78,6 +78,8 @@ TOML = {
     "switch_unknown_key.toml": '[network]\npreset = "10gbe"\n[switch]\nradix = 64\n',
     "network_not_table.toml": 'network = "10gbe"\n',
     "no_network.toml": 'nodes = 2\n',
+    "rate_in_bits.toml": '[network]\npreset = "10gbe"\nline_rate_gbps = 100000000000\n',
+    "latency_in_seconds.toml": '[network]\npreset = "10gbe"\nlatency_us = 0.00004\n',
     "good.toml": '[network]\npreset = "10gbe"\n',  # a valid file, for rows where something else is wrong
 }
 HEADER = "model,batch_per_gpu,network,optimizer,gpus,throughput\n"
@@ -124,10 +126,14 @@ def files(tmp_path_factory) -> Path:
     unreadable = d / "unreadable.toml"
     unreadable.write_text('[network]\npreset = "10gbe"\n')
     unreadable.chmod(0)
+    unreadable_csv = d / "unreadable.csv"
+    unreadable_csv.write_text(HEADER + GOOD_ROW)
+    unreadable_csv.chmod(0)
     sys.path.insert(0, str(d))
     yield d
     sys.path.remove(str(d))
     unreadable.chmod(stat.S_IRUSR | stat.S_IWUSR)
+    unreadable_csv.chmod(stat.S_IRUSR | stat.S_IWUSR)
 
 
 def _subcommands() -> set[str]:
@@ -204,6 +210,10 @@ ROWS = [
     row("predict-marsit-period-zero", "predict --optimizer marsit --marsit-period 0", "--marsit-period"),
     row("predict-marsit-period-negative", "predict --marsit-period -4", "--marsit-period"),
     row("predict-unknown-flag", "predict --bogus", "--bogus"),
+    row("predict-throughput-with-unit", "predict --single-node-throughput 3693/s", "--single-node-throughput"),
+    row("predict-params-with-unit", "predict --params 25M", "--params"),
+    row("predict-oversubscription-ratio", "predict --oversubscription 2:1", "--oversubscription"),
+    row("predict-warmup-percent", "predict --warmup-fraction 15%", "--warmup-fraction"),
     row("predict-abbreviated-flag", "predict --node 2", "--node"),
     row("predict-network-twice", "predict --network 10gbe --network 25gbe", "--network", "twice"),
     row("predict-nodes-twice-inline", "predict --nodes=2 --nodes 3", "--nodes", "twice"),
@@ -253,6 +263,10 @@ ROWS = [
     row("cluster-switch-unknown-key", "predict --cluster {d}/switch_unknown_key.toml", "radix"),
     row("cluster-network-not-table", "predict --cluster {d}/network_not_table.toml", "network"),
     row("cluster-no-network", "predict --cluster {d}/no_network.toml", "network"),
+    row("cluster-rate-in-bits-per-second", "predict --cluster {d}/rate_in_bits.toml --json", "line_rate_gbps",
+        marks=xfail(SIM, "a line rate of 1e11 Gb/s (bits/s typed into a Gb/s key) is accepted")),
+    row("cluster-latency-in-seconds", "predict --cluster {d}/latency_in_seconds.toml --json", "latency_us",
+        marks=xfail(SIM, "a latency of 0.00004 us (seconds typed into a us key) is accepted")),
     row("cluster-unreadable", "predict --cluster {d}/unreadable.toml", "unreadable.toml",
         marks=pytest.mark.skipif(CAN_READ_UNREADABLE, reason="root reads mode-000 files")),
     row("cluster-with-cli-gpus-zero", "predict --cluster {d}/count_zero.toml --gpus-per-node 0", "--gpus-per-node"),
@@ -330,6 +344,8 @@ ROWS = [
         marks=BARS),
     row("validate-csv-empty-path", ["validate", "--csv", "", "--no-cross-validation"], "--csv",
         marks=xfail(SIM, "--csv '' reads '.': 'Is a directory: .' without naming --csv")),
+    row("validate-csv-unreadable", "validate --csv {d}/unreadable.csv --no-cross-validation", "unreadable.csv",
+        marks=pytest.mark.skipif(CAN_READ_UNREADABLE, reason="root reads mode-000 files")),
     row("validate-unknown-flag", "validate --cvs x.csv", "--cvs"),
     # check
     row("check-impl-missing", "check --impl no_such_module_anywhere", "no_such_module_anywhere"),
@@ -380,6 +396,7 @@ ROWS = [
     row("gpu-validate-resume-negative", "gpu-validate --resume-at -1", "resume"),
     row("gpu-validate-resume-beyond", "gpu-validate --resume-at 100", "resume"),
     row("gpu-validate-too-many-ranks", "gpu-validate --nodes 5 --gpus-per-node 4", "20"),
+    row("gpu-validate-timeout-with-unit", "gpu-validate --timeout 60s", "--timeout"),
     row("gpu-validate-steps-twice", "gpu-validate --steps 2 --steps 3", "--steps", "twice"),
     row("gpu-validate-nccl-without-cuda", "gpu-validate --backend nccl", "nccl"),
     # bench
@@ -402,6 +419,7 @@ ROWS = [
     row("bench-gpus-per-node-not-divisor", "bench --ranks 3 --gpus-per-node 2 --sizes 64 --repeats 1", "ranks"),
     row("bench-out-empty", ["bench", "--sizes", "64", "--repeats", "1", "--out", ""], "--out",
         marks=xfail(GPU, "--out '' runs the benchmark and exits 0")),
+    row("bench-sizes-with-unit", "bench --sizes 1MiB", "--sizes"),
     row("bench-ranks-twice", "bench --ranks 2 --ranks 4", "--ranks", "twice"),
     row("bench-out-in-missing-dir", "bench --sizes 64 --repeats 1 --out {d}/no/such/dir/x.toml", "x.toml",
         marks=xfail(GPU, "the benchmark runs before the output path fails (P13)")),
