@@ -134,7 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         command = f"birder {args.command}"
         return int(args.func(args) or 0)
     except BrokenPipeError:  # the reader of stdout went away (`birder ... | head`): nothing left to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush does not fail again
+        try:  # point stdout at /dev/null so the flush at exit does not fail again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):  # stdout is not a file descriptor (captured in-process)
+            pass
         return EXIT_BROKEN_PIPE
     except (KeyboardInterrupt, ImportError, MemoryError, RuntimeError, OSError, ValueError) as error:
         described = describe_error(error)
