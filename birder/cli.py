@@ -42,6 +42,33 @@ class OneLineErrorParser(argparse.ArgumentParser):
     def error(self, message: str):  # noqa: D401 - argparse's name
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {one_line(message)}\n")
 
+    def parse_known_args(self, args=None, namespace=None):
+        conflict = conflicting_repeat(self, sys.argv[1:] if args is None else list(args))
+        if conflict:
+            self.error(conflict)
+        return super().parse_known_args(args, namespace)
+
+
+def conflicting_repeat(parser: argparse.ArgumentParser, args: list[str]) -> str | None:
+    """A value-taking option given twice with different values (``--network 10gbe --network 25gbe``): argparse
+    would silently keep the last one. Options of the subcommand's own parser only; stops at ``--``."""
+    seen: dict[argparse.Action, tuple[str, str]] = {}
+    for i, token in enumerate(args):
+        if token == "--":
+            break
+        option, _, inline = token.partition("=")
+        action = parser._option_string_actions.get(option)
+        if action is None or action.nargs == 0 or isinstance(action, argparse._AppendAction):
+            continue
+        if action.nargs not in (None, "?"):
+            continue  # multi-valued options (nargs="+") are left to argparse
+        value = inline if "=" in token else (args[i + 1] if i + 1 < len(args) else "")
+        if action in seen and seen[action][1] != value:
+            first, earlier = seen[action]
+            return f"argument {option}: given twice with different values ({first} {earlier!r}, {option} {value!r})"
+        seen.setdefault(action, (option, value))
+    return None
+
 
 def one_line(text: str) -> str:
     """``text`` with every run of whitespace (newlines included) collapsed to one space."""
@@ -107,7 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         command = f"birder {args.command}"
         return int(args.func(args) or 0)
     except BrokenPipeError:  # the reader of stdout went away (`birder ... | head`): nothing left to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush does not fail again
+        try:  # point stdout at /dev/null so the flush at exit does not fail again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):  # stdout is not a file descriptor (captured in-process)
+            pass
         return EXIT_BROKEN_PIPE
     except (KeyboardInterrupt, ImportError, MemoryError, RuntimeError, OSError, ValueError) as error:
         described = describe_error(error)

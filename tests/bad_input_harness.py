@@ -5,7 +5,7 @@ with stdout and stderr captured, SIGALRM as the wall-time bound (a hang fails th
 and a snapshot of every file under the watched directories before and after. The invariants of a bad input:
 exit status 2, exactly one line on stderr naming what is wrong, no traceback, no file created or modified,
 stdout empty or one strict JSON document (no NaN/Infinity). ``count_bad_inputs()`` counts the distinct bad
-inputs the suites hold (``python -m tests.bad_input_harness`` prints them).
+inputs the suites hold (``python tests/bad_input_harness.py`` prints them).
 """
 
 from __future__ import annotations
@@ -64,14 +64,20 @@ def strict_json(text: str):
 
 @contextlib.contextmanager
 def wall_bound(seconds: float):
+    """Raise ``Hang`` once ``seconds`` have passed, and again every 0.25 s after that: an exception raised inside a
+    callback that swallows it (a gc callback, a ``__del__``) must not let the call run on unbounded."""
+    armed = [True]
+
     def expire(signum, frame):
-        raise Hang(f"no answer within {seconds} s")
+        if armed[0]:
+            raise Hang(f"no answer within {seconds} s")
 
     previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds, 0.25)
     try:
         yield
     finally:
+        armed[0] = False
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
 
