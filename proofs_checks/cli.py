@@ -193,9 +193,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "check",
         help="the paper's claims as checks, against the reference or your implementation",
-        description="Check an implementation of Birder (quantize, init, step) against every claim of the paper "
-                    "and every clause of the interface. Exit status 0 if every check holds, 1 if one fails, 2 if "
-                    "the implementation cannot be judged.\n\n" + INTERFACE_HELP,
+        description="Check an implementation of Birder (quantize, init, step) against every claim of the paper\n"
+                    "and every clause of the interface.\n\n" + INTERFACE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--impl", metavar="MODULE[:OBJECT]", default=None,

@@ -24,7 +24,7 @@ def test_mutants_are_reachable_from_the_command_line_name():
 
 
 def test_lerp_counterexample_of_the_notes_is_a_real_float32_violation():
-    """g = 3.0 for 14 steps with beta = 0.9 (notes/anchor_verify.md §2.5): lerp gives |m| > b, the EMA does not."""
+    """g = 3.0 for 14 steps with beta = 0.9 (a known float32 counterexample): lerp gives |m| > b, the EMA does not."""
     from proofs_checks.bounds import run_sequence
 
     grads = np.full((14, 1, 1), 3.0, np.float32)
