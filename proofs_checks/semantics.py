@@ -163,7 +163,7 @@ def _server_mask(ctx: Context, d):
     "Algorithm 1 line 8: u_t = Q(m_t/b_t + e_{t-1}) with the worker's draws (Eq. 5)",
     "u recovered from line 9 equals the implementation's quantize(y, u_worker) on every element of every regime",
     needs=("quantize", "init", "step"),
-    after=("eq5_probability_exact", "line9_worker_error"),
+    after=("eq5_probability_exact", "line9_worker_error", "determinism"),
 )
 def worker_quantizer(ctx: Context) -> Outcome:
     return _quantizer_calls(ctx, lambda d: (d.y, d.y_window), lambda rec: rec.u_worker, lambda rec, d: d.u,
@@ -175,7 +175,7 @@ def worker_quantizer(ctx: Context) -> Outcome:
     "Algorithm 1 line 12: u_bar_t = Q((1/n) sum_i u_t^(i) + e_bar_{t-1}) with the server's draws",
     "u_bar equals the implementation's quantize(mean of the workers' u + server error, u_server) on every element",
     needs=("quantize", "init", "step"),
-    after=("eq5_probability_exact", "line9_worker_error", "line13_server_error"),
+    after=("eq5_probability_exact", "line9_worker_error", "line13_server_error", "determinism"),
 )
 def server_quantizer(ctx: Context) -> Outcome:
     return _quantizer_calls(ctx, lambda d: (d.z, d.z_window), lambda rec: rec.u_server, lambda rec, d: rec.u_bar,
