@@ -28,7 +28,7 @@ SHAPE_WORDS = ("shape", "cannot read", "no field", "state field t", "expected th
     "contract_shapes",
     "Interface: step returns (u_bar, state) with u_bar of shape (d,), m, b_hat, b, e of shape (n, d), server_e of "
     "shape (d,) and an integer t, readable by attribute or key, at every size",
-    f"every recorded step of the {len(SETTINGS)} regimes (1 to 300 workers, d up to 70001, up to 300 steps)",
+    f"every recorded step of the {len(SETTINGS)} regimes (1 to 257 workers, d up to 70001, up to 300 steps)",
     kind="contract",
 )
 def shapes(ctx: Context) -> Outcome:
@@ -69,7 +69,7 @@ def dtypes(ctx: Context) -> Outcome:
 @check(
     "contract_purity",
     "Interface: step returns a new state and leaves the state it was given unchanged, at every size",
-    "the input state, gradients and draws re-read after every recorded step of every regime (up to 300 x 40 and "
+    "the input state, gradients and draws re-read after every recorded step of every regime (up to 257 x 40 and "
     "2 x 70001 elements)",
     kind="contract",
 )

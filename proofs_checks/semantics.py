@@ -75,7 +75,8 @@ def interface(ctx: Context) -> Outcome:
         after = read_state(new, 3, 5)
         if after.t != 1:
             return verdict(False, f"step(init(3, 5), ..., T0={T0}) returned t = {after.t}, expected 1")
-    return verdict(True, "init state is all zero with t = 0; step with T0=None and T0=0 returns u_bar and a state")
+    return verdict(True, "init state is all zero with t = 0; step with T0=None and T0=0 returns u_bar and a state",
+                   "quantize, init, step")
 
 
 @check(
@@ -256,9 +257,10 @@ def exact_run(ctx: Context) -> dict:
                     j = int(np.argwhere(wrong_bar)[0][0])
                     x, u, got, want = z[j], u_server[j], u_bar[j], expected_bar[j]
                     where = "line 12, server"
-                rule = "sign(y): Eq. 5 gives p = 0 or 1" if abs(x) >= 1 else "quantize(y, u) of the implementation"
-                first = (f"first at step {t}, {where}, element {j}: y = {x:.9g}, u = {u:.9g}: step gave {got:+g}, "
-                         f"{rule} gives {want:+g}")
+                rule = ("Eq. 5 gives sign(y) (p = 0 or 1)" if abs(x) >= 1
+                        else "the implementation's own quantize(y, u) gives")
+                first = (f"first at step {t}, {where}, element {j}: y = {x:.9g}, u = {u:.9g}: step gave {got:+g} "
+                         f"where {rule} {want:+g}")
         return {**counts, "first": first}
 
     return ctx.shared("exact_run", compute)
