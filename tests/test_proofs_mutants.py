@@ -45,3 +45,11 @@ def test_the_hypothesis_hunt_finds_the_lerp_ulp_excess_on_its_own_and_nothing_on
     assert found is not None and found.startswith("beta=")
     assert hunt(lerp, RATIO_SLACK) is None
     assert hunt(load_target()) is None
+
+
+def test_lerp_momentum_is_accepted_with_its_ulp_excess_reported():
+    """Correct in the paper's sense: the checks about |m/b| pass, the contract clause reports the excess."""
+    names = ["line5_6_moments", "ratio_bound", "eq14_decomposition", "error_bounds", "contract_float32_ratio"]
+    report = run_checks(load_target(ACCEPTED["lerp_momentum"]), names=names, progress=False)
+    assert report.passed, [(r.name, r.detail) for r in report.results if not r.passed]
+    assert report.results[-1].detail.startswith("accepted: |m| > b by a last ulp")
