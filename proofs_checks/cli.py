@@ -180,11 +180,11 @@ def run(args: argparse.Namespace) -> int:
                               "checks": Report(stopped.target, stopped.results, 0.0).to_json()["checks"]}))
         print(f"birder check: error: {' '.join(str(stopped).split())}", file=sys.stderr)
         return 2
-    print(json.dumps(report.to_json()) if args.json else table(report))
     broken = report.interface_broken
-    if broken:
-        print(f"birder check: error: the implementation lacks the interface: {' '.join(broken.split())}",
-              file=sys.stderr)
+    message = f"the implementation lacks the interface: {' '.join(broken.split())}" if broken else None
+    print(json.dumps({**report.to_json(), **({"error": message} if message else {})}) if args.json else table(report))
+    if message:
+        print(f"birder check: error: {message}", file=sys.stderr)
         return 2
     return 0 if report.passed else 1
 

@@ -32,8 +32,10 @@ def test_missing_quantize_lacks_the_interface_exit_two_reported_once(capsys):
     code = main(["check", "--json", "--impl", "proofs_checks.mutants:missing_quantize", "--only",
                  "interface,eq5_support,line9_worker_error"])
     captured = capsys.readouterr()
-    checks = {c["name"]: c for c in json.loads(captured.out)["checks"]}
+    out = json.loads(captured.out)
+    checks = {c["name"]: c for c in out["checks"]}
     assert code == 2 and captured.err.count("\n") == 1 and "lacks the interface" in captured.err
+    assert out["passed"] is False and "lacks the interface" in out["error"]
     assert not checks["interface"]["passed"] and "quantize" in checks["interface"]["detail"]
     assert checks["eq5_support"]["status"] == "blocked" and "interface" in checks["eq5_support"]["detail"]
     assert checks["line9_worker_error"]["passed"]  # step alone still satisfies line 9
