@@ -27,6 +27,7 @@ from proofs_checks.target import DEFAULT_IMPL
 
 TEMPLATE = Path(__file__).with_name("template.py")
 DEFAULT_TIMEOUT_S = 300.0
+EXIT_GRACE_S = 30.0  # after the last check, how long the child may take to exit before it is stopped
 INTERFACE_HELP = """\
 The interface (arrays are float32 NumPy arrays, or anything numpy.asarray reads, e.g. CPU/CUDA tensors):
 
@@ -132,12 +133,16 @@ def run_isolated(impl: str | None, names: list[str] | None, parity: bool, timeou
                         elif event == "error":
                             error = message["message"]
                         elif event == "done":
-                            done = True
+                            done, seconds = True, round(time.perf_counter() - started, 2)
         finally:
             bar.close()
             if process.poll() is None and not done:
                 _stop(process)
-        code = process.wait()
+        try:
+            code = process.wait(timeout=EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:  # done, but a thread the implementation started keeps it alive
+            _stop(process)
+            code = process.returncode
         if error is None and not done:
             where = f"during check {current}" if current else "while importing the implementation"
             tail = Path(err_path).read_text("utf-8", "replace").strip().splitlines()
@@ -151,7 +156,7 @@ def run_isolated(impl: str | None, names: list[str] | None, parity: bool, timeou
                          "stderr instead")
         if error is not None:
             raise Unjudgeable(error, results, target)
-        return Report(target, results, round(time.perf_counter() - started, 2))
+        return Report(target, results, seconds)
 
 
 def _parse_only(only: str | None) -> list[str] | None:

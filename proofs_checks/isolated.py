@@ -70,4 +70,6 @@ if __name__ == "__main__":
     with tempfile.TemporaryDirectory(prefix="birder-check-hypothesis-") as home:
         _hypothesis_home_in(home)
         code = main(int(sys.argv[1]), json.loads(sys.argv[2]))
-    sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # threads the implementation started do not keep the process alive
