@@ -124,7 +124,8 @@ def eps_clause(ctx: Context) -> Outcome:
         return Outcome("blocked", "not judged: line 9 fails also where eps plays no part (line9_worker_error)")
     if found["sensitive"]:
         name, count = max(found["fits"].items(), key=lambda item: item[1])
-        cause = (f"; {'all' if count == found['sensitive'] else count} of them fit r = {name}" if count else "")
+        share = count / found["sensitive"]
+        cause = (f"; {'all' if share == 1 else f'{share:.0%}'} of them fit r = {name}" if share >= 0.9 else "")
         return verdict(False, f"r is not m / (b + eps): {found['sensitive']} of {found['sensitive_total']} elements "
                               f"with b < 2^22 eps break line 9 with r = m / (b + eps){cause}; {found['first']}",
                        "r != m / (b + eps)")
