@@ -2,11 +2,13 @@
 
 An implementation is judged by the paper's properties alone (exact probabilities, identities, bounds,
 determinism, the convergence bound), never by comparison with ``birder_ref``, which is one implementation among
-others here. One property is held more strictly than the paper states it: Eq. 4's |m/b| <= 1, exact in the paper,
-is required bit for bit of the stored float32 m and b (``ratio_bound``, and ``eq14_decomposition``'s facts), which
-asks an implementation to compute m and b with the same operations in the same order (a lerp for m fails it).
+others here. Each check is a claim of the paper (``kind="paper"``) or a clause of the interface
+(``kind="contract"``: dtypes, shapes, purity, aliasing, the eps convention, float32 |m| <= b), and each root
+cause is reported once (a check resting on a failed one is "not judged"). ``template.py`` is a minimal correct
+implementation (``birder check --template``); ``mutants.py`` and ``mutants_regimes.py`` are wrong ones the suite
+must reject, and correct alternatives it must accept.
 
-Use it from the command line (``birder check [--impl MODULE[:OBJECT]] [--json]``), from Python::
+Use it from the command line (``birder check [--impl MODULE[:OBJECT] | path/to/impl.py] [--json]``), from Python::
 
     from proofs_checks import load_target, run_checks
     report = run_checks(load_target("mypackage.birder"))

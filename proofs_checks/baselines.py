@@ -1,4 +1,4 @@
-"""Baselines' identities: 1-bit Adam's compressed all-reduce (CONTRACT.md; seed notes §1.4 and §6 items 2, 5).
+"""Baselines' identities: 1-bit Adam's compressed all-reduce as DeepSpeed implements it (``birder_ref.onebit_adam``).
 
 Judged by its properties, not by re-running it: each worker sends s_i sign(c_i) with c_i = buffer_i + e_i,
 s_i = ||c_i||_2 / sqrt(d) and sign(0) = +1, keeping the rest as its new error; each server chunk j compresses

@@ -179,7 +179,7 @@ ERROR_BOUND = 2 + 2.0**-14  # 2, plus the rounding a last-ulp |m| > b may add ov
     "line 7-13; Lemma 1's E||e||^2 <= d rests on such a bound)",
     "max |e| and |e_bar| over every regime's trajectory and the ratio sweep; 2 + 2^-14 for rounding",
     after=("eq5_probability_exact", "eq5_saturation", "ratio_bound", "line9_worker_error", "line13_server_error",
-           "contract_eps_convention"),
+           "line8_worker_quantizer", "line12_server_quantizer", "contract_eps_convention"),
 )
 def error_bounds(ctx: Context) -> Outcome:
     swept = sweep(ctx)

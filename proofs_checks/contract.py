@@ -28,7 +28,7 @@ SHAPE_WORDS = ("shape", "cannot read", "no field", "state field t", "expected th
     "contract_shapes",
     "Interface: step returns (u_bar, state) with u_bar of shape (d,), m, b_hat, b, e of shape (n, d), server_e of "
     "shape (d,) and an integer t, readable by attribute or key, at every size",
-    f"every recorded step of the {len(SETTINGS)} regimes (1 to 300 workers, d up to 70001, up to 300 steps)",
+    f"every recorded step of the {len(SETTINGS)} regimes (1 to 257 workers, d up to 70001, up to 300 steps)",
     kind="contract",
 )
 def shapes(ctx: Context) -> Outcome:
@@ -69,7 +69,7 @@ def dtypes(ctx: Context) -> Outcome:
 @check(
     "contract_purity",
     "Interface: step returns a new state and leaves the state it was given unchanged, at every size",
-    "the input state, gradients and draws re-read after every recorded step of every regime (up to 300 x 40 and "
+    "the input state, gradients and draws re-read after every recorded step of every regime (up to 257 x 40 and "
     "2 x 70001 elements)",
     kind="contract",
 )
@@ -124,7 +124,8 @@ def eps_clause(ctx: Context) -> Outcome:
         return Outcome("blocked", "not judged: line 9 fails also where eps plays no part (line9_worker_error)")
     if found["sensitive"]:
         name, count = max(found["fits"].items(), key=lambda item: item[1])
-        cause = (f"; {'all' if count == found['sensitive'] else count} of them fit r = {name}" if count else "")
+        share = count / found["sensitive"]
+        cause = (f"; {'all' if share == 1 else f'{share:.0%}'} of them fit r = {name}" if share >= 0.9 else "")
         return verdict(False, f"r is not m / (b + eps): {found['sensitive']} of {found['sensitive_total']} elements "
                               f"with b < 2^22 eps break line 9 with r = m / (b + eps){cause}; {found['first']}",
                        "r != m / (b + eps)")

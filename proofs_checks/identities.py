@@ -159,7 +159,7 @@ def _first_where(bad: np.ndarray, rec: Record, what: str) -> str:
 @check(
     "line5_6_moments",
     "Algorithm 1 lines 5-6: m = beta m + (1 - beta) g, b_hat = beta b_hat + (1 - beta) |g|",
-    "every step of every regime (300 workers, d = 70001, 300 steps, magnitudes 1e-45 to 1e30), float64 "
+    "every step of every regime (257 workers, d = 70001, 300 steps, magnitudes 1e-45 to 1e30), float64 "
     "recomputation, relative tolerance 2^-21 (+ 2^-126 for subnormals)",
 )
 def moments(ctx: Context) -> Outcome:
@@ -228,7 +228,7 @@ def worker_error(ctx: Context) -> Outcome:
     "line13_server_error",
     "Algorithm 1 lines 12-13: e_bar_t = e_bar_{t-1} + (1/n) sum_i u_t^(i) - u_bar_t, with u_bar = +-1 and the "
     "plain mean over all n workers",
-    "every step of every regime (1 to 300 workers, sums reaching +-n), with the workers' u recovered from line 9; "
+    "every step of every regime (1 to 257 workers, sums reaching +-n), with the workers' u recovered from line 9; "
     "tolerance 2^-20: a residual means the server's average is not (1/n) sum_i u_i or its error is updated otherwise",
     after=("line9_worker_error",),
 )

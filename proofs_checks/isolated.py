@@ -15,7 +15,17 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from dataclasses import asdict
+
+
+def _hypothesis_home_in(folder: str) -> None:
+    """Hypothesis keeps a .hypothesis folder in the current directory: keep it out of the user's folder."""
+    try:
+        from hypothesis.configuration import set_hypothesis_home_dir
+    except ImportError:  # Hypothesis is a test extra; ratio_bound says so when it is missing
+        return
+    set_hypothesis_home_dir(folder)
 
 
 def main(fd: int, options: dict) -> int:
@@ -57,4 +67,9 @@ def main(fd: int, options: dict) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(int(sys.argv[1]), json.loads(sys.argv[2])))
+    with tempfile.TemporaryDirectory(prefix="birder-check-hypothesis-") as home:
+        _hypothesis_home_in(home)
+        code = main(int(sys.argv[1]), json.loads(sys.argv[2]))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # threads the implementation started do not keep the process alive

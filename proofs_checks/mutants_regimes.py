@@ -77,11 +77,11 @@ class Plain:
 
 
 class GroupMeanServer(Plain):
-    """The server averages the means of groups of 8 workers: equal to the mean only when n is a multiple of 8 or
-    the workers agree."""
+    """The server averages the means of groups of 4 workers (one per GPU of a node, say): equal to the mean only
+    when n is a multiple of 4 or the workers agree."""
 
     def mean(self, u):
-        groups = [u[i:i + 8].mean(axis=0) for i in range(0, u.shape[0], 8)]
+        groups = [u[i:i + 4].mean(axis=0) for i in range(0, u.shape[0], 4)]
         return np.mean(groups, axis=0).astype(np.float32)
 
 

@@ -1,4 +1,5 @@
-"""Opt-in (``--parity``): bit-for-bit agreement with ``birder_ref.algorithm1`` fed the same draws (CONTRACT.md).
+"""Opt-in (``--parity``): bit-for-bit agreement with ``birder_ref.algorithm1`` fed the same draws (the reference's
+promise: any two implementations fed the same draws agree bit for bit).
 
 Not a claim of the paper: any rounding or a different but valid quantizer convention breaks it. It is kept apart
 from the property checks, which never compare with the reference.
@@ -15,7 +16,8 @@ from proofs_checks.trajectories import SETTINGS, all_records
 
 @check(
     "parity_birder_ref",
-    "CONTRACT.md: implementations fed the same draws agree bit for bit with birder_ref",
+    "birder_ref's promise (not a claim of the paper): implementations fed the same draws agree bit for bit "
+    "with birder_ref",
     "the 3 recorded trajectories replayed through birder_ref.algorithm1 from the same states; quantize on a sweep",
     needs=("quantize", "init", "step"),
     opt_in=True,

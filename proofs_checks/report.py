@@ -34,10 +34,11 @@ def plot_theorem1(run: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def section(outdir: Path, quick: bool) -> str:
-    """Run the whole suite on birder_ref.algorithm1 (the same in quick mode: it takes seconds)."""
-    target = load_target()
-    ctx = Context(target)
+def section(outdir: Path, quick: bool, ctx: Context | None = None) -> str:
+    """Run the whole suite on birder_ref.algorithm1 (the same in quick mode: it takes seconds); ``ctx``, a Context
+    of the reference whose shared runs are reused (tests pass the pytest plugin's)."""
+    ctx = ctx or Context(load_target())
+    target = ctx.target
     report = run_checks(target, progress=False, ctx=ctx)
     Path(outdir).mkdir(parents=True, exist_ok=True)
     plot_theorem1(theorem.theorem_run(ctx), Path(outdir) / PLOT)

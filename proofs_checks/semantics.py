@@ -75,7 +75,8 @@ def interface(ctx: Context) -> Outcome:
         after = read_state(new, 3, 5)
         if after.t != 1:
             return verdict(False, f"step(init(3, 5), ..., T0={T0}) returned t = {after.t}, expected 1")
-    return verdict(True, "init state is all zero with t = 0; step with T0=None and T0=0 returns u_bar and a state")
+    return verdict(True, "init state is all zero with t = 0; step with T0=None and T0=0 returns u_bar and a state",
+                   "quantize, init, step")
 
 
 @check(
@@ -163,7 +164,7 @@ def _server_mask(ctx: Context, d):
     "Algorithm 1 line 8: u_t = Q(m_t/b_t + e_{t-1}) with the worker's draws (Eq. 5)",
     "u recovered from line 9 equals the implementation's quantize(y, u_worker) on every element of every regime",
     needs=("quantize", "init", "step"),
-    after=("eq5_probability_exact", "line9_worker_error"),
+    after=("eq5_probability_exact", "line9_worker_error", "determinism"),
 )
 def worker_quantizer(ctx: Context) -> Outcome:
     return _quantizer_calls(ctx, lambda d: (d.y, d.y_window), lambda rec: rec.u_worker, lambda rec, d: d.u,
@@ -175,7 +176,7 @@ def worker_quantizer(ctx: Context) -> Outcome:
     "Algorithm 1 line 12: u_bar_t = Q((1/n) sum_i u_t^(i) + e_bar_{t-1}) with the server's draws",
     "u_bar equals the implementation's quantize(mean of the workers' u + server error, u_server) on every element",
     needs=("quantize", "init", "step"),
-    after=("eq5_probability_exact", "line9_worker_error", "line13_server_error"),
+    after=("eq5_probability_exact", "line9_worker_error", "line13_server_error", "determinism"),
 )
 def server_quantizer(ctx: Context) -> Outcome:
     return _quantizer_calls(ctx, lambda d: (d.z, d.z_window), lambda rec: rec.u_server, lambda rec, d: rec.u_bar,
@@ -256,9 +257,10 @@ def exact_run(ctx: Context) -> dict:
                     j = int(np.argwhere(wrong_bar)[0][0])
                     x, u, got, want = z[j], u_server[j], u_bar[j], expected_bar[j]
                     where = "line 12, server"
-                rule = "sign(y): Eq. 5 gives p = 0 or 1" if abs(x) >= 1 else "quantize(y, u) of the implementation"
-                first = (f"first at step {t}, {where}, element {j}: y = {x:.9g}, u = {u:.9g}: step gave {got:+g}, "
-                         f"{rule} gives {want:+g}")
+                rule = ("Eq. 5 gives sign(y) (p = 0 or 1)" if abs(x) >= 1
+                        else "the implementation's own quantize(y, u) gives")
+                first = (f"first at step {t}, {where}, element {j}: y = {x:.9g}, u = {u:.9g}: step gave {got:+g} "
+                         f"where {rule} {want:+g}")
         return {**counts, "first": first}
 
     return ctx.shared("exact_run", compute)

@@ -1,4 +1,4 @@
-"""``gpu_validation.torch_birder`` behind the interface of CONTRACT.md, so the suite can judge the torch numerics
+"""``gpu_validation.torch_birder`` behind the interface `birder check` judges, so the suite can judge the torch numerics
 on CPU or CUDA: ``birder check --impl proofs_checks.torch_adapter`` (device from $BIRDER_CHECK_DEVICE, else
 CUDA when available, else CPU). It is also a template for wrapping your own kernels: NumPy in, tensors inside,
 anything ``numpy.asarray`` can read (after ``.cpu()``) out.

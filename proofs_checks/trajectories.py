@@ -5,9 +5,9 @@ function of its setting. The settings are the regimes the identities must surviv
 
 - ``mixed``, ``amsgrad``, ``single``, ``wide``: heterogeneous scales (1e-6 to 1e6), all-zero coordinates (b = 0),
   drifts that push y beyond [-1, 1], heavy tails, AMSGrad (line 7) on and off, 1 to 4 workers, d past 4096;
-- ``many``: 300 workers, with columns where every worker agrees (the sum of the workers' +-1 reaches n: a vote sum
-  kept in a small integer type wraps) and columns split at varying worker counts (a server averaging group means
-  differs from the mean);
+- ``many``: 257 workers (a prime past 256), with columns where every worker agrees (the sum of the workers' +-1
+  reaches n: a vote sum or +1 count kept in int8 or uint8 wraps) and columns split at varying worker counts (a
+  server averaging the means of groups of any size differs from the mean: 257 has no equal groups);
 - ``huge``: d = 70001 > 2^16 for three steps (a kernel whose grid covers only the first elements);
 - ``long``: 300 steps with T0 = 40 (lines 5-7 and t long after a warm-up; a counter in int8 or uint8 wraps);
 - ``extreme``: magnitudes from subnormal (1e-45) to 1e30 through lines 5-6 (a silent clamp of m and b).
@@ -45,7 +45,7 @@ SETTINGS = (
     Setting("amsgrad", n=3, d=48, T=30, beta=0.95, eps=1e-6, T0=5, seed=12),
     Setting("single", n=1, d=32, T=20, beta=0.5, eps=1e-8, T0=0, seed=13),
     Setting("wide", n=2, d=4099, T=4, beta=0.9, eps=1e-8, T0=2, seed=14),  # past 4096: blocked kernels' edges
-    Setting("many", n=300, d=40, T=6, beta=0.9, eps=1e-8, T0=None, seed=15, family="agree"),
+    Setting("many", n=257, d=40, T=6, beta=0.9, eps=1e-8, T0=None, seed=15, family="agree"),
     Setting("huge", n=2, d=70001, T=3, beta=0.9, eps=1e-8, T0=1, seed=16),  # past 2^16 elements per worker
     Setting("long", n=3, d=24, T=300, beta=0.9, eps=1e-8, T0=40, seed=17, family="long"),
     Setting("extreme", n=2, d=64, T=30, beta=0.9, eps=1e-8, T0=10, seed=18, family="extreme"),
@@ -97,13 +97,13 @@ def mixed_gradients(setting: Setting, rng: np.random.Generator, t: int) -> np.nd
 def agreeing_gradients(setting: Setting, rng: np.random.Generator, t: int) -> np.ndarray:
     """Many workers: a third of the columns agree (same sign on every worker: y = +-1, so all n outputs agree and
     their sum reaches +-n), a third are split (workers below a column's cut positive, the rest negative; cuts at
-    1, 7, 64, 127, 128, 129, 200, 255, 256, 299 workers), a third independent normals."""
+    1, 7, 64, 127, 128, 129, 200, 255, 256, 42 workers), a third independent normals."""
     n, d = setting.n, setting.d
     column = np.arange(d)
     sign = np.where(column % 2 == 0, 1.0, -1.0) * (-1.0) ** (t // 3)
     magnitude = 10.0 ** ((column % 7) - 3.0)
     agree = np.broadcast_to(sign * magnitude, (n, d))
-    cuts = np.array([1, 7, 64, 127, 128, 129, 200, 255, 256, 299])[column % 10] % n
+    cuts = np.array([1, 7, 64, 127, 128, 129, 200, 255, 256, 42])[column % 10] % n
     split = np.where(np.arange(n)[:, None] < cuts[None, :], 1.0, -1.0) * magnitude
     normal = rng.standard_normal((n, d))
     g = np.select([column % 3 == 0, column % 3 == 1], [agree, split], normal)

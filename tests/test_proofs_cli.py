@@ -32,8 +32,10 @@ def test_missing_quantize_lacks_the_interface_exit_two_reported_once(capsys):
     code = main(["check", "--json", "--impl", "proofs_checks.mutants:missing_quantize", "--only",
                  "interface,eq5_support,line9_worker_error"])
     captured = capsys.readouterr()
-    checks = {c["name"]: c for c in json.loads(captured.out)["checks"]}
+    out = json.loads(captured.out)
+    checks = {c["name"]: c for c in out["checks"]}
     assert code == 2 and captured.err.count("\n") == 1 and "lacks the interface" in captured.err
+    assert out["passed"] is False and "lacks the interface" in out["error"]
     assert not checks["interface"]["passed"] and "quantize" in checks["interface"]["detail"]
     assert checks["eq5_support"]["status"] == "blocked" and "interface" in checks["eq5_support"]["detail"]
     assert checks["line9_worker_error"]["passed"]  # step alone still satisfies line 9
@@ -66,8 +68,11 @@ class StaticBirder:
 
 
 def test_report_section_has_the_table_and_the_plot(tmp_path):
-    markdown = section(tmp_path, quick=True)
-    assert "| eq5_probability_exact |" in markdown and "| theorem1_bound |" in markdown
+    from proofs_checks.pytest_plugin import _context
+
+    markdown = section(tmp_path, quick=True, ctx=_context(None))  # the reference's shared runs, computed once
+    assert "| eq5_probability_exact | paper |" in markdown and "| theorem1_bound | paper |" in markdown
+    assert "| contract_purity | contract |" in markdown
     assert "every check holds" in markdown
     assert (tmp_path / PLOT).stat().st_size > 10_000
 

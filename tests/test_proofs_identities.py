@@ -80,7 +80,7 @@ def test_lemma2_check_can_fail_without_the_server_error():
 
 
 def test_hoeffding_epsilon_matches_the_notes_and_bounds_exact_binomial_tails():
-    # notes/anchor_verify.md §1.1: two-sided, values in [-1, 1], alpha = 1e-9, n = 1e5 -> 0.0207
+    # Hoeffding, two-sided, values in [-1, 1], alpha = 1e-9, n = 1e5 -> 0.0207
     assert abs(hoeffding_epsilon(10**5, 1e-9 / 2, value_range=2.0) - 0.0207) < 5e-5
     for n, p in ((4096, 0.5), (4096, 0.05), (1000, 0.9)):
         eps = hoeffding_epsilon(n, 1e-9)
