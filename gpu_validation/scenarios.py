@@ -111,6 +111,7 @@ def exactness(scheme: str, gpus_per_node: int, steps: int, rank: int) -> dict:
         out[case] = {"mismatched": mismatched + frozen_moved, "t": opt.t, "dim": opt.dim,
                      "state_elements": opt.m.numel() * 3 + opt.server_error.numel()}
     out["overflow"] = _scaler_overflow(scheme, gpus_per_node, rank)
+    out["node_sum_overflow"] = _node_sum_overflow(scheme, gpus_per_node, rank)
     out["skip_limit"] = _skip_limit(scheme, gpus_per_node, rank)
     return out if rank == 0 else {}
 
@@ -125,6 +126,19 @@ def _scaler_overflow(scheme: str, gpus_per_node: int, rank: int) -> dict:
         scales.append(scaler.get_scale())
     all_scales = _gather(torch.tensor(scales)).tolist()
     return {"scales": all_scales, "t": opt.t, "skipped": opt.skipped_steps, "bad_ranks": opt.last_skipped_ranks}
+
+
+def _node_sum_overflow(scheme: str, gpus_per_node: int, rank: int) -> dict:
+    """Node 0's ranks have finite gradients of 3e38 whose node sum overflows: every rank skips, naming them."""
+    model = nn.Linear(64, 1, bias=False)  # 64 elements: both ranks of a node hold a shard of them
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = Birder(ddp, lr=LR, seed=SEED, scheme=scheme, gpus_per_node=gpus_per_node)
+    huge = rank < gpus_per_node and scheme == "hierarchical"
+    x = torch.full((1, 64), 3.0e38 if huge else 1.0)
+    ddp(x).sum().backward()  # d/dw of w . x is x: finite everywhere
+    finite = bool(torch.isfinite(model.weight.grad).all())
+    opt.step()
+    return {"finite_gradients": finite, "t": opt.t, "skipped": opt.skipped_steps, "bad_ranks": opt.last_skipped_ranks}
 
 
 def _skip_limit(scheme: str, gpus_per_node: int, rank: int) -> dict:

@@ -50,6 +50,12 @@ def test_an_overflow_skips_everywhere_and_every_scaler_backs_off(four_ranks):
     assert overflow["t"] == 2 and overflow["skipped"] == 1 and overflow["bad_ranks"] == [1]
 
 
+def test_finite_gradients_whose_node_sum_overflows_are_skipped_everywhere(four_ranks):
+    overflow = four_ranks["node_sum_overflow"]
+    assert overflow["finite_gradients"] and overflow["t"] == 0 and overflow["skipped"] == 1
+    assert overflow["bad_ranks"] == [0, 1]  # node 0's two ranks hold the overflowed shards
+
+
 def test_consecutive_skips_raise_at_the_limit_naming_the_rank(four_ranks):
     limit = four_ranks["skip_limit"]
     assert limit["raised_at"] == 3 and limit["skipped"] == 3
