@@ -81,8 +81,8 @@ def test_state_dict_round_trip_keeps_every_piece():
     state = BirderState(make_model(0).parameters(), _lone_topology(), seed=3)
     saved = state.state_dict()
     saved = {**saved, "t": 7, "skipped_steps": 2,
-             **{k: torch.arange(state.dim, dtype=torch.float32) * (i + 1)
-                for i, k in enumerate(("m", "b_hat", "b", "e", "server_error"))}}
+             **{k: torch.arange(state.dim, dtype=torch.float32) * (i + 1) for i, k in enumerate(("m", "b_hat", "b"))},
+             "e": torch.linspace(-2, 2, state.dim), "server_error": torch.linspace(1.5, -1.5, state.dim)}
     fresh = BirderState(make_model(0).parameters(), _lone_topology(), seed=3)
     fresh.load_state_dict(saved)
     again = fresh.state_dict()
@@ -98,6 +98,14 @@ def test_state_dict_round_trip_keeps_every_piece():
     (lambda s: s.update(scheme="flat"), "scheme='flat'"),
     (lambda s: s.update(server_error=torch.zeros(3)), "server_error"),
     (lambda s: s.update(m=s["m"].double()), "'m' must be a float32"),
+    (lambda s: s.update(t=-1), "'t' must be an integer >= 0"),
+    (lambda s: s.update(t=2.5), "'t' must be an integer >= 0"),
+    (lambda s: s.update(t="x"), "'t' must be an integer >= 0"),
+    (lambda s: s.update(skipped_steps=True), "'skipped_steps' must be an integer"),
+    (lambda s: s.update(b=torch.full_like(s["b"], -1.0)), "'b' holds a negative value"),
+    (lambda s: s.update(b_hat=torch.full_like(s["b"], float("nan"))), "'b_hat' holds a NaN"),
+    (lambda s: s.update(e=torch.full_like(s["e"], 3.0)), "'e' holds a value outside"),
+    (lambda s: s.update(seed="3"), "seed='3'"),
 ])
 def test_load_state_dict_refuses_what_it_would_drop_or_misread(change, message):
     state = BirderState(make_model(0).parameters(), _lone_topology(), seed=3)
