@@ -195,6 +195,27 @@ def checkpoint(scheme: str, gpus_per_node: int, folder: str, rank: int) -> dict:
     return {"identical": identical, "t": opt.t, "seconds": round(save_s, 2)} if rank == 0 else {}
 
 
+def reshard(folder: str, rank: int) -> dict:
+    """The full checkpoint saved by 2 x 2 ranks (``checkpoint``), loaded by 2 x 1 ranks: the same two workers on
+    another layout, so it must load with every piece intact; a 1 x 2 layout (one worker) must refuse it."""
+    saved = torch.load(os.path.join(folder, "full.pt"), weights_only=True)
+    model = make_model(0)
+    model.load_state_dict(saved["model"])
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = Birder(ddp, lr=LR, weight_decay=DECAY, seed=SEED, scheme="hierarchical", gpus_per_node=1)
+    opt.load_state_dict(saved["optimizer"])
+    back = opt.state_dict()["state"]
+    intact = all(torch.equal(back[k], saved["optimizer"]["state"][k]) for k in ("m", "b_hat", "e", "server_error"))
+    _train_step(ddp, opt, None, "plain", 4, rank)
+    one_worker = Birder(nn.parallel.DistributedDataParallel(make_model(0)), lr=LR, seed=SEED, gpus_per_node=2)
+    try:
+        one_worker.load_state_dict(saved["optimizer"])
+        refusal = None
+    except ValueError as error:
+        refusal = str(error)
+    return {"intact": intact, "t": opt.t, "refusal": refusal} if rank == 0 else {}
+
+
 def stall(scheme: str, gpus_per_node: int, stalled_rank: int, phase: str, rank: int) -> dict:
     """``stalled_rank`` hangs inside Birder's ``phase`` collective at step 2; the others must raise naming it."""
     model, _, ddp, opt = _setup("plain", scheme, gpus_per_node)

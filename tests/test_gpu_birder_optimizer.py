@@ -25,10 +25,13 @@ from gpu_validation.validate import batch, make_model
 
 @pytest.fixture(scope="module")
 def four_ranks():
+    """The 4-rank (2 x 2) checks, then 2 ranks (2 x 1) loading the full checkpoint the 4 ranks saved."""
     with tempfile.TemporaryDirectory() as folder:
         outcome = launch.launch(scenarios.exactness_and_checkpoint, ("hierarchical", 2, 3, folder), 4, "gloo", 30, 240)
-    assert not outcome.describe_failures(), outcome.describe_failures()
-    return outcome.reports[0]["result"]
+        assert not outcome.describe_failures(), outcome.describe_failures()
+        elsewhere = launch.launch(scenarios.reshard, (folder,), 2, "gloo", 30, 120)
+        assert not elsewhere.describe_failures(), elsewhere.describe_failures()
+    return {**outcome.reports[0]["result"], "reshard": elsewhere.reports[0]["result"]}
 
 
 @pytest.mark.parametrize("case", scenarios.CASES)
@@ -64,6 +67,12 @@ def test_consecutive_skips_raise_at_the_limit_naming_the_rank(four_ranks):
 
 def test_rank0_full_checkpoint_and_sharded_checkpoints_resume_bit_identically(four_ranks):
     assert four_ranks["checkpoint"]["identical"] == {"full": True, "sharded": True}
+
+
+def test_a_full_checkpoint_loads_on_another_world_size_with_the_same_workers_and_refuses_others(four_ranks):
+    reshard = four_ranks["reshard"]
+    assert reshard["intact"] and reshard["t"] == 4  # 2 x 2 ranks saved it at t = 3; 2 x 1 ranks stepped once more
+    assert "n_workers=2, this run has 1" in reshard["refusal"]
 
 
 def test_flat_scheme_on_two_ranks_is_bit_exact():
