@@ -276,3 +276,25 @@ def test_full_and_sharded_round_trips_and_another_layout_is_refused(one_rank):
         two_workers["state"][name] = two_workers["state"][name].repeat(2, 1)
     with pytest.raises(ValueError, match="n_workers=2, this run has 1 .*cannot be split or merged"):
         fresh.load_state_dict(two_workers)
+
+
+def _params_after_steps(**ddp_options) -> torch.Tensor:
+    model = make_model(0)
+    ddp = nn.parallel.DistributedDataParallel(model, **ddp_options)
+    opt = Birder(ddp, lr=0.01, seed=3)
+    schedule = torch.optim.lr_scheduler.StepLR(opt, 2, 0.5)
+    for step in range(1, 5):
+        x, y = batch(3, step, 0)
+        nn.functional.mse_loss(ddp(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+        schedule.step()
+    assert opt.param_groups[0]["lr"] == 0.0025
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def test_ddp_options_and_an_lr_scheduler_leave_the_bits_alone(one_rank):
+    base = _params_after_steps()
+    for options in ({"gradient_as_bucket_view": True}, {"static_graph": True}, {"find_unused_parameters": True},
+                    {"bucket_cap_mb": 0.0003}):
+        assert torch.equal(_params_after_steps(**options), base), options
