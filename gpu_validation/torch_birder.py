@@ -114,9 +114,14 @@ def true_divide(x: torch.Tensor, divisor: float) -> torch.Tensor:
 
     On CUDA, torch divides by a Python number (a CPU scalar) as x * (1 / divisor), which differs in the last
     bit for divisors that are not powers of two (ATen's div_true_kernel_cuda says so); a 0-dim tensor on x's
-    device takes the true division path.
+    device takes the true division path (made once per divisor and device: no host-to-device copy per step).
     """
-    return x / torch.tensor(divisor, dtype=torch.float32, device=x.device)
+    return x / _divisor(float(divisor), x.device)
+
+
+@functools.cache
+def _divisor(divisor: float, device: torch.device) -> torch.Tensor:
+    return torch.tensor(divisor, dtype=torch.float32, device=device)
 
 
 def mean_of_signs(plus_counts: torch.Tensor, n_workers: int) -> torch.Tensor:
