@@ -249,7 +249,13 @@ class Birder(torch.optim.Optimizer):
         group = self.param_groups[0]
         lr, decay = group["lr"], group["weight_decay"]
         for p, start in zip(group["params"], self.offsets, strict=True):
-            apply_update_(p, tb.unpack_range(bits, start, p.numel(), p.dtype).view_as(p), lr, decay)
+            if p.is_contiguous():  # piece by piece, so the temporaries stay in cache (element-wise: same bits)
+                flat = p.view(-1)
+                for lo in range(0, flat.numel(), tb.PIECE):
+                    piece = flat[lo:lo + tb.PIECE]
+                    apply_update_(piece, tb.unpack_range(bits, start + lo, piece.numel(), p.dtype), lr, decay)
+            else:
+                apply_update_(p, tb.unpack_range(bits, start, p.numel(), p.dtype).view_as(p), lr, decay)
         return loss
 
     def _one_bit_allreduce(self, grad: torch.Tensor, largest: float) -> torch.Tensor | None:
@@ -266,9 +272,10 @@ class Birder(torch.optim.Optimizer):
         if max(-float(low), float(high)) > largest * (1 + 1e-6):
             raise RuntimeError("Birder.step(): this rank's gradient grew after backward (a GradScaler scale below "
                                "1 unscaled after backward?); the overflow bound the ranks agreed on no longer holds")
-        worker_grad = self._collective("intra-node reduce-scatter", topo.worker_group,
-                                       lambda: comm.node_mean_shard(topo, grad))
+        rows = self._collective("intra-node reduce-scatter", topo.worker_group, lambda: comm.all_to_all_rows(
+            grad, topo.worker_group, topo.shards_per_worker))  # (G, shard): the node mean is taken piece by piece
         if not largest * topo.shards_per_worker < _SAFE_SUM:  # the same decision on every rank
+            worker_grad = tb._node_mean(rows)
             bad = torch.tensor([float(not bool(torch.isfinite(worker_grad).all()))], device=self.device)
             flags = self._collective("node-sum overflow check", dist.group.WORLD,
                                      lambda: comm.all_gather_rows(bad, dist.group.WORLD, dist.get_world_size()))
@@ -276,13 +283,12 @@ class Birder(torch.optim.Optimizer):
             if bad_ranks:
                 self._skip(bad_ranks, "a node sum overflowed float32 on the shard of")
                 return None
-        packed = tb.worker_step_packed_(self.m, self.b_hat, self.e, worker_grad, self.beta, self.eps,
+        packed = tb.worker_step_packed_(self.m, self.b_hat, self.e, rows, self.beta, self.eps,
                                         stream_key(self.seed, t, topo.worker), shard.start)
         received = self._collective("inter-node all-to-all", topo.server_group,
                                     lambda: comm.all_to_all_rows(packed, topo.server_group, servers))
-        mean_u = tb.mean_of_signs(tb.count_plus(received), servers)
-        packed_chunk = tb.server_step_packed_(mean_u, self.server_error, stream_key(self.seed, t, SERVER_STREAM),
-                                              chunk.start)
+        packed_chunk = tb.server_step_packed_(received, self.server_error, stream_key(self.seed, t, SERVER_STREAM),
+                                              chunk.start, n_workers=servers)
         shard_bits = self._collective("inter-node all-gather", topo.server_group,
                                       lambda: comm.all_gather_rows(packed_chunk, topo.server_group, servers))
         bits = self._collective("intra-node all-gather", topo.worker_group, lambda: comm.all_gather_rows(
