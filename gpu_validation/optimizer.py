@@ -111,7 +111,11 @@ def _local_gradient_hook(state, bucket):  # DDP accepts only real (not string) a
     state.backward_ran = True
     buffer = bucket.buffer()
     index = bucket.index()
-    largest = (buffer.abs().amax() if buffer.numel() else buffer.new_zeros(())).to(torch.float32).reshape(1)
+    if buffer.numel():
+        low, high = torch.aminmax(buffer)  # one pass, no temporary; NaN propagates
+        largest = torch.maximum(-low, high).to(torch.float32).reshape(1)
+    else:
+        largest = torch.zeros(1, dtype=torch.float32, device=buffer.device)
     if state.world == 1:
         if not bool(torch.isfinite(largest).all()):
             state.nonfinite_ranks.add(0)
@@ -225,14 +229,16 @@ class Birder(torch.optim.Optimizer):
         self._hook_state.largest.clear()
         scale = getattr(self, "grad_scale", None)  # set by GradScaler.step: the scale still in .grad
         found_inf = getattr(self, "found_inf", None)
-        grad = torch.zeros(self.length, dtype=torch.float32, device=self.device)
+        grad = self._buffer("grad")  # reused: a fresh 4 B/element allocation each step costs page faults
         for p, start in zip(self.param_groups[0]["params"], self.offsets, strict=True):
-            if p.grad is not None:
-                if p.grad.is_sparse:
-                    raise ValueError("Birder takes dense gradients")
+            if p.grad is None:
+                grad[start:start + p.numel()] = 0.0
+            elif p.grad.is_sparse:
+                raise ValueError("Birder takes dense gradients")
+            else:
                 grad[start:start + p.numel()] = p.grad.reshape(-1)
         if scale is not None:
-            grad = grad / scale.to(device=self.device, dtype=torch.float32)  # exact for powers of two
+            grad.div_(scale.to(device=self.device, dtype=torch.float32))  # exact for powers of two
         local_bad = bool(found_inf is not None and float(found_inf) > 0)
         if hook_bad:  # every rank knows it from the hook: all skip, no collective needed
             self._skip(hook_bad)
@@ -273,7 +279,8 @@ class Birder(torch.optim.Optimizer):
             raise RuntimeError("Birder.step(): this rank's gradient grew after backward (a GradScaler scale below "
                                "1 unscaled after backward?); the overflow bound the ranks agreed on no longer holds")
         rows = self._collective("intra-node reduce-scatter", topo.worker_group, lambda: comm.all_to_all_rows(
-            grad, topo.worker_group, topo.shards_per_worker))  # (G, shard): the node mean is taken piece by piece
+            grad, topo.worker_group, topo.shards_per_worker, None if topo.worker_group is None
+            else self._buffer("rows")))  # (G, shard): the node mean is taken piece by piece
         if not largest * topo.shards_per_worker < _SAFE_SUM:  # the same decision on every rank
             worker_grad = tb._node_mean(rows)
             bad = torch.tensor([float(not bool(torch.isfinite(worker_grad).all()))], device=self.device)
@@ -296,6 +303,13 @@ class Birder(torch.optim.Optimizer):
         self.t = t
         self.consecutive_skips = 0
         return bits.reshape(-1)
+
+    def _buffer(self, name: str) -> torch.Tensor:
+        """A padded float32 work vector kept between steps (its tail, the padding, stays zero)."""
+        buffers = self.__dict__.setdefault("_buffers", {})
+        if name not in buffers:
+            buffers[name] = torch.zeros(self.length, dtype=torch.float32, device=self.device)
+        return buffers[name]
 
     def _skip(self, bad_ranks: list[int], why: str = "a non-finite gradient on") -> None:
         self.skipped_steps += 1

@@ -262,8 +262,16 @@ def server_step_packed_(mean_u: torch.Tensor, server_error: torch.Tensor, key: i
     return out
 
 
+@functools.cache
+def _sign_table(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """(256, 8): the eight signs (+-1, most significant bit first) of every byte, made once per dtype and device."""
+    bits = unpack_bits(torch.arange(256, dtype=torch.uint8, device=device))
+    return (bits.to(dtype) * 2 - 1).view(256, 8)
+
+
 def unpack_range(packed: torch.Tensor, start: int, n: int, dtype: torch.dtype) -> torch.Tensor:
-    """Signs start .. start + n - 1 of a packed vector as +-1 in ``dtype`` (any bit offset)."""
+    """Signs start .. start + n - 1 of a packed vector as +-1 in ``dtype`` (any bit offset): one table lookup per
+    byte (the same +-1 values as ``unpack_signs``)."""
     first, last = start // 8, -(-(start + n) // 8)
-    bits = unpack_bits(packed[first:last])[start - 8 * first: start - 8 * first + n]
-    return bits.to(dtype).mul_(2).sub_(1)
+    signs = _sign_table(dtype, packed.device).index_select(0, packed[first:last].to(torch.int32)).view(-1)
+    return signs[start - 8 * first: start - 8 * first + n]
