@@ -85,6 +85,7 @@ class BirderState:
         self.t = 0
         self.skipped_steps = 0
         self.last_iteration_skipped = False
+        self.iterations = 0  # backward passes the hook finished (the optimizer checks one ran before each step)
         self.buckets: dict[int, BucketState] = {}
         self._pending: dict[int, BucketState] = {}
         self._flags: list[tuple[torch.Tensor, object]] = []
@@ -162,6 +163,7 @@ class BirderState:
             if covered == self.dim:
                 self._carry = None
         self.last_iteration_skipped = skipped
+        self.iterations += 1
         self._pending.clear()
         self._flags.clear()
 
@@ -329,12 +331,26 @@ class BirderUpdate(torch.optim.Optimizer):
     def __init__(self, params, lr: float, weight_decay: float = 0.0, hook_state: BirderState | None = None):
         if not lr > 0 or weight_decay < 0:
             raise ValueError(f"need lr > 0 and weight_decay >= 0, got lr={lr}, weight_decay={weight_decay}")
+        if not isinstance(hook_state, BirderState):
+            raise ValueError("BirderUpdate needs hook_state, the BirderState registered with birder_hook: without "
+                             "it .grad holds a plain gradient and the step would be SGD (gpu_validation.Birder does "
+                             "it all in one line)")
         super().__init__(params, {"lr": lr, "weight_decay": weight_decay})
         self.hook_state = hook_state
+        self._iterations_seen = hook_state.iterations
 
     @torch.no_grad()
     def step(self, closure=None):
-        if self.hook_state is not None and self.hook_state.last_iteration_skipped:
+        done = self.hook_state.iterations
+        if done == self._iterations_seen:
+            raise RuntimeError("BirderUpdate.step(): birder_hook has not finished a backward pass since the last "
+                               "step (is the hook registered on the DDP model that ran backward?)")
+        if done > self._iterations_seen + 1:
+            raise RuntimeError(f"BirderUpdate.step(): birder_hook ran {done - self._iterations_seen} backward passes "
+                               "since the last step; accumulate gradients under ddp_model.no_sync(), or use "
+                               "gpu_validation.Birder, which accumulates without it")
+        self._iterations_seen = done
+        if self.hook_state.last_iteration_skipped:
             return None
         for group in self.param_groups:
             lr, decay = group["lr"], group["weight_decay"]

@@ -182,3 +182,21 @@ def _reorder(buffer: torch.Tensor, bucket_order: list, model) -> np.ndarray:
         pieces[id(p)] = buffer[start:start + p.numel()]
         start += p.numel()
     return torch.cat([pieces[id(p)] for p in model.parameters()]).numpy()
+
+
+def test_the_expert_update_refuses_to_run_without_its_hook(one_rank_group):
+    """Without hook_state BirderUpdate would be plain SGD; a step without (or after two) hook runs is refused."""
+    model = make_model(0)
+    with pytest.raises(ValueError, match="needs hook_state"):
+        BirderUpdate(model.parameters(), lr=0.01)
+    state = BirderState(model.parameters(), comm.make_topology("flat", 1, 1), seed=5)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    ddp.register_comm_hook(state, birder_hook)
+    optimizer = BirderUpdate(model.parameters(), 0.01, hook_state=state)
+    with pytest.raises(RuntimeError, match="has not finished a backward pass"):
+        optimizer.step()
+    for micro in range(2):  # accumulation without no_sync: the second backward feeds u_bar back in
+        x, y = batch(5, micro, 0)
+        nn.functional.mse_loss(ddp(x), y).backward()
+    with pytest.raises(RuntimeError, match="ran 2 backward passes"):
+        optimizer.step()
