@@ -200,3 +200,26 @@ def test_the_expert_update_refuses_to_run_without_its_hook(one_rank_group):
         nn.functional.mse_loss(ddp(x), y).backward()
     with pytest.raises(RuntimeError, match="ran 2 backward passes"):
         optimizer.step()
+
+
+def test_the_hook_returns_at_once_and_computes_on_its_communication_thread(one_rank_group, monkeypatch):
+    """Overlap: birder_hook hands each bucket to the state's thread and returns a future; bits unchanged (the
+    first test of this file and gpu-validate compare them with the reference)."""
+    import threading
+
+    threads = []
+    original = comm.one_bit_allreduce
+
+    def spy(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(comm, "one_bit_allreduce", spy)
+    model = make_model(0)
+    state = BirderState(model.parameters(), comm.make_topology("flat", 1, 1), seed=5)
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.0003)
+    ddp.register_comm_hook(state, birder_hook)
+    x, y = batch(5, 1, 0)
+    nn.functional.mse_loss(ddp(x), y).backward()
+    assert threads and all(name.startswith("birder-hook") for name in threads)
+    assert threading.current_thread().name not in threads and state.iterations == 1
