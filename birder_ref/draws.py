@@ -39,12 +39,22 @@ def mul32(a, c: int):
 
 
 def fmix32(h):
-    """MurmurHash3's finaliser on 32-bit words: a Python int in [0, 2**32), or an int32 array/tensor."""
-    h = h ^ ((h >> 16) & 0xFFFF)
-    h = mul32(h, _FMIX_C1)
-    h = h ^ ((h >> 13) & 0x7FFFF)
-    h = mul32(h, _FMIX_C2)
-    return h ^ ((h >> 16) & 0xFFFF)
+    """MurmurHash3's finaliser on 32-bit words: a Python int in [0, 2**32), or an int32 array/tensor, which it
+    mixes in place (pass a fresh one) and returns: h ^= h >> 16; h *= C1; h ^= h >> 13; h *= C2; h ^= h >> 16."""
+    if isinstance(h, numbers.Integral):
+        h = int(h)
+        h ^= h >> 16
+        h = mul32(h, _FMIX_C1)
+        h ^= h >> 13
+        h = mul32(h, _FMIX_C2)
+        return h ^ (h >> 16)
+    for shift, constant in ((16, _FMIX_C1), (13, _FMIX_C2), (16, None)):
+        t = h >> shift
+        t &= MASK32 >> shift  # the arithmetic shift of a negative word, made logical
+        h ^= t
+        if constant is not None:
+            h *= as_int32(constant)  # wraps modulo 2**32
+    return h
 
 
 def check_count(name: str, value) -> int:
@@ -68,7 +78,9 @@ def hash_index(key: int, index):
     """The 32-bit hash of element ``index`` (an int32 array or tensor: the index's low 32 bits) under ``key``;
     int32 words out."""
     k = as_int32(key)
-    return fmix32(fmix32(index ^ k) ^ k)
+    h = fmix32(index ^ k)  # index ^ k is a fresh array: fmix32 mixes it in place
+    h ^= k
+    return fmix32(h)
 
 
 def bits_to_uniforms(h):

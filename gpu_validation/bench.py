@@ -375,7 +375,7 @@ def describe(result: dict) -> str:
 
 # ---- the hook's time per training step against DDP's default all-reduce hook ----
 
-def _hook_steps(world: int, nodes: int, hook_name: str, steps: int, width: int, rank: int) -> dict:
+def _training_setup(hook_name: str, world: int, nodes: int, width: int):
     from torch import nn
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
@@ -396,22 +396,34 @@ def _hook_steps(world: int, nodes: int, hook_name: str, steps: int, width: int, 
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     else:
         raise ValueError(f"unknown hook {hook_name!r}")
+    return model, ddp, optimizer
+
+
+def _interleaved_steps(world: int, nodes: int, hooks: tuple[str, ...], steps: int, width: int, rank: int) -> dict:
+    """Every method's DDP model in this one process set, their steps interleaved (A, B, A, B, ...), so that the
+    load of a shared machine weighs on each alike; median seconds per step of each, from rank 0."""
+    runs = {name: _training_setup(name, world, nodes, width) for name in hooks}
     x = torch.randn(8, width)
-    times = []
+    times: dict[str, list[float]] = {name: [] for name in hooks}
     for step in range(steps + 2):  # two warm-up steps: the first has a single bucket, then DDP rebuilds
-        dist.barrier()
-        start = time.perf_counter()
-        optimizer.zero_grad()
-        ddp(x).square().mean().backward()
-        optimizer.step()
-        if step >= 2:
-            times.append(time.perf_counter() - start)
-    return {"median_s": statistics.median(times), "parameters": sum(p.numel() for p in model.parameters())}
+        for name, (_, ddp, optimizer) in runs.items():
+            dist.barrier()
+            start = time.perf_counter()
+            optimizer.zero_grad()
+            ddp(x).square().mean().backward()
+            optimizer.step()
+            if step >= 2:
+                times[name].append(time.perf_counter() - start)
+    parameters = sum(p.numel() for p in next(iter(runs.values()))[0].parameters())
+    return {"median_s": {name: statistics.median(t) for name, t in times.items()}, "parameters": parameters}
 
 
-def hook_step_seconds(hook_name: str, nodes: int, gpus_per_node: int, steps: int = 10, width: int = 512) -> dict:
-    """Median seconds per DDP training step on gloo, from rank 0: ``hook_name`` 'birder' (``Birder``),
-    'birder_hook' (``birder_hook`` + ``BirderUpdate``) or 'allreduce' (DDP's all-reduce + AdamW)."""
+def hook_step_seconds(hooks: tuple[str, ...], nodes: int, gpus_per_node: int, steps: int = 10,
+                      width: int = 512) -> dict:
+    """Median seconds per DDP training step on gloo, from rank 0, of each of ``hooks``, measured interleaved in
+    one run: 'birder' (``Birder``), 'birder_hook' (``birder_hook`` + ``BirderUpdate``), 'allreduce' (DDP's
+    all-reduce + AdamW)."""
     world = nodes * gpus_per_node
-    outcome = launch.launch(_hook_steps, (world, nodes, hook_name, steps, width), world, "gloo", 120.0, 900.0)
+    outcome = launch.launch(_interleaved_steps, (world, nodes, tuple(hooks), steps, width), world, "gloo", 120.0,
+                            900.0)
     return _results_of(outcome)[0]

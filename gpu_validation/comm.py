@@ -179,12 +179,12 @@ def all_gather_rows(x: torch.Tensor, group, members: int) -> torch.Tensor:
     return out.view(members, -1)
 
 
-def all_to_all_rows(x: torch.Tensor, group, members: int) -> torch.Tensor:
+def all_to_all_rows(x: torch.Tensor, group, members: int, out: torch.Tensor | None = None) -> torch.Tensor:
     """Piece j of ``x`` (cut into ``members`` equal pieces) goes to member j; returns (members, n / members):
-    row i is what member i sent here."""
+    row i is what member i sent here (into ``out``, like ``x``, when given)."""
     if group is None:
         return x.reshape(1, -1)
-    out = torch.empty_like(x)
+    out = torch.empty_like(x) if out is None else out
     dist.all_to_all_single(out, x.contiguous(), group=group)
     return out.view(members, -1)
 

@@ -4,6 +4,7 @@ Read like PyTorch's ``powerSGD_hook``: one state object shared by every bucket (
 ``bucket.index()``, created lazily), one hook function, one usage example (``birder_hook``'s docstring).
 """
 
+import numbers
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -84,6 +85,7 @@ class BirderState:
         self.t = 0
         self.skipped_steps = 0
         self.last_iteration_skipped = False
+        self.iterations = 0  # backward passes the hook finished (the optimizer checks one ran before each step)
         self.buckets: dict[int, BucketState] = {}
         self._pending: dict[int, BucketState] = {}
         self._flags: list[tuple[torch.Tensor, object]] = []
@@ -161,6 +163,7 @@ class BirderState:
             if covered == self.dim:
                 self._carry = None
         self.last_iteration_skipped = skipped
+        self.iterations += 1
         self._pending.clear()
         self._flags.clear()
 
@@ -212,7 +215,11 @@ class BirderState:
                 **{name: getattr(full, name) for name in _VECTORS}}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore ``state_dict()``'s output; refuses (ValueError, nothing changed) anything it would drop."""
+        """Restore ``state_dict()``'s output. Everything is checked first (keys, format, configuration, integer
+        counters, dtypes and shapes, finite values, b and b_hat >= 0, errors within [-2, 2]); any problem raises
+        one ValueError and leaves the state unchanged."""
+        if not isinstance(state, dict):
+            raise ValueError(f"Birder state must be a dict, got {type(state).__name__}")
         expected = {"format", *_CONFIG_KEYS, *_STATE_KEYS}
         missing, unknown = expected - set(state), set(state) - expected
         if missing or unknown:
@@ -220,14 +227,28 @@ class BirderState:
         if state["format"] != STATE_FORMAT:
             raise ValueError(f"Birder state format {state['format']!r}, expected {STATE_FORMAT!r}")
         for key, value in self._config().items():
-            if state[key] != value:
+            if state[key] != value or type(state[key]) is not type(value):
                 raise ValueError(f"Birder state was saved with {key}={state[key]!r}, this run has {value!r}")
+        counters = {}
+        for key in ("t", "skipped_steps"):
+            v = state[key]
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or int(v) < 0:
+                raise ValueError(f"Birder state {key!r} must be an integer >= 0, got {v!r}")
+            counters[key] = int(v)
         for name in _VECTORS:
             v = state[name]
             if not isinstance(v, torch.Tensor) or v.dtype != torch.float32 or v.shape != (self.dim,):
                 raise ValueError(f"Birder state {name!r} must be a float32 tensor of shape ({self.dim},)")
+            if not bool(torch.isfinite(v).all()):
+                raise ValueError(f"Birder state {name!r} holds a NaN or an infinity")
+        for name in ("b_hat", "b"):
+            if bool((state[name] < 0).any()):
+                raise ValueError(f"Birder state {name!r} holds a negative value; it is a mean of |g|")
+        for name in ("e", "server_error"):
+            if bool((state[name].abs() > 2).any()):
+                raise ValueError(f"Birder state {name!r} holds a value outside [-2, 2], which Algorithm 1 never makes")
         self._carry = FullState(*(state[name].detach().clone().cpu() for name in _VECTORS))
-        self.t, self.skipped_steps = int(state["t"]), int(state["skipped_steps"])
+        self.t, self.skipped_steps = counters["t"], counters["skipped_steps"]
         self.buckets.clear()
         self._pending.clear()
         self._flags.clear()
@@ -310,12 +331,26 @@ class BirderUpdate(torch.optim.Optimizer):
     def __init__(self, params, lr: float, weight_decay: float = 0.0, hook_state: BirderState | None = None):
         if not lr > 0 or weight_decay < 0:
             raise ValueError(f"need lr > 0 and weight_decay >= 0, got lr={lr}, weight_decay={weight_decay}")
+        if not isinstance(hook_state, BirderState):
+            raise ValueError("BirderUpdate needs hook_state, the BirderState registered with birder_hook: without "
+                             "it .grad holds a plain gradient and the step would be SGD (gpu_validation.Birder does "
+                             "it all in one line)")
         super().__init__(params, {"lr": lr, "weight_decay": weight_decay})
         self.hook_state = hook_state
+        self._iterations_seen = hook_state.iterations
 
     @torch.no_grad()
     def step(self, closure=None):
-        if self.hook_state is not None and self.hook_state.last_iteration_skipped:
+        done = self.hook_state.iterations
+        if done == self._iterations_seen:
+            raise RuntimeError("BirderUpdate.step(): birder_hook has not finished a backward pass since the last "
+                               "step (is the hook registered on the DDP model that ran backward?)")
+        if done > self._iterations_seen + 1:
+            raise RuntimeError(f"BirderUpdate.step(): birder_hook ran {done - self._iterations_seen} backward passes "
+                               "since the last step; accumulate gradients under ddp_model.no_sync(), or use "
+                               "gpu_validation.Birder, which accumulates without it")
+        self._iterations_seen = done
+        if self.hook_state.last_iteration_skipped:
             return None
         for group in self.param_groups:
             lr, decay = group["lr"], group["weight_decay"]

@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 FULL_FORMAT = "birder-optimizer-full/1"
 SHARD_FORMAT = "birder-optimizer-shard/1"
 _VECTORS = ("m", "b_hat", "e")  # per worker; b = b_hat (T0 off, as the paper runs it)
+_SAFE_SUM = float(torch.finfo(torch.float32).max) / 2  # node sums of values below this / G cannot overflow
 _FAULT_REPORT_S = 1.0  # how long a rank whose collective failed waits for the others to report
 
 
@@ -96,26 +97,38 @@ class _HookState:
         self.world = world
         self.backward_ran = False
         self.nonfinite_ranks: set[int] = set()  # ranks whose local gradient was NaN/inf since the last step
+        self.largest: dict[int, torch.Tensor] = {}  # bucket index -> every rank's max |gradient| (last backward)
 
 
 def _local_gradient_hook(state, bucket):  # DDP accepts only real (not string) annotations: none here
     """Birder's DDP hook: keep this rank's gradient; poison the bucket everywhere if any rank's is non-finite.
 
-    One asynchronous all-gather of a 4-byte flag per bucket (the ranks with a NaN/inf, for the skip message);
-    DDP waits for it at the end of backward, so it overlaps the backward of the following buckets.
+    One asynchronous all-gather per bucket of this rank's largest |gradient| (NaN or inf if one is): every rank
+    learns which ranks had a non-finite gradient, and a bound on every node sum, so step() needs no collective
+    of its own to decide whether the step counts. DDP waits for it at the end of backward, so it overlaps the
+    backward of the following buckets.
     """
     state.backward_ran = True
     buffer = bucket.buffer()
+    index = bucket.index()
+    if buffer.numel():
+        low, high = torch.aminmax(buffer)  # one pass, no temporary; NaN propagates
+        largest = torch.maximum(-low, high).to(torch.float32).reshape(1)
+    else:
+        largest = torch.zeros(1, dtype=torch.float32, device=buffer.device)
     if state.world == 1:
+        if not bool(torch.isfinite(largest).all()):
+            state.nonfinite_ranks.add(0)
+        state.largest[index] = largest
         done = torch.futures.Future()
         done.set_result(buffer)
         return done
-    flag = (~torch.isfinite(buffer)).any().to(torch.float32).reshape(1)
-    flags = torch.empty(state.world, dtype=torch.float32, device=buffer.device)
-    work = comm._all_gather(flags, flag, async_op=True)
+    every = torch.empty(state.world, dtype=torch.float32, device=buffer.device)
+    work = comm._all_gather(every, largest, async_op=True)
 
     def poison(_):
-        bad = flags.nonzero().reshape(-1).tolist()
+        state.largest[index] = every
+        bad = (~torch.isfinite(every)).nonzero().reshape(-1).tolist()
         if bad:
             state.nonfinite_ranks.update(bad)
             buffer.fill_(float("nan"))
@@ -211,49 +224,78 @@ class Birder(torch.optim.Optimizer):
                                "communication hook did not run); call loss.backward() on the DDP model's output first")
         self._hook_state.backward_ran = False
         hook_bad = sorted(self._hook_state.nonfinite_ranks)
+        largest = max((float(v.max()) for v in self._hook_state.largest.values()), default=0.0)
         self._hook_state.nonfinite_ranks.clear()
+        self._hook_state.largest.clear()
         scale = getattr(self, "grad_scale", None)  # set by GradScaler.step: the scale still in .grad
         found_inf = getattr(self, "found_inf", None)
-        grad = torch.zeros(self.length, dtype=torch.float32, device=self.device)
+        grad = self._buffer("grad")  # reused: a fresh 4 B/element allocation each step costs page faults
         for p, start in zip(self.param_groups[0]["params"], self.offsets, strict=True):
-            if p.grad is not None:
-                if p.grad.is_sparse:
-                    raise ValueError("Birder takes dense gradients")
+            if p.grad is None:
+                grad[start:start + p.numel()] = 0.0
+            elif p.grad.is_sparse:
+                raise ValueError("Birder takes dense gradients")
+            else:
                 grad[start:start + p.numel()] = p.grad.reshape(-1)
         if scale is not None:
-            grad = grad / scale.to(device=self.device, dtype=torch.float32)  # exact for powers of two
+            grad.div_(scale.to(device=self.device, dtype=torch.float32))  # exact for powers of two
         local_bad = bool(found_inf is not None and float(found_inf) > 0)
-        bits = self._one_bit_allreduce(grad, local_bad, hook_bad)
+        if hook_bad:  # every rank knows it from the hook: all skip, no collective needed
+            self._skip(hook_bad)
+            return loss
+        if local_bad:
+            raise RuntimeError("Birder.step(): GradScaler found a non-finite gradient on this rank that was finite "
+                               "in backward (something changed .grad after backward); the ranks would disagree")
+        if scale is not None:
+            largest = largest / float(scale)
+        bits = self._one_bit_allreduce(grad, largest)
         del grad
         if bits is None:
             return loss
         group = self.param_groups[0]
         lr, decay = group["lr"], group["weight_decay"]
         for p, start in zip(group["params"], self.offsets, strict=True):
-            apply_update_(p, tb.unpack_range(bits, start, p.numel(), p.dtype).view_as(p), lr, decay)
+            if p.is_contiguous():  # piece by piece, so the temporaries stay in cache (element-wise: same bits)
+                flat = p.view(-1)
+                for lo in range(0, flat.numel(), tb.PIECE):
+                    piece = flat[lo:lo + tb.PIECE]
+                    apply_update_(piece, tb.unpack_range(bits, start + lo, piece.numel(), p.dtype), lr, decay)
+            else:
+                apply_update_(p, tb.unpack_range(bits, start, p.numel(), p.dtype).view_as(p), lr, decay)
         return loss
 
-    def _one_bit_allreduce(self, grad: torch.Tensor, local_bad: bool, hook_bad: list[int]) -> torch.Tensor | None:
-        """The pipeline of ``comm.one_bit_allreduce`` with in-place state; None if the step is skipped."""
+    def _one_bit_allreduce(self, grad: torch.Tensor, largest: float) -> torch.Tensor | None:
+        """The pipeline of ``comm.one_bit_allreduce`` with in-place state; None if the step is skipped.
+
+        ``largest`` bounds every rank's |gradient| (from the hook's all-gather, so every rank has the same
+        value): when G x largest stays below float32's maximum / 2, no node sum can overflow and the step counts
+        without a check; otherwise every rank checks its shard of the node mean and all agree by an all-gather.
+        """
         topo, t = self.topology, self.t + 1
         shard, chunk = comm.shard_slice(topo, self.length), comm.chunk_slice(topo, self.length)
         servers = topo.n_workers
-        worker_grad = self._collective("intra-node reduce-scatter", topo.worker_group,
-                                       lambda: comm.node_mean_shard(topo, grad))
-        bad = torch.tensor([float(local_bad or not bool(torch.isfinite(worker_grad).all()))], device=self.device)
-        flags = self._collective("non-finite check", dist.group.WORLD,
-                                 lambda: comm.all_gather_rows(bad, dist.group.WORLD, dist.get_world_size()))
-        bad_ranks = [r for r, f in enumerate(flags.reshape(-1).tolist()) if f > 0]
-        if bad_ranks:
-            self._skip(hook_bad or bad_ranks)
-            return None
-        packed = tb.worker_step_packed_(self.m, self.b_hat, self.e, worker_grad, self.beta, self.eps,
+        low, high = torch.aminmax(grad)  # one vectorised pass, no temporary
+        if max(-float(low), float(high)) > largest * (1 + 1e-6):
+            raise RuntimeError("Birder.step(): this rank's gradient grew after backward (a GradScaler scale below "
+                               "1 unscaled after backward?); the overflow bound the ranks agreed on no longer holds")
+        rows = self._collective("intra-node reduce-scatter", topo.worker_group, lambda: comm.all_to_all_rows(
+            grad, topo.worker_group, topo.shards_per_worker, None if topo.worker_group is None
+            else self._buffer("rows")))  # (G, shard): the node mean is taken piece by piece
+        if not largest * topo.shards_per_worker < _SAFE_SUM:  # the same decision on every rank
+            worker_grad = tb._node_mean(rows)
+            bad = torch.tensor([float(not bool(torch.isfinite(worker_grad).all()))], device=self.device)
+            flags = self._collective("node-sum overflow check", dist.group.WORLD,
+                                     lambda: comm.all_gather_rows(bad, dist.group.WORLD, dist.get_world_size()))
+            bad_ranks = [r for r, f in enumerate(flags.reshape(-1).tolist()) if f > 0]
+            if bad_ranks:
+                self._skip(bad_ranks, "a node sum overflowed float32 on the shard of")
+                return None
+        packed = tb.worker_step_packed_(self.m, self.b_hat, self.e, rows, self.beta, self.eps,
                                         stream_key(self.seed, t, topo.worker), shard.start)
         received = self._collective("inter-node all-to-all", topo.server_group,
                                     lambda: comm.all_to_all_rows(packed, topo.server_group, servers))
-        mean_u = tb.mean_of_signs(tb.count_plus(received), servers)
-        packed_chunk = tb.server_step_packed_(mean_u, self.server_error, stream_key(self.seed, t, SERVER_STREAM),
-                                              chunk.start)
+        packed_chunk = tb.server_step_packed_(received, self.server_error, stream_key(self.seed, t, SERVER_STREAM),
+                                              chunk.start, n_workers=servers)
         shard_bits = self._collective("inter-node all-gather", topo.server_group,
                                       lambda: comm.all_gather_rows(packed_chunk, topo.server_group, servers))
         bits = self._collective("intra-node all-gather", topo.worker_group, lambda: comm.all_gather_rows(
@@ -262,16 +304,22 @@ class Birder(torch.optim.Optimizer):
         self.consecutive_skips = 0
         return bits.reshape(-1)
 
-    def _skip(self, bad_ranks: list[int]) -> None:
+    def _buffer(self, name: str) -> torch.Tensor:
+        """A padded float32 work vector kept between steps (its tail, the padding, stays zero)."""
+        buffers = self.__dict__.setdefault("_buffers", {})
+        if name not in buffers:
+            buffers[name] = torch.zeros(self.length, dtype=torch.float32, device=self.device)
+        return buffers[name]
+
+    def _skip(self, bad_ranks: list[int], why: str = "a non-finite gradient on") -> None:
         self.skipped_steps += 1
         self.consecutive_skips += 1
         self.last_skipped_ranks = bad_ranks
-        log.warning("Birder: step %d skipped on every rank: non-finite gradient on rank(s) %s (%d skipped in all, "
-                    "%d in a row)", self.t + 1, bad_ranks, self.skipped_steps, self.consecutive_skips)
+        log.warning("Birder: step %d skipped on every rank: %s rank(s) %s (%d skipped in all, %d in a row)",
+                    self.t + 1, why, bad_ranks, self.skipped_steps, self.consecutive_skips)
         if self.consecutive_skips >= self.max_consecutive_skips:
             raise RuntimeError(f"Birder: {self.consecutive_skips} consecutive steps skipped (limit "
-                               f"max_consecutive_skips={self.max_consecutive_skips}): rank(s) {bad_ranks} keep "
-                               f"producing non-finite gradients")
+                               f"max_consecutive_skips={self.max_consecutive_skips}): {why} rank(s) {bad_ranks}")
 
     def _collective(self, phase: str, group, run):
         """Run one collective; on failure (timeout, dead peer) raise one error naming the ranks that went silent."""

@@ -111,6 +111,7 @@ def exactness(scheme: str, gpus_per_node: int, steps: int, rank: int) -> dict:
         out[case] = {"mismatched": mismatched + frozen_moved, "t": opt.t, "dim": opt.dim,
                      "state_elements": opt.m.numel() * 3 + opt.server_error.numel()}
     out["overflow"] = _scaler_overflow(scheme, gpus_per_node, rank)
+    out["node_sum_overflow"] = _node_sum_overflow(scheme, gpus_per_node, rank)
     out["skip_limit"] = _skip_limit(scheme, gpus_per_node, rank)
     return out if rank == 0 else {}
 
@@ -125,6 +126,19 @@ def _scaler_overflow(scheme: str, gpus_per_node: int, rank: int) -> dict:
         scales.append(scaler.get_scale())
     all_scales = _gather(torch.tensor(scales)).tolist()
     return {"scales": all_scales, "t": opt.t, "skipped": opt.skipped_steps, "bad_ranks": opt.last_skipped_ranks}
+
+
+def _node_sum_overflow(scheme: str, gpus_per_node: int, rank: int) -> dict:
+    """Node 0's ranks have finite gradients of 3e38 whose node sum overflows: every rank skips, naming them."""
+    model = nn.Linear(64, 1, bias=False)  # 64 elements: both ranks of a node hold a shard of them
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = Birder(ddp, lr=LR, seed=SEED, scheme=scheme, gpus_per_node=gpus_per_node)
+    huge = rank < gpus_per_node and scheme == "hierarchical"
+    x = torch.full((1, 64), 3.0e38 if huge else 1.0)
+    ddp(x).sum().backward()  # d/dw of w . x is x: finite everywhere
+    finite = bool(torch.isfinite(model.weight.grad).all())
+    opt.step()
+    return {"finite_gradients": finite, "t": opt.t, "skipped": opt.skipped_steps, "bad_ranks": opt.last_skipped_ranks}
 
 
 def _skip_limit(scheme: str, gpus_per_node: int, rank: int) -> dict:
@@ -179,6 +193,27 @@ def checkpoint(scheme: str, gpus_per_node: int, folder: str, rank: int) -> dict:
             torch.equal(after[k], end_state[k]) for k in ("m", "b_hat", "e", "server_error"))
         identical[form] = bool(_gather(torch.tensor([float(same)])).all())
     return {"identical": identical, "t": opt.t, "seconds": round(save_s, 2)} if rank == 0 else {}
+
+
+def reshard(folder: str, rank: int) -> dict:
+    """The full checkpoint saved by 2 x 2 ranks (``checkpoint``), loaded by 2 x 1 ranks: the same two workers on
+    another layout, so it must load with every piece intact; a 1 x 2 layout (one worker) must refuse it."""
+    saved = torch.load(os.path.join(folder, "full.pt"), weights_only=True)
+    model = make_model(0)
+    model.load_state_dict(saved["model"])
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = Birder(ddp, lr=LR, weight_decay=DECAY, seed=SEED, scheme="hierarchical", gpus_per_node=1)
+    opt.load_state_dict(saved["optimizer"])
+    back = opt.state_dict()["state"]
+    intact = all(torch.equal(back[k], saved["optimizer"]["state"][k]) for k in ("m", "b_hat", "e", "server_error"))
+    _train_step(ddp, opt, None, "plain", 4, rank)
+    one_worker = Birder(nn.parallel.DistributedDataParallel(make_model(0)), lr=LR, seed=SEED, gpus_per_node=2)
+    try:
+        one_worker.load_state_dict(saved["optimizer"])
+        refusal = None
+    except ValueError as error:
+        refusal = str(error)
+    return {"intact": intact, "t": opt.t, "refusal": refusal} if rank == 0 else {}
 
 
 def stall(scheme: str, gpus_per_node: int, stalled_rank: int, phase: str, rank: int) -> dict:

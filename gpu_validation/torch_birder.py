@@ -114,9 +114,14 @@ def true_divide(x: torch.Tensor, divisor: float) -> torch.Tensor:
 
     On CUDA, torch divides by a Python number (a CPU scalar) as x * (1 / divisor), which differs in the last
     bit for divisors that are not powers of two (ATen's div_true_kernel_cuda says so); a 0-dim tensor on x's
-    device takes the true division path.
+    device takes the true division path (made once per divisor and device: no host-to-device copy per step).
     """
-    return x / torch.tensor(divisor, dtype=torch.float32, device=x.device)
+    return x / _divisor(float(divisor), x.device)
+
+
+@functools.cache
+def _divisor(divisor: float, device: torch.device) -> torch.Tensor:
+    return torch.tensor(divisor, dtype=torch.float32, device=device)
 
 
 def mean_of_signs(plus_counts: torch.Tensor, n_workers: int) -> torch.Tensor:
@@ -185,25 +190,38 @@ def _pack_mask(plus: torch.Tensor) -> torch.Tensor:
     return (plus.view(-1, 8).to(torch.uint8) << _shifts(plus.device)).sum(dim=1, dtype=torch.uint8)
 
 
+def _node_mean(rows: torch.Tensor) -> torch.Tensor:
+    """The worker's gradient from the (G, n) rows its G GPUs sent: added in rank order, divided by G (G > 1)."""
+    if rows.shape[0] == 1:
+        return rows[0]
+    total = rows[0].clone()
+    for row in rows[1:]:
+        total += row
+    return true_divide(total, float(rows.shape[0]))
+
+
 def worker_step_packed_(m: torch.Tensor, b_hat: torch.Tensor, e: torch.Tensor, grad: torch.Tensor, beta: float,
                         eps: float, key: int, start: int) -> torch.Tensor:
     """Algorithm 1 lines 5-9 in place on (m, b_hat, e) with b = b_hat (T0 off); returns u packed as ``pack_signs``.
 
     m = beta m + (1-beta) g; b_hat = beta b_hat + (1-beta)|g|; y = m / (b_hat + eps) + e; u = Q(y, U);
     e = y - u. The draw of position i is ``uniforms``' at index start + i under ``key`` (``stream_key``).
-    Bit for bit ``worker_step`` (T0=None) followed by ``pack_signs``; length a multiple of 8.
+    Bit for bit ``worker_step`` (T0=None) followed by ``pack_signs``; length a multiple of 8. ``grad`` may also
+    be the (G, n) rows of the node's GPUs: the node mean (``comm.node_mean_shard``'s operations) is then taken
+    piece by piece.
     """
-    n = grad.numel()
+    rows = grad if grad.dim() == 2 else grad.reshape(1, -1)
+    n = rows.shape[1]
     if n % 8:
         raise ValueError(f"worker_step_packed_ takes a multiple of 8 elements, got {n}")
-    out = torch.empty(n // 8, dtype=torch.uint8, device=grad.device)
+    out = torch.empty(n // 8, dtype=torch.uint8, device=rows.device)
     size = min(PIECE, n) or 1
-    t1 = torch.empty(size, dtype=torch.float32, device=grad.device)
+    t1 = torch.empty(size, dtype=torch.float32, device=rows.device)
     t2 = torch.empty_like(t1)
     for lo in range(0, n, PIECE):
         hi = min(lo + PIECE, n)
         k = hi - lo
-        mp, bp, ep, gp, a, w = m[lo:hi], b_hat[lo:hi], e[lo:hi], grad[lo:hi], t1[:k], t2[:k]
+        mp, bp, ep, gp, a, w = m[lo:hi], b_hat[lo:hi], e[lo:hi], _node_mean(rows[:, lo:hi]), t1[:k], t2[:k]
         mp.mul_(beta)
         torch.mul(gp, 1 - beta, out=a)
         mp.add_(a)
@@ -214,33 +232,46 @@ def worker_step_packed_(m: torch.Tensor, b_hat: torch.Tensor, e: torch.Tensor, g
         torch.add(bp, eps, out=a)
         torch.div(mp, a, out=a)
         a.add_(ep)  # a = y
-        plus = _quantize_into(a, _range_uniforms(key, start + lo, k, grad.device), w, ep)
+        plus = _quantize_into(a, _range_uniforms(key, start + lo, k, rows.device), w, ep)
         out[lo // 8: hi // 8] = _pack_mask(plus)
     return out
 
 
-def server_step_packed_(mean_u: torch.Tensor, server_error: torch.Tensor, key: int, start: int) -> torch.Tensor:
+def server_step_packed_(mean_u: torch.Tensor, server_error: torch.Tensor, key: int, start: int,
+                        n_workers: int | None = None) -> torch.Tensor:
     """Algorithm 1 lines 12-13 in place on the server error: z = mean_u + e_s, u_bar = Q(z, V), e_s = z - u_bar;
-    returns u_bar packed. Bit for bit ``server_step`` followed by ``pack_signs``."""
-    n = mean_u.numel()
+    returns u_bar packed. Bit for bit ``server_step`` followed by ``pack_signs``. With ``n_workers``, ``mean_u``
+    is instead the (n_workers, n / 8) packed signs received, and line 12's mean (``count_plus`` then
+    ``mean_of_signs``) is taken piece by piece."""
+    n = server_error.numel()
     if n % 8:
         raise ValueError(f"server_step_packed_ takes a multiple of 8 elements, got {n}")
-    out = torch.empty(n // 8, dtype=torch.uint8, device=mean_u.device)
+    out = torch.empty(n // 8, dtype=torch.uint8, device=server_error.device)
     size = min(PIECE, n) or 1
-    t1 = torch.empty(size, dtype=torch.float32, device=mean_u.device)
+    t1 = torch.empty(size, dtype=torch.float32, device=server_error.device)
     t2 = torch.empty_like(t1)
     for lo in range(0, n, PIECE):
         hi = min(lo + PIECE, n)
         k = hi - lo
         z, w, sp = t1[:k], t2[:k], server_error[lo:hi]
-        torch.add(mean_u[lo:hi], sp, out=z)
-        plus = _quantize_into(z, _range_uniforms(key, start + lo, k, mean_u.device), w, sp)
+        mean = (mean_u[lo:hi] if n_workers is None
+                else mean_of_signs(count_plus(mean_u[:, lo // 8: hi // 8]), n_workers))
+        torch.add(mean, sp, out=z)
+        plus = _quantize_into(z, _range_uniforms(key, start + lo, k, server_error.device), w, sp)
         out[lo // 8: hi // 8] = _pack_mask(plus)
     return out
 
 
+@functools.cache
+def _sign_table(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """(256, 8): the eight signs (+-1, most significant bit first) of every byte, made once per dtype and device."""
+    bits = unpack_bits(torch.arange(256, dtype=torch.uint8, device=device))
+    return (bits.to(dtype) * 2 - 1).view(256, 8)
+
+
 def unpack_range(packed: torch.Tensor, start: int, n: int, dtype: torch.dtype) -> torch.Tensor:
-    """Signs start .. start + n - 1 of a packed vector as +-1 in ``dtype`` (any bit offset)."""
+    """Signs start .. start + n - 1 of a packed vector as +-1 in ``dtype`` (any bit offset): one table lookup per
+    byte (the same +-1 values as ``unpack_signs``)."""
     first, last = start // 8, -(-(start + n) // 8)
-    bits = unpack_bits(packed[first:last])[start - 8 * first: start - 8 * first + n]
-    return bits.to(dtype).mul_(2).sub_(1)
+    signs = _sign_table(dtype, packed.device).index_select(0, packed[first:last].to(torch.int32)).view(-1)
+    return signs[start - 8 * first: start - 8 * first + n]

@@ -25,10 +25,13 @@ from gpu_validation.validate import batch, make_model
 
 @pytest.fixture(scope="module")
 def four_ranks():
+    """The 4-rank (2 x 2) checks, then 2 ranks (2 x 1) loading the full checkpoint the 4 ranks saved."""
     with tempfile.TemporaryDirectory() as folder:
         outcome = launch.launch(scenarios.exactness_and_checkpoint, ("hierarchical", 2, 3, folder), 4, "gloo", 30, 240)
-    assert not outcome.describe_failures(), outcome.describe_failures()
-    return outcome.reports[0]["result"]
+        assert not outcome.describe_failures(), outcome.describe_failures()
+        elsewhere = launch.launch(scenarios.reshard, (folder,), 2, "gloo", 30, 120)
+        assert not elsewhere.describe_failures(), elsewhere.describe_failures()
+    return {**outcome.reports[0]["result"], "reshard": elsewhere.reports[0]["result"]}
 
 
 @pytest.mark.parametrize("case", scenarios.CASES)
@@ -50,6 +53,12 @@ def test_an_overflow_skips_everywhere_and_every_scaler_backs_off(four_ranks):
     assert overflow["t"] == 2 and overflow["skipped"] == 1 and overflow["bad_ranks"] == [1]
 
 
+def test_finite_gradients_whose_node_sum_overflows_are_skipped_everywhere(four_ranks):
+    overflow = four_ranks["node_sum_overflow"]
+    assert overflow["finite_gradients"] and overflow["t"] == 0 and overflow["skipped"] == 1
+    assert overflow["bad_ranks"] == [0, 1]  # node 0's two ranks hold the overflowed shards
+
+
 def test_consecutive_skips_raise_at_the_limit_naming_the_rank(four_ranks):
     limit = four_ranks["skip_limit"]
     assert limit["raised_at"] == 3 and limit["skipped"] == 3
@@ -58,6 +67,12 @@ def test_consecutive_skips_raise_at_the_limit_naming_the_rank(four_ranks):
 
 def test_rank0_full_checkpoint_and_sharded_checkpoints_resume_bit_identically(four_ranks):
     assert four_ranks["checkpoint"]["identical"] == {"full": True, "sharded": True}
+
+
+def test_a_full_checkpoint_loads_on_another_world_size_with_the_same_workers_and_refuses_others(four_ranks):
+    reshard = four_ranks["reshard"]
+    assert reshard["intact"] and reshard["t"] == 4  # 2 x 2 ranks saved it at t = 3; 2 x 1 ranks stepped once more
+    assert "n_workers=2, this run has 1" in reshard["refusal"]
 
 
 def test_flat_scheme_on_two_ranks_is_bit_exact():
@@ -261,3 +276,25 @@ def test_full_and_sharded_round_trips_and_another_layout_is_refused(one_rank):
         two_workers["state"][name] = two_workers["state"][name].repeat(2, 1)
     with pytest.raises(ValueError, match="n_workers=2, this run has 1 .*cannot be split or merged"):
         fresh.load_state_dict(two_workers)
+
+
+def _params_after_steps(**ddp_options) -> torch.Tensor:
+    model = make_model(0)
+    ddp = nn.parallel.DistributedDataParallel(model, **ddp_options)
+    opt = Birder(ddp, lr=0.01, seed=3)
+    schedule = torch.optim.lr_scheduler.StepLR(opt, 2, 0.5)
+    for step in range(1, 5):
+        x, y = batch(3, step, 0)
+        nn.functional.mse_loss(ddp(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+        schedule.step()
+    assert opt.param_groups[0]["lr"] == 0.0025
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def test_ddp_options_and_an_lr_scheduler_leave_the_bits_alone(one_rank):
+    base = _params_after_steps()
+    for options in ({"gradient_as_bucket_view": True}, {"static_graph": True}, {"find_unused_parameters": True},
+                    {"bucket_cap_mb": 0.0003}):
+        assert torch.equal(_params_after_steps(**options), base), options

@@ -81,8 +81,8 @@ def test_state_dict_round_trip_keeps_every_piece():
     state = BirderState(make_model(0).parameters(), _lone_topology(), seed=3)
     saved = state.state_dict()
     saved = {**saved, "t": 7, "skipped_steps": 2,
-             **{k: torch.arange(state.dim, dtype=torch.float32) * (i + 1)
-                for i, k in enumerate(("m", "b_hat", "b", "e", "server_error"))}}
+             **{k: torch.arange(state.dim, dtype=torch.float32) * (i + 1) for i, k in enumerate(("m", "b_hat", "b"))},
+             "e": torch.linspace(-2, 2, state.dim), "server_error": torch.linspace(1.5, -1.5, state.dim)}
     fresh = BirderState(make_model(0).parameters(), _lone_topology(), seed=3)
     fresh.load_state_dict(saved)
     again = fresh.state_dict()
@@ -98,6 +98,14 @@ def test_state_dict_round_trip_keeps_every_piece():
     (lambda s: s.update(scheme="flat"), "scheme='flat'"),
     (lambda s: s.update(server_error=torch.zeros(3)), "server_error"),
     (lambda s: s.update(m=s["m"].double()), "'m' must be a float32"),
+    (lambda s: s.update(t=-1), "'t' must be an integer >= 0"),
+    (lambda s: s.update(t=2.5), "'t' must be an integer >= 0"),
+    (lambda s: s.update(t="x"), "'t' must be an integer >= 0"),
+    (lambda s: s.update(skipped_steps=True), "'skipped_steps' must be an integer"),
+    (lambda s: s.update(b=torch.full_like(s["b"], -1.0)), "'b' holds a negative value"),
+    (lambda s: s.update(b_hat=torch.full_like(s["b"], float("nan"))), "'b_hat' holds a NaN"),
+    (lambda s: s.update(e=torch.full_like(s["e"], 3.0)), "'e' holds a value outside"),
+    (lambda s: s.update(seed="3"), "seed='3'"),
 ])
 def test_load_state_dict_refuses_what_it_would_drop_or_misread(change, message):
     state = BirderState(make_model(0).parameters(), _lone_topology(), seed=3)
@@ -174,3 +182,44 @@ def _reorder(buffer: torch.Tensor, bucket_order: list, model) -> np.ndarray:
         pieces[id(p)] = buffer[start:start + p.numel()]
         start += p.numel()
     return torch.cat([pieces[id(p)] for p in model.parameters()]).numpy()
+
+
+def test_the_expert_update_refuses_to_run_without_its_hook(one_rank_group):
+    """Without hook_state BirderUpdate would be plain SGD; a step without (or after two) hook runs is refused."""
+    model = make_model(0)
+    with pytest.raises(ValueError, match="needs hook_state"):
+        BirderUpdate(model.parameters(), lr=0.01)
+    state = BirderState(model.parameters(), comm.make_topology("flat", 1, 1), seed=5)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    ddp.register_comm_hook(state, birder_hook)
+    optimizer = BirderUpdate(model.parameters(), 0.01, hook_state=state)
+    with pytest.raises(RuntimeError, match="has not finished a backward pass"):
+        optimizer.step()
+    for micro in range(2):  # accumulation without no_sync: the second backward feeds u_bar back in
+        x, y = batch(5, micro, 0)
+        nn.functional.mse_loss(ddp(x), y).backward()
+    with pytest.raises(RuntimeError, match="ran 2 backward passes"):
+        optimizer.step()
+
+
+def test_the_hook_returns_at_once_and_computes_on_its_communication_thread(one_rank_group, monkeypatch):
+    """Overlap: birder_hook hands each bucket to the state's thread and returns a future; bits unchanged (the
+    first test of this file and gpu-validate compare them with the reference)."""
+    import threading
+
+    threads = []
+    original = comm.one_bit_allreduce
+
+    def spy(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(comm, "one_bit_allreduce", spy)
+    model = make_model(0)
+    state = BirderState(model.parameters(), comm.make_topology("flat", 1, 1), seed=5)
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.0003)
+    ddp.register_comm_hook(state, birder_hook)
+    x, y = batch(5, 1, 0)
+    nn.functional.mse_loss(ddp(x), y).backward()
+    assert threads and all(name.startswith("birder-hook") for name in threads)
+    assert threading.current_thread().name not in threads and state.iterations == 1

@@ -173,3 +173,30 @@ def test_divisions_are_correctly_rounded_like_numpy(device):
         counts = np.arange(divisor + 1)
         got = _as_np(tb.mean_of_signs(torch.from_numpy(counts).to(device), divisor))
         np.testing.assert_array_equal(got, algorithm1.mean_of_signs(counts, divisor))
+
+
+@pytest.mark.parametrize("gpus", [1, 3])
+def test_fused_in_place_stages_equal_the_plain_steps_across_pieces(gpus):
+    """The optimizer's piecewise, in-place worker and server stages give the bits of worker_step / server_step
+    and pack_signs (and the node mean of comm), over a length that crosses piece boundaries at an offset."""
+    from birder_ref.draws import stream_key
+
+    n, start, generator = 2 * tb.PIECE + 24, 8 * 1001, torch.Generator().manual_seed(1)
+    rows = torch.randn(gpus, n, generator=generator) * torch.logspace(-6, 2, n)
+    m, b_hat = torch.randn(n, generator=generator) * 0.01, torch.rand(n, generator=generator) * 0.02
+    e = torch.rand(n, generator=generator) * 2 - 1
+    index = torch.arange(start, start + n)
+    grad = comm.rank_order_sum(rows) / torch.tensor(float(gpus)) if gpus > 1 else rows[0]
+    u, new = tb.worker_step(tb.WorkerState(m, b_hat, b_hat, e), grad, 0.9, 1e-8, tb.uniforms(4, 2, 1, index), 2)
+    m2, b2, e2 = m.clone(), b_hat.clone(), e.clone()
+    packed = tb.worker_step_packed_(m2, b2, e2, rows, 0.9, 1e-8, stream_key(4, 2, 1), start)
+    assert torch.equal(packed, tb.pack_signs(u)) and torch.equal(m2, new.m) and torch.equal(b2, new.b_hat)
+    assert torch.equal(e2, new.e)
+    received = torch.stack([packed, tb.pack_signs(-u), packed])  # three workers' packed signs
+    server_error = torch.rand(n, generator=generator) - 0.5
+    u_bar, new_error = tb.server_step(tb.mean_of_signs(tb.count_plus(received), 3), server_error,
+                                      tb.uniforms(4, 2, tb.SERVER_STREAM, index))
+    fused_error = server_error.clone()
+    fused = tb.server_step_packed_(received, fused_error, stream_key(4, 2, tb.SERVER_STREAM), start, n_workers=3)
+    assert torch.equal(fused, tb.pack_signs(u_bar)) and torch.equal(fused_error, new_error)
+    assert torch.equal(tb.unpack_range(fused, 13, 1000, torch.float32), u_bar[13:1013])
