@@ -9,10 +9,11 @@ softmax cross-entropy, forward and backward written out below, parameters as one
 
 Learning rates were picked once per optimizer on the full run (300 steps, seed 0) from the grid
 1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 0.1, 0.2, 0.5, 1, 2 as the one with the lowest final training loss
-(``LEARNING_RATES`` says what each got; final losses of the grid: sgdm 0.0008 at 1 (2 diverges), adam 0.0023
-at 0.05, softsignsgd 0.021 at 0.01, birder 0.022 at 0.02, onebit-adam 0.0023 at 0.1, zero-one-adam 0.022 at
-0.05, marsit 0.11 at 0.5). Marsit's sign step eta_s = ``MARSIT_SIGN_SCALE`` * lr: 2 x Theorem 1's ratio
-1/sqrt(M D), the best of 0.25, 0.5, 1, 2, 4 x at lr 0.5 (final losses 5.3, 1.0, 0.11, 0.088, 0.093).
+(``OptimizerSpec.learning_rate`` in ``birder_ref.registry`` says what each got; final losses of the grid:
+sgdm 0.0008 at 1 (2 diverges), adam 0.0023 at 0.05, softsignsgd 0.021 at 0.01, birder 0.022 at 0.02,
+onebit-adam 0.0023 at 0.1, zero-one-adam 0.022 at 0.05, marsit 0.11 at 0.5). Marsit's sign step
+eta_s = ``MARSIT_SIGN_SCALE`` * lr: 2 x Theorem 1's ratio 1/sqrt(M D), the best of 0.25, 0.5, 1, 2, 4 x at
+lr 0.5 (final losses 5.3, 1.0, 0.11, 0.088, 0.093).
 No schedule, no weight decay, constant lr.
 """
 
@@ -29,13 +30,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from birder_ref import draws  # noqa: E402
+from birder_ref import draws, registry  # noqa: E402
 from birder_ref.driver import Problem, train  # noqa: E402
-from birder_ref.marsit import Marsit  # noqa: E402
-from birder_ref.onebit_adam import DEFAULT_WARMUP_FRACTION, OneBitAdam, warmup_steps_for  # noqa: E402
-from birder_ref.optimizers import SGDM, Adam, Birder, SoftSignSGD  # noqa: E402
-from birder_ref.schedules import Layout, allreduce, optimizer_schedule  # noqa: E402
-from birder_ref.zero_one_adam import Policy, ZeroOneAdam  # noqa: E402
+from birder_ref.onebit_adam import DEFAULT_WARMUP_FRACTION, warmup_steps_for  # noqa: E402
+from birder_ref.schedules import Layout  # noqa: E402
 
 LAYOUT = Layout(2, 4)
 HIDDEN = 32
@@ -44,15 +42,12 @@ BATCH = 16
 DATA_SEED = 0
 STEPS, QUICK_STEPS = 300, 60
 MARSIT_SIGN_SCALE = 2 / np.sqrt(LAYOUT.n_ranks * (64 * HIDDEN + HIDDEN + HIDDEN * 10 + 10))  # eta_s / eta_l
-LEARNING_RATES = {
-    "sgdm": 1.0,
-    "adam": 0.05,
-    "softsignsgd": 0.01,
-    "birder": 0.02,
-    "onebit-adam": 0.1,
-    "zero-one-adam": 0.05,
-    "marsit": 0.5,
-}
+SETTINGS = {"marsit": {"K": MARSIT_K, "sign_scale": MARSIT_SIGN_SCALE}}  # settings beyond the registry's defaults
+
+
+def learning_rates() -> dict[str, float]:
+    """Each registered optimizer's learning rate (``OptimizerSpec.learning_rate``, picked as the docstring says)."""
+    return {name: registry.get(name).learning_rate for name in registry.names()}
 
 
 @dataclass(frozen=True)
@@ -138,16 +133,8 @@ def problem(data: Digits) -> Problem:
 
 
 def optimizers(steps: int) -> dict:
-    """Every optimizer of the comparison, as run (Birder: hierarchical scheme, beta 0.95)."""
-    return {
-        "sgdm": SGDM(momentum=0.9),
-        "adam": Adam(),
-        "softsignsgd": SoftSignSGD(),
-        "birder": Birder(scheme="hierarchical"),
-        "onebit-adam": OneBitAdam(warmup_steps=warmup_steps_for(steps)),
-        "zero-one-adam": ZeroOneAdam(Policy.scaled(steps)),
-        "marsit": Marsit(K=MARSIT_K, sign_scale=MARSIT_SIGN_SCALE),
-    }
+    """Every registered optimizer, as run (Birder: hierarchical scheme, beta 0.95)."""
+    return {name: registry.get(name).reference(steps, **SETTINGS.get(name, {})) for name in registry.names()}
 
 
 def _step_bytes(sched) -> tuple[int, int]:
@@ -160,26 +147,14 @@ def _step_bytes(sched) -> tuple[int, int]:
 
 def bytes_per_gpu(name: str, optimizer, steps: int) -> tuple[int, int]:
     """(all, inter-node) bytes one GPU sends over the whole run, from the schedules: fp32 steps, 1-bit
-    steps and silent steps counted as the optimizer takes them."""
-    d = dim()
-    full = np.array(_step_bytes(allreduce(LAYOUT, d)))
-    if name in ("sgdm", "adam", "softsignsgd"):
-        counts = {"full": steps}
-    elif name == "birder":
-        full = np.array(_step_bytes(optimizer_schedule("birder", LAYOUT, d)))
-        counts = {"full": steps}
-    elif name == "onebit-adam":
-        counts = {"full": min(steps, optimizer.warmup_steps), "onebit": max(0, steps - optimizer.warmup_steps)}
-    elif name == "zero-one-adam":
-        kinds = optimizer.policy.kinds(steps)
-        counts = {"full": kinds.count("variance"), "onebit": kinds.count("onebit")}
-    else:
-        rounds = sum(optimizer.is_full_precision(t) for t in range(1, steps + 1))
-        full = np.array(_step_bytes(optimizer_schedule(name, LAYOUT, d, full_precision=True)))
-        counts = {"full": rounds, "onebit": steps - rounds}
-    total = counts["full"] * full
-    if "onebit" in counts:
-        total = total + counts["onebit"] * np.array(_step_bytes(optimizer_schedule(name, LAYOUT, d)))
+    steps and silent steps counted as the optimizer takes them (``OptimizerSpec.step_counts``)."""
+    spec, d = registry.get(name), dim()
+    full_steps, onebit_steps = spec.step_counts(optimizer, steps)
+    total = np.zeros(2, np.int64)
+    if full_steps:
+        total += full_steps * np.array(_step_bytes(spec.schedule(LAYOUT, d, full_precision=True)))
+    if onebit_steps:
+        total += onebit_steps * np.array(_step_bytes(spec.schedule(LAYOUT, d)))
     return int(total[0]), int(total[1])
 
 
@@ -193,13 +168,13 @@ class Result:
     bytes_per_gpu: tuple[int, int]  # (all, inter-node) over the run
 
 
-def run(quick: bool = False, seed: int = 0, learning_rates: dict[str, float] | None = None,
+def run(quick: bool = False, seed: int = 0, rates: dict[str, float] | None = None,
         progress: bool = False) -> list[Result]:
     """Train every optimizer; rank 0's replica is evaluated (0/1 Adam's may be between syncs at the end)."""
     steps = QUICK_STEPS if quick else STEPS
     data = load()
     task = problem(data)
-    rates = LEARNING_RATES if learning_rates is None else learning_rates
+    rates = learning_rates() if rates is None else rates
     results = []
     for name, optimizer in tqdm(optimizers(steps).items(), desc="digits comparison", unit="optimizer",
                                     disable=not progress, file=sys.stderr, leave=False):

@@ -299,28 +299,6 @@ def tree_allreduce(layout: Layout, dim: int, bits: int = 32, name: str = "tree_a
     return Schedule(name, layout, int(dim), D, phases)
 
 
-OPTIMIZERS = ("sgdm", "adam", "onebit-adam", "zero-one-adam", "birder", "marsit")
-
-
-def optimizer_schedule(optimizer: str, layout: Layout, dim: int, scheme: str | None = None, **options) -> Schedule:
-    """The schedule one communicating step of ``optimizer`` runs: the single source for the simulator.
-
-    sgdm and adam: fp32 ring all-reduce; birder: ``schedule(scheme or "hierarchical")``; the 1-bit baselines
-    come from ``birder_ref.baseline_schedules``.
-    """
-    if not isinstance(optimizer, str) or optimizer not in OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
-    if optimizer in ("sgdm", "adam"):
-        return allreduce(layout, dim)
-    if optimizer == "birder":
-        return schedule(scheme or "hierarchical", layout, dim)
-    if optimizer in OPTIMIZERS:
-        from birder_ref import baseline_schedules
-
-        return baseline_schedules.schedule(optimizer, layout, dim, **options)
-    raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
-
-
 def paper_bytes_per_gpu(scheme: str, layout: Layout, dim: int) -> dict[str, int]:
     """Closed forms of the bytes one GPU sends in each phase (P = 4 * padded dim bytes of float32).
 

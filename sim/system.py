@@ -32,12 +32,12 @@ from functools import lru_cache
 
 import simpy
 
+from birder_ref.registry import simulated_spec
 from birder_ref.schedules import (
     Layout,
     Phase,
     Schedule,
     allreduce,
-    optimizer_schedule,
     padded_dim,
     tree_allreduce,
 )
@@ -589,11 +589,11 @@ def collective_schedule(name: str, layout: Layout, dim: int, bits: int = 32) -> 
 
 def step_schedule(optimizer: str, cluster: Cluster, dim: int, scheme: str | None = None,
                   full_precision: bool = False, grad_bits: int = 32) -> Schedule:
-    """The schedule one communicating step of ``optimizer`` runs (from ``birder_ref.schedules``)."""
-    if optimizer in ("sgdm", "adam") or (full_precision and optimizer != "marsit"):
+    """The schedule one communicating step of ``optimizer`` runs (its ``birder_ref.registry`` spec): DDP's
+    all-reduce for full-precision steps, unless the optimizer has a full-precision schedule of its own."""
+    spec = simulated_spec(optimizer)
+    if not spec.compressed or (full_precision and not spec.own_full_precision):
         return fp32_allreduce(cluster, dim, grad_bits)
     layout = Layout(cluster.n_nodes, cluster.gpus_per_node)
-    if optimizer == "birder":
-        return optimizer_schedule(optimizer, layout, dim, scheme=scheme)
     options = {"full_precision": True} if full_precision else {}
-    return optimizer_schedule(optimizer, layout, dim, **options)
+    return spec.schedule(layout, dim, scheme=scheme, **options)

@@ -27,7 +27,8 @@ from functools import lru_cache
 
 import simpy
 
-from birder_ref.schedules import OPTIMIZERS, SCHEMES
+from birder_ref.registry import SIMULATED, StepKind, simulated_spec
+from birder_ref.schedules import SCHEMES
 from sim.hardware import GPUS, Cluster, Nic
 from sim.models import ModelProfile, model_profile, synthetic
 from sim.system import Fabric, step_schedule, traffic
@@ -36,7 +37,7 @@ BUCKET_CAP_BYTES = 25 * 1024 * 1024  # torch DDP bucket_cap_mb = 25
 FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 BACKWARD_TO_FORWARD = 2.0  # backward costs about twice the forward (two matmuls per forward matmul)
 HOOK_BLOCKS_BACKWARD = True  # default: the paper's 1-bit DDP hooks wait for their collectives (sim/README.md)
-ZERO_ONE_ADAM_RUN_STEPS = 45_045  # 0/1 Adam's ImageNet policy (Policy.scaled) over a run of this length
+OPTIMIZERS = SIMULATED  # a live view of the registry: the simulated optimizers (read by sim.cli)
 GRAD_BITS = {"fp32": 32, "fp16": 16, "bf16": 16}  # what a full-precision gradient element travels as
 
 # GPU memory traffic per element (bytes) of the element-wise kernels, counted from the unfused PyTorch
@@ -45,60 +46,12 @@ GRAD_BITS = {"fp32": 32, "fp16": 16, "bf16": 16}  # what a full-precision gradie
 COMPRESS_BYTES = 48.0
 SERVER_BYTES = 24.0
 DECOMPRESS_BYTES = 4.125
-OPTIMIZER_STEP_BYTES = {"sgdm": 16.0, "adam": 28.0, "onebit-adam": 28.0, "zero-one-adam": 28.0, "birder": 8.0,
-                        "marsit": 16.0}  # read/write of parameters and states per element
-
-
-@dataclass(frozen=True)
-class StepKind:
-    """One kind of training step: its share of the steps and how its gradients travel."""
-
-    name: str
-    share: float
-    comm: str  # "bucketed" (DDP hook, overlapped), "after_backward" (inside optimizer.step), "none"
-    full_precision: bool
 
 
 def policy(optimizer: str, model_name: str, warmup_fraction: float | None = None,
            marsit_period: int | None = None) -> tuple[StepKind, ...]:
-    """The step kinds of ``optimizer`` and their shares (see the module docstring)."""
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
-    if optimizer in ("sgdm", "adam"):
-        return (StepKind("all-reduce", 1.0, "bucketed", True),)
-    if optimizer == "birder":
-        return (StepKind("1-bit", 1.0, "bucketed", False),)
-    if optimizer == "onebit-adam":
-        w = default_warmup_fraction(model_name) if warmup_fraction is None else warmup_fraction
-        if not 0.0 <= w <= 1.0:
-            raise ValueError(f"--warmup-fraction must lie in [0, 1], got {w}")
-        return (StepKind("warm-up", w, "bucketed", True), StepKind("compressed", 1.0 - w, "after_backward", False))
-    if optimizer == "zero-one-adam":
-        full, onebit, local = zero_one_adam_shares()
-        return (StepKind("variance update", full, "bucketed", True),
-                StepKind("1-bit sync", onebit, "after_backward", False), StepKind("local", local, "none", False))
-    k = marsit_period
-    if k is not None and k < 1:
-        raise ValueError(f"Marsit's full-precision period K must be >= 1, got {k}")
-    full = 0.0 if k is None else 1.0 / k
-    return (StepKind("full-precision", full, "bucketed", True), StepKind("1-bit", 1.0 - full, "bucketed", False))
-
-
-def default_warmup_fraction(model_name: str) -> float:
-    """1-bit Adam's warm-up share: 0.2 for BERT fine-tuning, 15 of 100 epochs otherwise (Birder paper 5.1)."""
-    from birder_ref.onebit_adam import DEFAULT_WARMUP_FRACTION
-
-    return 0.2 if model_name.startswith("bert") else DEFAULT_WARMUP_FRACTION
-
-
-@lru_cache(maxsize=1)
-def zero_one_adam_shares() -> tuple[float, float, float]:
-    """Shares of fp32, 1-bit and local steps under 0/1 Adam's policy (birder_ref.zero_one_adam)."""
-    from birder_ref.zero_one_adam import communication_profile
-
-    prof = communication_profile(ZERO_ONE_ADAM_RUN_STEPS)
-    total = prof.total_steps
-    return prof.full_precision_rounds / total, prof.onebit_rounds / total, prof.local_steps / total
+    """The step kinds of ``optimizer`` and their shares (its ``birder_ref.registry`` spec)."""
+    return simulated_spec(optimizer).step_kinds(model_name, warmup_fraction, marsit_period)
 
 
 # ------------------------------------------------------------------------------------------------- buckets
@@ -131,24 +84,37 @@ def _kernel_seconds(gpu: str, elements: float, bytes_per_element: float, launche
     return elements * bytes_per_element / (spec["hbm_gbytes_per_s"] * 1e9) + launches * spec["kernel_launch_us"] * 1e-6
 
 
-def compression_kernels(optimizer: str, scheme: str, cluster: Cluster, elements: int) -> tuple[float, float]:
-    """GPU seconds to compress (before sending) and decompress (after) one buffer of ``elements`` gradients.
+def quantize_kernels(scheme: str, cluster: Cluster, elements: int) -> tuple[float, float]:
+    """Birder and 1-bit Adam's kernels: quantize, re-quantize the chunks a GPU combines as a server, unpack.
 
     Birder hierarchical quantizes only its 1/G shard after the intra-node reduce-scatter; the other schemes
-    and 1-bit Adam quantize the whole buffer; every scheme unpacks the whole result."""
+    and 1-bit Adam (``scheme`` "") quantize the whole buffer; every scheme unpacks the whole result."""
     gpu, g, p = cluster.gpu, cluster.gpus_per_node, cluster.n_gpus
-    worker = elements / g if (optimizer == "birder" and scheme == "hierarchical") else elements
+    worker = elements / g if scheme == "hierarchical" else elements
     server = elements / p * (cluster.n_nodes if scheme == "hierarchical" else p)  # the chunks a GPU combines
-    if optimizer == "marsit":
-        # quantize the whole buffer once, then each of the p - 1 reduce-scatter hops merges the chunk it received
-        # with its own (D/p elements: unpack, combine, re-quantize, like a server's re-quantization), one kernel
-        # sequence per hop; the all-gather hops only forward signs. The hook blocks and its hops run one after
-        # another, so charging the merges before the ring or between its hops gives the same iteration time.
-        merges = (p - 1) * _kernel_seconds(gpu, elements / p, SERVER_BYTES, 3)
-        return (_kernel_seconds(gpu, elements, COMPRESS_BYTES, 4) + merges,
-                _kernel_seconds(gpu, elements, DECOMPRESS_BYTES, 2))
     compress = _kernel_seconds(gpu, worker, COMPRESS_BYTES, 8) + _kernel_seconds(gpu, server, SERVER_BYTES, 6)
     return compress, _kernel_seconds(gpu, elements, DECOMPRESS_BYTES, 2)
+
+
+def sign_merge_kernels(_scheme: str, cluster: Cluster, elements: int) -> tuple[float, float]:
+    """Marsit's kernels: quantize the whole buffer once, then each of the p - 1 reduce-scatter hops merges the
+    chunk it received with its own (D/p elements: unpack, combine, re-quantize, like a server's
+    re-quantization), one kernel sequence per hop; the all-gather hops only forward signs. The hook blocks and
+    its hops run one after another, so charging the merges before the ring or between its hops gives the same
+    iteration time."""
+    gpu, p = cluster.gpu, cluster.n_gpus
+    merges = (p - 1) * _kernel_seconds(gpu, elements / p, SERVER_BYTES, 3)
+    return (_kernel_seconds(gpu, elements, COMPRESS_BYTES, 4) + merges,
+            _kernel_seconds(gpu, elements, DECOMPRESS_BYTES, 2))
+
+
+KERNELS = {"quantize": quantize_kernels, "sign_merge": sign_merge_kernels}  # by OptimizerSpec.compression
+
+
+def compression_kernels(optimizer: str, scheme: str, cluster: Cluster, elements: int) -> tuple[float, float]:
+    """GPU seconds to compress (before sending) and decompress (after) one buffer of ``elements`` gradients,
+    with the kernels of the optimizer's spec (``scheme`` "" for optimizers without Birder's schemes)."""
+    return KERNELS[simulated_spec(optimizer).compression](scheme, cluster, elements)
 
 
 # ---------------------------------------------------------------------------------------------- iteration
@@ -185,11 +151,12 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float) ->
     forward_s = compute_s / (1 + BACKWARD_TO_FORWARD)
     backward_s = compute_s - forward_s
     n_params = model.n_params
-    opt_s = _kernel_seconds(cluster.gpu, n_params, OPTIMIZER_STEP_BYTES[work.optimizer], 4)
+    spec = simulated_spec(work.optimizer)
+    opt_s = _kernel_seconds(cluster.gpu, n_params, spec.step_bytes_per_element, 4)
     buckets = ddp_buckets(model)
     layer_done = [env.event() for _ in layers]
     compressed = not kind.full_precision
-    scheme = work.scheme if work.optimizer == "birder" else ""
+    scheme = work.scheme if spec.takes_scheme else ""
     totals = {"compression": 0.0, "intra": 0.0, "inter": 0.0}
 
     def communicate(elements: int):

@@ -22,7 +22,8 @@ from birder_ref import algorithm1, baseline_schedules, draws, driver, hierarchic
 from birder_ref.algorithm1 import State
 from birder_ref.optimizers import SGDM, Adam, Birder, SoftSignSGD
 from birder_ref.quantize import pack_signs, quantize, unpack_signs
-from birder_ref.schedules import Layout, allreduce, optimizer_schedule, padded_dim, schedule
+from birder_ref.registry import optimizer_schedule
+from birder_ref.schedules import Layout, allreduce, padded_dim, schedule
 from birder_ref.zero_one_adam import Policy, ZeroOneAdam
 
 DRAWS = "fixed in birder_ref/draws.py (the torch helper validates the draws' seeds)"

@@ -5,9 +5,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from birder_ref import baseline_schedules, marsit, onebit_adam, schedules
+from birder_ref import baseline_schedules, marsit, onebit_adam, registry
 from birder_ref.execute import ByteLog
-from birder_ref.schedules import Layout, allreduce, optimizer_schedule, padded_dim
+from birder_ref.registry import optimizer_schedule
+from birder_ref.schedules import Layout, allreduce, padded_dim
 
 VARIANTS = [
     ("onebit-adam", {}),
@@ -116,4 +117,4 @@ def test_marsit_moves_what_its_schedule_says(topology, layout):
 
 
 def test_baseline_names_are_the_contract_names():
-    assert set(baseline_schedules.BASELINES) | {"sgdm", "adam", "birder"} == set(schedules.OPTIMIZERS)
+    assert set(baseline_schedules.BASELINES) | {"sgdm", "adam", "birder"} == set(registry.SIMULATED)

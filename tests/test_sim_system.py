@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from birder_ref.execute import ByteLog, run_phase
-from birder_ref.schedules import Layout, allreduce, optimizer_schedule, padded_dim, schedule, tree_allreduce
+from birder_ref.registry import optimizer_schedule
+from birder_ref.schedules import Layout, allreduce, padded_dim, schedule, tree_allreduce
 from sim.hardware import cluster
 from sim.network import FlowNetwork, Link, max_min_rates, transfer_time
 from sim.system import (
