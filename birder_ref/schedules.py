@@ -18,7 +18,6 @@ from math import ceil
 from birder_ref.validation import check_int
 
 SCHEMES = ("ps", "ring", "flat", "allgather", "hierarchical")
-PATTERNS = ("ring_reduce_scatter", "ring_all_gather", "all_to_all", "direct_all_gather", "push", "pull", "binary_tree")
 OPS = ("reduce", "copy")
 
 
@@ -61,17 +60,184 @@ class Message:
     nbytes: int
 
 
+class Pattern:
+    """How one group of endpoints exchanges chunks in a phase: its rounds, the messages of each round, the
+    bytes each member sends and the edges one pipelined round uses. One subclass per pattern; ``PATTERNS``
+    holds one instance of each by name."""
+
+    name: str
+    is_ring = False  # NCCL runs it as a ring (a pipelined chain of p - 1 steps), not point to point
+    everyone_to_everyone = False  # every member sends to every other member in its one round
+
+    def n_rounds(self, group_size: int) -> int:
+        return 1 if group_size >= 2 else 0
+
+    def round_messages(self, phase: Phase, group: tuple[int, ...], r: int, nbytes: int) -> list[Message]:
+        raise NotImplementedError
+
+    def bytes_sent(self, phase: Phase, group: tuple[int, ...], total: int) -> dict[int, int]:
+        """Bytes each member sends in the phase, given the bytes ``total`` of one message per round, summed."""
+        raise NotImplementedError
+
+    def edges(self, phase: Phase, group: tuple[int, ...]) -> list[tuple[int, int]]:
+        """(src, dst) of every message of one group in one pipelined round (all rounds at once)."""
+        return [(m.src, m.dst) for r in range(phase.n_rounds) for m in self.round_messages(phase, group, r, 0)]
+
+    def edge_bytes(self, phase: Phase) -> int:
+        """Bytes one edge carries in all: a point-to-point message its chunk once."""
+        return phase.message_bytes(0)
+
+    def __eq__(self, other) -> bool:
+        return type(self) is type(other)
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __repr__(self) -> str:
+        return f"Pattern({self.name!r})"
+
+
+class RingReduceScatter(Pattern):
+    """p - 1 rounds along the ring; position i ends owning chunk i."""
+
+    name = "ring_reduce_scatter"
+    is_ring = True
+    offset = 1  # the chunk position i sends in round r is i - r - offset
+
+    def n_rounds(self, group_size: int) -> int:
+        return group_size - 1 if group_size >= 2 else 0
+
+    def round_messages(self, phase, group, r, nbytes):
+        p = len(group)
+        return [Message(group[i], group[(i + 1) % p], (i - r - self.offset) % p, nbytes) for i in range(p)]
+
+    def bytes_sent(self, phase, group, total):
+        return {ep: total for ep in group}
+
+    def edges(self, phase, group):
+        return [(group[i], group[(i + 1) % len(group)]) for i in range(len(group))]
+
+    def edge_bytes(self, phase):
+        """A ring edge carries every round's chunk."""
+        return sum(phase.message_bytes(r) for r in range(phase.n_rounds))
+
+
+class RingAllGather(RingReduceScatter):
+    """p - 1 rounds along the ring; position i starts owning chunk i."""
+
+    name = "ring_all_gather"
+    offset = 0
+
+
+class AllToAll(Pattern):
+    """One round: chunk j of every member goes to member j."""
+
+    name = "all_to_all"
+    everyone_to_everyone = True
+
+    def round_messages(self, phase, group, r, nbytes):
+        return [Message(a, b, j, nbytes) for a in group for j, b in enumerate(group) if a != b]
+
+    def bytes_sent(self, phase, group, total):
+        return {ep: total * (len(group) - 1) for ep in group}
+
+
+class DirectAllGather(AllToAll):
+    """One round: chunk i of member i goes to everyone."""
+
+    name = "direct_all_gather"
+
+    def round_messages(self, phase, group, r, nbytes):
+        return [Message(a, b, i, nbytes) for i, a in enumerate(group) for b in group if a != b]
+
+
+class Push(Pattern):
+    """One round: the last member is the root; all others send it their chunk 0."""
+
+    name = "push"
+
+    def n_rounds(self, group_size: int) -> int:
+        return 1
+
+    def round_messages(self, phase, group, r, nbytes):
+        return [Message(src, group[-1], 0, nbytes) for src in group[:-1]]
+
+    def bytes_sent(self, phase, group, total):
+        return {ep: total for ep in group[:-1]}
+
+
+class Pull(Push):
+    """One round: the root (last member) sends its chunk 0 to all others."""
+
+    name = "pull"
+
+    def round_messages(self, phase, group, r, nbytes):
+        return [Message(group[-1], dst, 0, nbytes) for dst in group[:-1]]
+
+    def bytes_sent(self, phase, group, total):
+        return {group[-1]: total * (len(group) - 1)}
+
+
+class BinaryTree(Pattern):
+    """One round per level below the root, in heap order (member i's parent is (i - 1) // 2): ``reduce``
+    sends level depth - r up to the parents (leaves first), ``copy`` sends level r down to the children (root
+    first). The groups of a phase alternate two trees, carrying chunk 0 and chunk 1."""
+
+    name = "binary_tree"
+
+    def n_rounds(self, group_size: int) -> int:
+        return group_size.bit_length() - 1 if group_size >= 2 else 0
+
+    def round_messages(self, phase, group, r, nbytes):
+        q, chunk = len(group), phase.groups.index(group) % 2
+        if phase.op == "reduce":
+            level = phase.n_rounds - r
+            senders = range(2**level - 1, min(2 ** (level + 1) - 1, q))
+            return [Message(group[i], group[(i - 1) // 2], chunk, nbytes) for i in senders]
+        parents = range(2**r - 1, min(2 ** (r + 1) - 1, q))
+        return [Message(group[i], group[c], chunk, nbytes) for i in parents for c in (2 * i + 1, 2 * i + 2) if c < q]
+
+    def bytes_sent(self, phase, group, total):
+        """Per member: a message to its parent (reduce) or one to each child (copy)."""
+        q, depth = len(group), phase.n_rounds
+        sent = {}
+        for i, ep in enumerate(group):
+            level = (i + 1).bit_length() - 1
+            if phase.op == "reduce" and i > 0:
+                sent[ep] = phase.message_bytes(depth - level)
+            elif phase.op == "copy":
+                children = sum(1 for c in (2 * i + 1, 2 * i + 2) if c < q)
+                if children:
+                    sent[ep] = children * phase.message_bytes(level)
+        return sent
+
+
+PATTERNS: dict[str, Pattern] = {
+    cls.name: cls() for cls in (RingReduceScatter, RingAllGather, AllToAll, DirectAllGather, Push, Pull, BinaryTree)
+}
+
+
+def pattern_named(pattern: str | Pattern) -> Pattern:
+    """The ``Pattern`` of that name (or the pattern itself); an unknown one is a ValueError."""
+    if isinstance(pattern, Pattern):
+        return pattern
+    if not isinstance(pattern, str) or pattern not in PATTERNS:
+        raise ValueError(f"unknown pattern {pattern!r}; choose one of {', '.join(PATTERNS)}")
+    return PATTERNS[pattern]
+
+
 @dataclass(frozen=True)
 class Phase:
     """One collective step, run at once by every group in ``groups``.
 
-    ``chunk_elements`` elements per chunk; ``bits_per_element[r]`` is the encoding width in round r (32 for
-    float32 values, 1 for signs, more for exact partial counts). ``op`` says what a receiver does with a
-    chunk: ``reduce`` adds it to its own, ``copy`` replaces its own.
+    ``pattern`` is a ``Pattern`` (given by name or as one). ``chunk_elements`` elements per chunk;
+    ``bits_per_element[r]`` is the encoding width in round r (32 for float32 values, 1 for signs, more for
+    exact partial counts). ``op`` says what a receiver does with a chunk: ``reduce`` adds it to its own,
+    ``copy`` replaces its own.
     """
 
     name: str
-    pattern: str
+    pattern: Pattern
     groups: tuple[tuple[int, ...], ...]
     chunk_elements: int
     bits_per_element: tuple[int, ...]
@@ -79,8 +245,9 @@ class Phase:
     header_bytes: int = 0  # extra bytes each message carries (for example a float32 scale)
 
     def __post_init__(self) -> None:
-        if self.pattern not in PATTERNS or self.op not in OPS:
-            raise ValueError(f"unknown pattern {self.pattern!r} or op {self.op!r}")
+        object.__setattr__(self, "pattern", pattern_named(self.pattern))
+        if self.op not in OPS:
+            raise ValueError(f"unknown op {self.op!r}; choose one of {', '.join(OPS)}")
         if len(self.bits_per_element) != self.n_rounds:
             raise ValueError(f"{self.name}: {self.n_rounds} rounds but {len(self.bits_per_element)} widths")
         if any(self.chunk_elements * w % 8 for w in self.bits_per_element):
@@ -92,34 +259,15 @@ class Phase:
 
     @property
     def n_rounds(self) -> int:
-        if self.group_size < 2 and self.pattern not in ("push", "pull"):
-            return 0
-        if self.pattern == "binary_tree":  # one round per level below the root
-            return (self.group_size).bit_length() - 1
-        return self.group_size - 1 if self.pattern.startswith("ring") else 1
+        return self.pattern.n_rounds(self.group_size)
 
     def message_bytes(self, round_index: int) -> int:
         return self.chunk_elements * self.bits_per_element[round_index] // 8 + self.header_bytes
 
     def group_rounds(self, group: tuple[int, ...]) -> Iterator[list[Message]]:
         """The messages of one group, round by round."""
-        p = len(group)
         for r in range(self.n_rounds):
-            nbytes = self.message_bytes(r)
-            if self.pattern == "ring_reduce_scatter":  # position i ends owning chunk i
-                yield [Message(group[i], group[(i + 1) % p], (i - r - 1) % p, nbytes) for i in range(p)]
-            elif self.pattern == "ring_all_gather":  # position i starts owning chunk i
-                yield [Message(group[i], group[(i + 1) % p], (i - r) % p, nbytes) for i in range(p)]
-            elif self.pattern == "all_to_all":  # chunk j of every member goes to member j
-                yield [Message(group[i], group[j], j, nbytes) for i in range(p) for j in range(p) if i != j]
-            elif self.pattern == "direct_all_gather":  # chunk i of member i goes to everyone
-                yield [Message(group[i], group[j], i, nbytes) for i in range(p) for j in range(p) if i != j]
-            elif self.pattern == "push":  # the last member is the root; all others send it their chunk 0
-                yield [Message(src, group[-1], 0, nbytes) for src in group[:-1]]
-            elif self.pattern == "binary_tree":  # heap order: member i's parent is (i - 1) // 2
-                yield _tree_round(group, r, self.n_rounds, self.op, self.groups.index(group) % 2, nbytes)
-            else:  # pull: the root (last member) sends its chunk 0 to all others
-                yield [Message(group[-1], dst, 0, nbytes) for dst in group[:-1]]
+            yield self.pattern.round_messages(self, group, r, self.message_bytes(r))
 
     def rounds(self) -> Iterator[list[Message]]:
         """All groups' messages, round by round (groups run concurrently)."""
@@ -132,49 +280,11 @@ class Phase:
         sent: dict[int, int] = {}
         total = sum(self.message_bytes(r) for r in range(self.n_rounds))
         for group in self.groups:
-            p = len(group)
-            if p < 2:
+            if len(group) < 2:
                 continue
-            if self.pattern.startswith("ring"):
-                per = {ep: total for ep in group}
-            elif self.pattern in ("all_to_all", "direct_all_gather"):
-                per = {ep: total * (p - 1) for ep in group}
-            elif self.pattern == "push":
-                per = {ep: total for ep in group[:-1]}
-            elif self.pattern == "binary_tree":
-                per = _tree_bytes_sent(self, group)
-            else:
-                per = {group[-1]: total * (p - 1)}
-            for ep, b in per.items():
+            for ep, b in self.pattern.bytes_sent(self, group, total).items():
                 sent[ep] = sent.get(ep, 0) + b
         return sent
-
-
-def _tree_round(group: tuple[int, ...], r: int, depth: int, op: str, chunk: int, nbytes: int) -> list[Message]:
-    """Round r of a binary tree in heap order: ``reduce`` sends level depth - r up to the parents (leaves
-    first), ``copy`` sends level r down to the children (root first)."""
-    q = len(group)
-    if op == "reduce":
-        level = depth - r
-        senders = range(2**level - 1, min(2 ** (level + 1) - 1, q))
-        return [Message(group[i], group[(i - 1) // 2], chunk, nbytes) for i in senders]
-    parents = range(2**r - 1, min(2 ** (r + 1) - 1, q))
-    return [Message(group[i], group[c], chunk, nbytes) for i in parents for c in (2 * i + 1, 2 * i + 2) if c < q]
-
-
-def _tree_bytes_sent(phase: Phase, group: tuple[int, ...]) -> dict[int, int]:
-    """Per member of one binary tree: a message to its parent (reduce) or one to each child (copy)."""
-    q, depth = len(group), phase.n_rounds
-    sent = {}
-    for i, ep in enumerate(group):
-        level = (i + 1).bit_length() - 1
-        if phase.op == "reduce" and i > 0:
-            sent[ep] = phase.message_bytes(depth - level)
-        elif phase.op == "copy":
-            children = sum(1 for c in (2 * i + 1, 2 * i + 2) if c < q)
-            if children:
-                sent[ep] = children * phase.message_bytes(level)
-    return sent
 
 
 @dataclass(frozen=True)

@@ -44,8 +44,6 @@ from birder_ref.schedules import (
 from sim.hardware import GPUS, Cluster
 from sim.network import Link, transfer_time
 
-KERNEL_PATTERNS = frozenset({"ring_reduce_scatter", "ring_all_gather", "binary_tree"})
-COLLECTIVE_KERNEL_PATTERNS = KERNEL_PATTERNS  # the earlier name
 PROTOCOLS = ("LL", "LL128", "Simple")
 
 # ------------------------------------------------------------------- NCCL's constants (src/graph/tuning.cc, master)
@@ -178,26 +176,17 @@ def ring_spreads(group: tuple[int, ...], gpus_per_node: int) -> bool:
 
 def messages(phase: Phase, layout: Layout, group: tuple[int, ...]):
     """(src, dst) of every message of one group in one pipelined round (a tree: all levels at once)."""
-    q = len(group)
-    if phase.pattern.startswith("ring"):
-        return [(group[i], group[(i + 1) % q]) for i in range(q)]
-    if phase.pattern in ("all_to_all", "direct_all_gather"):
-        return [(a, b) for a in group for b in group if a != b]
-    if phase.pattern == "push":
-        return [(src, group[-1]) for src in group[:-1]]
-    if phase.pattern == "pull":
-        return [(group[-1], dst) for dst in group[:-1]]
-    return [(m.src, m.dst) for ms in phase.group_rounds(group) for m in ms]
+    return phase.pattern.edges(phase, group)
 
 
 def _count_into(counts: _Counts, phase: Phase, layout: Layout, weight: float = 1.0) -> None:
     for group in phase.groups:
         if len(group) < 2:
             continue
-        if phase.pattern in ("all_to_all", "direct_all_gather"):
+        if phase.pattern.everyone_to_everyone:
             counts.everyone_to_everyone(group, weight)
             continue
-        spread = phase.pattern.startswith("ring") and ring_spreads(group, layout.gpus_per_node)
+        spread = phase.pattern.is_ring and ring_spreads(group, layout.gpus_per_node)
         for src, dst in messages(phase, layout, group):
             counts.send(src, dst, spread, weight)
 
@@ -262,11 +251,7 @@ def phase_load(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> R
 def edge_bytes(phase: Phase) -> int:
     """Bytes one edge of the phase carries in all: a ring edge every round's chunk, a tree edge its piece once
     (pipelined), a point-to-point message its chunk."""
-    if phase.n_rounds == 0:
-        return 0
-    if phase.pattern.startswith("ring"):
-        return sum(phase.message_bytes(r) for r in range(phase.n_rounds))
-    return phase.message_bytes(0)
+    return phase.pattern.edge_bytes(phase) if phase.n_rounds else 0
 
 
 @dataclass(frozen=True)
@@ -348,7 +333,7 @@ def expanded_flow_time(phases: tuple[Phase, ...], layout: Layout, cluster: Clust
         for group in phase.groups:
             if len(group) < 2:
                 continue
-            spread = phase.pattern.startswith("ring") and ring_spreads(group, g)
+            spread = phase.pattern.is_ring and ring_spreads(group, g)
             for src, dst in messages(phase, layout, group):
                 a, b = src // g, dst // g
                 if a == b:
@@ -444,7 +429,7 @@ def operations(schedule: Schedule) -> list[tuple[str, tuple[Phase, ...]]]:
         return [("ring_allreduce", phases)] if phases else []
     if schedule.scheme in ("tree_allreduce", "tree-allreduce"):
         return [("tree_allreduce", phases)] if phases else []
-    return [("ring" if ph.pattern.startswith("ring") else "p2p", (ph,)) for ph in phases]
+    return [("ring" if ph.pattern.is_ring else "p2p", (ph,)) for ph in phases]
 
 
 def _spans(group: tuple[int, ...], g: int) -> int:

@@ -1,0 +1,76 @@
+"""Patterns as a type: each pattern's byte counts and pipelined edges agree with its messages, an unknown
+pattern is refused, and ``birder_ref.schedules`` is a leaf that knows no optimizer."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import birder_ref
+from birder_ref.schedules import PATTERNS, Layout, Pattern, Phase, pattern_named
+
+
+def phase_of(name: str, size: int, op: str) -> Phase:
+    groups = (tuple(range(size)), tuple(range(size, 2 * size)))
+    rounds = PATTERNS[name].n_rounds(size)
+    return Phase("p", name, groups, 8, tuple(8 * (r + 1) for r in range(rounds)), op, 4)
+
+
+@pytest.mark.parametrize("name", list(PATTERNS))
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 7])
+@pytest.mark.parametrize("op", ["reduce", "copy"])
+def test_bytes_sent_and_edges_agree_with_the_messages(name, size, op):
+    phase = phase_of(name, size, op)
+    from_messages: dict[int, int] = {}
+    pairs = set()
+    for messages in phase.rounds():
+        for m in messages:
+            from_messages[m.src] = from_messages.get(m.src, 0) + m.nbytes
+            pairs.add((m.src, m.dst))
+    assert phase.bytes_sent() == from_messages
+    edges = {e for group in phase.groups if len(group) > 1 for e in phase.pattern.edges(phase, group)}
+    assert edges == pairs
+    assert isinstance(phase.pattern, Pattern) and phase.pattern is PATTERNS[name]
+
+
+def test_an_unknown_pattern_or_op_fails_loudly():
+    with pytest.raises(ValueError, match="unknown pattern 'ring'"):
+        Phase("p", "ring", ((0, 1),), 8, (1,), "reduce")
+    with pytest.raises(ValueError, match="unknown op"):
+        Phase("p", "all_to_all", ((0, 1),), 8, (1,), "sum")
+    with pytest.raises(ValueError, match="pattern"):
+        pattern_named(None)
+    assert Phase("p", PATTERNS["push"], ((0, 1),), 8, (1,), "reduce") == Phase("p", "push", ((0, 1),), 8, (1,),
+                                                                              "reduce")
+    assert Layout(1, 2).n_ranks == 2
+
+
+def birder_ref_imports(path: Path) -> set[str]:
+    """The birder_ref modules a file imports, anywhere in it (function-local imports included)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("birder_ref"):
+            found |= {f"birder_ref.{a.name}" for a in node.names} if node.module == "birder_ref" else {node.module}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("birder_ref")}
+    return found
+
+
+def test_schedules_is_a_leaf_and_the_reference_has_no_import_cycle():
+    package = Path(birder_ref.__file__).parent
+    graph = {f"birder_ref.{f.stem}": birder_ref_imports(f) for f in package.glob("*.py") if f.stem != "__init__"}
+    assert graph["birder_ref.schedules"] == {"birder_ref.validation"}
+    assert graph["birder_ref.baseline_schedules"] <= {"birder_ref.schedules", "birder_ref.validation"}
+    state: dict[str, str] = {}
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        assert state.get(module) != "open", f"import cycle: {' -> '.join(path + (module,))}"
+        if state.get(module) == "done" or module not in graph:
+            return
+        state[module] = "open"
+        for imported in graph[module]:
+            visit(imported, path + (module,))
+        state[module] = "done"
+
+    for module in graph:
+        visit(module, ())
