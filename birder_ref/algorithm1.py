@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from birder_ref.hyperparameters import DEFAULTS
 from birder_ref.quantize import quantize, quantize_unchecked
 from birder_ref.validation import check_array, check_coefficients, check_draws, check_int
 
@@ -165,8 +166,8 @@ def mean_of_signs(plus_counts: np.ndarray, n_workers: int) -> np.ndarray:
 def step(
     state: State,
     grads: np.ndarray,
-    beta: float = 0.95,
-    eps: float = 1e-8,
+    beta: float = DEFAULTS.beta,
+    eps: float = DEFAULTS.eps,
     u_worker: np.ndarray | None = None,
     u_server: np.ndarray | None = None,
     T0: int | None = None,

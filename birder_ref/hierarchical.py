@@ -6,6 +6,7 @@ import numpy as np
 
 from birder_ref import algorithm1, schemes
 from birder_ref.algorithm1 import State
+from birder_ref.hyperparameters import DEFAULTS
 from birder_ref.validation import check_int
 
 
@@ -18,8 +19,8 @@ def init(n_nodes: int, gpus_per_node: int, dim: int) -> State:
 def step(
     state: State,
     grads: np.ndarray,
-    beta: float = 0.95,
-    eps: float = 1e-8,
+    beta: float = DEFAULTS.beta,
+    eps: float = DEFAULTS.eps,
     u_worker: np.ndarray | None = None,
     u_server: np.ndarray | None = None,
     T0: int | None = None,

@@ -10,7 +10,9 @@ import numpy as np
 
 from birder_ref import algorithm1, draws, schemes
 from birder_ref.execute import ByteLog, run_phase
+from birder_ref.hyperparameters import DEFAULTS
 from birder_ref.schedules import SCHEMES, Layout, allreduce, check_layout
+from birder_ref.update import apply_update
 from birder_ref.validation import (
     check_array,
     check_coefficients,
@@ -75,8 +77,8 @@ class Birder:
     """Birder (Algorithm 1) over one of the five schemes; x -= lr * (u_bar + weight_decay * x) (line 16)."""
 
     scheme: str = "hierarchical"
-    beta: float = 0.95
-    eps: float = 1e-8
+    beta: float = DEFAULTS.beta
+    eps: float = DEFAULTS.eps
     T0: int | None = None
     weight_decay: float = 0.0
     seed: int = 0
@@ -101,7 +103,7 @@ class Birder:
         U = draws.worker_uniforms(self.seed, t, state.n_workers, state.dim)
         V = draws.server_uniforms(self.seed, t, state.dim)
         u_bar, state, _ = schemes.step(self.scheme, state, grads, self.beta, self.eps, U, V, self.T0)
-        return params - np.float32(lr) * (u_bar + np.float32(self.weight_decay) * params), state
+        return apply_update(params, u_bar, lr, self.weight_decay), state
 
 
 @dataclass(frozen=True)
@@ -115,8 +117,8 @@ class SoftSignSGD:
     """Uncompressed Birder, BinSGDM paper Algorithm 2: m and b are EMAs of the all-reduced gradient and of
     its absolute value with the same beta; x -= lr * m / (b + eps)."""
 
-    beta: float = 0.95
-    eps: float = 1e-8
+    beta: float = DEFAULTS.beta
+    eps: float = DEFAULTS.eps
     weight_decay: float = 0.0
     name: str = "softsignsgd"
 
@@ -138,7 +140,7 @@ class SoftSignSGD:
         m = self.beta * state.m + (1 - self.beta) * g
         b = self.beta * state.b + (1 - self.beta) * np.abs(g)
         update = m / (b + np.float32(self.eps))
-        return params - np.float32(lr) * (update + np.float32(self.weight_decay) * params), SoftSignState(m, b)
+        return apply_update(params, update, lr, self.weight_decay), SoftSignState(m, b)
 
 
 @dataclass(frozen=True)
@@ -184,7 +186,7 @@ class Adam:
 
     beta1: float = 0.9
     beta2: float = 0.999
-    eps: float = 1e-8
+    eps: float = 1e-8  # Kingma and Ba's default
     weight_decay: float = 0.0
     name: str = "adam"
 

@@ -8,13 +8,14 @@ what ``algorithm1.step`` returns for those workers' gradients (``worker_gradient
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from birder_ref import algorithm1
 from birder_ref.algorithm1 import State, mean_of_signs, server_step, worker_step
 from birder_ref.execute import ByteLog, run_phase
+from birder_ref.hyperparameters import DEFAULTS
 from birder_ref.schedules import SCHEMES, Layout, Schedule, schedule
 from birder_ref.validation import check_array
 
@@ -41,13 +42,20 @@ def _pad(x: np.ndarray, length: int, value: float = 0.0) -> np.ndarray:
     return np.pad(x, widths, constant_values=value)
 
 
+WORKER_FIELDS = ("m", "b_hat", "b", "e")  # State's per-worker (n, d) arrays; server_e is (d,)
+
+
+def _map_state(state: State, worker, server) -> State:
+    """The state with ``worker`` applied to each per-worker array and ``server`` to the server error."""
+    return replace(state, server_e=server(state.server_e), **{f: worker(getattr(state, f)) for f in WORKER_FIELDS})
+
+
 def _padded_state(state: State, length: int) -> State:
-    return State(*(_pad(a, length) for a in (state.m, state.b_hat, state.b, state.e, state.server_e)), state.t)
+    return _map_state(state, lambda a: _pad(a, length), lambda a: _pad(a, length))
 
 
 def _slice_state(state: State, rows, cols: slice) -> State:
-    return State(state.m[rows, cols], state.b_hat[rows, cols], state.b[rows, cols], state.e[rows, cols],
-                 state.server_e[cols], state.t)
+    return _map_state(state, lambda a: a[rows, cols], lambda a: a[cols])
 
 
 def _one_buffer_per_rank(rows: np.ndarray, n_chunks: int, dtype=np.int64) -> dict[int, np.ndarray]:
@@ -73,8 +81,8 @@ def step(
     scheme: str,
     state: State,
     grads: np.ndarray,
-    beta: float = 0.95,
-    eps: float = 1e-8,
+    beta: float = DEFAULTS.beta,
+    eps: float = DEFAULTS.eps,
     u_worker: np.ndarray | None = None,
     u_server: np.ndarray | None = None,
     T0: int | None = None,
@@ -139,10 +147,10 @@ def _step(scheme: str, layout: Layout, state: State, grads, worker_grads, beta, 
                 buffers[owner][owner] = bits
             run_phase(second, buffers, log)
         u_bar = np.where(_assemble(buffers, range(p)) > 0, np.float32(1), np.float32(-1))
-        new = State(m, b_hat, b, e, server_e, state.t + 1)
+        new = replace(padded, m=m, b_hat=b_hat, b=b, e=e, server_e=server_e, t=padded.t + 1)
 
     d = state.dim
-    new_state = State(new.m[:, :d], new.b_hat[:, :d], new.b[:, :d], new.e[:, :d], new.server_e[:d], new.t)
+    new_state = _slice_state(new, slice(None), slice(None, d))
     return u_bar[:d], new_state, StepLog(sched, log.bytes_per_gpu(p), log.sent)
 
 
@@ -184,4 +192,4 @@ def _hierarchical(sched, phases, padded: State, grads, beta, eps, u_worker, u_se
             shards[k * g + j][j] = bit_buffers[k * g + j].reshape(-1)
     run_phase(phases["intra_all_gather"], shards, log)
     u_bar = np.where(_assemble(shards, range(n * g)) > 0, np.float32(1), np.float32(-1))
-    return u_bar, State(m, b_hat, b, e, server_e, padded.t + 1)
+    return u_bar, replace(padded, m=m, b_hat=b_hat, b=b, e=e, server_e=server_e, t=padded.t + 1)

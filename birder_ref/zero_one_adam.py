@@ -31,7 +31,7 @@ is 1, doubles every ``local_step_scaler`` steps and is clipped at H = 16.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -174,9 +174,11 @@ class ZeroOneAdam:
         dim = check_int("dim", dim, 1)
         p, D = check_layout(layout).n_ranks, padded_dim(dim, layout.n_ranks)
         zeros = np.zeros((p, dim), np.float32)
-        return ZeroOneAdamState(zeros, np.zeros(dim, np.float32), 0, zeros.copy(), 0.0, np.zeros(dim, np.float32),
-                                self.policy.var_freeze_step + 1, np.zeros((p, D), np.float32),
-                                np.zeros((p, D // p), np.float32))
+        return ZeroOneAdamState(m=zeros, v=np.zeros(dim, np.float32), variance_updates=0, buffer=zeros.copy(),
+                                gamma_sum=0.0, anchor=np.zeros(dim, np.float32),
+                                next_sync=self.policy.var_freeze_step + 1,
+                                worker_error=np.zeros((p, D), np.float32),
+                                server_error=np.zeros((p, D // p), np.float32))
 
     def _allreduce(self, state: ZeroOneAdamState, values: np.ndarray):
         D = state.worker_error.shape[1]
@@ -202,26 +204,28 @@ class ZeroOneAdam:
                 mean_grad, *errors = self._allreduce(state, grads.reshape(n * g, d))
             m = self.beta1 * state.m + (1 - self.beta1) * mean_grad
             step = np.float32(gamma) * m / self.denominator(v, count)
-            new = ZeroOneAdamState(m, v, count, state.buffer, 0.0, state.anchor, state.next_sync, *errors)
+            worker_error, server_error = errors
+            new = replace(state, m=m, v=v, variance_updates=count, gamma_sum=0.0, worker_error=worker_error,
+                          server_error=server_error)
             return params - step, new
         if t == self.policy.var_freeze_step + 1:  # the freeze: start the first local interval
-            state = ZeroOneAdamState(state.m, state.v, state.variance_updates, np.zeros_like(state.buffer), 0.0,
-                                     params[0].copy(), t, np.zeros_like(state.worker_error),
-                                     np.zeros_like(state.server_error))
+            state = replace(state, buffer=np.zeros_like(state.buffer), gamma_sum=0.0, anchor=params[0].copy(),
+                            next_sync=t, worker_error=np.zeros_like(state.worker_error),
+                            server_error=np.zeros_like(state.server_error))
         denominator = self.denominator(state.v, state.variance_updates)
         m = self.beta1 * state.m + (1 - self.beta1) * grads.reshape(n * g, d)  # line 3, per GPU
         params = params - np.float32(gamma) * m / denominator  # line 4 with m_{t+1/2}
         buffer = state.buffer + np.float32(gamma) * m  # line 5 with m_{t+1/2}
         gamma_sum = state.gamma_sum + gamma
         if t != state.next_sync:  # line 13: a local step
-            return params, ZeroOneAdamState(m, state.v, state.variance_updates, buffer, gamma_sum, state.anchor,
-                                            state.next_sync, state.worker_error, state.server_error)
+            return params, replace(state, m=m, buffer=buffer, gamma_sum=gamma_sum)
         u_bar, worker_error, server_error = self._allreduce(state, buffer)  # line 7
         m = np.tile(u_bar / np.float32(gamma_sum), (n * g, 1))  # line 8, sum over the accumulated steps
         synced = state.anchor - u_bar / denominator  # line 9, from the model right after the last sync
         params = np.tile(synced, (n * g, 1))
-        return params, ZeroOneAdamState(m, state.v, state.variance_updates, np.zeros_like(buffer), 0.0, synced,
-                                        t + self.policy.sync_interval(t), worker_error, server_error)  # lines 10-11
+        return params, replace(state, m=m, buffer=np.zeros_like(buffer), gamma_sum=0.0, anchor=synced,  # lines 10-11
+                               next_sync=t + self.policy.sync_interval(t), worker_error=worker_error,
+                               server_error=server_error)
 
     def denominator(self, v: np.ndarray, count: int) -> np.ndarray:
         """sqrt(v / (1 - beta2^count)) + eps: Adam's denominator after ``count`` variance updates."""
