@@ -44,6 +44,13 @@ class Layout:
     def node_of(self, endpoint: int) -> int:
         return endpoint // self.gpus_per_node
 
+    def local_rank(self, endpoint: int) -> int:
+        return endpoint % self.gpus_per_node
+
+    def nodes_spanned(self, group: tuple[int, ...]) -> int:
+        """How many nodes the endpoints of ``group`` lie on."""
+        return len({self.node_of(ep) for ep in group})
+
     def node_ranks(self, node: int) -> tuple[int, ...]:
         return tuple(range(node * self.gpus_per_node, (node + 1) * self.gpus_per_node))
 

@@ -100,6 +100,11 @@ class RoundLoad:
         return self.fabric == 0 and self.nic_tx == 0 and self.nic_rx == 0
 
 
+def rail(layout: Layout, endpoint: int, nic_count: int) -> int:
+    """The NIC a GPU uses: GPU i of a node uses NIC i * count // G (rail-aligned)."""
+    return layout.local_rank(endpoint) * nic_count // layout.gpus_per_node
+
+
 class _Counts:
     """Accumulates the messages of one round by GPU, node and NIC (endpoint = node * G + local rank)."""
 
@@ -111,40 +116,39 @@ class _Counts:
         self.intra_total = self.inter_total = 0
 
     def nic(self, endpoint: int) -> tuple[int, int]:
-        g = self.layout.gpus_per_node
-        return endpoint // g, (endpoint % g) * self.nic_count // g
+        return self.layout.node_of(endpoint), rail(self.layout, endpoint, self.nic_count)
 
     def send(self, src: int, dst: int, spread: bool = False, weight: float = 1.0) -> None:
         """One message (of ``weight``: 1, or its bytes); ``spread``: a ring edge that NCCL's channels spread over
         all NICs of both nodes."""
-        g = self.layout.gpus_per_node
-        if src // g == dst // g:
+        src_node, dst_node = self.layout.node_of(src), self.layout.node_of(dst)
+        if src_node == dst_node:
             self.gpu_tx[src] += weight
             self.gpu_rx[dst] += weight
-            self.fabric[src // g] += weight
+            self.fabric[src_node] += weight
             self.intra_total += 1
             return
         if spread:
             for j in range(self.nic_count):
-                self.nic_tx[(src // g, j)] += weight / self.nic_count
-                self.nic_rx[(dst // g, j)] += weight / self.nic_count
+                self.nic_tx[(src_node, j)] += weight / self.nic_count
+                self.nic_rx[(dst_node, j)] += weight / self.nic_count
         else:
             self.nic_tx[self.nic(src)] += weight
             self.nic_rx[self.nic(dst)] += weight
-        if src // g // self.leaf != dst // g // self.leaf:  # crosses the spine
-            self.node_tx[src // g // self.leaf] += weight
-            self.node_rx[dst // g // self.leaf] += weight
+        if src_node // self.leaf != dst_node // self.leaf:  # crosses the spine
+            self.node_tx[src_node // self.leaf] += weight
+            self.node_rx[dst_node // self.leaf] += weight
         self.gpu_net_tx[src] += 1
         self.gpu_net_rx[dst] += 1
         self.inter_total += src != self.layout.server
 
     def everyone_to_everyone(self, group: tuple[int, ...], weight: float = 1.0) -> None:
         """One message from every member to every other member, counted in O(len(group))."""
-        g, q = self.layout.gpus_per_node, len(group)
-        on_node = Counter(ep // g for ep in group)
-        on_leaf = Counter(ep // g // self.leaf for ep in group)
+        node_of, q = self.layout.node_of, len(group)
+        on_node = Counter(node_of(ep) for ep in group)
+        on_leaf = Counter(node // self.leaf for node in on_node.elements())
         for ep in group:
-            node = ep // g
+            node = node_of(ep)
             local, remote = on_node[node] - 1, q - on_node[node]
             far = q - on_leaf[node // self.leaf]
             self.gpu_tx[ep] += local * weight
@@ -168,10 +172,10 @@ class _Counts:
                          self.intra_total, self.inter_total)
 
 
-def ring_spreads(group: tuple[int, ...], gpus_per_node: int) -> bool:
+def ring_spreads(group: tuple[int, ...], layout: Layout) -> bool:
     """Whether NCCL's channels spread this ring's node crossings over every NIC: a ring through several GPUs of
     a node (a flat ring) crosses nodes once per channel, each channel through another NIC."""
-    return len({ep // gpus_per_node for ep in group}) < len(group)
+    return layout.nodes_spanned(group) < len(group)
 
 
 def messages(phase: Phase, layout: Layout, group: tuple[int, ...]):
@@ -186,7 +190,7 @@ def _count_into(counts: _Counts, phase: Phase, layout: Layout, weight: float = 1
         if phase.pattern.everyone_to_everyone:
             counts.everyone_to_everyone(group, weight)
             continue
-        spread = phase.pattern.is_ring and ring_spreads(group, layout.gpus_per_node)
+        spread = phase.pattern.is_ring and ring_spreads(group, layout)
         for src, dst in messages(phase, layout, group):
             counts.send(src, dst, spread, weight)
 
@@ -314,7 +318,7 @@ def flow_time(phases: tuple[Phase, ...], layout: Layout, cluster: Cluster) -> fl
 def expanded_flow_time(phases: tuple[Phase, ...], layout: Layout, cluster: Cluster) -> float:
     """The same as ``flow_time`` with every link of every node and every message of the cluster (for tests at
     small sizes: the representative node is exact where the schedule is symmetric)."""
-    g, k, nic = layout.gpus_per_node, cluster.nic.count, cluster.nic
+    k, nic = cluster.nic.count, cluster.nic
     links: dict[tuple, Link] = {}
 
     def link(*key) -> Link:
@@ -333,16 +337,16 @@ def expanded_flow_time(phases: tuple[Phase, ...], layout: Layout, cluster: Clust
         for group in phase.groups:
             if len(group) < 2:
                 continue
-            spread = phase.pattern.is_ring and ring_spreads(group, g)
+            spread = phase.pattern.is_ring and ring_spreads(group, layout)
             for src, dst in messages(phase, layout, group):
-                a, b = src // g, dst // g
+                a, b = layout.node_of(src), layout.node_of(dst)
                 if a == b:
                     path = {link("gpu_tx", src): 1, link("gpu_rx", dst): 1}
                     if math.isfinite(cluster.intra.fabric_bandwidth):
                         path[link("fabric", a)] = 1
                     flows.append((nbytes, path))
                     continue
-                rails = [(j, j) for j in range(k)] if spread else [((src % g) * k // g, (dst % g) * k // g)]
+                rails = [(j, j) for j in range(k)] if spread else [(rail(layout, src, k), rail(layout, dst, k))]
                 for ja, jb in rails:
                     path = {link("nic_tx", a, ja): 1, link("nic_rx", b, jb): 1}
                     leaf_a, leaf_b = a // cluster.nodes_per_leaf, b // cluster.nodes_per_leaf
@@ -432,16 +436,12 @@ def operations(schedule: Schedule) -> list[tuple[str, tuple[Phase, ...]]]:
     return [("ring" if ph.pattern.is_ring else "p2p", (ph,)) for ph in phases]
 
 
-def _spans(group: tuple[int, ...], g: int) -> int:
-    return len({ep // g for ep in group})
-
-
 def op_time(kind: str, phases: tuple[Phase, ...], layout: Layout, cluster: Cluster,
             protocol: str | None = None) -> OpTime:
     """Seconds one NCCL operation takes alone on the cluster, with the fastest protocol (or ``protocol``)."""
     g = layout.gpus_per_node
     t_flow = flow_time(phases, layout, cluster)
-    multi = any(_spans(grp, g) > 1 for ph in phases for grp in ph.groups)
+    multi = any(layout.nodes_spanned(grp) > 1 for ph in phases for grp in ph.groups)
     choices = (protocol,) if protocol else protocols(cluster, multi)
     nic = cluster.nic
     best: OpTime | None = None
@@ -453,7 +453,7 @@ def op_time(kind: str, phases: tuple[Phase, ...], layout: Layout, cluster: Clust
             algorithm, timeouts = "tree", 0.0
         elif kind in ("ring_allreduce", "ring"):
             steps = sum(ph.n_rounds for ph in phases)
-            inter = sum(_spans(ph.groups[0], g) - 1 if _spans(ph.groups[0], g) > 1 else 0 for ph in phases)
+            inter = sum(layout.nodes_spanned(ph.groups[0]) - 1 for ph in phases)
             t = ring_latency(cluster, proto, steps, inter, kind == "ring_allreduce") + t_flow / RING_FACTOR[proto]
             algorithm, timeouts = "ring", 0.0
         else:

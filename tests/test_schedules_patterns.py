@@ -74,3 +74,11 @@ def test_schedules_is_a_leaf_and_the_reference_has_no_import_cycle():
 
     for module in graph:
         visit(module, ())
+
+
+def test_the_layout_places_every_rank_once():
+    layout = Layout(3, 4)
+    places = [(layout.node_of(r), layout.local_rank(r)) for r in range(layout.n_ranks)]
+    assert sorted(places) == [(k, j) for k in range(3) for j in range(4)]
+    assert all(layout.node_ranks(k)[j] == k * 4 + j == layout.local_rank_group(j)[k] for k, j in places)
+    assert layout.nodes_spanned(layout.node_ranks(1)) == 1 and layout.nodes_spanned(layout.local_rank_group(2)) == 3
