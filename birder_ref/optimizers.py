@@ -48,6 +48,13 @@ def check_state_fields(state, cls: type, shapes: dict[str, tuple[int, ...]]) -> 
         check_array(f"state.{name}", getattr(state, name), shape)
 
 
+def zero_moments(layout: Layout, dim: int, count: int) -> list[np.ndarray]:
+    """``count`` float32 zero vectors of length ``dim``: the moments of an optimizer's first state on ``layout``."""
+    check_layout(layout)
+    dim = check_int("dim", dim, 1)
+    return [np.zeros(dim, np.float32) for _ in range(count)]
+
+
 def ring_allreduce_mean(grads: np.ndarray) -> np.ndarray:
     """Every GPU's gradient (n_nodes, gpus_per_node, d) all-reduced along the fp32 ring, divided by float32(p).
 
@@ -127,9 +134,7 @@ class SoftSignSGD:
         check_real("weight_decay", self.weight_decay, 0.0)
 
     def init(self, layout: Layout, dim: int) -> SoftSignState:
-        check_layout(layout)
-        dim = check_int("dim", dim, 1)
-        return SoftSignState(np.zeros(dim, np.float32), np.zeros(dim, np.float32))
+        return SoftSignState(*zero_moments(layout, dim, 2))
 
     def step(self, state, params, grads, lr, t):
         _, _, d = check_step_arguments(params, grads, lr, t)
@@ -162,8 +167,7 @@ class SGDM:
         check_real("weight_decay", self.weight_decay, 0.0)
 
     def init(self, layout: Layout, dim: int) -> SGDMState:
-        check_layout(layout)
-        return SGDMState(np.zeros(check_int("dim", dim, 1), np.float32))
+        return SGDMState(*zero_moments(layout, dim, 1))
 
     def step(self, state, params, grads, lr, t):
         _, _, d = check_step_arguments(params, grads, lr, t)
@@ -195,9 +199,7 @@ class Adam:
         check_real("weight_decay", self.weight_decay, 0.0)
 
     def init(self, layout: Layout, dim: int) -> AdamState:
-        check_layout(layout)
-        dim = check_int("dim", dim, 1)
-        return AdamState(np.zeros(dim, np.float32), np.zeros(dim, np.float32))
+        return AdamState(*zero_moments(layout, dim, 2))
 
     def step(self, state, params, grads, lr, t):
         _, _, d = check_step_arguments(params, grads, lr, t)
