@@ -6,6 +6,13 @@ simulator's workload), how many full-precision and 1-bit steps a reference run t
 its reference implementation, and the GPU memory traffic of its step and of its compression kernels. Adding an
 optimizer is one registered function here (or in a test: ``register`` then ``unregister``).
 
+What the simulator runs for each: sgdm and adam an fp32 all-reduce per bucket every step (ring or tree, as
+NCCL would choose); birder the scheme's 1-bit schedule per bucket (a DDP communication hook, as in the paper);
+onebit-adam a warm-up share of fp32 steps, then steps whose momentum goes through the compressed all-reduce of
+the whole model inside ``optimizer.step``; zero-one-adam fp32 variance-update steps, 1-bit sync steps and silent
+local steps in the shares ``zero_one_adam.communication_profile`` counts for its learning-rate-based policy;
+marsit the sign ring all-reduce per bucket, with its full-precision round every K steps.
+
 ``names()`` lists every optimizer; ``SIMULATED`` is a live view of those the simulator times (all but the
 uncompressed SoftSignSGD, which no cluster runs), read by ``birder predict --optimizer``.
 """

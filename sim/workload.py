@@ -6,17 +6,12 @@ split) whose collectives run one after another on the communication stream as so
 overlapping the rest of the backward pass. 1-bit hooks add compression and decompression kernels that take
 their turn on the GPU. Then the optimizer step. DDP's next forward waits for every bucket.
 
-Optimizers (``policy``) mix kinds of steps, each with its share of the steps:
-
-* sgdm, adam: every step an fp32 all-reduce per bucket (ring or tree, as NCCL would choose);
-* birder: every step the scheme's 1-bit schedule per bucket (a DDP communication hook, as in the paper);
-* onebit-adam: a warm-up share of plain fp32 steps, then steps whose momentum goes through the compressed
-  all-reduce of the whole model inside ``optimizer.step`` (DeepSpeed's design, so it does not overlap the
-  backward pass); throughput is averaged over the run as the Birder paper measured it (total samples / total
-  time), i.e. iteration times are averaged with the step shares as weights;
-* zero-one-adam: fp32 variance-update steps, 1-bit sync steps and silent local steps in the shares that
-  ``birder_ref.zero_one_adam.communication_profile`` counts for its learning-rate-based policy;
-* marsit: the sign ring all-reduce per bucket, with its full-precision round every K steps.
+Optimizers mix kinds of steps, each with its share of the steps (``policy``, from each optimizer's
+``birder_ref.registry.OptimizerSpec``): a "bucketed" kind runs its collective per bucket (a DDP communication
+hook), an "after_backward" kind once for the whole model inside ``optimizer.step`` (DeepSpeed's design, so it
+does not overlap the backward pass), a "none" kind sends nothing. Throughput is averaged over the run as the
+Birder paper measured it (total samples / total time), i.e. iteration times are averaged with the step shares
+as weights.
 """
 
 from __future__ import annotations
