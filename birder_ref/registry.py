@@ -44,6 +44,10 @@ class StepKind:
     comm: str  # "bucketed" (DDP hook, overlapped), "after_backward" (inside optimizer.step), "none"
     full_precision: bool
 
+    def __post_init__(self) -> None:
+        if self.comm not in COMMS:
+            raise ValueError(f"a step kind's comm must be one of {', '.join(COMMS)}, got {self.comm!r}")
+
 
 @dataclass(frozen=True)
 class OptimizerSpec:
@@ -67,13 +71,17 @@ class OptimizerSpec:
     step_kinds: Callable[[str, float | None, int | None], tuple[StepKind, ...]] | None = None
     step_bytes_per_element: float = 0.0
     compression: str = "none"
-    compressed: bool = False
     own_full_precision: bool = False
     takes_scheme: bool = False
 
     def __post_init__(self) -> None:
         if self.compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}, got {self.compression!r}")
+
+    @property
+    def compressed(self) -> bool:
+        """Whether some of its steps send compressed (1-bit) messages."""
+        return self.compression != "none"
 
 
 _REGISTRY: dict[str, OptimizerSpec] = {}
@@ -205,7 +213,7 @@ def birder() -> OptimizerSpec:
     return OptimizerSpec("birder", build, lambda steps, **kw: Birder(**{"scheme": "hierarchical", **kw}),
                          lambda _optimizer, steps: (0, steps), 0.02,
                          lambda *_: (StepKind("1-bit", 1.0, "bucketed", False),), step_bytes_per_element=8.0,
-                         compression="quantize", compressed=True, takes_scheme=True)
+                         compression="quantize", takes_scheme=True)
 
 
 @register
@@ -221,7 +229,7 @@ def onebit_adam() -> OptimizerSpec:
 
     return OptimizerSpec("onebit-adam", _baseline_schedule("onebit-adam"),
                          lambda steps, **kw: OneBitAdam(**{"warmup_steps": warmup_steps_for(steps), **kw}), counts,
-                         0.1, kinds, step_bytes_per_element=28.0, compression="quantize", compressed=True)
+                         0.1, kinds, step_bytes_per_element=28.0, compression="quantize")
 
 
 @register
@@ -237,7 +245,7 @@ def zero_one_adam() -> OptimizerSpec:
 
     return OptimizerSpec("zero-one-adam", _baseline_schedule("zero-one-adam"),
                          lambda steps, **kw: ZeroOneAdam(**{"policy": Policy.scaled(steps), **kw}), counts, 0.05,
-                         kinds, step_bytes_per_element=28.0, compression="quantize", compressed=True)
+                         kinds, step_bytes_per_element=28.0, compression="quantize")
 
 
 @register
@@ -254,5 +262,5 @@ def marsit() -> OptimizerSpec:
         return rounds, steps - rounds
 
     return OptimizerSpec("marsit", _baseline_schedule("marsit"), lambda steps, **kw: Marsit(**kw), counts, 0.5,
-                         kinds, step_bytes_per_element=16.0, compression="sign_merge", compressed=True,
+                         kinds, step_bytes_per_element=16.0, compression="sign_merge",
                          own_full_precision=True)

@@ -28,7 +28,6 @@ def toy_spec() -> OptimizerSpec:
         step_kinds=lambda *_: (StepKind("1-bit", 1.0, "bucketed", False),),
         step_bytes_per_element=16.0,
         compression="quantize",
-        compressed=True,
     )
 
 
@@ -117,6 +116,5 @@ def test_every_spec_runs_its_reference_and_counts_each_step_once(name):
         kinds = spec.step_kinds("resnet50", None, None)
         assert sum(k.share for k in kinds) == pytest.approx(1.0)
         assert spec.step_bytes_per_element > 0
-        assert (spec.compression != "none") == spec.compressed
     sched = spec.schedule(Layout(2, 2), 64)
     assert sched.layout == Layout(2, 2) and sched.dim == 64 and sum(ph.n_rounds for ph in sched.phases) > 0
