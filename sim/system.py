@@ -535,9 +535,14 @@ def nccl_allreduce_algorithm(cluster: Cluster, nbytes: float) -> str:
     return "tree" if tree < ring else "ring"
 
 
+def cluster_layout(cluster: Cluster) -> Layout:
+    """The ranks of the cluster as the schedules number them (rank = node * gpus_per_node + local rank)."""
+    return Layout(cluster.n_nodes, cluster.gpus_per_node)
+
+
 def fp32_allreduce(cluster: Cluster, dim: int, bits: int = 32) -> Schedule:
     """The all-reduce DDP asks NCCL for (``bits`` per element on the wire), with the algorithm NCCL would pick."""
-    layout = Layout(cluster.n_nodes, cluster.gpus_per_node)
+    layout = cluster_layout(cluster)
     if nccl_allreduce_algorithm(cluster, bits // 8 * dim) == "tree":
         return tree_allreduce(layout, dim, bits)
     return allreduce(layout, dim, bits)
@@ -579,6 +584,6 @@ def step_schedule(optimizer: str, cluster: Cluster, dim: int, scheme: str | None
     spec = simulated_spec(optimizer)
     if not spec.compressed or (full_precision and not spec.own_full_precision):
         return fp32_allreduce(cluster, dim, grad_bits)
-    layout = Layout(cluster.n_nodes, cluster.gpus_per_node)
+    layout = cluster_layout(cluster)
     options = {"full_precision": True} if full_precision else {}
     return spec.schedule(layout, dim, scheme=scheme, **options)
