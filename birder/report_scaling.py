@@ -297,17 +297,24 @@ def best_alternative(g: ModelGrid, d: Decision) -> tuple[str, tuple[float, float
 
 
 def decision_sentence(g: ModelGrid, d: Decision) -> str:
+    """One node count's answer: the cheapest network that is enough without and with Birder, each with its own
+    figure, against the fastest uncompressed set-up."""
     ref = d.reference
     head = f"**{d.nodes} nodes ({d.nodes * GPUS_PER_NODE} GPUs):**"
-    need = d.without["network"] if d.without is not None else ref["network"]
+    without = d.without if d.without is not None else ref
+    need = without["network"]
+    share = 100 * without["throughput"] / ref["throughput"]
+    fastest = f"the fastest uncompressed set-up is {ref['optimizer']} on {ref['network']}, {rate(ref)}"
     if d.with_birder is not None and g.networks.index(d.with_birder["network"]) < g.networks.index(need):
-        text = (f"{head} without Birder buy {need} ({ref['optimizer']} {rate(ref)} on {ref['network']}); with "
-                f"Birder {d.with_birder['network']} is enough ({rate(d.with_birder)}).")
+        text = (f"{head} without Birder buy {need} ({without['optimizer']} {rate(without)}, {share:.0f}% of the "
+                f"fastest); with Birder {d.with_birder['network']} is enough (birder {rate(d.with_birder)}, "
+                f"{100 * d.with_birder['throughput'] / ref['throughput']:.0f}%); {fastest}.")
     else:
-        text = f"{head} buy {need} with or without Birder: {ref['optimizer']} on {ref['network']} {rate(ref)}."
-        fastest_gain = d.speedups.get(ref["network"])
-        if fastest_gain is not None:
-            text += f" Birder there: {ratio(fastest_gain)} of it."
+        text = (f"{head} buy {need} with or without Birder: {without['optimizer']} there {rate(without)}, "
+                f"{share:.0f}% of the fastest; {fastest}.")
+        gain = d.speedups.get(need)
+        if gain is not None:
+            text += f" Birder on {need}: {ratio(gain)} the best baseline there."
     alternative = best_alternative(g, d)
     if alternative is not None:
         net, r = alternative
@@ -320,7 +327,7 @@ def decision_sentence(g: ModelGrid, d: Decision) -> str:
 
 
 def stops_paying_sentence(g: ModelGrid) -> str:
-    """Per network, the node counts where Birder beats the best baseline, and why it stops."""
+    """Per network, the node counts where Birder beats the best baseline, and why it does not at the others."""
     grid_nodes = [n for n in g.nodes if n >= 2]
     words = []
     for net in g.networks:
@@ -331,9 +338,9 @@ def stops_paying_sentence(g: ModelGrid) -> str:
             words.append(f"on {net} at every count ({grid_nodes[0]}-{grid_nodes[-1]} nodes)")
         else:
             later = [n for n in not_pays if n > pays[0]]
-            first_loss = later[0] if later else not_pays[0]
-            words.append(f"on {net} at {spans(pays, grid_nodes)} nodes (from {first_loss}: "
-                         f"{why_not(g, net, first_loss).split(':')[0]})")
+            example = later[0] if later else not_pays[0]
+            words.append(f"on {net} at {spans(pays, grid_nodes)} nodes (not at {spans(not_pays, grid_nodes)}: "
+                         f"{why_not(g, net, example).split(':')[0]})")
     return "1-bit pays: Birder beats the best uncompressed optimizer " + "; ".join(words) + "."
 
 
@@ -389,88 +396,55 @@ def accuracy_words(summary: dict) -> tuple[str, str]:
     rows = summary["rows"]
     multi = [r for r in rows if r["gpus"] > GPUS_PER_NODE]
     fit = (f"fit (in-sample) {100 * summary['fit_mape']:.1f}% mean absolute error over {len(rows)} published rows "
-           f"({len(multi)} multi-node; the constants were fitted on these same rows)")
+           f"({len(multi)} multi-node; the site profiles' constants were fitted on these same rows)")
     cross = summary.get("cross_validation")
     if summary.get("cross_validated_mape") is None or not cross:
         return fit, "prediction (cross-validated): not available (too few published rows to hold some out)"
-    detail = cross.get("description") or (
-        f"constants refitted on the {', '.join(map(str, cross.get('train_gpus', [])))}-GPU rows only, predicting "
-        f"the {', '.join(map(str, cross.get('test_gpus', [])))}-GPU rows")
-    return fit, (f"prediction (cross-validated) {100 * summary['cross_validated_mape']:.1f}% on rows left out of "
-                 f"the fit ({detail})")
+    by_column = cross.get("by_column") or {}
+    words = {"gpus": "GPU count", "batch_per_gpu": "batch size"}
+    parts = [f"each {words.get(column, column)} left out in turn: {100 * value:.1f}%"
+             for column, value in by_column.items()]
+    untestable = [words.get(column, column) for column in cross.get("untestable_columns") or []]
+    detail = "; ".join(parts) + (f"; {', '.join(untestable)}: one value in the rows, so not testable"
+                                 if untestable else "")
+    site, generic = summary.get("cross_validated_mape_site"), summary.get("cross_validated_mape_generic")
+    split = (f" A site profile's range is {100 * site:.0f}% (groups its fit did not see); a generic preset's is "
+             f"{100 * generic:.0f}% (a network left out, predicted by its unfitted generic preset: a cluster "
+             "nobody fitted)." if site is not None and generic is not None else "")
+    return fit, (f"prediction (cross-validated) {100 * summary['cross_validated_mape']:.1f}% on whole groups of "
+                 f"rows left out of the fit ({detail}).{split}")
 
 
 def fitted_constants_lines(summary: dict) -> list[str]:
-    """Which constants are fitted, where they live, and on which rows."""
-    from sim.network import NETWORKS, TRANSPORTS
+    """Which constants are fitted, where they live, and on which rows: the site profiles (sim/presets/sites.toml)."""
+    from sim.hardware import SITE_ONLY_KEYS, SITES
 
-    fitted = _fitted_names()
-    rows = [r for r in summary["rows"] if r["gpus"] > GPUS_PER_NODE]
     lines = []
-    for transport, names in fitted.items():
-        nets = sorted({r["network"] for r in rows if NETWORKS.get(r["network"], {}).get("transport") == transport})
-        if not nets:
+    for name, spec in SITES.items():
+        if not spec.get("fitted"):
             continue
-        on_site = all(all(k in NETWORKS[n] for k in names) for n in nets)
-        where = (", ".join(f"`networks.toml` [{n}]" for n in nets) if on_site
-                 else f"`transports.toml` [{transport}], so every {transport} network uses them")
-        spec = NETWORKS[nets[0]] if on_site else TRANSPORTS[transport]
-        incast = [k for k in INCAST_KEYS if math.isfinite(float(spec.get(k, math.inf)))]  # a bracket of the rows
-        values = {k: spec.get(k) for k in (*names, *incast)}
-        models = sorted({f"{r['model']} at {r['batch_per_gpu']}/GPU" for r in rows if r["network"] in nets})
-        gpus = sorted({r["gpus"] for r in rows if r["network"] in nets})
-        lines.append(f"- {transport}: " + ", ".join(f"`{k}` = {v:,}" if isinstance(v, int) else f"`{k}` = {v:g}"
-                                             for k, v in values.items() if v is not None)
-                     + f", in {where}; fitted on {sum(r['network'] in nets for r in rows)} rows of "
-                     f"{', '.join(models)} on {', '.join(nets)} at {gpus[0]}-{gpus[-1]} GPUs.")
+        keys = [k for k in (*SITE_ONLY_KEYS, "efficiency") if k in spec and math.isfinite(float(spec[k]))]
+        on = spec.get("fitted_on", {})
+        rows = [r for r in summary["rows"] if r["gpus"] > GPUS_PER_NODE and r.get("network") in (name, spec["base"])]
+        lines.append(f"- `{name}` ({spec.get('description', 'a site profile')}), in `sim/presets/sites.toml`: "
+                     + ", ".join(f"`{k}` = {spec[k]:g}" for k in keys)
+                     + f"; fitted on {len(rows)} published rows of {', '.join(on.get('models', []))} at "
+                     f"{', '.join(map(str, on.get('batch_per_gpu', [])))}/GPU and "
+                     f"{', '.join(map(str, on.get('gpus', [])))} GPUs. No generic preset uses them.")
     return lines
 
 
-def fit_range(summary: dict) -> dict[str, dict]:
-    """Per transport whose fitted constants every network of it uses: the models, networks and GPU counts fitted."""
-    from sim.network import NETWORKS
-
-    out = {}
-    rows = [r for r in summary["rows"] if r["gpus"] > GPUS_PER_NODE]
-    for transport, names in _fitted_names().items():
-        nets = {r["network"] for r in rows if NETWORKS.get(r["network"], {}).get("transport") == transport}
-        if not nets or all(all(k in NETWORKS[n] for k in names) for n in nets):
-            continue  # none, or the constants live in the site profiles only
-        mine = [r for r in rows if r["network"] in nets]
-        out[transport] = {"models": {(r["model"], r["batch_per_gpu"]) for r in mine},
-                          "rates": {NETWORKS[n].get("line_rate_gbps") for n in nets},
-                          "gpus": (min(r["gpus"] for r in mine), max(r["gpus"] for r in mine))}
-    return out
-
-
-def range_words(ranges: dict[str, dict]) -> str:
-    return "; ".join(
-        f"{transport} constants fitted on " + ", ".join(f"{m} at {b}/GPU" for m, b in sorted(r["models"]))
-        + " at " + ", ".join(f"{x:g}" for x in sorted(r["rates"])) + f" Gb/s and {r['gpus'][0]}-{r['gpus'][1]} GPUs"
-        for transport, r in ranges.items())
-
-
-def extrapolated(p: dict, ranges: dict[str, dict]) -> bool:
-    """The simulator's ``extrapolated`` flag when it gives one; else: the prediction's network uses constants
-    fitted on other models, line rates or GPU counts than its own."""
-    if "extrapolated" in p:
-        return bool(p["extrapolated"])
-    from sim.network import NETWORKS
-
-    spec = NETWORKS.get(p["network"], {})
-    r = ranges.get(spec.get("transport"))
-    if r is None or p["nodes"] < 2:
-        return False
-    return ((p["model"], p["batch_per_gpu"]) not in r["models"] or spec.get("line_rate_gbps") not in r["rates"]
-            or not r["gpus"][0] <= p["gpus"] <= r["gpus"][1])
+def extrapolated(p: dict) -> bool:
+    """The simulator's ``extrapolated`` flag: the prediction leans on a site's fitted constants outside the
+    models, batch sizes or GPU counts they were fitted on."""
+    return bool(p.get("extrapolated", False))
 
 
 # ------------------------------------------------------------------------------------------ sections
 def decision_section(outdir: Path, quick: bool) -> Section:
     g = grid(quick, progress=show_progress())
     fit, cross = accuracy_words(g.summary)
-    ranges = fit_range(g.summary)
-    leaning = sorted({p["network"] for m in g.models for p in m.predictions if extrapolated(p, ranges)},
+    leaning = sorted({p["network"] for m in g.models for p in m.predictions if extrapolated(p)},
                      key=g.networks.index)
     lines = [
         "## The answer first: which network, and does Birder help?",
@@ -482,8 +456,9 @@ def decision_section(outdir: Path, quick: bool) -> Section:
         "",
     ]
     if leaning:
+        reasons = sorted({r for m in g.models for p in m.predictions for r in p.get("extrapolation_reasons", [])})
         lines += [f"Caution: on {', '.join(leaning)} the predictions lean on fitted constants outside the range they "
-                  f"were fitted on ({range_words(ranges)}); read them as estimates of the trend.", ""]
+                  f"were fitted on ({'; '.join(reasons)}); read them as estimates of the trend.", ""]
     headline = ""
     for m in g.models:
         lines += [f"**{m.title}**", ""]
@@ -494,7 +469,7 @@ def decision_section(outdir: Path, quick: bool) -> Section:
                 if not headline:
                     headline = f"{m.setting.label}, " + decision_sentence(m, d).replace("**", "").split(". ")[0] + "."
         lines += [f"- {stops_paying_sentence(m)}", "", *headline_table(m), ""]
-    lines += [f"Accuracy: {fit}; {cross}.", ""]
+    lines += [f"Accuracy: {fit}; {cross.rstrip('.')}.", ""]
     for m in g.models:
         lines += [f"Best optimizer per network and node count, {m.title} (Birder / best of "
                   f"{'/'.join(m.baselines)} in brackets):", "", *summary_rows(m), ""]
@@ -545,13 +520,13 @@ def scaling_section(outdir: Path, quick: bool) -> str:
     lines += ["", f"![predicted vs published: fit and cross-validated]({validation_png.name})", "",
               "### Which constants are fitted", ""]
     lines += fitted_constants_lines(summary) or ["- none: every constant is a hardware figure with its source."]
-    ranges = fit_range(summary)
     for m in g.models:
-        flagged = [p for p in m.predictions if extrapolated(p, ranges)]
+        flagged = [p for p in m.predictions if extrapolated(p)]
         if flagged:
             nets = sorted({p["network"] for p in flagged}, key=m.networks.index)
             lines.append(f"- {m.title}: {len(flagged)} of {len(m.predictions)} predictions (on {', '.join(nets)}) "
-                         "use fitted constants outside the models, line rates or GPU counts they were fitted on.")
+                         "use a site's fitted constants outside the models, batch sizes or GPU counts they were "
+                         "fitted on.")
     lines.append("")
 
     curves = {}

@@ -2,6 +2,7 @@
 report directory swapped whole; no torch in the report's process."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -38,22 +39,28 @@ def toy_grid(birder_on_10gbe: float, birder_elsewhere: float = 1.0) -> ModelGrid
 def test_the_decision_is_computed_from_the_predictions_and_moves_with_them():
     sentence = decision_sentence(toy_grid(3900.0), decide(toy_grid(3900.0), 16))
     # sgdm on the fastest network is the reference; Birder reaches 95% of it on the cheapest network
-    assert "without Birder buy 100gbe (sgdm 4,000/s (3,200 to 4,800) on 100gbe)" in sentence
-    assert "with Birder 10gbe is enough (3,900/s (3,120 to 4,680))" in sentence
+    assert "without Birder buy 100gbe (sgdm 4,000/s (3,200 to 4,800), 100% of the fastest)" in sentence
+    assert "with Birder 10gbe is enough (birder 3,900/s (3,120 to 4,680), 98%)" in sentence
+    assert "the fastest uncompressed set-up is sgdm on 100gbe, 4,000/s (3,200 to 4,800)" in sentence
     # less Birder throughput on 10gbe: the cheapest network that is enough becomes 25gbe
     moved = decision_sentence(toy_grid(3000.0), decide(toy_grid(3000.0), 16))
-    assert "with Birder 25gbe is enough (3,850/s (3,080 to 4,620))" in moved
+    assert "with Birder 25gbe is enough (birder 3,850/s (3,080 to 4,620), 96%)" in moved
     # Birder nowhere near: the sentence says to buy the fastest network either way
     slow = toy_grid(100.0, birder_elsewhere=0.1)
     never = decide(slow, 16)
     assert never.with_birder is None and never.without["network"] == "100gbe"
-    assert decision_sentence(slow, never).startswith("**16 nodes (128 GPUs):** buy 100gbe with or without Birder")
+    assert decision_sentence(slow, never).startswith(
+        "**16 nodes (128 GPUs):** buy 100gbe with or without Birder: sgdm there 4,000/s (3,200 to 4,800), 100% of "
+        "the fastest")
 
 
 def test_where_one_bit_stops_paying_is_read_off_the_grid():
     text = stops_paying_sentence(toy_grid(3900.0))
     assert "on 10gbe at every count (2-16 nodes)" in text and "on 25gbe at every count" in text
     assert "never on 100gbe" in text
+    # Birder behind at 2 nodes on 25gbe only: the counts where it does not pay are named, with the reason
+    partial = stops_paying_sentence(toy_grid(3900.0, birder_elsewhere=0.9))
+    assert "on 25gbe at 16 nodes (not at 2: " in partial or "never on 25gbe" not in partial
 
 
 def test_networks_are_ordered_by_line_rate_not_by_name():
@@ -144,6 +151,8 @@ def test_the_report_process_never_imports_torch_and_ends_with_a_summary(tmp_path
     lines = result.stdout.strip().splitlines()
     assert lines[-1] == "no torch"
     assert [line.split(":")[0] for line in lines[-4:-1]] == ["checks", "prediction error", "headline"]
+    assert re.fullmatch(r"checks: \d+ checks pass, 0 fail, 0 not judged, \d+ not applicable on "
+                        r"birder_ref\.algorithm1 \(all hold\)", lines[-4]), lines[-4]
     assert "fit" in lines[-3] and "cross-validated" in lines[-3]
     assert result.stderr == ""  # no progress bars when stderr is not a terminal
     text = (tmp_path / "r" / "report.md").read_text()
