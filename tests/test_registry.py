@@ -93,6 +93,8 @@ def test_unregistering_removes_the_toy_everywhere():
     assert code == 2 and "invalid choice" in err
     with pytest.raises(ValueError, match=TOY):
         registry.optimizer_schedule(TOY, Layout(1, 2), 8)
+    with pytest.raises(ValueError, match=TOY):
+        registry.unregister(TOY)
 
 
 def test_a_name_registers_once_and_a_spec_must_be_an_optimizer_spec(toy):
