@@ -200,3 +200,21 @@ def test_fused_in_place_stages_equal_the_plain_steps_across_pieces(gpus):
     fused = tb.server_step_packed_(received, fused_error, stream_key(4, 2, tb.SERVER_STREAM), start, n_workers=3)
     assert torch.equal(fused, tb.pack_signs(u_bar)) and torch.equal(fused_error, new_error)
     assert torch.equal(tb.unpack_range(fused, 13, 1000, torch.float32), u_bar[13:1013])
+
+
+def test_fused_draws_and_packing_equal_the_reference_forms():
+    """The in-place draws (k kept unscaled) are ``uniforms``' k / 2**24 bit for bit, also for indices at and past
+    2**31 (the int64 fallback), and the multiply-based packing equals ``pack_signs`` on arbitrary masks."""
+    from birder_ref.draws import stream_key
+
+    key = stream_key(9, 3, 2)
+    ws = tb._Workspace.make(tb.PIECE, torch.device("cpu"))
+    for start, n in ((0, tb.PIECE), (77_777, 1000), (2**31 - 500, 1000), (2**32 - 1000, 1000)):
+        grid = tb._grid_into(key, start, n, ws).clone()
+        expected = tb.uniforms(9, 3, 2, torch.arange(start, start + n, dtype=torch.int64))
+        assert torch.equal(grid * 2.0**-24, expected), start
+    plus = torch.rand(8 * 4096, generator=torch.Generator().manual_seed(2)) < 0.5
+    plus[:64] = torch.tensor([True] * 8 + [False] * 8 + [True, False] * 24)  # all-ones and all-zero bytes
+    out = torch.empty(4096, dtype=torch.uint8)
+    tb._pack_into(plus, ws, out)
+    assert torch.equal(out, tb.pack_signs(plus.to(torch.float32) * 2 - 1))
