@@ -16,6 +16,7 @@ import functools
 import sys
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from birder_ref.draws import _FMIX_C1, _FMIX_C2, MASK32, SERVER_STREAM, UNIFORM_BITS, as_int32, hash_index, stream_key
@@ -212,6 +213,13 @@ def _grid_into(key: int, start: int, n: int, ws: _Workspace) -> torch.Tensor:
     """k = the top 24 bits of ``birder_ref.draws.hash_index(key, start + i)`` as float32 (exact), i < n, in the
     workspace: the draw is k / 2**24 (``uniforms``' value), left unscaled so that the comparison can scale the
     threshold instead (both multiplications by powers of two are exact)."""
+    if ws.grid.device.type == "cpu":
+        return _grid_into_numpy(key, start, n, ws)
+    return _grid_into_torch(key, start, n, ws)
+
+
+def _grid_into_torch(key: int, start: int, n: int, ws: _Workspace) -> torch.Tensor:
+    """``_grid_into`` on torch int32 words (any device): arithmetic shifts masked to logical ones."""
     grid = ws.grid[:n]
     if start + n > 1 << 31:  # indices past int32's range: the general form (rare: a 2**31-element vector)
         words = torch.arange(start, start + n, dtype=torch.int64, device=grid.device).to(torch.int32)
@@ -226,6 +234,30 @@ def _grid_into(key: int, start: int, n: int, ws: _Workspace) -> torch.Tensor:
     torch.bitwise_right_shift(h, 32 - UNIFORM_BITS, out=t)
     t &= (1 << UNIFORM_BITS) - 1
     return grid.copy_(t)
+
+
+@functools.cache
+def _numpy_indices() -> np.ndarray:
+    return np.arange(PIECE, dtype=np.uint32)
+
+
+def _grid_into_numpy(key: int, start: int, n: int, ws: _Workspace) -> torch.Tensor:
+    """``_grid_into`` on CPU: the same hash on NumPy uint32 views of the workspace, where a right shift is
+    logical (no mask after it) and multiplication wraps modulo 2**32: 19 passes instead of 27, the same bits."""
+    h, t = ws.h[:n].numpy().view(np.uint32), ws.t[:n].numpy().view(np.uint32)
+    k = np.uint32(key)
+    np.add(_numpy_indices()[:n], np.uint32(start), out=h)  # start + n <= 2**32: no wrap
+    for _ in range(2):  # h = fmix32(fmix32(index ^ key) ^ key)
+        h ^= k
+        for shift, constant in ((16, _FMIX_C1), (13, _FMIX_C2), (16, None)):
+            np.right_shift(h, shift, out=t)
+            h ^= t
+            if constant is not None:
+                np.multiply(h, np.uint32(constant), out=h)
+    np.right_shift(h, 32 - UNIFORM_BITS, out=t)
+    grid = ws.grid[:n]
+    grid.numpy()[:] = t  # integers below 2**24: exact in float32
+    return grid
 
 
 def _range_uniforms(key: int, start: int, n: int, device) -> torch.Tensor:

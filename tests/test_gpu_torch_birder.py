@@ -203,16 +203,17 @@ def test_fused_in_place_stages_equal_the_plain_steps_across_pieces(gpus):
 
 
 def test_fused_draws_and_packing_equal_the_reference_forms():
-    """The in-place draws (k kept unscaled) are ``uniforms``' k / 2**24 bit for bit, also for indices at and past
+    """The in-place draws (k kept unscaled; NumPy uint32 on CPU, torch int32 elsewhere) are ``uniforms``'
+    k / 2**24 bit for bit, also for indices at and past
     2**31 (the int64 fallback), and the multiply-based packing equals ``pack_signs`` on arbitrary masks."""
     from birder_ref.draws import stream_key
 
     key = stream_key(9, 3, 2)
     ws = tb._Workspace.make(tb.PIECE, torch.device("cpu"))
     for start, n in ((0, tb.PIECE), (77_777, 1000), (2**31 - 500, 1000), (2**32 - 1000, 1000)):
-        grid = tb._grid_into(key, start, n, ws).clone()
         expected = tb.uniforms(9, 3, 2, torch.arange(start, start + n, dtype=torch.int64))
-        assert torch.equal(grid * 2.0**-24, expected), start
+        for form in (tb._grid_into, tb._grid_into_torch, tb._grid_into_numpy):  # CPU's NumPy form; CUDA's torch one
+            assert torch.equal(form(key, start, n, ws) * 2.0**-24, expected), (start, form.__name__)
     plus = torch.rand(8 * 4096, generator=torch.Generator().manual_seed(2)) < 0.5
     plus[:64] = torch.tensor([True] * 8 + [False] * 8 + [True, False] * 24)  # all-ones and all-zero bytes
     out = torch.empty(4096, dtype=torch.uint8)
