@@ -361,6 +361,21 @@ def worker_step_packed_(m: torch.Tensor, b_hat: torch.Tensor, e: torch.Tensor, g
     return out
 
 
+def _mean_of_packed_signs(packed_rows: torch.Tensor, ws: _Workspace) -> torch.Tensor:
+    """Line 12's (1/n) sum_i u_i from the (n, bytes) packed signs, in the workspace's ``work``: each row's bytes
+    looked up as eight +-1 each (``_sign_table``) and added, giving 2 c - n exactly (small integers in float32),
+    the value ``mean_of_signs`` forms from the count c of +1s; then the same true division by n."""
+    n_rows, n_bytes = packed_rows.shape
+    total, row_signs, index = ws.work[:8 * n_bytes], ws.grid[:8 * n_bytes], ws.word[:n_bytes]
+    table = _sign_table(torch.float32, packed_rows.device)
+    for r in range(n_rows):
+        index.copy_(packed_rows[r])
+        torch.index_select(table, 0, index, out=(total if r == 0 else row_signs).view(n_bytes, 8))
+        if r:
+            total.add_(row_signs)
+    return total.div_(_divisor(float(n_rows), total.device))
+
+
 def server_step_packed_(mean_u: torch.Tensor, server_error: torch.Tensor, key: int, start: int,
                         n_workers: int | None = None) -> torch.Tensor:
     """Algorithm 1 lines 12-13 in place on the server error: z = mean_u + e_s, u_bar = Q(z, V), e_s = z - u_bar;
@@ -376,8 +391,7 @@ def server_step_packed_(mean_u: torch.Tensor, server_error: torch.Tensor, key: i
         hi = min(lo + PIECE, n)
         k = hi - lo
         z, sp = ws.a[:k], server_error[lo:hi]
-        mean = (mean_u[lo:hi] if n_workers is None
-                else mean_of_signs(count_plus(mean_u[:, lo // 8: hi // 8]), n_workers))
+        mean = mean_u[lo:hi] if n_workers is None else _mean_of_packed_signs(mean_u[:, lo // 8: hi // 8], ws)
         torch.add(mean, sp, out=z)
         plus = _quantize_grid_(z, _grid_into(key, start + lo, k, ws), ws, sp)
         _pack_into(plus, ws, out[lo // 8: hi // 8])
