@@ -59,6 +59,25 @@ def apply_update_(p: torch.Tensor, u_bar: torch.Tensor, lr: float, weight_decay:
     p.sub_(lr * (u_bar + weight_decay * p))
 
 
+def _apply_packed_update_(piece: torch.Tensor, bits: torch.Tensor, start: int, lr: float, weight_decay: float,
+                          work: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
+    """``apply_update_`` on a contiguous piece (at most ``torch_birder.PIECE`` elements) whose u_bar is signs
+    start .. start + n - 1 of the packed ``bits``, in preallocated buffers: the same operations, in the same
+    order (weight_decay * p, + u_bar, * lr, subtracted), so the same bits."""
+    n = piece.numel()
+    first, last = start // 8, -(-(start + n) // 8)
+    signs_all, term, index = work
+    index = index[:last - first]
+    index.copy_(bits[first:last])
+    table = tb._sign_table(piece.dtype, piece.device)
+    torch.index_select(table, 0, index, out=signs_all[:8 * (last - first)].view(-1, 8))
+    u_bar, term = signs_all[start - 8 * first: start - 8 * first + n], term[:n]
+    torch.mul(piece, weight_decay, out=term)
+    torch.add(u_bar, term, out=term)
+    term.mul_(lr)
+    piece.sub_(term)
+
+
 def _check_real(name: str, value, low: float, low_open: bool, high: float | None = None) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
         raise ValueError(f"{name} must be a finite real number, got {value!r}")
@@ -254,12 +273,17 @@ class Birder(torch.optim.Optimizer):
             return loss
         group = self.param_groups[0]
         lr, decay = group["lr"], group["weight_decay"]
+        work = self.__dict__.setdefault("_update_work", {})
         for p, start in zip(group["params"], self.offsets, strict=True):
             if p.is_contiguous():  # piece by piece, so the temporaries stay in cache (element-wise: same bits)
+                if p.dtype not in work:  # (signs, decay term, byte indices), reused for every piece and step
+                    work[p.dtype] = (torch.empty(tb.PIECE + 16, dtype=p.dtype, device=p.device),
+                                     torch.empty(tb.PIECE, dtype=p.dtype, device=p.device),
+                                     torch.empty(tb.PIECE // 8 + 2, dtype=torch.int64, device=p.device))
                 flat = p.view(-1)
                 for lo in range(0, flat.numel(), tb.PIECE):
                     piece = flat[lo:lo + tb.PIECE]
-                    apply_update_(piece, tb.unpack_range(bits, start + lo, piece.numel(), p.dtype), lr, decay)
+                    _apply_packed_update_(piece, bits, start + lo, lr, decay, work[p.dtype])
             else:
                 apply_update_(p, tb.unpack_range(bits, start, p.numel(), p.dtype).view_as(p), lr, decay)
         return loss
