@@ -117,6 +117,7 @@ class _HookState:
         self.backward_ran = False
         self.nonfinite_ranks: set[int] = set()  # ranks whose local gradient was NaN/inf since the last step
         self.largest: dict[int, torch.Tensor] = {}  # bucket index -> every rank's max |gradient| (last backward)
+        self.on_bucket = None  # Birder's overlap: starts the bucket's share of the intra-node exchange
 
 
 def _local_gradient_hook(state, bucket):  # DDP accepts only real (not string) annotations: none here
@@ -130,6 +131,8 @@ def _local_gradient_hook(state, bucket):  # DDP accepts only real (not string) a
     state.backward_ran = True
     buffer = bucket.buffer()
     index = bucket.index()
+    if state.on_bucket is not None:
+        state.on_bucket(bucket)
     if buffer.numel():
         low, high = torch.aminmax(buffer)  # one pass, no temporary; NaN propagates
         largest = torch.maximum(-low, high).to(torch.float32).reshape(1)
@@ -156,6 +159,99 @@ def _local_gradient_hook(state, bucket):  # DDP accepts only real (not string) a
     return work.get_future().then(poison)
 
 
+class _Overlap:
+    """Birder's intra-node exchange (the node mean's all-to-all), started bucket by bucket during backward.
+
+    As each bucket becomes ready, the hook copies its gradients into the flattened gradient (``grad``, the
+    vector step() would build) and, if the bucket extends the ready suffix [frontier, length) of that vector,
+    starts an asynchronous ``all_to_all_single`` of the new range (uneven splits: its part in shard j goes to
+    local rank j). Every rank sees the same buckets in the same order, so the collectives match. step() uses
+    what arrived only if every rank of the node finds its ``.grad`` bit-identical to what it sent and no
+    GradScaler scale is to be divided out (one 4-byte all-reduce over the node agrees on it); otherwise every
+    rank of the node discards it and exchanges the current gradients as before. Either way the node mean is
+    that of the gradients step() sees, so the bits are Algorithm 1's.
+    """
+
+    def __init__(self, opt: Birder):
+        self.opt = opt
+        self.spans = {id(p): (start, p.numel()) for p, start in zip(opt.param_groups[0]["params"], opt.offsets,
+                                                                    strict=True)}
+        self.pending: list[tuple[object, torch.Tensor, int, int]] = []  # (work, received, start, stop in shard)
+        self.frontier = opt.length
+        self.sent = False  # this backward started at least one exchange
+        self.broken = False  # a bucket did not extend the ready suffix: the rest waits for step()
+
+    def on_bucket(self, bucket) -> None:
+        opt = self.opt
+        if bucket.index() == 0:  # a new backward: whatever an earlier one started is stale
+            self.drain()
+            self.frontier, self.sent, self.broken = opt.length, False, False
+        grad, buffer, position, lows, highs = opt._buffer("grad"), bucket.buffer(), 0, [], []
+        for p in bucket.parameters():
+            span = self.spans.get(id(p))
+            n = p.numel()
+            if span is None:  # not one of Birder's parameters: leave the rest to step()
+                self.broken = True
+                return
+            grad[span[0]:span[0] + n] = buffer[position:position + n]
+            position += n
+            lows.append(span[0])
+            highs.append(span[0] + n)
+        if self.broken or not lows:
+            return
+        low, high = min(lows), max(highs)
+        if high - low != sum(h - lo for lo, h in zip(lows, highs, strict=True)) or \
+                high != (opt.dim if self.frontier == opt.length else self.frontier):
+            self.broken = True  # not one contiguous range just below the ready suffix
+            return
+        self.pending.append(self.start(low, self.frontier))
+        self.frontier, self.sent = low, True
+
+    def start(self, low: int, high: int, async_op: bool = True):
+        """The all-to-all of grad[low:high]; returns (work, received (G, n), start, stop in this rank's shard)."""
+        opt = self.opt
+        topo, size = opt.topology, opt.length // opt.topology.shards_per_worker
+        g = topo.shards_per_worker
+        splits = [max(0, min(high, (j + 1) * size) - max(low, j * size)) for j in range(g)]
+        mine = topo.shard_of(topo.rank)
+        received = torch.empty(g * splits[mine], dtype=torch.float32, device=opt.device)
+        work = dist.all_to_all_single(received, opt._buffer("grad")[low:high], output_split_sizes=[splits[mine]] * g,
+                                      input_split_sizes=splits, group=topo.worker_group, async_op=async_op)
+        first = max(low, mine * size) - mine * size
+        return work, received.view(g, -1), first, first + splits[mine]
+
+    def drain(self) -> None:
+        for work, *_ in self.pending:
+            work.wait()
+        self.pending.clear()
+
+    def unchanged(self, scale) -> bool:
+        """Whether .grad still holds, bit for bit, what the hook sent (and no scale is to be divided out)."""
+        if scale is not None:
+            return False
+        grad = self.opt._buffer("grad")
+        for p, start in zip(self.opt.param_groups[0]["params"], self.opt.offsets, strict=True):
+            sent = grad[start:start + p.numel()]
+            if p.grad is None:
+                if bool(sent.any()):
+                    return False
+            elif p.grad.is_sparse or not torch.equal(p.grad.reshape(-1).to(torch.float32), sent):
+                return False
+        return True
+
+    def rows(self, out: torch.Tensor) -> torch.Tensor:
+        """The (G, shard) rows of the node's GPUs: what arrived during backward, the rest exchanged now."""
+        if self.frontier > 0:
+            self.pending.append(self.start(0, self.frontier, async_op=False))
+        rows = out.view(self.opt.topology.shards_per_worker, -1)
+        for work, received, first, stop in self.pending:
+            if work is not None:
+                work.wait()
+            rows[:, first:stop] = received
+        self.pending.clear()
+        return rows
+
+
 class Birder(torch.optim.Optimizer):
     """Birder (Algorithm 1 with Section 4's hierarchical 1-bit all-reduce) for a ``DistributedDataParallel`` model.
 
@@ -168,6 +264,8 @@ class Birder(torch.optim.Optimizer):
         scheme: "hierarchical" (a worker is a node; Section 4) or "flat" (every rank a worker).
         gpus_per_node: ranks per node; default torchrun's LOCAL_WORLD_SIZE, else one node of all ranks.
         max_consecutive_skips: this many steps in a row skipped for non-finite gradients raise RuntimeError.
+        overlap: start the intra-node exchange of each bucket during backward (``_Overlap``); step() uses it only
+            when .grad is bit-identical to what was sent on every rank of the node, else exchanges again.
 
     ``step()`` is collective (every rank calls it once per backward); so are ``state_dict()`` (one all-gather
     over the default group of every rank's shard) and nothing else.
@@ -177,7 +275,7 @@ class Birder(torch.optim.Optimizer):
 
     def __init__(self, ddp_model: nn.parallel.DistributedDataParallel, lr: float = 1e-3, weight_decay: float = 0.0,
                  beta: float = 0.95, eps: float = 1e-8, seed: int = 0, scheme: str = "hierarchical",
-                 gpus_per_node: int | None = None, *, max_consecutive_skips: int = 20):
+                 gpus_per_node: int | None = None, *, max_consecutive_skips: int = 20, overlap: bool = True):
         if not isinstance(ddp_model, nn.parallel.DistributedDataParallel):
             raise ValueError(f"ddp_model must be a torch.nn.parallel.DistributedDataParallel, got "
                              f"{type(ddp_model).__name__}")
@@ -220,7 +318,12 @@ class Birder(torch.optim.Optimizer):
         self.skipped_steps = 0
         self.consecutive_skips = 0
         self.last_skipped_ranks: list[int] = []
+        self.overlapped_steps = 0  # steps whose intra-node exchange started during backward and was used
+        self.overlap_fallbacks = 0  # steps whose .grad changed after backward (clip, unscale_): exchanged again
         self._hook_state = _HookState(dist.get_world_size())
+        self._overlap = _Overlap(self) if overlap and self.topology.worker_group is not None else None
+        if self._overlap is not None:
+            self._hook_state.on_bucket = self._overlap.on_bucket
         ddp_model.register_comm_hook(self._hook_state, _local_gradient_hook)
         self._fault_stall: tuple[int, str] | None = None  # (step, phase): a test stalls here (fault injection)
 
@@ -249,6 +352,20 @@ class Birder(torch.optim.Optimizer):
         scale = getattr(self, "grad_scale", None)  # set by GradScaler.step: the scale still in .grad
         found_inf = getattr(self, "found_inf", None)
         grad = self._buffer("grad")  # reused: a fresh 4 B/element allocation each step costs page faults
+        overlap = self._overlap
+        if overlap is not None and (hook_bad or found_inf is not None and float(found_inf) > 0):
+            overlap.drain()
+        elif overlap is not None and overlap.sent:
+            topo = self.topology
+            changed = torch.tensor([float(not overlap.unchanged(scale))], device=self.device)
+            agreed = self._collective("intra-node overlap check", topo.worker_group, lambda: comm.all_gather_rows(
+                changed, topo.worker_group, topo.shards_per_worker))
+            if not bool(agreed.any()):
+                self.overlapped_steps += 1
+                return self._finish_step(loss, grad, largest, overlap)
+            self.overlap_fallbacks += 1
+            overlap.drain()
+            overlap.frontier, overlap.sent = self.length, False
         for p, start in zip(self.param_groups[0]["params"], self.offsets, strict=True):
             if p.grad is None:
                 grad[start:start + p.numel()] = 0.0
@@ -267,7 +384,12 @@ class Birder(torch.optim.Optimizer):
                                "in backward (something changed .grad after backward); the ranks would disagree")
         if scale is not None:
             largest = largest / float(scale)
-        bits = self._one_bit_allreduce(grad, largest)
+        if overlap is not None:
+            overlap.frontier, overlap.sent = self.length, False  # nothing sent matches: exchange it all now
+        return self._finish_step(loss, grad, largest, overlap)
+
+    def _finish_step(self, loss, grad: torch.Tensor, largest: float, overlap: _Overlap | None):
+        bits = self._one_bit_allreduce(grad, largest, overlap)
         del grad
         if bits is None:
             return loss
@@ -288,7 +410,8 @@ class Birder(torch.optim.Optimizer):
                 apply_update_(p, tb.unpack_range(bits, start, p.numel(), p.dtype).view_as(p), lr, decay)
         return loss
 
-    def _one_bit_allreduce(self, grad: torch.Tensor, largest: float) -> torch.Tensor | None:
+    def _one_bit_allreduce(self, grad: torch.Tensor, largest: float,
+                           overlap: _Overlap | None = None) -> torch.Tensor | None:
         """The pipeline of ``comm.one_bit_allreduce`` with in-place state; None if the step is skipped.
 
         ``largest`` bounds every rank's |gradient| (from the hook's all-gather, so every rank has the same
@@ -304,7 +427,8 @@ class Birder(torch.optim.Optimizer):
                                "1 unscaled after backward?); the overflow bound the ranks agreed on no longer holds")
         rows = self._collective("intra-node reduce-scatter", topo.worker_group, lambda: comm.all_to_all_rows(
             grad, topo.worker_group, topo.shards_per_worker, None if topo.worker_group is None
-            else self._buffer("rows")))  # (G, shard): the node mean is taken piece by piece
+            else self._buffer("rows")) if overlap is None else overlap.rows(self._buffer("rows"))
+        )  # (G, shard): the node mean is taken piece by piece
         if not largest * topo.shards_per_worker < _SAFE_SUM:  # the same decision on every rank
             worker_grad = tb._node_mean(rows)
             bad = torch.tensor([float(not bool(torch.isfinite(worker_grad).all()))], device=self.device)

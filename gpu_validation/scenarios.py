@@ -109,6 +109,7 @@ def exactness(scheme: str, gpus_per_node: int, steps: int, rank: int) -> dict:
                 mismatched += int((params != x).sum())
         frozen_moved = int(not torch.equal(model[0].weight, make_model(0)[0].weight)) if case == "frozen" else 0
         out[case] = {"mismatched": mismatched + frozen_moved, "t": opt.t, "dim": opt.dim,
+                     "overlapped_steps": opt.overlapped_steps, "overlap_fallbacks": opt.overlap_fallbacks,
                      "state_elements": opt.m.numel() * 3 + opt.server_error.numel()}
     out["overflow"] = _scaler_overflow(scheme, gpus_per_node, rank)
     out["node_sum_overflow"] = _node_sum_overflow(scheme, gpus_per_node, rank)

@@ -39,6 +39,11 @@ def test_every_training_loop_habit_gives_algorithm1_bit_for_bit(four_ranks, case
     """GradScaler (with/without unscale_), clip_grad_norm_ on the raw gradient, accumulation without no_sync."""
     assert four_ranks[case]["mismatched"] == 0
     assert four_ranks[case]["t"] == 3
+    # the node's exchange started during backward and was used, unless .grad changed after backward (clipping,
+    # unscaling, a scale to divide out): then every rank of the node exchanged again (exact both ways)
+    changed = case in ("clip", "grad_scaler", "grad_scaler_unscale")
+    assert (four_ranks[case]["overlapped_steps"], four_ranks[case]["overlap_fallbacks"]) == ((0, 3) if changed
+                                                                                           else (3, 0))
 
 
 def test_frozen_parameters_carry_no_state(four_ranks):
