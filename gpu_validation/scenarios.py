@@ -231,3 +231,27 @@ def stall(scheme: str, gpus_per_node: int, stalled_rank: int, phase: str, rank: 
         except RuntimeError as error:
             raise RuntimeError(f"after {time.monotonic() - started:.1f} s: {error}") from None
     return {"finished": True}
+
+
+def overlap_under_ddp_options(rank: int) -> dict:
+    """One node of all ranks: for several DDP options, 4 steps with the exchange overlapped and without; returns
+    (on rank 0) per option whether the parameters agree bit for bit, and how many steps overlapped."""
+    out = {}
+    for name, options in (("buckets", {"bucket_cap_mb": 0.0003}), ("bucket_view", {"gradient_as_bucket_view": True,
+                          "bucket_cap_mb": 0.0003}), ("static_graph", {"static_graph": True, "bucket_cap_mb": 0.0003}),
+                          ("unused", {"find_unused_parameters": True, "bucket_cap_mb": 0.0003})):
+        finals, overlapped = [], 0
+        for overlap in (True, False):
+            model = make_model(0)
+            ddp = nn.parallel.DistributedDataParallel(model, **options)
+            opt = Birder(ddp, lr=LR, weight_decay=DECAY, seed=SEED, gpus_per_node=dist.get_world_size(),
+                         overlap=overlap)
+            for step in range(1, 5):
+                x, y = batch(SEED, step, rank)
+                nn.functional.mse_loss(ddp(x), y).backward()
+                opt.step()
+                opt.zero_grad()
+            finals.append(_gather(_flat(model.parameters())))
+            overlapped += opt.overlapped_steps
+        out[name] = {"equal": bool(np.array_equal(*finals)), "overlapped_steps": overlapped}
+    return out if rank == 0 else {}

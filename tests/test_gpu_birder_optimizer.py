@@ -303,3 +303,12 @@ def test_ddp_options_and_an_lr_scheduler_leave_the_bits_alone(one_rank):
     for options in ({"gradient_as_bucket_view": True}, {"static_graph": True}, {"find_unused_parameters": True},
                     {"bucket_cap_mb": 0.0003}):
         assert torch.equal(_params_after_steps(**options), base), options
+
+
+def test_the_overlapped_exchange_equals_the_plain_one_under_ddp_options():
+    """Two ranks on one node (the exchange that overlaps is the node's): several buckets, gradient_as_bucket_view,
+    static_graph, find_unused_parameters; every step overlapped, the same bits as overlap=False."""
+    outcome = launch.launch(scenarios.overlap_under_ddp_options, (), 2, "gloo", 30, 120)
+    assert not outcome.describe_failures(), outcome.describe_failures()
+    for name, row in outcome.reports[0]["result"].items():
+        assert row == {"equal": True, "overlapped_steps": 4}, name
