@@ -431,8 +431,8 @@ def _training_setup(hook_name: str, world: int, nodes: int, width: int):
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Linear(width, width) for _ in range(4)])
     ddp = nn.parallel.DistributedDataParallel(model)
-    if hook_name == "birder":  # the optimizer people adopt
-        optimizer = Birder(ddp, lr=1e-3, gpus_per_node=world // nodes)
+    if hook_name in ("birder", "birder_overlap"):  # the optimizer people adopt (overlap=False, its default, or True)
+        optimizer = Birder(ddp, lr=1e-3, gpus_per_node=world // nodes, overlap=hook_name == "birder_overlap")
     elif hook_name == "birder_hook":  # the expert hook, the update in .grad
         state = BirderState(model.parameters(), comm.make_topology("hierarchical", nodes, world // nodes))
         ddp.register_comm_hook(state, birder_hook)

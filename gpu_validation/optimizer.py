@@ -265,7 +265,8 @@ class Birder(torch.optim.Optimizer):
         gpus_per_node: ranks per node; default torchrun's LOCAL_WORLD_SIZE, else one node of all ranks.
         max_consecutive_skips: this many steps in a row skipped for non-finite gradients raise RuntimeError.
         overlap: start the intra-node exchange of each bucket during backward (``_Overlap``); step() uses it only
-            when .grad is bit-identical to what was sent on every rank of the node, else exchanges again.
+            when .grad is bit-identical to what was sent on every rank of the node, else exchanges again. Off by
+            default: on gloo/CPU it measured slower (benchmarks/hook_speed.py --hooks birder birder_no_overlap).
 
     ``step()`` is collective (every rank calls it once per backward); so are ``state_dict()`` (one all-gather
     over the default group of every rank's shard) and nothing else.
@@ -275,7 +276,7 @@ class Birder(torch.optim.Optimizer):
 
     def __init__(self, ddp_model: nn.parallel.DistributedDataParallel, lr: float = 1e-3, weight_decay: float = 0.0,
                  beta: float = 0.95, eps: float = 1e-8, seed: int = 0, scheme: str = "hierarchical",
-                 gpus_per_node: int | None = None, *, max_consecutive_skips: int = 20, overlap: bool = True):
+                 gpus_per_node: int | None = None, *, max_consecutive_skips: int = 20, overlap: bool = False):
         if not isinstance(ddp_model, nn.parallel.DistributedDataParallel):
             raise ValueError(f"ddp_model must be a torch.nn.parallel.DistributedDataParallel, got "
                              f"{type(ddp_model).__name__}")

@@ -80,6 +80,7 @@ def _setup(case: str, scheme: str, gpus_per_node: int, bucket_cap_mb: float = 0.
             p.requires_grad_(False)
         trainable = trainable[2:]
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
+    options.setdefault("overlap", True)  # the habits run on the overlapped path (and its fallback)
     opt = Birder(ddp, lr=LR, weight_decay=DECAY, seed=SEED, scheme=scheme, gpus_per_node=gpus_per_node, **options)
     return model, trainable, ddp, opt
 
