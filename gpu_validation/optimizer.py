@@ -15,6 +15,9 @@ Where the work happens, and why:
   piecewise kernels of ``torch_birder``; u_bar comes back packed (1 bit per element) and the parameters move by
   line 16, x -= lr * (u_bar + weight_decay * x). The update never travels in ``.grad``.
 
+With ``overlap=True`` the node's all-to-all of each bucket starts in the hook instead, and step() uses it only if
+every rank of the node finds ``.grad`` bit-identical to what it sent (else it exchanges again): see ``_Overlap``.
+
 So whatever a training loop does to ``.grad`` between backward and step acts on the raw gradient *before* m and
 b, as it would before AdamW: ``clip_grad_norm_`` clips this rank's local gradient, ``GradScaler.unscale_``
 unscales it (or, without unscale_, step() divides by the scale the scaler passes: with its default power-of-two

@@ -4,7 +4,8 @@ Every function mirrors its NumPy counterpart in ``birder_ref`` operation for ope
 Python-float coefficients rounded to float32 exactly as NumPy 2 rounds them, and nothing fused (no addcmul,
 lerp or FMA), so that the same inputs and draws give the same bits as ``birder_ref.algorithm1.step``.
 
-Draws reuse ``birder_ref.draws`` (its integer hash runs unchanged on int64 tensors): the draw of element ``i``
+Draws reuse ``birder_ref.draws`` (its 32-bit hash on int32 tensors; the optimizer's piecewise stages hash in place,
+on CPU on NumPy uint32 views of their buffers, the same bits): the draw of element ``i``
 at Algorithm 1 step ``t`` (1-based: the step being computed, ``state.t + 1``) for worker ``k`` is
 ``uniform(seed, t, k, i)``, for the server ``uniform(seed, t, SERVER_STREAM, i)``; ``i`` is the element's
 position in the flattened parameter vector (``torch.nn.utils.parameters_to_vector`` order).
