@@ -346,6 +346,10 @@ def worker_step_packed_(m: torch.Tensor, b_hat: torch.Tensor, e: torch.Tensor, g
     out = torch.empty(n // 8, dtype=torch.uint8, device=rows.device)
     ws = _Workspace.make(n, rows.device)
     mean = torch.empty_like(ws.a) if rows.shape[0] > 1 else None
+    if rows.device.type == "cpu" and all(x.is_contiguous() and x.dtype == torch.float32 for x in (m, b_hat, e, rows)):
+        with np.errstate(all="ignore"):  # overflow / NaN propagate as in torch, without NumPy's warnings
+            _worker_pieces_numpy(m, b_hat, e, rows, beta, eps, key, start, ws, mean, out)
+        return out
     for lo in range(0, n, PIECE):
         hi = min(lo + PIECE, n)
         k = hi - lo
@@ -364,6 +368,49 @@ def worker_step_packed_(m: torch.Tensor, b_hat: torch.Tensor, e: torch.Tensor, g
         plus = _quantize_grid_(a, _grid_into(key, start + lo, k, ws), ws, ep)
         _pack_into(plus, ws, out[lo // 8: hi // 8])
     return out
+
+
+def _worker_pieces_numpy(m, b_hat, e, rows, beta, eps, key, start, ws, mean, out) -> None:
+    """``worker_step_packed_``'s loop on CPU, on NumPy views of the same tensors: the same float32 operations in the
+    same order (NumPy rounds each to float32 as torch does, the Python coefficients rounded to float32 first; no
+    contraction), with less per-operation overhead than torch's eager dispatch on pieces this small."""
+    n = rows.shape[1]
+    f32 = np.float32
+    beta32, rest32, eps32 = f32(beta), f32(1 - beta), f32(eps)
+    M, B, E, R = m.numpy(), b_hat.numpy(), e.numpy(), rows.numpy()
+    A, W, G, PLUS = ws.a.numpy(), ws.work.numpy(), ws.grid.numpy(), ws.plus.numpy()
+    total = None if mean is None else mean.numpy()
+    divisor = f32(rows.shape[0])
+    for lo in range(0, n, PIECE):
+        hi = min(lo + PIECE, n)
+        k = hi - lo
+        mp, bp, ep, a, w, plus = M[lo:hi], B[lo:hi], E[lo:hi], A[:k], W[:k], PLUS[:k]
+        if total is None:
+            gp = R[0, lo:hi]
+        else:  # the node mean: rows added in rank order, divided by G (``_node_mean``)
+            gp = np.add(R[0, lo:hi], R[1, lo:hi], out=total[:k])
+            for r in range(2, R.shape[0]):
+                gp += R[r, lo:hi]
+            gp /= divisor
+        mp *= beta32
+        np.multiply(gp, rest32, out=a)
+        mp += a
+        bp *= beta32
+        np.abs(gp, out=a)
+        a *= rest32
+        bp += a
+        np.add(bp, eps32, out=a)
+        np.divide(mp, a, out=a)
+        a += ep  # a = y
+        _grid_into(key, start + lo, k, ws)
+        np.clip(a, f32(-1.0), f32(1.0), out=w)  # _quantize_grid_'s operations
+        w += f32(1.0)
+        w *= f32(_GRID_SCALE / 2)
+        np.less(G[:k], w, out=plus)
+        np.multiply(plus, f32(2.0), out=w)
+        w -= f32(1.0)
+        np.subtract(a, w, out=ep)
+        _pack_into(ws.plus[:k], ws, out[lo // 8: hi // 8])
 
 
 def _mean_of_packed_signs(packed_rows: torch.Tensor, ws: _Workspace) -> torch.Tensor:
