@@ -192,6 +192,9 @@ def test_fused_in_place_stages_equal_the_plain_steps_across_pieces(gpus):
     packed = tb.worker_step_packed_(m2, b2, e2, rows, 0.9, 1e-8, stream_key(4, 2, 1), start)
     assert torch.equal(packed, tb.pack_signs(u)) and torch.equal(m2, new.m) and torch.equal(b2, new.b_hat)
     assert torch.equal(e2, new.e)
+    strided = [torch.zeros(2 * n)[::2].copy_(v) for v in (m, b_hat, e)]  # not contiguous: the torch form (CUDA's)
+    assert torch.equal(tb.worker_step_packed_(*strided, rows, 0.9, 1e-8, stream_key(4, 2, 1), start), packed)
+    assert all(torch.equal(got, want) for got, want in zip(strided, (new.m, new.b_hat, new.e), strict=True))
     received = torch.stack([packed, tb.pack_signs(-u), packed])  # three workers' packed signs
     server_error = torch.rand(n, generator=generator) - 0.5
     u_bar, new_error = tb.server_step(tb.mean_of_signs(tb.count_plus(received), 3), server_error,
