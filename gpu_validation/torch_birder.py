@@ -403,13 +403,47 @@ def _worker_pieces_numpy(m, b_hat, e, rows, beta, eps, key, start, ws, mean, out
         np.divide(mp, a, out=a)
         a += ep  # a = y
         _grid_into(key, start + lo, k, ws)
-        np.clip(a, f32(-1.0), f32(1.0), out=w)  # _quantize_grid_'s operations
-        w += f32(1.0)
-        w *= f32(_GRID_SCALE / 2)
-        np.less(G[:k], w, out=plus)
-        np.multiply(plus, f32(2.0), out=w)
-        w -= f32(1.0)
-        np.subtract(a, w, out=ep)
+        _quantize_numpy(a, G[:k], w, plus, ep)
+        _pack_into(ws.plus[:k], ws, out[lo // 8: hi // 8])
+
+
+def _quantize_numpy(y: np.ndarray, grid: np.ndarray, work: np.ndarray, plus: np.ndarray, error: np.ndarray) -> None:
+    """``_quantize_grid_``'s operations on NumPy views (the same float32 results)."""
+    f32 = np.float32
+    np.clip(y, f32(-1.0), f32(1.0), out=work)
+    work += f32(1.0)
+    work *= f32(_GRID_SCALE / 2)
+    np.less(grid, work, out=plus)
+    np.multiply(plus, f32(2.0), out=work)
+    work -= f32(1.0)
+    np.subtract(y, work, out=error)
+
+
+def _server_pieces_numpy(mean_u, server_error, key, start, n_workers, ws, out) -> None:
+    """``server_step_packed_``'s loop on CPU, on NumPy views: the same operations (line 12's mean from the +-1
+    table as ``_mean_of_packed_signs``, then z = mean + e_s, Q(z), e_s = z - Q(z), packing)."""
+    n = server_error.numel()
+    f32 = np.float32
+    S, U = server_error.numpy(), mean_u.numpy()
+    A, W, G, PLUS = ws.a.numpy(), ws.work.numpy(), ws.grid.numpy(), ws.plus.numpy()
+    table = _sign_table(torch.float32, server_error.device).numpy()
+    for lo in range(0, n, PIECE):
+        hi = min(lo + PIECE, n)
+        k = hi - lo
+        z, w, sp = A[:k], W[:k], S[lo:hi]
+        if n_workers is None:
+            mean = U[lo:hi]
+        else:
+            mean, row_signs = w.reshape(-1, 8), G[:k].reshape(-1, 8)
+            np.take(table, U[0, lo // 8: hi // 8], axis=0, out=mean)
+            for r in range(1, U.shape[0]):
+                np.take(table, U[r, lo // 8: hi // 8], axis=0, out=row_signs)
+                mean += row_signs
+            mean = w
+            mean /= f32(U.shape[0])
+        np.add(mean, sp, out=z)
+        _grid_into(key, start + lo, k, ws)
+        _quantize_numpy(z, G[:k], w, PLUS[:k], sp)
         _pack_into(ws.plus[:k], ws, out[lo // 8: hi // 8])
 
 
@@ -439,6 +473,11 @@ def server_step_packed_(mean_u: torch.Tensor, server_error: torch.Tensor, key: i
         raise ValueError(f"server_step_packed_ takes a multiple of 8 elements, got {n}")
     out = torch.empty(n // 8, dtype=torch.uint8, device=server_error.device)
     ws = _Workspace.make(n, server_error.device)
+    if server_error.device.type == "cpu" and server_error.is_contiguous() and server_error.dtype == torch.float32 \
+            and (n_workers is not None or mean_u.dtype == torch.float32):
+        with np.errstate(all="ignore"):
+            _server_pieces_numpy(mean_u, server_error, key, start, n_workers, ws, out)
+        return out
     for lo in range(0, n, PIECE):
         hi = min(lo + PIECE, n)
         k = hi - lo

@@ -202,6 +202,13 @@ def test_fused_in_place_stages_equal_the_plain_steps_across_pieces(gpus):
     fused_error = server_error.clone()
     fused = tb.server_step_packed_(received, fused_error, stream_key(4, 2, tb.SERVER_STREAM), start, n_workers=3)
     assert torch.equal(fused, tb.pack_signs(u_bar)) and torch.equal(fused_error, new_error)
+    mean = tb.mean_of_signs(tb.count_plus(received), 3)
+    for error in (server_error.clone(), torch.zeros(2 * n)[::2].copy_(server_error)):  # NumPy form; torch form
+        again = tb.server_step_packed_(mean, error, stream_key(4, 2, tb.SERVER_STREAM), start)
+        assert torch.equal(again, fused) and torch.equal(error, new_error)
+    strided = torch.zeros(2 * n)[::2].copy_(server_error)
+    assert torch.equal(tb.server_step_packed_(received, strided, stream_key(4, 2, tb.SERVER_STREAM), start,
+                                              n_workers=3), fused) and torch.equal(strided, new_error)
     assert torch.equal(tb.unpack_range(fused, 13, 1000, torch.float32), u_bar[13:1013])
 
 
