@@ -293,6 +293,8 @@ class Birder(torch.optim.Optimizer):
         if scheme not in comm.SCHEMES:
             raise ValueError(f"scheme must be one of {', '.join(comm.SCHEMES)}, got {scheme!r}")
         self.max_consecutive_skips = _check_count("max_consecutive_skips", max_consecutive_skips, 1)
+        if not isinstance(overlap, bool):
+            raise ValueError(f"overlap must be True or False, got {overlap!r}")
         params = [p for p in ddp_model.module.parameters() if p.requires_grad]
         if not params:
             raise ValueError("ddp_model has no trainable parameters (none with requires_grad)")

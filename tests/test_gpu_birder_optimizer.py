@@ -169,6 +169,7 @@ def test_step_without_a_backward_through_ddp_is_refused(one_rank):
     ({"scheme": "ring"}, "scheme must be one of"),
     ({"gpus_per_node": 0}, "gpus_per_node must be an integer >= 1"),
     ({"max_consecutive_skips": 0}, "max_consecutive_skips must be an integer >= 1"),
+    ({"overlap": "yes"}, "overlap must be True or False"),
 ])
 def test_bad_arguments_are_one_value_error_naming_the_parameter(one_rank, kwargs, message):
     ddp = nn.parallel.DistributedDataParallel(make_model(0))
