@@ -4,7 +4,8 @@ Prints one JSON line per (layout, model size) with both times and the ratio bird
 run (target: at most 1.5 at 4 ranks for 1 M and 10 M parameters); the methods' steps are interleaved in one set
 of processes (A, B, A, B, ...), so a shared machine's load weighs on each alike. The model is an MLP of 4 square layers
 (width 512: 1.05 M parameters; width 1600: 10.2 M), batch 8, one thread per rank, median of ``--steps`` steps
-after two warm-up steps. ``--hooks`` may add ``birder_hook`` (the expert hook, update in .grad).
+after two warm-up steps. ``--hooks`` may add ``birder_overlap`` (Birder with ``overlap=True``) and
+``birder_hook`` (the expert hook, update in .grad).
 On a machine with fewer cores than ranks the ranks share cores: both sides pay it, the ratio stays meaningful.
 Usage: python benchmarks/hook_speed.py [--layouts 2x2] [--widths 512 1600] [--steps 10]
 """
@@ -20,7 +21,7 @@ def main() -> None:
     parser.add_argument("--layouts", nargs="+", default=["2x2"], help="NODESxGPUS_PER_NODE (default 2x2)")
     parser.add_argument("--widths", type=int, nargs="+", default=[512, 1600], help="MLP widths (default 512 1600)")
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--hooks", nargs="+", default=["birder"], help="birder and/or birder_hook")
+    parser.add_argument("--hooks", nargs="+", default=["birder"], help="birder, birder_overlap, birder_hook")
     args = parser.parse_args()
     for layout in args.layouts:
         nodes, gpus = (int(x) for x in layout.split("x"))

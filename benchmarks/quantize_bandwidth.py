@@ -70,7 +70,8 @@ def fused_worker_step(n: int, device: torch.device, repeats: int, peak: float) -
     g = torch.randn(n, generator=torch.Generator().manual_seed(0)).to(device)
     key = stream_key(0, 1, 0)
     seconds = _median_seconds(lambda: tb.worker_step_packed_(m, b_hat, e, g, 0.95, 1e-8, key, 0), device, repeats)
-    draws = _median_seconds(lambda: [tb._range_uniforms(key, lo, min(tb.PIECE, n - lo), device)
+    ws = tb._Workspace.make(n, device)  # the draws as the stage computes them: in place, per piece
+    draws = _median_seconds(lambda: [tb._grid_into(key, lo, min(tb.PIECE, n - lo), ws)
                                      for lo in range(0, n, tb.PIECE)], device, repeats)
     moved = n * (28 + 1 / 8)
     with_draws, without = moved / seconds / 1e9, moved / max(seconds - draws, 1e-12) / 1e9

@@ -29,6 +29,7 @@ from tqdm import tqdm
 from birder.atomic import atomic_path, write_text
 from gpu_validation import comm, launch
 from gpu_validation import torch_birder as tb
+from sim.system import BASE_LATENCY_US, HW_LATENCY_US
 
 # Nominal HBM bandwidth (GB/s) of GPUs by name fragment, from the vendors' datasheets.
 PEAK_GBYTES_PER_S = {"H200": 4800.0, "H100 PCIe": 2000.0, "H100": 3350.0, "A100-SXM4-80GB": 2039.0,
@@ -191,16 +192,35 @@ def profile_fields(cfg: BenchConfig, nodes: int, gpus_per_node: int, rows: list[
         if not mine:
             continue
         busbw = max(r["busbw_gbytes_per_s"] for r in mine)
-        smallest = min(r["bytes"] for r in mine)
-        latency_us = min(r["seconds"] for r in mine if r["bytes"] == smallest) * 1e6
-        if table == "network":
+        step_us = per_step_latency_us(mine, busbw)
+        if table == "network":  # the sim adds tuning.cc's NET latency per hop itself: only the transport's excess
+            extra_us = max(0.0, step_us - _net_step_us(gpus_per_node))
             fields["network"] = {"transport": "socket" if cfg.backend == "gloo" else "ib",
                                  "line_rate_gbps": round(busbw * 8, 4), "efficiency": 1.0,
-                                 "latency_us": round(latency_us, 2), "message_overhead_us": 0.0,
+                                 "latency_us": round(extra_us, 2), "message_overhead_us": 0.0,
                                  "step_overhead_us": 0.0}  # measured latency covers them: fitted ones stay out
         else:
-            fields["intra"] = {"port_gbytes_per_s": round(busbw, 4), "latency_us": round(latency_us, 2)}
+            fields["intra"] = {"port_gbytes_per_s": round(busbw, 4), "latency_us": round(step_us, 2)}
     return fields
+
+
+def per_step_latency_us(rows: list[dict], busbw_gbytes_per_s: float) -> float:
+    """One ring step's latency (us) from the smallest all-reduce measured in a group of m ranks.
+
+    The simulator's ring all-reduce (``sim.system.ring_latency``, NCCL's tuning.cc) takes
+    base + 2 (m - 1) x step + its flows; at the smallest size the protocol is LL (base 6.6 us), and the flows
+    take 2 (m - 1) / m x bytes / busbw. So step = (T - bytes x 2 (m - 1) / m / busbw - base_LL) / (2 (m - 1)),
+    at least 0. ``[intra] latency_us`` is this step; ``[network] latency_us`` (the transport's excess per hop)
+    is it less tuning.cc's NET LL step as the simulator takes it (ring 2.7 us; tree 5.0 us with one GPU per
+    node), so that the simulator's latency of that all-reduce is the measured one.
+    """
+    smallest = min(r["bytes"] for r in rows)
+    reduce = [r for r in rows if r["op"] == "all_reduce" and r["bytes"] == smallest]
+    m = reduce[0]["ranks"] if reduce else rows[0]["ranks"]
+    seconds = min(r["seconds"] for r in (reduce or [r for r in rows if r["bytes"] == smallest]))
+    steps = 2 * (m - 1)
+    flows_us = smallest * steps / m / (busbw_gbytes_per_s * 1e3) if busbw_gbytes_per_s > 0 else 0.0
+    return max(0.0, (seconds * 1e6 - flows_us - BASE_LATENCY_US["ring"]["LL"]) / steps)
 
 
 def provenance(fields: dict, result: dict) -> dict[str, list[str]]:
@@ -235,7 +255,11 @@ def write_profile(path: str | Path, fields: dict, result: dict) -> Path:
         f"# backend {result['backend']}, device {result['device']}, {result['ranks']} ranks "
         f"({result['nodes']} node(s) x {result['gpus_per_node']}), sizes {result['sizes']} float32 elements.",
         "# Bandwidths: the best bus bandwidth of all-to-all / all-gather / reduce-scatter / all-reduce in that group",
-        "# (nccl-tests convention); latencies: the fastest of them at the smallest size. Ranks on one machine",
+        "# (nccl-tests convention). Latencies, in the simulator's meanings (sim/README.md): from the all-reduce T at",
+        "# the smallest size over m ranks, one ring step = (T - flows - 6.6 us LL base) / (2 (m - 1)), the flows",
+        "# 2 (m - 1) / m x bytes / busbw; [intra] latency_us is that step (per-step latency), [network] latency_us",
+        "# that step less tuning.cc's NET LL step (the transport's extra per hop; ring 2.7 us, tree 5.0 us with one",
+        "# GPU per node, as sim.system.ring_latency takes it). Ranks on one machine",
         "# measure loopback (gloo) or NVLink/PCIe (nccl); run under torchrun across nodes to measure the network.",
     ]
     for kind, items in provenance(fields, result).items():
@@ -252,6 +276,7 @@ def write_profile(path: str | Path, fields: dict, result: dict) -> Path:
             lines.append("")
             if table == "network":
                 lines.append("# transport: gloo runs over TCP sockets; for nccl InfiniBand is assumed (edit if on TCP)")
+            lines += _latency_derivation(table, result.get("collectives") or [], result["gpus_per_node"])
             lines.append(f"[{table}]")
             for key, value in fields[table].items():
                 lines.append(f'{key} = "{value}"' if isinstance(value, str) else f"{key} = {value}")
@@ -259,6 +284,27 @@ def write_profile(path: str | Path, fields: dict, result: dict) -> Path:
         lines += ["", "# One node only: no inter-node group to measure; predict takes this preset.",
                   "[network]", 'preset = "10gbe"']
     return write_text(path, "\n".join(lines) + "\n")
+
+
+def _latency_derivation(table: str, rows: list[dict], gpus_per_node: int) -> list[str]:
+    """Comment lines with the figures behind the table's latency_us (``per_step_latency_us``)."""
+    mine = [r for r in rows if r["group"] == ("inter" if table == "network" else "intra")]
+    if not mine:
+        return []
+    busbw = max(r["busbw_gbytes_per_s"] for r in mine)
+    smallest = min(r["bytes"] for r in mine)
+    reduce = [r for r in mine if r["op"] == "all_reduce" and r["bytes"] == smallest] or mine
+    m = reduce[0]["ranks"]
+    step = per_step_latency_us(mine, busbw)
+    took_us = min(r["seconds"] for r in reduce) * 1e6
+    net = _net_step_us(gpus_per_node)
+    line = f"# latency_us: all-reduce of {smallest} B over {m} ranks took {took_us:.1f} us -> one step {step:.2f} us"
+    return [line + (f" - {net} us NET = {max(0.0, step - net):.2f} us" if table == "network" else "")]
+
+
+def _net_step_us(gpus_per_node: int) -> float:
+    """tuning.cc's NET step at LL, as ``sim.system.ring_latency`` takes it (tree's with one GPU per node)."""
+    return HW_LATENCY_US["net"]["tree" if gpus_per_node == 1 else "ring"]["LL"]
 
 
 def _measure_collectives(cfg: BenchConfig, rank: int) -> list[dict]:
@@ -385,8 +431,8 @@ def _training_setup(hook_name: str, world: int, nodes: int, width: int):
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Linear(width, width) for _ in range(4)])
     ddp = nn.parallel.DistributedDataParallel(model)
-    if hook_name == "birder":  # the optimizer people adopt
-        optimizer = Birder(ddp, lr=1e-3, gpus_per_node=world // nodes)
+    if hook_name in ("birder", "birder_overlap"):  # the optimizer people adopt (overlap=False, its default, or True)
+        optimizer = Birder(ddp, lr=1e-3, gpus_per_node=world // nodes, overlap=hook_name == "birder_overlap")
     elif hook_name == "birder_hook":  # the expert hook, the update in .grad
         state = BirderState(model.parameters(), comm.make_topology("hierarchical", nodes, world // nodes))
         ddp.register_comm_hook(state, birder_hook)

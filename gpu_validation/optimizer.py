@@ -15,6 +15,9 @@ Where the work happens, and why:
   piecewise kernels of ``torch_birder``; u_bar comes back packed (1 bit per element) and the parameters move by
   line 16, x -= lr * (u_bar + weight_decay * x). The update never travels in ``.grad``.
 
+With ``overlap=True`` the node's all-to-all of each bucket starts in the hook instead, and step() uses it only if
+every rank of the node finds ``.grad`` bit-identical to what it sent (else it exchanges again): see ``_Overlap``.
+
 So whatever a training loop does to ``.grad`` between backward and step acts on the raw gradient *before* m and
 b, as it would before AdamW: ``clip_grad_norm_`` clips this rank's local gradient, ``GradScaler.unscale_``
 unscales it (or, without unscale_, step() divides by the scale the scaler passes: with its default power-of-two
@@ -59,6 +62,25 @@ def apply_update_(p: torch.Tensor, u_bar: torch.Tensor, lr: float, weight_decay:
     p.sub_(lr * (u_bar + weight_decay * p))
 
 
+def _apply_packed_update_(piece: torch.Tensor, bits: torch.Tensor, start: int, lr: float, weight_decay: float,
+                          work: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
+    """``apply_update_`` on a contiguous piece (at most ``torch_birder.PIECE`` elements) whose u_bar is signs
+    start .. start + n - 1 of the packed ``bits``, in preallocated buffers: the same operations, in the same
+    order (weight_decay * p, + u_bar, * lr, subtracted), so the same bits."""
+    n = piece.numel()
+    first, last = start // 8, -(-(start + n) // 8)
+    signs_all, term, index = work
+    index = index[:last - first]
+    index.copy_(bits[first:last])
+    table = tb._sign_table(piece.dtype, piece.device)
+    torch.index_select(table, 0, index, out=signs_all[:8 * (last - first)].view(-1, 8))
+    u_bar, term = signs_all[start - 8 * first: start - 8 * first + n], term[:n]
+    torch.mul(piece, weight_decay, out=term)
+    torch.add(u_bar, term, out=term)
+    term.mul_(lr)
+    piece.sub_(term)
+
+
 def _check_real(name: str, value, low: float, low_open: bool, high: float | None = None) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
         raise ValueError(f"{name} must be a finite real number, got {value!r}")
@@ -98,6 +120,7 @@ class _HookState:
         self.backward_ran = False
         self.nonfinite_ranks: set[int] = set()  # ranks whose local gradient was NaN/inf since the last step
         self.largest: dict[int, torch.Tensor] = {}  # bucket index -> every rank's max |gradient| (last backward)
+        self.on_bucket = None  # Birder's overlap: starts the bucket's share of the intra-node exchange
 
 
 def _local_gradient_hook(state, bucket):  # DDP accepts only real (not string) annotations: none here
@@ -111,6 +134,8 @@ def _local_gradient_hook(state, bucket):  # DDP accepts only real (not string) a
     state.backward_ran = True
     buffer = bucket.buffer()
     index = bucket.index()
+    if state.on_bucket is not None:
+        state.on_bucket(bucket)
     if buffer.numel():
         low, high = torch.aminmax(buffer)  # one pass, no temporary; NaN propagates
         largest = torch.maximum(-low, high).to(torch.float32).reshape(1)
@@ -137,6 +162,99 @@ def _local_gradient_hook(state, bucket):  # DDP accepts only real (not string) a
     return work.get_future().then(poison)
 
 
+class _Overlap:
+    """Birder's intra-node exchange (the node mean's all-to-all), started bucket by bucket during backward.
+
+    As each bucket becomes ready, the hook copies its gradients into the flattened gradient (``grad``, the
+    vector step() would build) and, if the bucket extends the ready suffix [frontier, length) of that vector,
+    starts an asynchronous ``all_to_all_single`` of the new range (uneven splits: its part in shard j goes to
+    local rank j). Every rank sees the same buckets in the same order, so the collectives match. step() uses
+    what arrived only if every rank of the node finds its ``.grad`` bit-identical to what it sent and no
+    GradScaler scale is to be divided out (one 4-byte all-reduce over the node agrees on it); otherwise every
+    rank of the node discards it and exchanges the current gradients as before. Either way the node mean is
+    that of the gradients step() sees, so the bits are Algorithm 1's.
+    """
+
+    def __init__(self, opt: Birder):
+        self.opt = opt
+        self.spans = {id(p): (start, p.numel()) for p, start in zip(opt.param_groups[0]["params"], opt.offsets,
+                                                                    strict=True)}
+        self.pending: list[tuple[object, torch.Tensor, int, int]] = []  # (work, received, start, stop in shard)
+        self.frontier = opt.length
+        self.sent = False  # this backward started at least one exchange
+        self.broken = False  # a bucket did not extend the ready suffix: the rest waits for step()
+
+    def on_bucket(self, bucket) -> None:
+        opt = self.opt
+        if bucket.index() == 0:  # a new backward: whatever an earlier one started is stale
+            self.drain()
+            self.frontier, self.sent, self.broken = opt.length, False, False
+        grad, buffer, position, lows, highs = opt._buffer("grad"), bucket.buffer(), 0, [], []
+        for p in bucket.parameters():
+            span = self.spans.get(id(p))
+            n = p.numel()
+            if span is None:  # not one of Birder's parameters: leave the rest to step()
+                self.broken = True
+                return
+            grad[span[0]:span[0] + n] = buffer[position:position + n]
+            position += n
+            lows.append(span[0])
+            highs.append(span[0] + n)
+        if self.broken or not lows:
+            return
+        low, high = min(lows), max(highs)
+        if high - low != sum(h - lo for lo, h in zip(lows, highs, strict=True)) or \
+                high != (opt.dim if self.frontier == opt.length else self.frontier):
+            self.broken = True  # not one contiguous range just below the ready suffix
+            return
+        self.pending.append(self.start(low, self.frontier))
+        self.frontier, self.sent = low, True
+
+    def start(self, low: int, high: int, async_op: bool = True):
+        """The all-to-all of grad[low:high]; returns (work, received (G, n), start, stop in this rank's shard)."""
+        opt = self.opt
+        topo, size = opt.topology, opt.length // opt.topology.shards_per_worker
+        g = topo.shards_per_worker
+        splits = [max(0, min(high, (j + 1) * size) - max(low, j * size)) for j in range(g)]
+        mine = topo.shard_of(topo.rank)
+        received = torch.empty(g * splits[mine], dtype=torch.float32, device=opt.device)
+        work = dist.all_to_all_single(received, opt._buffer("grad")[low:high], output_split_sizes=[splits[mine]] * g,
+                                      input_split_sizes=splits, group=topo.worker_group, async_op=async_op)
+        first = max(low, mine * size) - mine * size
+        return work, received.view(g, -1), first, first + splits[mine]
+
+    def drain(self) -> None:
+        for work, *_ in self.pending:
+            work.wait()
+        self.pending.clear()
+
+    def unchanged(self, scale) -> bool:
+        """Whether .grad still holds, bit for bit, what the hook sent (and no scale is to be divided out)."""
+        if scale is not None:
+            return False
+        grad = self.opt._buffer("grad")
+        for p, start in zip(self.opt.param_groups[0]["params"], self.opt.offsets, strict=True):
+            sent = grad[start:start + p.numel()]
+            if p.grad is None:
+                if bool(sent.any()):
+                    return False
+            elif p.grad.is_sparse or not torch.equal(p.grad.reshape(-1).to(torch.float32), sent):
+                return False
+        return True
+
+    def rows(self, out: torch.Tensor) -> torch.Tensor:
+        """The (G, shard) rows of the node's GPUs: what arrived during backward, the rest exchanged now."""
+        if self.frontier > 0:
+            self.pending.append(self.start(0, self.frontier, async_op=False))
+        rows = out.view(self.opt.topology.shards_per_worker, -1)
+        for work, received, first, stop in self.pending:
+            if work is not None:
+                work.wait()
+            rows[:, first:stop] = received
+        self.pending.clear()
+        return rows
+
+
 class Birder(torch.optim.Optimizer):
     """Birder (Algorithm 1 with Section 4's hierarchical 1-bit all-reduce) for a ``DistributedDataParallel`` model.
 
@@ -149,6 +267,9 @@ class Birder(torch.optim.Optimizer):
         scheme: "hierarchical" (a worker is a node; Section 4) or "flat" (every rank a worker).
         gpus_per_node: ranks per node; default torchrun's LOCAL_WORLD_SIZE, else one node of all ranks.
         max_consecutive_skips: this many steps in a row skipped for non-finite gradients raise RuntimeError.
+        overlap: start the intra-node exchange of each bucket during backward (``_Overlap``); step() uses it only
+            when .grad is bit-identical to what was sent on every rank of the node, else exchanges again. Off by
+            default: on gloo/CPU it measured slower (benchmarks/hook_speed.py --hooks birder birder_no_overlap).
 
     ``step()`` is collective (every rank calls it once per backward); so are ``state_dict()`` (one all-gather
     over the default group of every rank's shard) and nothing else.
@@ -158,7 +279,7 @@ class Birder(torch.optim.Optimizer):
 
     def __init__(self, ddp_model: nn.parallel.DistributedDataParallel, lr: float = 1e-3, weight_decay: float = 0.0,
                  beta: float = 0.95, eps: float = 1e-8, seed: int = 0, scheme: str = "hierarchical",
-                 gpus_per_node: int | None = None, *, max_consecutive_skips: int = 20):
+                 gpus_per_node: int | None = None, *, max_consecutive_skips: int = 20, overlap: bool = False):
         if not isinstance(ddp_model, nn.parallel.DistributedDataParallel):
             raise ValueError(f"ddp_model must be a torch.nn.parallel.DistributedDataParallel, got "
                              f"{type(ddp_model).__name__}")
@@ -172,6 +293,8 @@ class Birder(torch.optim.Optimizer):
         if scheme not in comm.SCHEMES:
             raise ValueError(f"scheme must be one of {', '.join(comm.SCHEMES)}, got {scheme!r}")
         self.max_consecutive_skips = _check_count("max_consecutive_skips", max_consecutive_skips, 1)
+        if not isinstance(overlap, bool):
+            raise ValueError(f"overlap must be True or False, got {overlap!r}")
         params = [p for p in ddp_model.module.parameters() if p.requires_grad]
         if not params:
             raise ValueError("ddp_model has no trainable parameters (none with requires_grad)")
@@ -201,7 +324,12 @@ class Birder(torch.optim.Optimizer):
         self.skipped_steps = 0
         self.consecutive_skips = 0
         self.last_skipped_ranks: list[int] = []
+        self.overlapped_steps = 0  # steps whose intra-node exchange started during backward and was used
+        self.overlap_fallbacks = 0  # steps whose .grad changed after backward (clip, unscale_): exchanged again
         self._hook_state = _HookState(dist.get_world_size())
+        self._overlap = _Overlap(self) if overlap and self.topology.worker_group is not None else None
+        if self._overlap is not None:
+            self._hook_state.on_bucket = self._overlap.on_bucket
         ddp_model.register_comm_hook(self._hook_state, _local_gradient_hook)
         self._fault_stall: tuple[int, str] | None = None  # (step, phase): a test stalls here (fault injection)
 
@@ -230,6 +358,20 @@ class Birder(torch.optim.Optimizer):
         scale = getattr(self, "grad_scale", None)  # set by GradScaler.step: the scale still in .grad
         found_inf = getattr(self, "found_inf", None)
         grad = self._buffer("grad")  # reused: a fresh 4 B/element allocation each step costs page faults
+        overlap = self._overlap
+        if overlap is not None and (hook_bad or found_inf is not None and float(found_inf) > 0):
+            overlap.drain()
+        elif overlap is not None and overlap.sent:
+            topo = self.topology
+            changed = torch.tensor([float(not overlap.unchanged(scale))], device=self.device)
+            agreed = self._collective("intra-node overlap check", topo.worker_group, lambda: comm.all_gather_rows(
+                changed, topo.worker_group, topo.shards_per_worker))
+            if not bool(agreed.any()):
+                self.overlapped_steps += 1
+                return self._finish_step(loss, grad, largest, overlap)
+            self.overlap_fallbacks += 1
+            overlap.drain()
+            overlap.frontier, overlap.sent = self.length, False
         for p, start in zip(self.param_groups[0]["params"], self.offsets, strict=True):
             if p.grad is None:
                 grad[start:start + p.numel()] = 0.0
@@ -248,23 +390,34 @@ class Birder(torch.optim.Optimizer):
                                "in backward (something changed .grad after backward); the ranks would disagree")
         if scale is not None:
             largest = largest / float(scale)
-        bits = self._one_bit_allreduce(grad, largest)
+        if overlap is not None:
+            overlap.frontier, overlap.sent = self.length, False  # nothing sent matches: exchange it all now
+        return self._finish_step(loss, grad, largest, overlap)
+
+    def _finish_step(self, loss, grad: torch.Tensor, largest: float, overlap: _Overlap | None):
+        bits = self._one_bit_allreduce(grad, largest, overlap)
         del grad
         if bits is None:
             return loss
         group = self.param_groups[0]
         lr, decay = group["lr"], group["weight_decay"]
+        work = self.__dict__.setdefault("_update_work", {})
         for p, start in zip(group["params"], self.offsets, strict=True):
             if p.is_contiguous():  # piece by piece, so the temporaries stay in cache (element-wise: same bits)
+                if p.dtype not in work:  # (signs, decay term, byte indices), reused for every piece and step
+                    work[p.dtype] = (torch.empty(tb.PIECE + 16, dtype=p.dtype, device=p.device),
+                                     torch.empty(tb.PIECE, dtype=p.dtype, device=p.device),
+                                     torch.empty(tb.PIECE // 8 + 2, dtype=torch.int64, device=p.device))
                 flat = p.view(-1)
                 for lo in range(0, flat.numel(), tb.PIECE):
                     piece = flat[lo:lo + tb.PIECE]
-                    apply_update_(piece, tb.unpack_range(bits, start + lo, piece.numel(), p.dtype), lr, decay)
+                    _apply_packed_update_(piece, bits, start + lo, lr, decay, work[p.dtype])
             else:
                 apply_update_(p, tb.unpack_range(bits, start, p.numel(), p.dtype).view_as(p), lr, decay)
         return loss
 
-    def _one_bit_allreduce(self, grad: torch.Tensor, largest: float) -> torch.Tensor | None:
+    def _one_bit_allreduce(self, grad: torch.Tensor, largest: float,
+                           overlap: _Overlap | None = None) -> torch.Tensor | None:
         """The pipeline of ``comm.one_bit_allreduce`` with in-place state; None if the step is skipped.
 
         ``largest`` bounds every rank's |gradient| (from the hook's all-gather, so every rank has the same
@@ -280,7 +433,8 @@ class Birder(torch.optim.Optimizer):
                                "1 unscaled after backward?); the overflow bound the ranks agreed on no longer holds")
         rows = self._collective("intra-node reduce-scatter", topo.worker_group, lambda: comm.all_to_all_rows(
             grad, topo.worker_group, topo.shards_per_worker, None if topo.worker_group is None
-            else self._buffer("rows")))  # (G, shard): the node mean is taken piece by piece
+            else self._buffer("rows")) if overlap is None else overlap.rows(self._buffer("rows"))
+        )  # (G, shard): the node mean is taken piece by piece
         if not largest * topo.shards_per_worker < _SAFE_SUM:  # the same decision on every rank
             worker_grad = tb._node_mean(rows)
             bad = torch.tensor([float(not bool(torch.isfinite(worker_grad).all()))], device=self.device)

@@ -80,6 +80,7 @@ def _setup(case: str, scheme: str, gpus_per_node: int, bucket_cap_mb: float = 0.
             p.requires_grad_(False)
         trainable = trainable[2:]
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
+    options.setdefault("overlap", True)  # the habits run on the overlapped path (and its fallback)
     opt = Birder(ddp, lr=LR, weight_decay=DECAY, seed=SEED, scheme=scheme, gpus_per_node=gpus_per_node, **options)
     return model, trainable, ddp, opt
 
@@ -109,6 +110,7 @@ def exactness(scheme: str, gpus_per_node: int, steps: int, rank: int) -> dict:
                 mismatched += int((params != x).sum())
         frozen_moved = int(not torch.equal(model[0].weight, make_model(0)[0].weight)) if case == "frozen" else 0
         out[case] = {"mismatched": mismatched + frozen_moved, "t": opt.t, "dim": opt.dim,
+                     "overlapped_steps": opt.overlapped_steps, "overlap_fallbacks": opt.overlap_fallbacks,
                      "state_elements": opt.m.numel() * 3 + opt.server_error.numel()}
     out["overflow"] = _scaler_overflow(scheme, gpus_per_node, rank)
     out["node_sum_overflow"] = _node_sum_overflow(scheme, gpus_per_node, rank)
@@ -230,3 +232,27 @@ def stall(scheme: str, gpus_per_node: int, stalled_rank: int, phase: str, rank: 
         except RuntimeError as error:
             raise RuntimeError(f"after {time.monotonic() - started:.1f} s: {error}") from None
     return {"finished": True}
+
+
+def overlap_under_ddp_options(rank: int) -> dict:
+    """One node of all ranks: for several DDP options, 4 steps with the exchange overlapped and without; returns
+    (on rank 0) per option whether the parameters agree bit for bit, and how many steps overlapped."""
+    out = {}
+    for name, options in (("buckets", {"bucket_cap_mb": 0.0003}), ("bucket_view", {"gradient_as_bucket_view": True,
+                          "bucket_cap_mb": 0.0003}), ("static_graph", {"static_graph": True, "bucket_cap_mb": 0.0003}),
+                          ("unused", {"find_unused_parameters": True, "bucket_cap_mb": 0.0003})):
+        finals, overlapped = [], 0
+        for overlap in (True, False):
+            model = make_model(0)
+            ddp = nn.parallel.DistributedDataParallel(model, **options)
+            opt = Birder(ddp, lr=LR, weight_decay=DECAY, seed=SEED, gpus_per_node=dist.get_world_size(),
+                         overlap=overlap)
+            for step in range(1, 5):
+                x, y = batch(SEED, step, rank)
+                nn.functional.mse_loss(ddp(x), y).backward()
+                opt.step()
+                opt.zero_grad()
+            finals.append(_gather(_flat(model.parameters())))
+            overlapped += opt.overlapped_steps
+        out[name] = {"equal": bool(np.array_equal(*finals)), "overlapped_steps": overlapped}
+    return out if rank == 0 else {}

@@ -4,7 +4,8 @@ Every function mirrors its NumPy counterpart in ``birder_ref`` operation for ope
 Python-float coefficients rounded to float32 exactly as NumPy 2 rounds them, and nothing fused (no addcmul,
 lerp or FMA), so that the same inputs and draws give the same bits as ``birder_ref.algorithm1.step``.
 
-Draws reuse ``birder_ref.draws`` (its integer hash runs unchanged on int64 tensors): the draw of element ``i``
+Draws reuse ``birder_ref.draws`` (its 32-bit hash on int32 tensors; the optimizer's piecewise stages hash in place,
+on CPU on NumPy uint32 views of their buffers, the same bits): the draw of element ``i``
 at Algorithm 1 step ``t`` (1-based: the step being computed, ``state.t + 1``) for worker ``k`` is
 ``uniform(seed, t, k, i)``, for the server ``uniform(seed, t, SERVER_STREAM, i)``; ``i`` is the element's
 position in the flattened parameter vector (``torch.nn.utils.parameters_to_vector`` order).
@@ -13,11 +14,13 @@ position in the flattened parameter vector (``torch.nn.utils.parameters_to_vecto
 from __future__ import annotations
 
 import functools
+import sys
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from birder_ref.draws import SERVER_STREAM, UNIFORM_BITS, hash_index, stream_key
+from birder_ref.draws import _FMIX_C1, _FMIX_C2, MASK32, SERVER_STREAM, UNIFORM_BITS, as_int32, hash_index, stream_key
 
 __all__ = [
     "SERVER_STREAM",
@@ -167,12 +170,132 @@ def server_step(mean_u: torch.Tensor, server_error: torch.Tensor, u_server: torc
 # must decide beforehand that the step counts (the optimizer checks the gradients first).
 
 PIECE = 1 << 16  # elements per piece: a few float32 temporaries of this size stay in L2
+_PACK_MAGIC = as_int32(0x80402010) << 32 | 0x08040201  # (0x8040201008040201 as int64): see _pack_into
+_GRID_SCALE = float(2**UNIFORM_BITS)  # u = k / 2**24, so u < x exactly when k < x * 2**24
+
+
+@dataclass
+class _Workspace:
+    """The temporaries of one piecewise call, allocated once per call and reused for every piece."""
+
+    a: torch.Tensor  # float32: y (the worker's) or z (the server's)
+    work: torch.Tensor  # float32: threshold, then Q(y)
+    grid: torch.Tensor  # float32: the draws' k (u = k / 2**24)
+    h: torch.Tensor  # int32: the hash
+    t: torch.Tensor  # int32: the hash's shifted word
+    plus: torch.Tensor  # bool: "+1"
+    word: torch.Tensor  # int64: eight "+1" bytes, then their packed byte
+
+    @staticmethod
+    def make(n: int, device) -> _Workspace:
+        size = max(8, min(PIECE, n))
+        f32 = [torch.empty(size, dtype=torch.float32, device=device) for _ in range(3)]
+        i32 = [torch.empty(size, dtype=torch.int32, device=device) for _ in range(2)]
+        return _Workspace(*f32, *i32, torch.empty(size, dtype=torch.bool, device=device),
+                          torch.empty(size // 8, dtype=torch.int64, device=device))
+
+
+@functools.cache
+def _piece_indices(device: torch.device) -> torch.Tensor:
+    return torch.arange(PIECE, dtype=torch.int32, device=device)
+
+
+def _fmix32_(h: torch.Tensor, t: torch.Tensor) -> None:
+    """``birder_ref.draws.fmix32`` in place on int32 words, with ``t`` as its one temporary (the same bits)."""
+    for shift, constant in ((16, _FMIX_C1), (13, _FMIX_C2), (16, None)):
+        torch.bitwise_right_shift(h, shift, out=t)
+        t &= MASK32 >> shift  # the arithmetic shift made logical
+        h ^= t
+        if constant is not None:
+            h *= as_int32(constant)
+
+
+def _grid_into(key: int, start: int, n: int, ws: _Workspace) -> torch.Tensor:
+    """k = the top 24 bits of ``birder_ref.draws.hash_index(key, start + i)`` as float32 (exact), i < n, in the
+    workspace: the draw is k / 2**24 (``uniforms``' value), left unscaled so that the comparison can scale the
+    threshold instead (both multiplications by powers of two are exact)."""
+    if ws.grid.device.type == "cpu":
+        return _grid_into_numpy(key, start, n, ws)
+    return _grid_into_torch(key, start, n, ws)
+
+
+def _grid_into_torch(key: int, start: int, n: int, ws: _Workspace) -> torch.Tensor:
+    """``_grid_into`` on torch int32 words (any device): arithmetic shifts masked to logical ones."""
+    grid = ws.grid[:n]
+    if start + n > 1 << 31:  # indices past int32's range: the general form (rare: a 2**31-element vector)
+        words = torch.arange(start, start + n, dtype=torch.int64, device=grid.device).to(torch.int32)
+        bits = (hash_index(key, words) >> (32 - UNIFORM_BITS)) & ((1 << UNIFORM_BITS) - 1)
+        return grid.copy_(bits)
+    h, t, k = ws.h[:n], ws.t[:n], as_int32(key)
+    torch.add(_piece_indices(grid.device)[:n], start, out=h)  # no overflow: start + n <= 2**31
+    h ^= k
+    _fmix32_(h, t)
+    h ^= k
+    _fmix32_(h, t)
+    torch.bitwise_right_shift(h, 32 - UNIFORM_BITS, out=t)
+    t &= (1 << UNIFORM_BITS) - 1
+    return grid.copy_(t)
+
+
+@functools.cache
+def _numpy_indices() -> np.ndarray:
+    return np.arange(PIECE, dtype=np.uint32)
+
+
+def _grid_into_numpy(key: int, start: int, n: int, ws: _Workspace) -> torch.Tensor:
+    """``_grid_into`` on CPU: the same hash on NumPy uint32 views of the workspace, where a right shift is
+    logical (no mask after it) and multiplication wraps modulo 2**32: 19 passes instead of 27, the same bits."""
+    h, t = ws.h[:n].numpy().view(np.uint32), ws.t[:n].numpy().view(np.uint32)
+    k = np.uint32(key)
+    np.add(_numpy_indices()[:n], np.uint32(start), out=h)  # start + n <= 2**32: no wrap
+    for _ in range(2):  # h = fmix32(fmix32(index ^ key) ^ key)
+        h ^= k
+        for shift, constant in ((16, _FMIX_C1), (13, _FMIX_C2), (16, None)):
+            np.right_shift(h, shift, out=t)
+            h ^= t
+            if constant is not None:
+                np.multiply(h, np.uint32(constant), out=h)
+    np.right_shift(h, 32 - UNIFORM_BITS, out=t)
+    grid = ws.grid[:n]
+    grid.numpy()[:] = t  # integers below 2**24: exact in float32
+    return grid
 
 
 def _range_uniforms(key: int, start: int, n: int, device) -> torch.Tensor:
     """Draws of elements start .. start + n - 1 under ``key`` (the position in the padded vector is the index)."""
     dtype = torch.int32 if start + n <= 1 << 31 else torch.int64
     return _uniforms_of(key, torch.arange(start, start + n, dtype=dtype, device=device))
+
+
+def _quantize_grid_(y: torch.Tensor, grid: torch.Tensor, ws: _Workspace, error: torch.Tensor) -> torch.Tensor:
+    """Eq. 5 on y with draws k / 2**24 (``grid`` holds k), writing y - Q(y) into ``error``; returns the "+1" mask.
+
+    ``quantize``'s test u < (clip(y, -1, 1) + 1) / 2 taken as k < (clip(y, -1, 1) + 1) * 2**23: the same
+    truth value, since multiplying both sides by 2**24 is exact (clip + 1 is 0 or at least 2**-24, at most 2).
+    """
+    n = y.numel()
+    work, plus = ws.work[:n], ws.plus[:n]
+    torch.clamp(y, -1.0, 1.0, out=work)
+    work.add_(1.0).mul_(_GRID_SCALE / 2)
+    torch.lt(grid, work, out=plus)
+    torch.mul(plus, 2.0, out=work)  # +-1 exactly: 2 * {0, 1} - 1
+    work.sub_(1.0)
+    torch.sub(y, work, out=error)
+    return plus
+
+
+def _pack_into(plus: torch.Tensor, ws: _Workspace, out: torch.Tensor) -> None:
+    """``pack_signs`` of a bool mask (a multiple of 8) into ``out``: each eight bytes (0/1) read as one
+    little-endian int64 x, the byte is the top byte of x * 0x8040201008040201 (bit 63 - 9j of the constant
+    carries byte j to bit 63 - j; every other product lands below bit 56 at a distinct position, or above
+    bit 63, so nothing carries into the top byte)."""
+    if sys.byteorder != "little":
+        return out.copy_(_pack_mask(plus))
+    word = ws.word[:plus.numel() // 8]
+    torch.mul(plus.view(torch.uint8).view(torch.int64), _PACK_MAGIC, out=word)
+    word >>= 56
+    word &= 0xFF
+    out.copy_(word)
 
 
 def _quantize_into(y: torch.Tensor, u: torch.Tensor, work: torch.Tensor, error: torch.Tensor) -> torch.Tensor:
@@ -190,14 +313,20 @@ def _pack_mask(plus: torch.Tensor) -> torch.Tensor:
     return (plus.view(-1, 8).to(torch.uint8) << _shifts(plus.device)).sum(dim=1, dtype=torch.uint8)
 
 
-def _node_mean(rows: torch.Tensor) -> torch.Tensor:
+def _node_mean(rows: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """The worker's gradient from the (G, n) rows its G GPUs sent: added in rank order, divided by G (G > 1)."""
     if rows.shape[0] == 1:
         return rows[0]
-    total = rows[0].clone()
-    for row in rows[1:]:
+    if out is None:
+        total = rows[0].clone()
+        total += rows[1]
+    else:
+        total = torch.add(rows[0], rows[1], out=out)  # rows 0 + 1 in one pass: the same sum
+    for row in rows[2:]:
         total += row
-    return true_divide(total, float(rows.shape[0]))
+    if out is None:
+        return true_divide(total, float(rows.shape[0]))
+    return total.div_(_divisor(float(rows.shape[0]), total.device))
 
 
 def worker_step_packed_(m: torch.Tensor, b_hat: torch.Tensor, e: torch.Tensor, grad: torch.Tensor, beta: float,
@@ -215,13 +344,17 @@ def worker_step_packed_(m: torch.Tensor, b_hat: torch.Tensor, e: torch.Tensor, g
     if n % 8:
         raise ValueError(f"worker_step_packed_ takes a multiple of 8 elements, got {n}")
     out = torch.empty(n // 8, dtype=torch.uint8, device=rows.device)
-    size = min(PIECE, n) or 1
-    t1 = torch.empty(size, dtype=torch.float32, device=rows.device)
-    t2 = torch.empty_like(t1)
+    ws = _Workspace.make(n, rows.device)
+    mean = torch.empty_like(ws.a) if rows.shape[0] > 1 else None
+    if rows.device.type == "cpu" and all(x.is_contiguous() and x.dtype == torch.float32 for x in (m, b_hat, e, rows)):
+        with np.errstate(all="ignore"):  # overflow / NaN propagate as in torch, without NumPy's warnings
+            _worker_pieces_numpy(m, b_hat, e, rows, beta, eps, key, start, ws, mean, out)
+        return out
     for lo in range(0, n, PIECE):
         hi = min(lo + PIECE, n)
         k = hi - lo
-        mp, bp, ep, gp, a, w = m[lo:hi], b_hat[lo:hi], e[lo:hi], _node_mean(rows[:, lo:hi]), t1[:k], t2[:k]
+        mp, bp, ep, a = m[lo:hi], b_hat[lo:hi], e[lo:hi], ws.a[:k]
+        gp = _node_mean(rows[:, lo:hi], None if mean is None else mean[:k])
         mp.mul_(beta)
         torch.mul(gp, 1 - beta, out=a)
         mp.add_(a)
@@ -232,9 +365,101 @@ def worker_step_packed_(m: torch.Tensor, b_hat: torch.Tensor, e: torch.Tensor, g
         torch.add(bp, eps, out=a)
         torch.div(mp, a, out=a)
         a.add_(ep)  # a = y
-        plus = _quantize_into(a, _range_uniforms(key, start + lo, k, rows.device), w, ep)
-        out[lo // 8: hi // 8] = _pack_mask(plus)
+        plus = _quantize_grid_(a, _grid_into(key, start + lo, k, ws), ws, ep)
+        _pack_into(plus, ws, out[lo // 8: hi // 8])
     return out
+
+
+def _worker_pieces_numpy(m, b_hat, e, rows, beta, eps, key, start, ws, mean, out) -> None:
+    """``worker_step_packed_``'s loop on CPU, on NumPy views of the same tensors: the same float32 operations in the
+    same order (NumPy rounds each to float32 as torch does, the Python coefficients rounded to float32 first; no
+    contraction), with less per-operation overhead than torch's eager dispatch on pieces this small."""
+    n = rows.shape[1]
+    f32 = np.float32
+    beta32, rest32, eps32 = f32(beta), f32(1 - beta), f32(eps)
+    M, B, E, R = m.numpy(), b_hat.numpy(), e.numpy(), rows.numpy()
+    A, W, G, PLUS = ws.a.numpy(), ws.work.numpy(), ws.grid.numpy(), ws.plus.numpy()
+    total = None if mean is None else mean.numpy()
+    divisor = f32(rows.shape[0])
+    for lo in range(0, n, PIECE):
+        hi = min(lo + PIECE, n)
+        k = hi - lo
+        mp, bp, ep, a, w, plus = M[lo:hi], B[lo:hi], E[lo:hi], A[:k], W[:k], PLUS[:k]
+        if total is None:
+            gp = R[0, lo:hi]
+        else:  # the node mean: rows added in rank order, divided by G (``_node_mean``)
+            gp = np.add(R[0, lo:hi], R[1, lo:hi], out=total[:k])
+            for r in range(2, R.shape[0]):
+                gp += R[r, lo:hi]
+            gp /= divisor
+        mp *= beta32
+        np.multiply(gp, rest32, out=a)
+        mp += a
+        bp *= beta32
+        np.abs(gp, out=a)
+        a *= rest32
+        bp += a
+        np.add(bp, eps32, out=a)
+        np.divide(mp, a, out=a)
+        a += ep  # a = y
+        _grid_into(key, start + lo, k, ws)
+        _quantize_numpy(a, G[:k], w, plus, ep)
+        _pack_into(ws.plus[:k], ws, out[lo // 8: hi // 8])
+
+
+def _quantize_numpy(y: np.ndarray, grid: np.ndarray, work: np.ndarray, plus: np.ndarray, error: np.ndarray) -> None:
+    """``_quantize_grid_``'s operations on NumPy views (the same float32 results)."""
+    f32 = np.float32
+    np.clip(y, f32(-1.0), f32(1.0), out=work)
+    work += f32(1.0)
+    work *= f32(_GRID_SCALE / 2)
+    np.less(grid, work, out=plus)
+    np.multiply(plus, f32(2.0), out=work)
+    work -= f32(1.0)
+    np.subtract(y, work, out=error)
+
+
+def _server_pieces_numpy(mean_u, server_error, key, start, n_workers, ws, out) -> None:
+    """``server_step_packed_``'s loop on CPU, on NumPy views: the same operations (line 12's mean from the +-1
+    table as ``_mean_of_packed_signs``, then z = mean + e_s, Q(z), e_s = z - Q(z), packing)."""
+    n = server_error.numel()
+    f32 = np.float32
+    S, U = server_error.numpy(), mean_u.numpy()
+    A, W, G, PLUS = ws.a.numpy(), ws.work.numpy(), ws.grid.numpy(), ws.plus.numpy()
+    table = _sign_table(torch.float32, server_error.device).numpy()
+    for lo in range(0, n, PIECE):
+        hi = min(lo + PIECE, n)
+        k = hi - lo
+        z, w, sp = A[:k], W[:k], S[lo:hi]
+        if n_workers is None:
+            mean = U[lo:hi]
+        else:
+            mean, row_signs = w.reshape(-1, 8), G[:k].reshape(-1, 8)
+            np.take(table, U[0, lo // 8: hi // 8], axis=0, out=mean)
+            for r in range(1, U.shape[0]):
+                np.take(table, U[r, lo // 8: hi // 8], axis=0, out=row_signs)
+                mean += row_signs
+            mean = w
+            mean /= f32(U.shape[0])
+        np.add(mean, sp, out=z)
+        _grid_into(key, start + lo, k, ws)
+        _quantize_numpy(z, G[:k], w, PLUS[:k], sp)
+        _pack_into(ws.plus[:k], ws, out[lo // 8: hi // 8])
+
+
+def _mean_of_packed_signs(packed_rows: torch.Tensor, ws: _Workspace) -> torch.Tensor:
+    """Line 12's (1/n) sum_i u_i from the (n, bytes) packed signs, in the workspace's ``work``: each row's bytes
+    looked up as eight +-1 each (``_sign_table``) and added, giving 2 c - n exactly (small integers in float32),
+    the value ``mean_of_signs`` forms from the count c of +1s; then the same true division by n."""
+    n_rows, n_bytes = packed_rows.shape
+    total, row_signs, index = ws.work[:8 * n_bytes], ws.grid[:8 * n_bytes], ws.word[:n_bytes]
+    table = _sign_table(torch.float32, packed_rows.device)
+    for r in range(n_rows):
+        index.copy_(packed_rows[r])
+        torch.index_select(table, 0, index, out=(total if r == 0 else row_signs).view(n_bytes, 8))
+        if r:
+            total.add_(row_signs)
+    return total.div_(_divisor(float(n_rows), total.device))
 
 
 def server_step_packed_(mean_u: torch.Tensor, server_error: torch.Tensor, key: int, start: int,
@@ -247,18 +472,20 @@ def server_step_packed_(mean_u: torch.Tensor, server_error: torch.Tensor, key: i
     if n % 8:
         raise ValueError(f"server_step_packed_ takes a multiple of 8 elements, got {n}")
     out = torch.empty(n // 8, dtype=torch.uint8, device=server_error.device)
-    size = min(PIECE, n) or 1
-    t1 = torch.empty(size, dtype=torch.float32, device=server_error.device)
-    t2 = torch.empty_like(t1)
+    ws = _Workspace.make(n, server_error.device)
+    if server_error.device.type == "cpu" and server_error.is_contiguous() and server_error.dtype == torch.float32 \
+            and (n_workers is not None or mean_u.dtype == torch.float32):
+        with np.errstate(all="ignore"):
+            _server_pieces_numpy(mean_u, server_error, key, start, n_workers, ws, out)
+        return out
     for lo in range(0, n, PIECE):
         hi = min(lo + PIECE, n)
         k = hi - lo
-        z, w, sp = t1[:k], t2[:k], server_error[lo:hi]
-        mean = (mean_u[lo:hi] if n_workers is None
-                else mean_of_signs(count_plus(mean_u[:, lo // 8: hi // 8]), n_workers))
+        z, sp = ws.a[:k], server_error[lo:hi]
+        mean = mean_u[lo:hi] if n_workers is None else _mean_of_packed_signs(mean_u[:, lo // 8: hi // 8], ws)
         torch.add(mean, sp, out=z)
-        plus = _quantize_into(z, _range_uniforms(key, start + lo, k, server_error.device), w, sp)
-        out[lo // 8: hi // 8] = _pack_mask(plus)
+        plus = _quantize_grid_(z, _grid_into(key, start + lo, k, ws), ws, sp)
+        _pack_into(plus, ws, out[lo // 8: hi // 8])
     return out
 
 

@@ -8,6 +8,7 @@ import torch
 from birder.cli import main
 from gpu_validation.bench import COLLECTIVES, BenchConfig, kernel_timings, profile_fields, write_profile
 from sim.network import load_cluster
+from sim.system import ring_latency
 
 
 def test_bench_command_measures_and_writes_a_profile_predict_reads(tmp_path, capsys):
@@ -33,6 +34,14 @@ def test_bench_command_measures_and_writes_a_profile_predict_reads(tmp_path, cap
     assert cluster.nic.line_rate == pytest.approx(network["line_rate_gbps"] * 1e9)
     assert cluster.nic.latency == pytest.approx(network["latency_us"] * 1e-6)
     assert cluster.nic.message_overhead == 0 and cluster.nic.step_overhead == 0  # no fitted costs on top
+    # latency_us is the transport's extra per hop: the measured 2-rank all-reduce of 256 B is base + 2 steps + flows
+    reduce_us = min(r["seconds"] for r in result["collectives"] if r["op"] == "all_reduce" and r["bytes"] == 256) * 1e6
+    busbw = max(r["busbw_gbytes_per_s"] for r in result["collectives"])
+    step = max(0.0, (reduce_us - 256 / (busbw * 1e3) - 6.6) / 2)
+    assert network["latency_us"] == pytest.approx(max(0.0, step - 5.0), abs=0.01)  # NET tree LL: 1 GPU per node
+    assert network["latency_us"] < reduce_us / 2 and "# latency_us: all-reduce of 256 B over 2 ranks" in text
+    sim_us = 1e6 * ring_latency(cluster, "LL", 2, 2, True)  # the simulator gives back the measured time's latency
+    assert sim_us == pytest.approx(max(reduce_us - 256 / (busbw * 1e3), 6.6 + 2 * 5.0), abs=0.05)
 
     status = main(["predict", "--cluster", str(out), "--model", "resnet50", "--optimizer", "birder", "--json"])
     assert status == 0 and json.loads(capsys.readouterr().out)["throughput"] > 0
@@ -43,7 +52,9 @@ def test_one_node_profile_measures_intra_and_names_a_network_preset(tmp_path):
             for op in COLLECTIVES for b, s, bw in ((256, 2e-5, 0.01), (2**22, 1e-3, 150.0))]
     cfg = BenchConfig(backend="nccl", ranks=4)
     fields = profile_fields(cfg, 1, 4, rows, "NVIDIA H100 80GB HBM3")
-    assert fields["intra"] == {"port_gbytes_per_s": 150.0, "latency_us": 20.0} and fields["gpu"] == "h100"
+    # per ring step: (20 us - 256 B x 6/4 / 150 GB/s - 6.6 us LL base) / (2 x 3 steps), the simulator's meaning
+    step = (20.0 - 256 * 6 / 4 / 150e3 - 6.6) / 6
+    assert fields["intra"] == {"port_gbytes_per_s": 150.0, "latency_us": round(step, 2)} and fields["gpu"] == "h100"
     path = write_profile(tmp_path / "p.toml", fields, {"backend": "nccl", "device": "H100", "ranks": 4, "nodes": 1,
                                                        "gpus_per_node": 4, "sizes": [64, 2**20], "kernels": []})
     cluster = load_cluster(path)

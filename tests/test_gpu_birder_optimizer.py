@@ -39,6 +39,11 @@ def test_every_training_loop_habit_gives_algorithm1_bit_for_bit(four_ranks, case
     """GradScaler (with/without unscale_), clip_grad_norm_ on the raw gradient, accumulation without no_sync."""
     assert four_ranks[case]["mismatched"] == 0
     assert four_ranks[case]["t"] == 3
+    # the node's exchange started during backward and was used, unless .grad changed after backward (clipping,
+    # unscaling, a scale to divide out): then every rank of the node exchanged again (exact both ways)
+    changed = case in ("clip", "grad_scaler", "grad_scaler_unscale")
+    assert (four_ranks[case]["overlapped_steps"], four_ranks[case]["overlap_fallbacks"]) == ((0, 3) if changed
+                                                                                           else (3, 0))
 
 
 def test_frozen_parameters_carry_no_state(four_ranks):
@@ -164,6 +169,7 @@ def test_step_without_a_backward_through_ddp_is_refused(one_rank):
     ({"scheme": "ring"}, "scheme must be one of"),
     ({"gpus_per_node": 0}, "gpus_per_node must be an integer >= 1"),
     ({"max_consecutive_skips": 0}, "max_consecutive_skips must be an integer >= 1"),
+    ({"overlap": "yes"}, "overlap must be True or False"),
 ])
 def test_bad_arguments_are_one_value_error_naming_the_parameter(one_rank, kwargs, message):
     ddp = nn.parallel.DistributedDataParallel(make_model(0))
@@ -298,3 +304,12 @@ def test_ddp_options_and_an_lr_scheduler_leave_the_bits_alone(one_rank):
     for options in ({"gradient_as_bucket_view": True}, {"static_graph": True}, {"find_unused_parameters": True},
                     {"bucket_cap_mb": 0.0003}):
         assert torch.equal(_params_after_steps(**options), base), options
+
+
+def test_the_overlapped_exchange_equals_the_plain_one_under_ddp_options():
+    """Two ranks on one node (the exchange that overlaps is the node's): several buckets, gradient_as_bucket_view,
+    static_graph, find_unused_parameters; every step overlapped, the same bits as overlap=False."""
+    outcome = launch.launch(scenarios.overlap_under_ddp_options, (), 2, "gloo", 30, 120)
+    assert not outcome.describe_failures(), outcome.describe_failures()
+    for name, row in outcome.reports[0]["result"].items():
+        assert row == {"equal": True, "overlapped_steps": 4}, name

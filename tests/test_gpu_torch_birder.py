@@ -192,6 +192,9 @@ def test_fused_in_place_stages_equal_the_plain_steps_across_pieces(gpus):
     packed = tb.worker_step_packed_(m2, b2, e2, rows, 0.9, 1e-8, stream_key(4, 2, 1), start)
     assert torch.equal(packed, tb.pack_signs(u)) and torch.equal(m2, new.m) and torch.equal(b2, new.b_hat)
     assert torch.equal(e2, new.e)
+    strided = [torch.zeros(2 * n)[::2].copy_(v) for v in (m, b_hat, e)]  # not contiguous: the torch form (CUDA's)
+    assert torch.equal(tb.worker_step_packed_(*strided, rows, 0.9, 1e-8, stream_key(4, 2, 1), start), packed)
+    assert all(torch.equal(got, want) for got, want in zip(strided, (new.m, new.b_hat, new.e), strict=True))
     received = torch.stack([packed, tb.pack_signs(-u), packed])  # three workers' packed signs
     server_error = torch.rand(n, generator=generator) - 0.5
     u_bar, new_error = tb.server_step(tb.mean_of_signs(tb.count_plus(received), 3), server_error,
@@ -199,4 +202,30 @@ def test_fused_in_place_stages_equal_the_plain_steps_across_pieces(gpus):
     fused_error = server_error.clone()
     fused = tb.server_step_packed_(received, fused_error, stream_key(4, 2, tb.SERVER_STREAM), start, n_workers=3)
     assert torch.equal(fused, tb.pack_signs(u_bar)) and torch.equal(fused_error, new_error)
+    mean = tb.mean_of_signs(tb.count_plus(received), 3)
+    for error in (server_error.clone(), torch.zeros(2 * n)[::2].copy_(server_error)):  # NumPy form; torch form
+        again = tb.server_step_packed_(mean, error, stream_key(4, 2, tb.SERVER_STREAM), start)
+        assert torch.equal(again, fused) and torch.equal(error, new_error)
+    strided = torch.zeros(2 * n)[::2].copy_(server_error)
+    assert torch.equal(tb.server_step_packed_(received, strided, stream_key(4, 2, tb.SERVER_STREAM), start,
+                                              n_workers=3), fused) and torch.equal(strided, new_error)
     assert torch.equal(tb.unpack_range(fused, 13, 1000, torch.float32), u_bar[13:1013])
+
+
+def test_fused_draws_and_packing_equal_the_reference_forms():
+    """The in-place draws (k kept unscaled; NumPy uint32 on CPU, torch int32 elsewhere) are ``uniforms``'
+    k / 2**24 bit for bit, also for indices at and past
+    2**31 (the int64 fallback), and the multiply-based packing equals ``pack_signs`` on arbitrary masks."""
+    from birder_ref.draws import stream_key
+
+    key = stream_key(9, 3, 2)
+    ws = tb._Workspace.make(tb.PIECE, torch.device("cpu"))
+    for start, n in ((0, tb.PIECE), (77_777, 1000), (2**31 - 500, 1000), (2**32 - 1000, 1000)):
+        expected = tb.uniforms(9, 3, 2, torch.arange(start, start + n, dtype=torch.int64))
+        for form in (tb._grid_into, tb._grid_into_torch, tb._grid_into_numpy):  # CPU's NumPy form; CUDA's torch one
+            assert torch.equal(form(key, start, n, ws) * 2.0**-24, expected), (start, form.__name__)
+    plus = torch.rand(8 * 4096, generator=torch.Generator().manual_seed(2)) < 0.5
+    plus[:64] = torch.tensor([True] * 8 + [False] * 8 + [True, False] * 24)  # all-ones and all-zero bytes
+    out = torch.empty(4096, dtype=torch.uint8)
+    tb._pack_into(plus, ws, out)
+    assert torch.equal(out, tb.pack_signs(plus.to(torch.float32) * 2 - 1))
