@@ -18,7 +18,10 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as error:  # name the output asked for, not the temporary beside it
+        raise OSError(error.errno, f"cannot write {path.name} in {path.parent} ({error.strerror})", str(path)) from None
     os.close(handle)
     tmp = Path(tmp_name)
     tmp.unlink()

@@ -51,7 +51,7 @@ GPUS_PER_NODE = 8  # the Birder paper's nodes (8 A100s); every row's GPU count i
 def rows(path: str | Path | None = None) -> list[Row]:
     """The measurements of ``path`` (default: the public rows). ValueError naming the file and row if it has no
     rows, lacks a column, or holds a throughput that is not a positive finite number, an unknown network or a GPU
-    count that is not a whole number of nodes."""
+    count that is not a whole number of nodes, or repeats a configuration."""
     path = Path(path) if path is not None else PUBLIC_CSV
     if not path.exists():
         raise ValueError(f"no published measurements at {path}; pass --csv FILE")
@@ -64,6 +64,7 @@ def rows(path: str | Path | None = None) -> list[Row]:
     if missing:
         raise ValueError(f"{path}: missing columns {', '.join(missing)}; expected {','.join(COLUMNS)}")
     out = []
+    seen: dict[tuple, int] = {}
     for (lineno, _), rec in zip(numbered[1:], reader, strict=False):
         where = f"{path}, line {lineno}"
         try:
@@ -79,6 +80,11 @@ def rows(path: str | Path | None = None) -> list[Row]:
             raise ValueError(f"{where}: batch_per_gpu must be a positive integer, got {row.batch_per_gpu}")
         if site_of(row.network) not in NETWORKS:
             raise ValueError(f"{where}: unknown network {row.network!r}; choose one of {', '.join(NETWORKS)}")
+        key = (row.model, row.batch_per_gpu, row.network, row.optimizer, row.gpus)
+        if key in seen:  # counted twice, it would weigh twice in the MAPE and the fit
+            raise ValueError(f"{where}: duplicate of line {seen[key]} (same model, batch_per_gpu, network, "
+                             "optimizer and gpus): keep one measurement per configuration")
+        seen[key] = lineno
         out.append(row)
     if not out:
         raise ValueError(f"{path}: no measurements (only a header or comments)")

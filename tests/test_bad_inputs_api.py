@@ -2,8 +2,7 @@
 
 Each row builds a call afresh, keeps a deep copy of every argument (states included), makes the call and asserts:
 a ValueError (not TypeError, AttributeError, AssertionError or a NumPy error) whose message names the
-parameter, and every argument unchanged afterwards (a failed call changes no state). Rows whose fix belongs to
-another area are marked ``xfail(strict=True)``.
+parameter, and every argument unchanged afterwards (a failed call changes no state). No row is marked xfail.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from birder_ref.quantize import pack_signs, quantize, unpack_signs
 from birder_ref.schedules import Layout, allreduce, optimizer_schedule, padded_dim, schedule
 from birder_ref.zero_one_adam import Policy, ZeroOneAdam
 
-DRAWS = "fixed in birder_ref/draws.py (the torch helper validates the draws' seeds)"
 N, D = 2, 16
 
 
@@ -380,10 +378,8 @@ ROWS = [
         "dim"),
     api("marsit-bits-K-zero", lambda: call(baseline_schedules.marsit_bits_per_element, 0), "K"),
     # draws (validated by the torch helper's replacement of birder_ref/draws.py)
-    api("draws-seed-fraction", lambda: call(draws.server_uniforms, 1.5, 1, 4), "seed",
-        marks=pytest.mark.xfail(strict=True, reason=f"{DRAWS}: a float seed is accepted")),
-    api("draws-n-fraction", lambda: call(draws.uniforms, 0, 1, 0, 2.5), "n",
-        marks=pytest.mark.xfail(strict=True, reason=f"{DRAWS}: a float count gives a NumPy TypeError")),
+    api("draws-seed-fraction", lambda: call(draws.server_uniforms, 1.5, 1, 4), "seed"),
+    api("draws-n-fraction", lambda: call(draws.uniforms, 0, 1, 0, 2.5), "n"),
 ]
 
 
