@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from birder.atomic import write_text
 from birder_ref.schedules import SCHEMES
+from sim.api import MAX_BATCH_PER_GPU
 from sim.hardware import (
     GPUS,
     INTRA,
@@ -47,10 +48,6 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
-
-
-MAX_BATCH_PER_GPU = 65_536  # the input images alone of 65,536 ResNet-50 samples (3 x 224 x 224 fp32, 602 kB each)
-# take 39 GB, half an 80 GB GPU before any activation: a larger batch per GPU does not fit on one GPU
 
 
 def _batch_per_gpu(text: str) -> int:
@@ -252,7 +249,7 @@ def _strict_json(value) -> str:
 FLAGS = {"single_node_throughput": "--single-node-throughput", "batch_per_gpu": "--batch-per-gpu",
          "accumulation_steps": "--accumulation-steps", "grad_dtype": "--grad-dtype", "warmup_fraction":
          "--warmup-fraction", "marsit_period": "--marsit-period", "model or params": "--model or --params",
-         "algorithm": "--algorithm"}
+         "algorithm": "--algorithm", "params": "--params"}
 
 
 def _flags(run):

@@ -302,6 +302,8 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
         raise ValueError(f"[network] has unknown keys {sorted(extra)}; expected some of "
                          f"{sorted(set(NIC_KEYS) | {'preset', 'transport'})}")
     name = data.get("name", path.stem)
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"name must be a non-empty string, got {name!r}")
     if preset is not None:
         if not isinstance(preset, str):
             raise ValueError(f"[network] preset must be a network name, got {preset!r}")
