@@ -547,6 +547,14 @@ def test_formerly_hanging_inputs_answer_fast(argv, tmp_path):
     assert not outcome.changed
 
 
+def test_the_suite_holds_200_distinct_bad_inputs_and_no_xfail():
+    from bad_input_harness import count_bad_inputs
+
+    counts = count_bad_inputs()
+    assert sum(counts.values()) >= 200 and counts["cli"] >= 200, counts
+    assert not [r.id for r in ROWS + SUBPROCESS_ROWS if any(m.name == "xfail" for m in r.marks)]
+
+
 def test_the_rows_are_distinct():
     ids = [r.id for r in ROWS]
     argvs = [tuple(r.values[0]) for r in ROWS]
