@@ -23,6 +23,10 @@ from birder_ref.optimizers import SGDM, Adam, Birder, SoftSignSGD
 from birder_ref.quantize import pack_signs, quantize, unpack_signs
 from birder_ref.schedules import Layout, allreduce, optimizer_schedule, padded_dim, schedule
 from birder_ref.zero_one_adam import Policy, ZeroOneAdam
+from sim.api import predict_on
+from sim.collective import parse_size, predict_collective
+from sim.hardware import cluster as sim_cluster
+from sim.hardware import make_nic
 
 N, D = 2, 16
 
@@ -380,6 +384,29 @@ ROWS = [
     # draws (validated by the torch helper's replacement of birder_ref/draws.py)
     api("draws-seed-fraction", lambda: call(draws.server_uniforms, 1.5, 1, 4), "seed"),
     api("draws-n-fraction", lambda: call(draws.uniforms, 0, 1, 0, 2.5), "n"),
+    # the simulator as a library (sim.api, sim.hardware, sim.collective): the bounds of what it answers in seconds
+    api("sim-cluster-too-many-gpus", lambda: call(sim_cluster, "10gbe", 8193), "65,536"),
+    api("sim-cluster-oversubscription-inf", lambda: call(sim_cluster, "10gbe", 2, oversubscription=INF),
+        "oversubscription"),
+    api("sim-cluster-oversubscription-huge", lambda: call(sim_cluster, "10gbe", 2, oversubscription=1e243),
+        "oversubscription"),
+    api("sim-predict-params-huge", lambda: call(predict_on, sim_cluster("10gbe", 1), params=10**13), "params"),
+    api("sim-predict-accumulation-beyond-float",
+        lambda: call(predict_on, sim_cluster("10gbe", 1), accumulation_steps=10**400), "accumulation_steps"),
+    api("sim-predict-marsit-period-beyond-float",
+        lambda: call(predict_on, sim_cluster("10gbe", 1), optimizer="marsit", marsit_period=10**400),
+        "marsit_period"),
+    api("sim-predict-batch-huge", lambda: call(predict_on, sim_cluster("10gbe", 1), batch_per_gpu=10**8),
+        "batch_per_gpu"),
+    api("sim-collective-bytes-huge", lambda: call(predict_collective, "all-reduce", 2**41, sim_cluster("10gbe", 1)),
+        "bytes"),
+    api("sim-collective-bytes-float", lambda: call(predict_collective, "all-reduce", 8.0, sim_cluster("10gbe", 1)),
+        "bytes"),
+    api("sim-parse-size-huge", lambda: call(parse_size, "2000G"), "bytes"),
+    api("sim-nic-rate-in-bits", lambda: call(make_nic, "x", {"line_rate_gbps": 1e11}), "line_rate_gbps"),
+    api("sim-nic-latency-in-seconds", lambda: call(make_nic, "x", {"line_rate_gbps": 10, "latency_us": 4e-5}),
+        "latency_us"),
+
 ]
 
 

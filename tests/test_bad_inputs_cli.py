@@ -711,7 +711,8 @@ NUMBERS = st.one_of(
 )
 # Cheap configurations only: small node counts, so a valid draw answers in a fraction of a second.
 PREDICT_FLAGS = ["--nodes", "--batch-per-gpu", "--gpus-per-node", "--params", "--warmup-fraction",
-                 "--oversubscription", "--marsit-period"]
+                 "--oversubscription", "--marsit-period", "--accumulation-steps", "--nics-per-node",
+                 "--nodes-per-leaf"]
 
 
 @FUZZ
@@ -721,6 +722,23 @@ def test_fuzz_predict_argument_values(flag, value, optimizer, tmp_path_factory):
     cwd = tmp_path_factory.mktemp("fuzz")
     args = ["predict", "--optimizer", optimizer, "--nodes", "2", "--json", flag, value]
     assert_answered(run_cli(args, cwd, wall_s=10), json_expected=True)
+
+
+SIZES = st.one_of(NUMBERS, st.builds(lambda n, unit: f"{n}{unit}", st.integers(-3, 1 << 50),
+                                     st.sampled_from(["", "K", "M", "G", "k", "T", "B"])))
+
+
+@FUZZ
+@given(size=SIZES, high=st.one_of(st.none(), SIZES), op=st.sampled_from(["all-reduce", "all-gather", "broadcast"]),
+       algorithm=st.sampled_from(["auto", "ring", "tree"]))
+def test_fuzz_collective_sizes(size, high, op, algorithm, tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("fuzz")
+    spec = size if high is None else f"{size}:{high}"
+    args = ["collective", "--op", op, "--bytes", spec, "--algorithm", algorithm, "--nodes", "2", "--json"]
+    outcome = run_cli(args, cwd, wall_s=10)
+    assert_answered(outcome, json_expected=True)
+    if outcome.status == 2:
+        assert "--bytes" in outcome.stderr or "--algorithm" in outcome.stderr, outcome.stderr
 
 
 TOML_KEYS = {
