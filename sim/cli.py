@@ -150,7 +150,7 @@ def _cluster_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
                    help="GPU for built-in compute profiles and its default fabric (default a100, or the TOML's)")
     p.add_argument("--intra", choices=list(INTRA), help="intra-node fabric preset (default: the GPU's NVLink)")
     p.add_argument("--oversubscription", type=float, default=None,
-                   help="spine oversubscription factor >= 1 (default 1, or the TOML's)")
+                   help=f"spine oversubscription factor, 1 to {MAX_OVERSUBSCRIPTION:g} (default 1, or the TOML's)")
     p.add_argument("--nodes-per-leaf", type=_positive_int, default=None,
                    help="nodes under one leaf switch, whose traffic never crosses the spine (default 1, or the "
                         "TOML's [switch] nodes_per_leaf)")
@@ -161,7 +161,8 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
     model.add_argument("--model", type=_model_name,
                        help="resnet50, bert-base, bert-large, gpt2 or vit-b16 (default resnet50)")
     model.add_argument("--params", type=_positive_int, help="a synthetic model of N parameters")
-    p.add_argument("--batch-per-gpu", type=_batch_per_gpu, default=32, help="samples per GPU per step (default 32)")
+    p.add_argument("--batch-per-gpu", type=_batch_per_gpu, default=32,
+                   help=f"samples per GPU per step, at most {MAX_BATCH_PER_GPU:,} (default 32)")
     p.add_argument("--scheme", choices=SCHEMES, default="hierarchical", help="Birder's scheme (default hierarchical)")
     p.add_argument("--warmup-fraction", type=_fraction, default=None,
                    help="1-bit Adam's uncompressed share of steps (default 0.2 for BERT, 0.15 otherwise)")
@@ -176,6 +177,11 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
                         "(blocking: the paper's hook; default) or overlaps it like DDP's all-reduce")
 
 
+def _short(number: int) -> str:
+    text = str(number)
+    return text if len(text) <= 24 else f"{text[:12]}... ({len(text)} digits)"
+
+
 def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster:
     """The cluster of the command line; with ``--cluster``, the options given on the command line win."""
     over = getattr(args, "oversubscription", None)
@@ -183,7 +189,8 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
         raise ValueError(f"--oversubscription must be a number >= 1 and <= {MAX_OVERSUBSCRIPTION:g}, got {over}")
     per_node = getattr(args, "gpus_per_node", None) or 8
     if not getattr(args, "cluster", None) and (nodes or 1) * per_node > MAX_GPUS:
-        raise ValueError(f"--nodes {nodes or 1} x --gpus-per-node {per_node} = {(nodes or 1) * per_node:,} GPUs "
+        total = f"{(nodes or 1) * per_node:,}" if (nodes or 1) * per_node < 10**24 else "more than 10^24"
+        raise ValueError(f"--nodes {_short(nodes or 1)} x --gpus-per-node {_short(per_node)} = {total} GPUs "
                          f"exceeds {MAX_GPUS:,} GPUs, the largest cluster the simulator answers in seconds "
                          "(sim/README.md)")
     nics = getattr(args, "nics_per_node", None)
@@ -475,7 +482,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("predict", help="time one training configuration on a simulated cluster")
     _workload_args(p)
     _cluster_args(p)
-    p.add_argument("--nodes", type=_positive_int, default=None, help="number of nodes (default 1, or the TOML's)")
+    p.add_argument("--nodes", type=_positive_int, default=None,
+                   help=f"number of nodes (default 1, or the TOML's); at most {MAX_GPUS:,} GPUs in all")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgdm", help="optimizer (default sgdm)")
     p.add_argument("--single-node-throughput", type=_positive_float, default=None,
                    help="samples/s the same optimizer and batch reached on one node: calibrates compute time")
@@ -488,7 +496,8 @@ def register(subparsers) -> None:
     c.add_argument("--op", choices=OPS, required=True, help="the collective")
     c.add_argument("--bytes", required=True, metavar="N|MIN:MAX",
                    help="nccl-tests' size (8, 64K, 8M, 1G); MIN:MAX sweeps doubling sizes")
-    c.add_argument("--nodes", type=_positive_int, default=None, help="number of nodes (default 1, or the TOML's)")
+    c.add_argument("--nodes", type=_positive_int, default=None,
+                   help=f"number of nodes (default 1, or the TOML's); at most {MAX_GPUS:,} GPUs in all")
     _cluster_args(c)
     c.add_argument("--algorithm", choices=ALGORITHMS, default="auto", help="ring, tree or NCCL's choice (auto)")
     c.add_argument("--out", default=None, type=_non_empty_path,
