@@ -189,7 +189,9 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"passed": False, "error": str(stopped), "impl": stopped.target,
                               "checks": Report(stopped.target, stopped.results, 0.0).to_json()["checks"]}))
-        print(f"birder check: error: --impl {stopped.target}: {' '.join(str(stopped).split())}", file=sys.stderr)
+        said = " ".join(str(stopped).split())
+        print(f"birder check: error: {said if said.startswith('--impl') else f'--impl {stopped.target}: {said}'}",
+              file=sys.stderr)
         return 2
     broken = report.interface_broken
     message = (f"--impl {report.target}: the implementation lacks the interface: {' '.join(broken.split())}"

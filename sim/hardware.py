@@ -83,6 +83,7 @@ MAX_OVERSUBSCRIPTION = 64.0  # a spine taper of 64:1 already leaves each node 1/
 # beyond it the fabric is no longer the two-level fat tree the flow model describes (a bound of the model)
 MAX_LINE_RATE_GBPS = 3200.0  # twice 1.6 Tb/s, the fastest Ethernet port standard (IEEE 802.3dj): a larger value is
 # bits/s typed into the Gb/s key
+MAX_CLUSTER_FILE_BYTES = 1 << 20  # a cluster TOML is a few hundred bytes; a larger file is the wrong file
 MIN_NONZERO_LATENCY_US = 0.01  # 10 ns: light covers 2 m of fibre in that time; a smaller nonzero latency is
 # seconds typed into the us key
 
@@ -270,7 +271,10 @@ def load_cluster(path: str | Path, n_nodes: int | None = None, gpus_per_node: in
     path = Path(path)
     try:
         with path.open("rb") as f:
-            data = tomllib.load(f)
+            raw = f.read(MAX_CLUSTER_FILE_BYTES + 1)  # bounded: a device such as /dev/zero never ends
+        if len(raw) > MAX_CLUSTER_FILE_BYTES:
+            raise ValueError(f"{path}: more than {MAX_CLUSTER_FILE_BYTES:,} bytes is no cluster description")
+        data = tomllib.loads(raw.decode("utf-8"))
     except tomllib.TOMLDecodeError as error:
         raise ValueError(f"{path}: malformed TOML: {error}") from None
     except UnicodeDecodeError as error:

@@ -48,6 +48,9 @@ COLUMNS = ("model", "batch_per_gpu", "network", "optimizer", "gpus", "throughput
 GPUS_PER_NODE = 8  # the Birder paper's nodes (8 A100s); every row's GPU count is a whole number of such nodes
 
 
+MAX_CSV_BYTES = 64 << 20  # the published table is 2 kB; 64 MB is a million rows, past what a validation runs
+
+
 def rows(path: str | Path | None = None) -> list[Row]:
     """The measurements of ``path`` (default: the public rows). ValueError naming the file and row if it has no
     rows, lacks a column, or holds a throughput that is not a positive finite number, an unknown network or a GPU
@@ -55,7 +58,15 @@ def rows(path: str | Path | None = None) -> list[Row]:
     path = Path(path) if path is not None else PUBLIC_CSV
     if not path.exists():
         raise ValueError(f"no published measurements at {path}; pass --csv FILE")
-    numbered = [(i, line) for i, line in enumerate(path.read_text().splitlines(), 1)
+    with path.open("rb") as f:
+        raw = f.read(MAX_CSV_BYTES + 1)  # bounded: a device such as /dev/zero never ends
+    if len(raw) > MAX_CSV_BYTES:
+        raise ValueError(f"{path}: more than {MAX_CSV_BYTES:,} bytes is too large for a table of measurements")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not a UTF-8 text file (byte {error.start})") from None
+    numbered = [(i, line) for i, line in enumerate(text.splitlines(), 1)
                 if line.strip() and not line.lstrip().startswith("#")]
     if not numbered:
         raise ValueError(f"{path}: no measurements (empty file)")

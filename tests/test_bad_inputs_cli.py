@@ -76,6 +76,7 @@ TOML = {
     "intra_latency_string.toml": '[network]\npreset = "10gbe"\n[intra]\nlatency_us = "slow"\n',
     "efficiency_above_one.toml": '[network]\npreset = "10gbe"\nefficiency = 1.5\n',
     "name_table.toml": '[name]\nx = 1\n[network]\npreset = "10gbe"\n',
+    "too_large.toml": "# padding\n" * 120_000 + '[network]\npreset = "10gbe"\n',
     "good.toml": '[network]\npreset = "10gbe"\n',  # a valid file, for rows where something else is wrong
 }
 HEADER = "model,batch_per_gpu,network,optimizer,gpus,throughput\n"
@@ -281,6 +282,8 @@ ROWS = [
     row("cluster-intra-latency-string", "predict --cluster {d}/intra_latency_string.toml", "latency_us"),
     row("cluster-efficiency-above-one", "predict --cluster {d}/efficiency_above_one.toml", "efficiency"),
     row("cluster-name-is-table", "predict --cluster {d}/name_table.toml --json", "name"),
+    row("cluster-endless-device", "predict --cluster /dev/zero", "/dev/zero"),
+    row("cluster-too-large", "predict --cluster {d}/too_large.toml", "too_large.toml"),
     row("cluster-with-cli-gpus-zero", "predict --cluster {d}/count_zero.toml --gpus-per-node 0", "--gpus-per-node"),
     # sweep
     row("sweep-nodes-empty", ["sweep", "--nodes", ""], "--nodes"),
@@ -367,6 +370,8 @@ ROWS = [
     row("validate-csv-empty-path", ["validate", "--csv", "", "--no-cross-validation"], "--csv"),
     row("validate-csv-unreadable", "validate --csv {d}/unreadable.csv --no-cross-validation", "unreadable.csv",
         marks=pytest.mark.skipif(CAN_READ_UNREADABLE, reason="root reads mode-000 files")),
+    row("validate-csv-endless-device", "validate --csv /dev/zero --no-cross-validation", "/dev/zero"),
+    row("validate-csv-binary", "validate --csv {d}/binary.toml --no-cross-validation", "binary.toml"),
     row("validate-unknown-flag", "validate --cvs x.csv", "--cvs"),
     row("validate-out-empty", ["validate", "--csv", "{d}/good.csv", "--out", "", "--no-cross-validation"], "--out"),
     row("validate-json-with-value", "validate --json=true", "--json"),
