@@ -16,6 +16,7 @@ import io
 import json
 import os
 import signal
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +46,10 @@ def snapshot(*roots: Path) -> dict[str, tuple[int, int, str]]:
             for name in filenames:
                 path = os.path.join(dirpath, name)
                 try:
-                    info = os.stat(path)
+                    info = os.lstat(path)
+                    if not stat.S_ISREG(info.st_mode):  # a FIFO or a device: reading it could block; its kind counts
+                        state[path] = (stat.S_IFMT(info.st_mode), info.st_mtime_ns, "special")
+                        continue
                     digest = hashlib.sha1(Path(path).read_bytes()).hexdigest() if info.st_size < 1 << 20 else ""
                 except OSError:  # unreadable on purpose (mode 000)
                     info, digest = os.lstat(path), "unreadable"

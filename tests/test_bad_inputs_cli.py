@@ -120,6 +120,7 @@ def files(tmp_path_factory) -> Path:
     (d / "a_directory.toml").mkdir()
     (d / "a_directory.csv").mkdir()
     (d / "a_file").write_text("a file where a directory is expected\n")
+    os.mkfifo(d / "a_fifo")  # a special file: renaming an output over it would replace it (as over /dev/full)
     unreadable = d / "unreadable.toml"
     unreadable.write_text('[network]\npreset = "10gbe"\n')
     unreadable.chmod(0)
@@ -337,6 +338,7 @@ ROWS = [
         "65,536"),
     row("sweep-model-empty", ["sweep", "--model", "", "--nodes", "1", "--out", "s"], "--model"),
     row("sweep-cluster-empty-path", ["sweep", "--cluster", "", "--nodes", "1", "--out", "s"], "--cluster"),
+    row("sweep-out-is-fifo", "sweep --nodes 1 --optimizers sgdm --networks 10gbe --out {d}/a_fifo", "a_fifo"),
     row("sweep-json-with-value", "sweep --json=1", "--json"),
     # validate
     row("validate-csv-missing", "validate --csv {d}/nonexistent.csv --no-cross-validation", "nonexistent.csv"),
@@ -374,6 +376,7 @@ ROWS = [
     row("validate-csv-binary", "validate --csv {d}/binary.toml --no-cross-validation", "binary.toml"),
     row("validate-unknown-flag", "validate --cvs x.csv", "--cvs"),
     row("validate-out-empty", ["validate", "--csv", "{d}/good.csv", "--out", "", "--no-cross-validation"], "--out"),
+    row("validate-out-is-fifo", "validate --csv {d}/good.csv --out {d}/a_fifo --no-cross-validation", "a_fifo"),
     row("validate-json-with-value", "validate --json=true", "--json"),
     row("validate-no-cross-validation-with-value", "validate --no-cross-validation=yes", "--no-cross-validation"),
     # check
@@ -464,6 +467,12 @@ ROWS = [
     row("bench-repeats-text", "bench --repeats many", "--repeats"),
     row("bench-out-is-existing-dir-slash", "bench --sizes 64 --repeats 1 --out {d}/a_directory.toml/", "a_directory"),
     row("bench-json-with-value", "bench --json=1", "--json"),
+    row("bench-out-is-fifo", "bench --sizes 64 --repeats 1 --out {d}/a_fifo", "a_fifo"),
+    row("bench-repeats-huge", "bench --sizes 64 --repeats 100000000", "--repeats", "1,000"),
+    row("bench-ranks-past-cores", "bench --sizes 64 --repeats 1 --ranks 100000", "--ranks"),
+    row("gpu-validate-steps-huge", "gpu-validate --steps 100000000", "--steps", "10,000"),
+    row("gpu-validate-seed-two-to-32", "gpu-validate --seed 4294967296", "--seed"),
+    row("gpu-validate-seed-text", "gpu-validate --seed lucky", "--seed"),
     # report
     row("report-out-under-file", "report --quick --out {d}/a_file/report", "a_file"),
     row("report-out-is-file", "report --quick --out {d}/a_file", "a_file"),
@@ -472,6 +481,7 @@ ROWS = [
     row("report-quick-with-value", "report --quick=yes", "--quick"),
     row("report-json-with-value", "report --json=1", "--json"),
     row("report-quiet-with-value", "report --quiet=no", "--quiet"),
+    row("report-out-is-fifo", "report --quick --out {d}/a_fifo", "a_fifo"),
     row("report-out-in-proc", "report --quick --out /proc/birder-report", "/proc/birder-report"),
 ]
 
@@ -515,6 +525,7 @@ if HAS_COLLECTIVE:  # the subcommand is being added beside this suite; its rows 
         row("collective-intra-unknown", "collective --op all-reduce --bytes 8 --intra tin-cans", "--intra"),
         row("collective-out-empty", ["collective", "--op", "all-reduce", "--bytes", "1:8", "--out", ""], "--out"),
         row("collective-out-is-file", "collective --op all-reduce --bytes 1:8 --out {d}/a_file", "a_file"),
+        row("collective-out-is-fifo", "collective --op all-reduce --bytes 1:8 --out {d}/a_fifo", "a_fifo"),
         row("collective-json-with-value", "collective --op all-reduce --bytes 8 --json=1", "--json"),
         row("collective-op-twice", "collective --op all-reduce --op broadcast --bytes 8", "--op", "twice"),
         row("collective-empty-cluster-file", "collective --op all-reduce --bytes 8 --cluster {d}/empty.toml",
