@@ -82,6 +82,8 @@ MAX_PARAMS = 10**12  # a trillion parameters: a DDP replica's fp32 gradient alon
 MAX_BATCH_PER_GPU = 65_536  # the input images alone of 65,536 ResNet-50 samples (3 x 224 x 224 fp32) take 39 GB
 MAX_ACCUMULATION_STEPS = 65_536  # micro-batches per optimizer step: a bound of the tool, far past published setups
 MAX_MARSIT_PERIOD = 10**9  # steps between full-precision rounds: more steps than a training run takes
+MIN_SINGLE_NODE_THROUGHPUT = 1e-6  # samples/s on one node: one sample per 11.6 days; below it the iteration time
+# leaves the float range of the flow engine's clock (1e-300 gave a throughput of 0 and null times)
 
 
 def _check_bounds(**values: int | None) -> None:
@@ -100,6 +102,9 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
     """One training configuration on cluster ``c``: ``birder predict --json`` as a dict."""
     _check_bounds(params=params, batch_per_gpu=batch_per_gpu, accumulation_steps=accumulation_steps,
                   marsit_period=marsit_period)
+    if isinstance(single_node_throughput, int | float) and 0 < single_node_throughput < MIN_SINGLE_NODE_THROUGHPUT:
+        raise ValueError(f"single_node_throughput must be at least {MIN_SINGLE_NODE_THROUGHPUT:g} samples/s (one "
+                         f"sample per 11.6 days), got {single_node_throughput:g}")
     if model is None and params is None:
         model = "resnet50"
     out = predict(c, model=model, params=params, batch_per_gpu=batch_per_gpu, optimizer=optimizer, scheme=scheme,

@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from sim.hardware import NETWORKS, SITES, Cluster, cluster, network_spec
+from sim.hardware import MAX_GPUS, NETWORKS, SITES, Cluster, cluster, network_spec
 from sim.models import model_profile
 from sim.system import burst_bytes, phase_load, step_schedule
 from sim.workload import ddp_buckets, policy, predict
@@ -48,6 +48,7 @@ COLUMNS = ("model", "batch_per_gpu", "network", "optimizer", "gpus", "throughput
 GPUS_PER_NODE = 8  # the Birder paper's nodes (8 A100s); every row's GPU count is a whole number of such nodes
 
 
+MAX_BATCH_PER_GPU = 65_536  # as sim.api.MAX_BATCH_PER_GPU (sim.api imports this module: not imported from there)
 MAX_CSV_BYTES = 64 << 20  # the published table is 2 kB; 64 MB is a million rows, past what a validation runs
 
 
@@ -87,8 +88,12 @@ def rows(path: str | Path | None = None) -> list[Row]:
             raise ValueError(f"{where}: throughput must be a positive number of samples/s, got {row.throughput}")
         if row.gpus < 1 or row.gpus % GPUS_PER_NODE:
             raise ValueError(f"{where}: {row.gpus} GPUs is not a whole number of {GPUS_PER_NODE}-GPU nodes")
-        if row.batch_per_gpu < 1:
-            raise ValueError(f"{where}: batch_per_gpu must be a positive integer, got {row.batch_per_gpu}")
+        if row.gpus > MAX_GPUS:
+            raise ValueError(f"{where}: gpus = {row.gpus} exceeds {MAX_GPUS:,}, the largest cluster the simulator "
+                             "answers in seconds")
+        if not 1 <= row.batch_per_gpu <= MAX_BATCH_PER_GPU:
+            raise ValueError(f"{where}: batch_per_gpu must be a positive integer at most {MAX_BATCH_PER_GPU:,}, got "
+                             f"{row.batch_per_gpu}")
         if site_of(row.network) not in NETWORKS:
             raise ValueError(f"{where}: unknown network {row.network!r}; choose one of {', '.join(NETWORKS)}")
         key = (row.model, row.batch_per_gpu, row.network, row.optimizer, row.gpus)

@@ -398,6 +398,8 @@ ROWS = [
         "marsit_period"),
     api("sim-predict-batch-huge", lambda: call(predict_on, sim_cluster("10gbe", 1), batch_per_gpu=10**8),
         "batch_per_gpu"),
+    api("sim-predict-throughput-tiny", lambda: call(predict_on, sim_cluster("10gbe", 2), single_node_throughput=1e-300),
+        "single_node_throughput"),
     api("sim-collective-bytes-huge", lambda: call(predict_collective, "all-reduce", 2**41, sim_cluster("10gbe", 1)),
         "bytes"),
     api("sim-collective-bytes-float", lambda: call(predict_collective, "all-reduce", 8.0, sim_cluster("10gbe", 1)),

@@ -100,6 +100,8 @@ CSV = {
     "unknown_optimizer.csv": HEADER + "resnet50,32,10gbe,lion,8,3693\n",
     "short_row.csv": HEADER + "resnet50,32,10gbe\n",
     "duplicate_row.csv": HEADER + GOOD_ROW + GOOD_ROW,
+    "gpus_past_bound.csv": HEADER + GOOD_ROW + "resnet50,32,10gbe,sgdm,1000000,3693\n",
+    "batch_past_bound.csv": HEADER + GOOD_ROW + "resnet50,99999999999,10gbe,sgdm,16,3693\n",
     "good.csv": HEADER + GOOD_ROW,  # a valid file, for rows where something else is wrong
 }
 IMPLS = {
@@ -210,6 +212,8 @@ ROWS = [
     row("predict-optimizer-twice", "predict --optimizer birder --optimizer sgdm", "--optimizer", "twice"),
     row("predict-positional", "predict resnet50", "resnet50"),
     # predict: the flags added with the simulator's rewrite, and the bounds of what it answers in seconds
+    row("predict-throughput-below-float-clock", "predict --single-node-throughput 1e-300 --json",
+        "--single-node-throughput", "1e-06"),
     row("predict-grad-dtype-unknown", "predict --grad-dtype fp8", "--grad-dtype"),
     row("predict-grad-dtype-empty", ["predict", "--grad-dtype", ""], "--grad-dtype"),
     row("predict-accumulation-zero", "predict --accumulation-steps 0", "--accumulation-steps"),
@@ -339,6 +343,8 @@ ROWS = [
     row("sweep-model-empty", ["sweep", "--model", "", "--nodes", "1", "--out", "s"], "--model"),
     row("sweep-cluster-empty-path", ["sweep", "--cluster", "", "--nodes", "1", "--out", "s"], "--cluster"),
     row("sweep-out-is-fifo", "sweep --nodes 1 --optimizers sgdm --networks 10gbe --out {d}/a_fifo", "a_fifo"),
+    row("sweep-throughput-below-bound", "sweep --nodes 1 --optimizers sgdm --single-node-throughput sgdm=1e-7 --out s",
+        "--single-node-throughput"),
     row("sweep-json-with-value", "sweep --json=1", "--json"),
     # validate
     row("validate-csv-missing", "validate --csv {d}/nonexistent.csv --no-cross-validation", "nonexistent.csv"),
@@ -374,6 +380,8 @@ ROWS = [
         marks=pytest.mark.skipif(CAN_READ_UNREADABLE, reason="root reads mode-000 files")),
     row("validate-csv-endless-device", "validate --csv /dev/zero --no-cross-validation", "/dev/zero"),
     row("validate-csv-binary", "validate --csv {d}/binary.toml --no-cross-validation", "binary.toml"),
+    row("validate-csv-gpus-past-bound", "validate --csv {d}/gpus_past_bound.csv --json", "line 3", "gpus"),
+    row("validate-csv-batch-past-bound", "validate --csv {d}/batch_past_bound.csv --json", "line 3", "batch_per_gpu"),
     row("validate-unknown-flag", "validate --cvs x.csv", "--cvs"),
     row("validate-out-empty", ["validate", "--csv", "{d}/good.csv", "--out", "", "--no-cross-validation"], "--out"),
     row("validate-out-is-fifo", "validate --csv {d}/good.csv --out {d}/a_fifo --no-cross-validation", "a_fifo"),
