@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -17,8 +18,14 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     On an exception the temporary is removed and ``path`` is left as it was.
     """
     path = Path(path)
+    if path.exists() and not (path.is_file() or path.is_dir()):  # renaming over it would replace a device node
+        raise OSError(errno.EEXIST, "not a regular file or directory (a device, a pipe or a socket): refusing to "
+                                    "replace it", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as error:  # name the output asked for, not the temporary beside it
+        raise OSError(error.errno, f"cannot write {path.name} in {path.parent} ({error.strerror})", str(path)) from None
     os.close(handle)
     tmp = Path(tmp_name)
     tmp.unlink()

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
+from pathlib import Path
 
 TORCH_MISSING = 'needs torch, which is not installed: pip install -e ".[torch]"'
 
@@ -26,6 +28,67 @@ def _step_rank(text: str) -> tuple[int, int]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected STEP:RANK (two integers), got {text!r}") from None
     return step, rank
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive finite number of seconds, got {text!r}")
+    return value
+
+
+def _positive_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+MAX_STEPS = 10_000  # gpu-validate compares every step element by element: a bound of the tool, far past a validation
+MAX_REPEATS = 1_000  # bench keeps the median: 1,000 repetitions settle it; more only take longer
+
+
+def _bounded_count(limit: int, what: str):
+    def parse(text: str) -> int:
+        value = _positive_count(text)
+        if value > limit:
+            shown = text if len(text) <= 24 else f"{text[:12]}... ({len(text)} digits)"
+            raise argparse.ArgumentTypeError(f"at most {limit:,} {what}, got {shown}")
+        return value
+
+    return parse
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**32), got {text!r}") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**32), got {text[:24]!r}")
+    return value
+
+
+def _profile_path(text: str) -> str:
+    """--out is checked before the benchmark runs: a failure after minutes of timing would lose them."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a file path for the cluster profile, got ''")
+    path = Path(text)
+    if path.exists() and not (path.is_file() or path.is_dir()):
+        raise argparse.ArgumentTypeError(f"{text} is not a regular file (a device, a pipe or a socket)")
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory: give a file path for the cluster profile")
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: the directory {path.parent} does not exist")
+    if not os.access(path.parent, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{text}: the directory {path.parent} is not writable")
+    return text
 
 
 def _under_torchrun() -> bool:
@@ -84,6 +147,11 @@ def run_bench(args: argparse.Namespace) -> int:
     if not _torch_or_exit("bench"):
         return 2
     from gpu_validation.bench import BenchConfig
+    from gpu_validation.validate import LOCAL_RANKS_PER_CORE
+
+    if args.backend == "gloo" and args.ranks > LOCAL_RANKS_PER_CORE * (os.cpu_count() or 1):
+        raise ValueError(f"--ranks {args.ranks} local gloo ranks on {os.cpu_count()} cores is too many (at most "
+                         f"{LOCAL_RANKS_PER_CORE} per core)")
     from gpu_validation.bench import describe as describe_bench
     from gpu_validation.bench import run as run_benchmarks
 
@@ -103,11 +171,12 @@ def register(subparsers) -> None:
                    help="gloo: CPU tensors (default); nccl: one CUDA GPU per rank")
     p.add_argument("--nodes", type=int, default=2, help="nodes (simulated by process groups when local; default 2)")
     p.add_argument("--gpus-per-node", type=int, default=2, help="ranks per node (default 2)")
-    p.add_argument("--steps", type=int, default=6, help="training steps, each compared (default 6)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the model, the data and the draws (default 0)")
+    p.add_argument("--steps", type=_bounded_count(MAX_STEPS, "steps"), default=6,
+                   help="training steps, each compared (default 6)")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the model, the data and the draws (default 0)")
     p.add_argument("--scheme", choices=("hierarchical", "flat"), default="hierarchical",
                    help="Section 4's hierarchical 1-bit all-reduce (default), or flat (every GPU a worker)")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds before a stuck collective fails")
+    p.add_argument("--timeout", type=_positive_seconds, default=60.0, help="seconds before a stuck collective fails")
     p.add_argument("--resume-at", type=int, default=None, metavar="STEP",
                    help="also checkpoint at STEP, resume in a fresh DDP and require a bit-identical end")
     p.add_argument("--nonfinite-at", type=_step_rank, default=None, metavar="STEP:RANK",
@@ -128,13 +197,15 @@ def register(subparsers) -> None:
                     "sizes on this backend and device; write a cluster profile TOML for `birder predict --cluster`.")
     b.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="default gloo")
     b.add_argument("--ranks", type=int, default=2, help="local ranks for the collectives (default 2)")
-    b.add_argument("--gpus-per-node", type=int, default=None,
+    b.add_argument("--gpus-per-node", type=_positive_count, default=None,
                    help="ranks per node: intra-node and inter-node groups are timed apart (default: one node)")
     b.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda with nccl, else cpu")
     b.add_argument("--sizes", type=int, nargs="+", default=[2**16, 2**20, 2**22], metavar="ELEMENTS",
                    help="float32 elements per measurement (default 65536 1048576 4194304)")
-    b.add_argument("--repeats", type=int, default=5, help="timed repetitions; the median is kept (default 5)")
-    b.add_argument("--out", default="cluster_profile.toml", help="where to write the cluster profile")
+    b.add_argument("--repeats", type=_bounded_count(MAX_REPEATS, "repetitions"), default=5,
+                   help="timed repetitions; the median is kept (default 5)")
+    b.add_argument("--out", default="cluster_profile.toml", type=_profile_path,
+                   help="where to write the cluster profile")
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
     b.set_defaults(func=run_bench)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import select
 import signal
@@ -170,10 +171,15 @@ def _parse_only(only: str | None) -> list[str] | None:
 
 def run(args: argparse.Namespace) -> int:
     if args.template:
+        given = [flag for flag, value in (("--impl", args.impl), ("--only", args.only), ("--parity", args.parity),
+                                          ("--json", args.json), ("--timeout", args.timeout != DEFAULT_TIMEOUT_S))
+                 if value not in (None, False)]
+        if given:
+            raise ValueError(f"--template prints the template and runs no check: drop {', '.join(given)}")
         print(TEMPLATE.read_text(), end="")
         return 0
-    if not args.timeout > 0:
-        raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise ValueError(f"--timeout must be a positive finite number of seconds, got {args.timeout}")
     names = _parse_only(args.only)
     select_checks(names, args.parity)  # an unknown name: ValueError, one line, exit 2
     quiet = bool(getattr(args, "quiet", False))
@@ -183,11 +189,17 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"passed": False, "error": str(stopped), "impl": stopped.target,
                               "checks": Report(stopped.target, stopped.results, 0.0).to_json()["checks"]}))
-        print(f"birder check: error: {' '.join(str(stopped).split())}", file=sys.stderr)
+        said = " ".join(str(stopped).split())
+        print(f"birder check: error: {said if said.startswith('--impl') else f'--impl {stopped.target}: {said}'}",
+              file=sys.stderr)
         return 2
     broken = report.interface_broken
-    message = f"the implementation lacks the interface: {' '.join(broken.split())}" if broken else None
-    print(json.dumps({**report.to_json(), **({"error": message} if message else {})}) if args.json else table(report))
+    message = (f"--impl {report.target}: the implementation lacks the interface: {' '.join(broken.split())}"
+               if broken else None)
+    if args.json:
+        print(json.dumps({**report.to_json(), **({"error": message} if message else {})}))
+    elif not message:  # an implementation that cannot be judged gets the one error line, not a table of blocks
+        print(table(report))
     if message:
         print(f"birder check: error: {message}", file=sys.stderr)
         return 2

@@ -76,11 +76,35 @@ def extrapolation(c: Cluster, model: str | None, batch_per_gpu: int, grad_dtype:
     return reasons
 
 
+# Bounds of the inputs the simulator answers (a value past them is a typo or a unit slip, and past float range
+# they overflow): checked where a configuration enters the library.
+MAX_PARAMS = 10**12  # a trillion parameters: a DDP replica's fp32 gradient alone takes 4 TB, 28 times an H200's memory
+MAX_BATCH_PER_GPU = 65_536  # the input images alone of 65,536 ResNet-50 samples (3 x 224 x 224 fp32) take 39 GB
+MAX_ACCUMULATION_STEPS = 65_536  # micro-batches per optimizer step: a bound of the tool, far past published setups
+MAX_MARSIT_PERIOD = 10**9  # steps between full-precision rounds: more steps than a training run takes
+MIN_SINGLE_NODE_THROUGHPUT = 1e-6  # samples/s on one node: one sample per 11.6 days; below it the iteration time
+# leaves the float range of the flow engine's clock (1e-300 gave a throughput of 0 and null times)
+
+
+def _check_bounds(**values: int | None) -> None:
+    limits = {"params": MAX_PARAMS, "batch_per_gpu": MAX_BATCH_PER_GPU, "accumulation_steps": MAX_ACCUMULATION_STEPS,
+              "marsit_period": MAX_MARSIT_PERIOD}
+    for name, value in values.items():
+        if isinstance(value, int) and not isinstance(value, bool) and value > limits[name]:
+            shown = str(value) if len(str(value)) <= 24 else f"{str(value)[:12]}... ({len(str(value))} digits)"
+            raise ValueError(f"{name} must be at most {limits[name]:,}, got {shown}")
+
+
 def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None, params: int | None = None,
                batch_per_gpu: int = 32, scheme: str = "hierarchical", single_node_throughput: float | None = None,
                warmup_fraction: float | None = None, marsit_period: int | None = None, grad_dtype: str = "fp32",
                accumulation_steps: int = 1, hook_blocks_backward: bool = True) -> dict:
     """One training configuration on cluster ``c``: ``birder predict --json`` as a dict."""
+    _check_bounds(params=params, batch_per_gpu=batch_per_gpu, accumulation_steps=accumulation_steps,
+                  marsit_period=marsit_period)
+    if isinstance(single_node_throughput, int | float) and 0 < single_node_throughput < MIN_SINGLE_NODE_THROUGHPUT:
+        raise ValueError(f"single_node_throughput must be at least {MIN_SINGLE_NODE_THROUGHPUT:g} samples/s (one "
+                         f"sample per 11.6 days), got {single_node_throughput:g}")
     if model is None and params is None:
         model = "resnet50"
     out = predict(c, model=model, params=params, batch_per_gpu=batch_per_gpu, optimizer=optimizer, scheme=scheme,

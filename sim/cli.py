@@ -23,7 +23,20 @@ from tqdm import tqdm
 
 from birder.atomic import write_text
 from birder_ref.schedules import SCHEMES
-from sim.hardware import GPUS, INTRA, NETWORKS, Cluster, cluster, describe, intra_preset, load_cluster, nic_preset
+from sim.api import MAX_BATCH_PER_GPU
+from sim.hardware import (
+    GPUS,
+    INTRA,
+    MAX_GPUS,
+    MAX_OVERSUBSCRIPTION,
+    NETWORKS,
+    Cluster,
+    cluster,
+    describe,
+    intra_preset,
+    load_cluster,
+    nic_preset,
+)
 from sim.workload import GRAD_BITS, OPTIMIZERS
 
 
@@ -35,6 +48,38 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
+
+
+def _batch_per_gpu(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_BATCH_PER_GPU:
+        raise argparse.ArgumentTypeError(f"{value} samples per GPU exceeds {MAX_BATCH_PER_GPU:,}, more than one "
+                                         "GPU's memory holds (the input images alone of 65,536 ResNet-50 samples "
+                                         "take 39 GB)")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0 <= value <= 1:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
+    return value
+
+
+def _model_name(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a model name (resnet50, bert-base, bert-large, gpt2, vit-b16), "
+                                         "got ''")
+    return text
+
+
+def _non_empty_path(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a path, got ''")
+    return text
 
 
 def _positive_float(text: str) -> float:
@@ -65,6 +110,8 @@ def _throughputs(text: str) -> float | dict[str, float]:
     out = {}
     for part in text.split(","):
         name, _, value = part.partition("=")
+        if name in out:
+            raise argparse.ArgumentTypeError(f"optimizer {name!r} given twice in {text!r}")
         if name not in OPTIMIZERS:
             raise argparse.ArgumentTypeError(f"unknown optimizer {name!r} in {text!r}; choose from "
                                              f"{', '.join(OPTIMIZERS)}")
@@ -94,7 +141,7 @@ def _cluster_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
         net.add_argument("--network", choices=list(NETWORKS),
                          help="inter-node network: a generic preset (hardware values) or a site profile "
                               "(birder-paper-10gbe, birder-paper-ib: fitted); default 10gbe")
-    net.add_argument("--cluster", metavar="FILE.toml",
+    net.add_argument("--cluster", metavar="FILE.toml", type=_non_empty_path,
                      help="a cluster described in TOML (sim/presets/example_cluster.toml)")
     p.add_argument("--gpus-per-node", type=_positive_int, default=None, help="GPUs per node (default 8)")
     p.add_argument("--nics-per-node", type=_positive_int, default=None,
@@ -103,7 +150,7 @@ def _cluster_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
                    help="GPU for built-in compute profiles and its default fabric (default a100, or the TOML's)")
     p.add_argument("--intra", choices=list(INTRA), help="intra-node fabric preset (default: the GPU's NVLink)")
     p.add_argument("--oversubscription", type=float, default=None,
-                   help="spine oversubscription factor >= 1 (default 1, or the TOML's)")
+                   help=f"spine oversubscription factor, 1 to {MAX_OVERSUBSCRIPTION:g} (default 1, or the TOML's)")
     p.add_argument("--nodes-per-leaf", type=_positive_int, default=None,
                    help="nodes under one leaf switch, whose traffic never crosses the spine (default 1, or the "
                         "TOML's [switch] nodes_per_leaf)")
@@ -111,11 +158,13 @@ def _cluster_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
 
 def _workload_args(p: argparse.ArgumentParser) -> None:
     model = p.add_mutually_exclusive_group()
-    model.add_argument("--model", help="resnet50, bert-base, bert-large, gpt2 or vit-b16 (default resnet50)")
+    model.add_argument("--model", type=_model_name,
+                       help="resnet50, bert-base, bert-large, gpt2 or vit-b16 (default resnet50)")
     model.add_argument("--params", type=_positive_int, help="a synthetic model of N parameters")
-    p.add_argument("--batch-per-gpu", type=_positive_int, default=32, help="samples per GPU per step (default 32)")
+    p.add_argument("--batch-per-gpu", type=_batch_per_gpu, default=32,
+                   help=f"samples per GPU per step, at most {MAX_BATCH_PER_GPU:,} (default 32)")
     p.add_argument("--scheme", choices=SCHEMES, default="hierarchical", help="Birder's scheme (default hierarchical)")
-    p.add_argument("--warmup-fraction", type=float, default=None,
+    p.add_argument("--warmup-fraction", type=_fraction, default=None,
                    help="1-bit Adam's uncompressed share of steps (default 0.2 for BERT, 0.15 otherwise)")
     p.add_argument("--marsit-period", type=_positive_int, default=None, metavar="K",
                    help="Marsit's full-precision round every K steps (default: none after the first)")
@@ -128,11 +177,22 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
                         "(blocking: the paper's hook; default) or overlaps it like DDP's all-reduce")
 
 
+def _short(number: int) -> str:
+    text = str(number)
+    return text if len(text) <= 24 else f"{text[:12]}... ({len(text)} digits)"
+
+
 def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster:
     """The cluster of the command line; with ``--cluster``, the options given on the command line win."""
     over = getattr(args, "oversubscription", None)
-    if over is not None and not (math.isfinite(over) and over >= 1):
-        raise ValueError(f"--oversubscription must be a number >= 1, got {over}")
+    if over is not None and not (math.isfinite(over) and 1 <= over <= MAX_OVERSUBSCRIPTION):
+        raise ValueError(f"--oversubscription must be a number >= 1 and <= {MAX_OVERSUBSCRIPTION:g}, got {over}")
+    per_node = getattr(args, "gpus_per_node", None) or 8
+    if not getattr(args, "cluster", None) and (nodes or 1) * per_node > MAX_GPUS:
+        total = f"{(nodes or 1) * per_node:,}" if (nodes or 1) * per_node < 10**24 else "more than 10^24"
+        raise ValueError(f"--nodes {_short(nodes or 1)} x --gpus-per-node {_short(per_node)} = {total} GPUs "
+                         f"exceeds {MAX_GPUS:,} GPUs, the largest cluster the simulator answers in seconds "
+                         "(sim/README.md)")
     nics = getattr(args, "nics_per_node", None)
     if getattr(args, "cluster", None):
         c = load_cluster(args.cluster, nodes, args.gpus_per_node, args.gpu, over)
@@ -195,7 +255,8 @@ def _strict_json(value) -> str:
 
 FLAGS = {"single_node_throughput": "--single-node-throughput", "batch_per_gpu": "--batch-per-gpu",
          "accumulation_steps": "--accumulation-steps", "grad_dtype": "--grad-dtype", "warmup_fraction":
-         "--warmup-fraction", "marsit_period": "--marsit-period", "model or params": "--model or --params"}
+         "--warmup-fraction", "marsit_period": "--marsit-period", "model or params": "--model or --params",
+         "algorithm": "--algorithm", "params": "--params"}
 
 
 def _flags(run):
@@ -251,7 +312,10 @@ def run_collective(args) -> int:
 
     c = make_cluster(args, args.nodes)
     low, sep, high = args.bytes.partition(":")
-    sizes = sweep_sizes(parse_size(low), parse_size(high)) if sep else [parse_size(low)]
+    try:
+        sizes = sweep_sizes(parse_size(low), parse_size(high)) if sep else [parse_size(low)]
+    except ValueError as error:
+        raise ValueError(f"--bytes {args.bytes!r}: {error}") from None
     results = [predict_collective(args.op, n, c, args.algorithm) for n in sizes]
     plot = None
     if args.out:
@@ -418,7 +482,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("predict", help="time one training configuration on a simulated cluster")
     _workload_args(p)
     _cluster_args(p)
-    p.add_argument("--nodes", type=_positive_int, default=None, help="number of nodes (default 1, or the TOML's)")
+    p.add_argument("--nodes", type=_positive_int, default=None,
+                   help=f"number of nodes (default 1, or the TOML's); at most {MAX_GPUS:,} GPUs in all")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgdm", help="optimizer (default sgdm)")
     p.add_argument("--single-node-throughput", type=_positive_float, default=None,
                    help="samples/s the same optimizer and batch reached on one node: calibrates compute time")
@@ -431,10 +496,12 @@ def register(subparsers) -> None:
     c.add_argument("--op", choices=OPS, required=True, help="the collective")
     c.add_argument("--bytes", required=True, metavar="N|MIN:MAX",
                    help="nccl-tests' size (8, 64K, 8M, 1G); MIN:MAX sweeps doubling sizes")
-    c.add_argument("--nodes", type=_positive_int, default=None, help="number of nodes (default 1, or the TOML's)")
+    c.add_argument("--nodes", type=_positive_int, default=None,
+                   help=f"number of nodes (default 1, or the TOML's); at most {MAX_GPUS:,} GPUs in all")
     _cluster_args(c)
     c.add_argument("--algorithm", choices=ALGORITHMS, default="auto", help="ring, tree or NCCL's choice (auto)")
-    c.add_argument("--out", default=None, help="directory for the size sweep's table (CSV) and plot (PNG)")
+    c.add_argument("--out", default=None, type=_non_empty_path,
+                   help="directory for the size sweep's table (CSV) and plot (PNG)")
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(func=_flags(run_collective))
 
@@ -451,14 +518,15 @@ def register(subparsers) -> None:
     s.add_argument("--single-node-throughput", type=_throughputs, default=None, metavar="X|OPT=X,...",
                    help="samples/s measured on one node, for every optimizer (X) or per optimizer "
                         "(sgdm=3693,birder=3462): calibrates compute time (default: built-in compute profiles)")
-    s.add_argument("--out", default="sweep", help="directory for sweep.csv and the plots (default sweep/)")
+    s.add_argument("--out", default="sweep", type=_non_empty_path,
+                   help="directory for sweep.csv and the plots (default sweep/)")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(func=_flags(run_sweep))
 
     v = subparsers.add_parser("validate", help="predictions against the published throughputs, with errors")
-    v.add_argument("--csv", default=None,
+    v.add_argument("--csv", default=None, type=_non_empty_path,
                    help="measurements file (default: ../shared/validation/, else sim/presets/birder_public.csv)")
-    v.add_argument("--out", default=None, help="directory for the predicted-vs-published plot")
+    v.add_argument("--out", default=None, type=_non_empty_path, help="directory for the predicted-vs-published plot")
     v.add_argument("--no-cross-validation", action="store_true",
                    help="skip the group cross-validation (it refits the site profiles once per group left out)")
     v.add_argument("--json", action="store_true", help="print one JSON object")

@@ -54,6 +54,7 @@ def predict_collective(op: str, nbytes: int, cluster: Cluster, algorithm: str = 
     ``busbw_gbytes_per_s`` (nccl-tests' definitions), ``algorithm``, ``protocol``."""
     if not (isinstance(nbytes, int) and not isinstance(nbytes, bool) and nbytes >= 1):
         raise ValueError(f"bytes must be a positive integer, got {nbytes!r}")
+    _check_bytes(nbytes, nbytes)
     sched, chosen = schedule_for(op, nbytes, cluster, algorithm)
     ops = collective_ops(sched, cluster)
     seconds = sum(o.seconds for o in ops)
@@ -76,6 +77,14 @@ def sweep_sizes(low: int, high: int) -> list[int]:
     return sizes
 
 
+MAX_BYTES = 2**40  # 1 TiB per rank: more than any GPU's memory (an H200 holds 141 GB), so no collective's buffer
+
+
+def _check_bytes(nbytes: int, text: object) -> None:
+    if nbytes > MAX_BYTES:
+        raise ValueError(f"bytes must be at most 1024G (2^40 bytes, more than any GPU's memory holds), got {text!r}")
+
+
 def parse_size(text: str) -> int:
     """A size as nccl-tests takes it: a number with an optional K, M or G suffix (powers of 1024)."""
     text = text.strip()
@@ -87,4 +96,5 @@ def parse_size(text: str) -> int:
         raise ValueError(f"bytes must be a size like 8, 64K, 8M or 1G, got {text!r}") from None
     if not (math.isfinite(value) and value >= 1 and value == int(value)):
         raise ValueError(f"bytes must be a positive whole number of bytes, got {text!r}")
+    _check_bytes(int(value), text)
     return int(value)

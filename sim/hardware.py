@@ -77,6 +77,17 @@ class Nic:
         return self.line_rate * self.efficiency / 8
 
 
+# Bounds of what the simulator answers, checked where values enter (command line, TOML, Python API).
+MAX_GPUS = 65_536  # sim/README.md: 3.3 s at 65,536 GPUs (benchmarks/sim_scaling.py); past it, minutes
+MAX_OVERSUBSCRIPTION = 64.0  # a spine taper of 64:1 already leaves each node 1/64 of its NIC across the spine;
+# beyond it the fabric is no longer the two-level fat tree the flow model describes (a bound of the model)
+MAX_LINE_RATE_GBPS = 3200.0  # twice 1.6 Tb/s, the fastest Ethernet port standard (IEEE 802.3dj): a larger value is
+# bits/s typed into the Gb/s key
+MAX_CLUSTER_FILE_BYTES = 1 << 20  # a cluster TOML is a few hundred bytes; a larger file is the wrong file
+MIN_NONZERO_LATENCY_US = 0.01  # 10 ns: light covers 2 m of fibre in that time; a smaller nonzero latency is
+# seconds typed into the us key
+
+
 @dataclass(frozen=True)
 class Cluster:
     """n_nodes nodes of gpus_per_node GPUs, an intra-node fabric, NICs, and a switch oversubscribed by a factor."""
@@ -94,8 +105,14 @@ class Cluster:
     def __post_init__(self) -> None:
         for key in ("n_nodes", "gpus_per_node"):
             _count("cluster", key, getattr(self, key))
-        if not (isinstance(self.oversubscription, int | float) and self.oversubscription >= 1):
-            raise ValueError(f"switch oversubscription must be a number >= 1, got {self.oversubscription!r}")
+        if self.n_nodes * self.gpus_per_node > MAX_GPUS:
+            raise ValueError(f"cluster: {self.n_nodes} nodes x {self.gpus_per_node} GPUs per node = "
+                             f"{self.n_nodes * self.gpus_per_node} GPUs exceeds {MAX_GPUS:,} GPUs, the largest "
+                             "cluster the simulator answers in seconds (sim/README.md, benchmarks/sim_scaling.py)")
+        if not (isinstance(self.oversubscription, int | float) and not isinstance(self.oversubscription, bool)
+                and 1 <= self.oversubscription <= MAX_OVERSUBSCRIPTION):
+            raise ValueError(f"switch oversubscription must be a number >= 1 and <= {MAX_OVERSUBSCRIPTION:g}, "
+                             f"got {self.oversubscription!r}")
         _count("cluster", "nodes_per_leaf", self.nodes_per_leaf)
         if self.nic.count > self.gpus_per_node:
             raise ValueError(f"[network] count = {self.nic.count} NICs for {self.gpus_per_node} GPUs per node: "
@@ -189,6 +206,12 @@ def make_nic(name: str, spec: dict[str, Any], owner: str | None = None) -> Nic:
             ok, wanted = finite_ok and value >= 0, "a non-negative number"
         if not ok:
             raise ValueError(f"{owner} {key} must be {wanted} ({UNITS[key]}), got {value!r}")
+        if key == "line_rate_gbps" and value > MAX_LINE_RATE_GBPS:
+            raise ValueError(f"{owner} line_rate_gbps = {value!r} Gb/s exceeds {MAX_LINE_RATE_GBPS:g} Gb/s per NIC "
+                             "(the key is in Gb/s, not bits/s)")
+        if key == "latency_us" and 0 < value < MIN_NONZERO_LATENCY_US:
+            raise ValueError(f"{owner} latency_us = {value!r} us is below {MIN_NONZERO_LATENCY_US:g} us (10 ns) "
+                             "and not 0 (the key is in microseconds, not seconds)")
         values[attr] = value * factor if key != "count" else value
     if "line_rate" not in values:
         raise ValueError(f"{owner}: needs line_rate_gbps (Gb/s) or a preset")
@@ -248,9 +271,14 @@ def load_cluster(path: str | Path, n_nodes: int | None = None, gpus_per_node: in
     path = Path(path)
     try:
         with path.open("rb") as f:
-            data = tomllib.load(f)
+            raw = f.read(MAX_CLUSTER_FILE_BYTES + 1)  # bounded: a device such as /dev/zero never ends
+        if len(raw) > MAX_CLUSTER_FILE_BYTES:
+            raise ValueError(f"{path}: more than {MAX_CLUSTER_FILE_BYTES:,} bytes is no cluster description")
+        data = tomllib.loads(raw.decode("utf-8"))
     except tomllib.TOMLDecodeError as error:
         raise ValueError(f"{path}: malformed TOML: {error}") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not a UTF-8 text file (byte {error.start}): a cluster TOML is text") from None
     except OSError as error:
         raise ValueError(f"{path}: cannot read the cluster file ({error.strerror})") from None
     try:
@@ -262,6 +290,8 @@ def load_cluster(path: str | Path, n_nodes: int | None = None, gpus_per_node: in
 
 
 def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubscription) -> Cluster:
+    if not data:
+        raise ValueError("the cluster file is empty: describe at least [network] (sim/presets/example_cluster.toml)")
     unknown = set(data) - CLUSTER_KEYS
     if unknown:
         raise ValueError(f"unknown keys {sorted(unknown)}; expected some of {sorted(CLUSTER_KEYS)}")
@@ -276,6 +306,8 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
         raise ValueError(f"[network] has unknown keys {sorted(extra)}; expected some of "
                          f"{sorted(set(NIC_KEYS) | {'preset', 'transport'})}")
     name = data.get("name", path.stem)
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"name must be a non-empty string, got {name!r}")
     if preset is not None:
         if not isinstance(preset, str):
             raise ValueError(f"[network] preset must be a network name, got {preset!r}")
@@ -325,8 +357,9 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
                          f"got {leaf!r}")
     prov.append(("nodes per leaf", f"{leaf} ({'file' if 'nodes_per_leaf' in data.get('switch', {}) else 'default'})"))
     if from_file is not None and not (isinstance(from_file, int | float) and not isinstance(from_file, bool)
-                                      and from_file >= 1):
-        raise ValueError(f"[switch] oversubscription must be a number >= 1 ({UNITS['oversubscription']}), "
+                                      and 1 <= from_file <= MAX_OVERSUBSCRIPTION):
+        raise ValueError(f"[switch] oversubscription must be a number >= 1 and <= {MAX_OVERSUBSCRIPTION:g} "
+                         f"({UNITS['oversubscription']}), "
                          f"got {from_file!r}")
     if oversubscription is not None:
         prov.append(("oversubscription", f"{oversubscription:g} (command line)"))

@@ -128,8 +128,13 @@ def throughput_vs_gpus(results: list[dict], out: Path, prefix: str = "", title: 
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
     fig.suptitle(title or default_title(results, "predicted throughput" + (
         " (bands: prediction interval)" if any("throughput_low" in r for r in results) else "")))
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.tight_layout(rect=(0, 0.06, 1, _below_title(fig)))
     return [_save(fig, out / f"{prefix}throughput_vs_gpus.png")]
+
+
+def _below_title(fig) -> float:
+    """The top of the panels' area: half an inch below the figure's top, so the suptitle never covers a panel."""
+    return 1 - 0.5 / fig.get_figheight()
 
 
 def time_breakdown(results: list[dict], out: Path, prefix: str = "", title: str | None = None,
@@ -167,7 +172,7 @@ def time_breakdown(results: list[dict], out: Path, prefix: str = "", title: str 
                 for j, opt in enumerate(optimizers)]
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=9, frameon=False)
     fig.suptitle(title or default_title(results, "where each iteration's time goes"))
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.tight_layout(rect=(0, 0.05, 1, _below_title(fig)))
     return [_save(fig, out / f"{prefix}time_breakdown.png")]
 
 
@@ -201,7 +206,7 @@ def speedup_vs_nodes(curves: dict[str, list[dict]], path: Path, title: str, base
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
     fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.tight_layout(rect=(0, 0.07, 1, _below_title(fig)))
     return _save(fig, path)
 
 

@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from sim.hardware import NETWORKS, SITES, Cluster, cluster, network_spec
+from sim.hardware import MAX_GPUS, NETWORKS, SITES, Cluster, cluster, network_spec
 from sim.models import model_profile
 from sim.system import burst_bytes, phase_load, step_schedule
 from sim.workload import ddp_buckets, policy, predict
@@ -48,14 +48,26 @@ COLUMNS = ("model", "batch_per_gpu", "network", "optimizer", "gpus", "throughput
 GPUS_PER_NODE = 8  # the Birder paper's nodes (8 A100s); every row's GPU count is a whole number of such nodes
 
 
+MAX_BATCH_PER_GPU = 65_536  # as sim.api.MAX_BATCH_PER_GPU (sim.api imports this module: not imported from there)
+MAX_CSV_BYTES = 64 << 20  # the published table is 2 kB; 64 MB is a million rows, past what a validation runs
+
+
 def rows(path: str | Path | None = None) -> list[Row]:
     """The measurements of ``path`` (default: the public rows). ValueError naming the file and row if it has no
     rows, lacks a column, or holds a throughput that is not a positive finite number, an unknown network or a GPU
-    count that is not a whole number of nodes."""
+    count that is not a whole number of nodes, or repeats a configuration."""
     path = Path(path) if path is not None else PUBLIC_CSV
     if not path.exists():
         raise ValueError(f"no published measurements at {path}; pass --csv FILE")
-    numbered = [(i, line) for i, line in enumerate(path.read_text().splitlines(), 1)
+    with path.open("rb") as f:
+        raw = f.read(MAX_CSV_BYTES + 1)  # bounded: a device such as /dev/zero never ends
+    if len(raw) > MAX_CSV_BYTES:
+        raise ValueError(f"{path}: more than {MAX_CSV_BYTES:,} bytes is too large for a table of measurements")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not a UTF-8 text file (byte {error.start})") from None
+    numbered = [(i, line) for i, line in enumerate(text.splitlines(), 1)
                 if line.strip() and not line.lstrip().startswith("#")]
     if not numbered:
         raise ValueError(f"{path}: no measurements (empty file)")
@@ -64,6 +76,7 @@ def rows(path: str | Path | None = None) -> list[Row]:
     if missing:
         raise ValueError(f"{path}: missing columns {', '.join(missing)}; expected {','.join(COLUMNS)}")
     out = []
+    seen: dict[tuple, int] = {}
     for (lineno, _), rec in zip(numbered[1:], reader, strict=False):
         where = f"{path}, line {lineno}"
         try:
@@ -75,10 +88,19 @@ def rows(path: str | Path | None = None) -> list[Row]:
             raise ValueError(f"{where}: throughput must be a positive number of samples/s, got {row.throughput}")
         if row.gpus < 1 or row.gpus % GPUS_PER_NODE:
             raise ValueError(f"{where}: {row.gpus} GPUs is not a whole number of {GPUS_PER_NODE}-GPU nodes")
-        if row.batch_per_gpu < 1:
-            raise ValueError(f"{where}: batch_per_gpu must be a positive integer, got {row.batch_per_gpu}")
+        if row.gpus > MAX_GPUS:
+            raise ValueError(f"{where}: gpus = {row.gpus} exceeds {MAX_GPUS:,}, the largest cluster the simulator "
+                             "answers in seconds")
+        if not 1 <= row.batch_per_gpu <= MAX_BATCH_PER_GPU:
+            raise ValueError(f"{where}: batch_per_gpu must be a positive integer at most {MAX_BATCH_PER_GPU:,}, got "
+                             f"{row.batch_per_gpu}")
         if site_of(row.network) not in NETWORKS:
             raise ValueError(f"{where}: unknown network {row.network!r}; choose one of {', '.join(NETWORKS)}")
+        key = (row.model, row.batch_per_gpu, row.network, row.optimizer, row.gpus)
+        if key in seen:  # counted twice, it would weigh twice in the MAPE and the fit
+            raise ValueError(f"{where}: duplicate of line {seen[key]} (same model, batch_per_gpu, network, "
+                             "optimizer and gpus): keep one measurement per configuration")
+        seen[key] = lineno
         out.append(row)
     if not out:
         raise ValueError(f"{path}: no measurements (only a header or comments)")

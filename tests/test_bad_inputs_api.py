@@ -2,8 +2,7 @@
 
 Each row builds a call afresh, keeps a deep copy of every argument (states included), makes the call and asserts:
 a ValueError (not TypeError, AttributeError, AssertionError or a NumPy error) whose message names the
-parameter, and every argument unchanged afterwards (a failed call changes no state). Rows whose fix belongs to
-another area are marked ``xfail(strict=True)``.
+parameter, and every argument unchanged afterwards (a failed call changes no state). No row is marked xfail.
 """
 
 from __future__ import annotations
@@ -25,8 +24,11 @@ from birder_ref.quantize import pack_signs, quantize, unpack_signs
 from birder_ref.registry import optimizer_schedule
 from birder_ref.schedules import Layout, allreduce, padded_dim, schedule
 from birder_ref.zero_one_adam import Policy, ZeroOneAdam
+from sim.api import predict_on
+from sim.collective import parse_size, predict_collective
+from sim.hardware import cluster as sim_cluster
+from sim.hardware import make_nic
 
-DRAWS = "fixed in birder_ref/draws.py (the torch helper validates the draws' seeds)"
 N, D = 2, 16
 
 
@@ -381,10 +383,33 @@ ROWS = [
         "dim"),
     api("marsit-bits-K-zero", lambda: call(baseline_schedules.marsit_bits_per_element, 0), "K"),
     # draws (validated by the torch helper's replacement of birder_ref/draws.py)
-    api("draws-seed-fraction", lambda: call(draws.server_uniforms, 1.5, 1, 4), "seed",
-        marks=pytest.mark.xfail(strict=True, reason=f"{DRAWS}: a float seed is accepted")),
-    api("draws-n-fraction", lambda: call(draws.uniforms, 0, 1, 0, 2.5), "n",
-        marks=pytest.mark.xfail(strict=True, reason=f"{DRAWS}: a float count gives a NumPy TypeError")),
+    api("draws-seed-fraction", lambda: call(draws.server_uniforms, 1.5, 1, 4), "seed"),
+    api("draws-n-fraction", lambda: call(draws.uniforms, 0, 1, 0, 2.5), "n"),
+    # the simulator as a library (sim.api, sim.hardware, sim.collective): the bounds of what it answers in seconds
+    api("sim-cluster-too-many-gpus", lambda: call(sim_cluster, "10gbe", 8193), "65,536"),
+    api("sim-cluster-oversubscription-inf", lambda: call(sim_cluster, "10gbe", 2, oversubscription=INF),
+        "oversubscription"),
+    api("sim-cluster-oversubscription-huge", lambda: call(sim_cluster, "10gbe", 2, oversubscription=1e243),
+        "oversubscription"),
+    api("sim-predict-params-huge", lambda: call(predict_on, sim_cluster("10gbe", 1), params=10**13), "params"),
+    api("sim-predict-accumulation-beyond-float",
+        lambda: call(predict_on, sim_cluster("10gbe", 1), accumulation_steps=10**400), "accumulation_steps"),
+    api("sim-predict-marsit-period-beyond-float",
+        lambda: call(predict_on, sim_cluster("10gbe", 1), optimizer="marsit", marsit_period=10**400),
+        "marsit_period"),
+    api("sim-predict-batch-huge", lambda: call(predict_on, sim_cluster("10gbe", 1), batch_per_gpu=10**8),
+        "batch_per_gpu"),
+    api("sim-predict-throughput-tiny", lambda: call(predict_on, sim_cluster("10gbe", 2), single_node_throughput=1e-300),
+        "single_node_throughput"),
+    api("sim-collective-bytes-huge", lambda: call(predict_collective, "all-reduce", 2**41, sim_cluster("10gbe", 1)),
+        "bytes"),
+    api("sim-collective-bytes-float", lambda: call(predict_collective, "all-reduce", 8.0, sim_cluster("10gbe", 1)),
+        "bytes"),
+    api("sim-parse-size-huge", lambda: call(parse_size, "2000G"), "bytes"),
+    api("sim-nic-rate-in-bits", lambda: call(make_nic, "x", {"line_rate_gbps": 1e11}), "line_rate_gbps"),
+    api("sim-nic-latency-in-seconds", lambda: call(make_nic, "x", {"line_rate_gbps": 10, "latency_us": 4e-5}),
+        "latency_us"),
+
 ]
 
 
