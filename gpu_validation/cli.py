@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from pathlib import Path
+
+from birder.argtypes import positive_int, positive_number
 
 TORCH_MISSING = 'needs torch, which is not installed: pip install -e ".[torch]"'
 
@@ -30,24 +31,7 @@ def _step_rank(text: str) -> tuple[int, int]:
     return step, rank
 
 
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a positive finite number of seconds, got {text!r}")
-    return value
-
-
-def _positive_count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+_positive_seconds = positive_number("seconds")
 
 
 MAX_STEPS = 10_000  # gpu-validate compares every step element by element: a bound of the tool, far past a validation
@@ -56,7 +40,7 @@ MAX_REPEATS = 1_000  # bench keeps the median: 1,000 repetitions settle it; more
 
 def _bounded_count(limit: int, what: str):
     def parse(text: str) -> int:
-        value = _positive_count(text)
+        value = positive_int(text)
         if value > limit:
             shown = text if len(text) <= 24 else f"{text[:12]}... ({len(text)} digits)"
             raise argparse.ArgumentTypeError(f"at most {limit:,} {what}, got {shown}")
@@ -197,7 +181,7 @@ def register(subparsers) -> None:
                     "sizes on this backend and device; write a cluster profile TOML for `birder predict --cluster`.")
     b.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="default gloo")
     b.add_argument("--ranks", type=int, default=2, help="local ranks for the collectives (default 2)")
-    b.add_argument("--gpus-per-node", type=_positive_count, default=None,
+    b.add_argument("--gpus-per-node", type=positive_int, default=None,
                    help="ranks per node: intra-node and inter-node groups are timed apart (default: one node)")
     b.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda with nccl, else cpu")
     b.add_argument("--sizes", type=int, nargs="+", default=[2**16, 2**20, 2**22], metavar="ELEMENTS",

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from birder.argtypes import positive_int, positive_number
 from birder.atomic import write_text
 from birder_ref.schedules import SCHEMES
 from sim.api import MAX_BATCH_PER_GPU
@@ -40,18 +41,8 @@ from sim.hardware import (
 from sim.workload import GRAD_BITS, OPTIMIZERS
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
 def _batch_per_gpu(text: str) -> int:
-    value = _positive_int(text)
+    value = positive_int(text)
     if value > MAX_BATCH_PER_GPU:
         raise argparse.ArgumentTypeError(f"{value} samples per GPU exceeds {MAX_BATCH_PER_GPU:,}, more than one "
                                          "GPU's memory holds (the input images alone of 65,536 ResNet-50 samples "
@@ -82,19 +73,12 @@ def _non_empty_path(text: str) -> str:
     return text
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {text!r}")
-    return value
+_positive_float = positive_number()
 
 
 def _int_list(text: str) -> list[int]:
     """Comma-separated positive integers; an empty list or a repeated value is refused (not silently fixed)."""
-    values = [_positive_int(part.strip()) for part in text.split(",") if part.strip()]
+    values = [positive_int(part.strip()) for part in text.split(",") if part.strip()]
     if not values:
         raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
     repeated = sorted({v for v in values if values.count(v) > 1})
@@ -143,15 +127,15 @@ def _cluster_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
                               "(birder-paper-10gbe, birder-paper-ib: fitted); default 10gbe")
     net.add_argument("--cluster", metavar="FILE.toml", type=_non_empty_path,
                      help="a cluster described in TOML (sim/presets/example_cluster.toml)")
-    p.add_argument("--gpus-per-node", type=_positive_int, default=None, help="GPUs per node (default 8)")
-    p.add_argument("--nics-per-node", type=_positive_int, default=None,
+    p.add_argument("--gpus-per-node", type=positive_int, default=None, help="GPUs per node (default 8)")
+    p.add_argument("--nics-per-node", type=positive_int, default=None,
                    help="NICs per node, rail-aligned (default 1, or the TOML's [network] count)")
     p.add_argument("--gpu", choices=list(GPUS), default=None,
                    help="GPU for built-in compute profiles and its default fabric (default a100, or the TOML's)")
     p.add_argument("--intra", choices=list(INTRA), help="intra-node fabric preset (default: the GPU's NVLink)")
     p.add_argument("--oversubscription", type=float, default=None,
                    help=f"spine oversubscription factor, 1 to {MAX_OVERSUBSCRIPTION:g} (default 1, or the TOML's)")
-    p.add_argument("--nodes-per-leaf", type=_positive_int, default=None,
+    p.add_argument("--nodes-per-leaf", type=positive_int, default=None,
                    help="nodes under one leaf switch, whose traffic never crosses the spine (default 1, or the "
                         "TOML's [switch] nodes_per_leaf)")
 
@@ -160,17 +144,17 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
     model = p.add_mutually_exclusive_group()
     model.add_argument("--model", type=_model_name,
                        help="resnet50, bert-base, bert-large, gpt2 or vit-b16 (default resnet50)")
-    model.add_argument("--params", type=_positive_int, help="a synthetic model of N parameters")
+    model.add_argument("--params", type=positive_int, help="a synthetic model of N parameters")
     p.add_argument("--batch-per-gpu", type=_batch_per_gpu, default=32,
                    help=f"samples per GPU per step, at most {MAX_BATCH_PER_GPU:,} (default 32)")
     p.add_argument("--scheme", choices=SCHEMES, default="hierarchical", help="Birder's scheme (default hierarchical)")
     p.add_argument("--warmup-fraction", type=_fraction, default=None,
                    help="1-bit Adam's uncompressed share of steps (default 0.2 for BERT, 0.15 otherwise)")
-    p.add_argument("--marsit-period", type=_positive_int, default=None, metavar="K",
+    p.add_argument("--marsit-period", type=positive_int, default=None, metavar="K",
                    help="Marsit's full-precision round every K steps (default: none after the first)")
     p.add_argument("--grad-dtype", choices=list(GRAD_BITS), default="fp32",
                    help="what full-precision gradients travel as (default fp32; AMP/DeepSpeed setups: fp16, bf16)")
-    p.add_argument("--accumulation-steps", type=_positive_int, default=1, metavar="K",
+    p.add_argument("--accumulation-steps", type=positive_int, default=1, metavar="K",
                    help="micro-batches per optimizer step, one all-reduce per K (default 1)")
     p.add_argument("--hook", choices=("blocking", "overlapped"), default="blocking",
                    help="whether a 1-bit DDP hook holds up the backward pass until its collectives return "
@@ -482,7 +466,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("predict", help="time one training configuration on a simulated cluster")
     _workload_args(p)
     _cluster_args(p)
-    p.add_argument("--nodes", type=_positive_int, default=None,
+    p.add_argument("--nodes", type=positive_int, default=None,
                    help=f"number of nodes (default 1, or the TOML's); at most {MAX_GPUS:,} GPUs in all")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgdm", help="optimizer (default sgdm)")
     p.add_argument("--single-node-throughput", type=_positive_float, default=None,
@@ -496,7 +480,7 @@ def register(subparsers) -> None:
     c.add_argument("--op", choices=OPS, required=True, help="the collective")
     c.add_argument("--bytes", required=True, metavar="N|MIN:MAX",
                    help="nccl-tests' size (8, 64K, 8M, 1G); MIN:MAX sweeps doubling sizes")
-    c.add_argument("--nodes", type=_positive_int, default=None,
+    c.add_argument("--nodes", type=positive_int, default=None,
                    help=f"number of nodes (default 1, or the TOML's); at most {MAX_GPUS:,} GPUs in all")
     _cluster_args(c)
     c.add_argument("--algorithm", choices=ALGORITHMS, default="auto", help="ring, tree or NCCL's choice (auto)")

@@ -1,0 +1,35 @@
+"""Value types for the subcommands' options, shared by every package's command line: argparse reports a
+rejected value as one line naming the flag (``argument --nodes: expected a positive integer, got '0'``)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def positive_number(unit: str = "") -> Callable[[str], float]:
+    """A parser of finite numbers > 0; ``unit`` (e.g. "seconds") names what the number counts in the message."""
+    expected = "a positive finite number" + (f" of {unit}" if unit else "")
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    return parse
