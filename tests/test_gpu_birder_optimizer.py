@@ -6,14 +6,11 @@ checkpoint forms); one-rank cases (argument checks, the state-dict refusals) run
 """
 
 import copy
-import os
 import tempfile
-from datetime import timedelta
 
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from birder_ref import algorithm1
@@ -100,17 +97,6 @@ def test_a_rank_stalled_inside_birders_collectives_ends_every_rank_naming_it():
 
 
 # ---- one rank, in this process ----
-
-@pytest.fixture
-def one_rank():
-    with tempfile.TemporaryDirectory() as tmp:
-        dist.init_process_group("gloo", init_method=f"file://{os.path.join(tmp, 'store')}", rank=0, world_size=1,
-                                timeout=timedelta(seconds=20))
-        try:
-            yield
-        finally:
-            dist.destroy_process_group()
-
 
 def _trained(steps: int = 2, **options):
     model = make_model(0)

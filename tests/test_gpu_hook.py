@@ -1,14 +1,10 @@
 """The DDP hook's state in one process: a one-rank gloo job against Algorithm 1, and state_dict's refusals."""
 
 import io
-import os
-import tempfile
-from datetime import timedelta
 
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from birder_ref import algorithm1, schemes
@@ -22,18 +18,7 @@ def _lone_topology(scheme: str = "hierarchical") -> comm.Topology:
     return comm.Topology(scheme, 1, 1, 0, None, None)
 
 
-@pytest.fixture
-def one_rank_group():
-    with tempfile.TemporaryDirectory() as tmp:
-        dist.init_process_group("gloo", init_method=f"file://{os.path.join(tmp, 'store')}", rank=0, world_size=1,
-                                timeout=timedelta(seconds=30))
-        try:
-            yield
-        finally:
-            dist.destroy_process_group()
-
-
-def test_one_rank_ddp_equals_algorithm1_through_a_bucket_rebuild_and_a_reload(one_rank_group):
+def test_one_rank_ddp_equals_algorithm1_through_a_bucket_rebuild_and_a_reload(one_rank):
     """Iteration 1 has one bucket, then DDP rebuilds them: state must carry over exactly, and survive a reload."""
     lr, seed = 0.01, 5
     model = make_model(seed)
@@ -124,7 +109,7 @@ def test_state_refuses_bad_hyperparameters():
         BirderUpdate(make_model(0).parameters(), lr=0.0)
 
 
-def test_a_bucket_of_parameters_the_state_was_not_given_is_refused(one_rank_group):
+def test_a_bucket_of_parameters_the_state_was_not_given_is_refused(one_rank):
     model = make_model(0)
     state = BirderState(make_model(0).parameters(), comm.make_topology("flat", 1, 1), seed=0)  # other tensors
     ddp = nn.parallel.DistributedDataParallel(model)
@@ -153,7 +138,7 @@ def test_reference_comparison_counts_a_single_flipped_bit():
     assert reference.mismatched == 2 and not reference.ranks_identical and reference.max_abs_diff == 2.0
 
 
-def test_bfloat16_buckets_are_computed_in_float32_and_get_exact_signs(one_rank_group):
+def test_bfloat16_buckets_are_computed_in_float32_and_get_exact_signs(one_rank):
     seed = 2
     model = make_model(seed).to(torch.bfloat16)
     state = BirderState(model.parameters(), comm.make_topology("hierarchical", 1, 1), seed=seed)
@@ -184,7 +169,7 @@ def _reorder(buffer: torch.Tensor, bucket_order: list, model) -> np.ndarray:
     return torch.cat([pieces[id(p)] for p in model.parameters()]).numpy()
 
 
-def test_the_expert_update_refuses_to_run_without_its_hook(one_rank_group):
+def test_the_expert_update_refuses_to_run_without_its_hook(one_rank):
     """Without hook_state BirderUpdate would be plain SGD; a step without (or after two) hook runs is refused."""
     model = make_model(0)
     with pytest.raises(ValueError, match="needs hook_state"):
@@ -202,7 +187,7 @@ def test_the_expert_update_refuses_to_run_without_its_hook(one_rank_group):
         optimizer.step()
 
 
-def test_the_hook_returns_at_once_and_computes_on_its_communication_thread(one_rank_group, monkeypatch):
+def test_the_hook_returns_at_once_and_computes_on_its_communication_thread(one_rank, monkeypatch):
     """Overlap: birder_hook hands each bucket to the state's thread and returns a future; bits unchanged (the
     first test of this file and gpu-validate compare them with the reference)."""
     import threading
