@@ -42,15 +42,16 @@ def _check(optimizer: str, layout: Layout, dim: int, options: dict) -> None:
 
 
 def compressed_allreduce(layout: Layout, dim: int, name: str = "onebit-adam") -> Schedule:
-    """DeepSpeed's 1-bit all-reduce: 1-bit all-to-all (chunk j to rank j) then 1-bit all-gather, each
-    message ``padded/(8p)`` bytes of signs plus a float32 scale."""
+    """DeepSpeed's 1-bit all-reduce: 1-bit all-to-all (chunk j to rank j, ``all_to_all_single``) then a 1-bit
+    all-gather (``torch.distributed.all_gather``, which NCCL runs as a ring), each message ``padded/(8p)`` bytes
+    of signs plus a float32 scale."""
     p = layout.n_ranks
     D = padded_dim(dim, p)
     everyone = (tuple(range(p)),)
     one = (1,) if p > 1 else ()
     phases = (
         Phase("all_to_all", "all_to_all", everyone, D // p, one, "reduce", SCALE_BYTES),
-        Phase("all_gather", "direct_all_gather", everyone, D // p, one, "copy", SCALE_BYTES),
+        Phase("all_gather", "ring_all_gather", everyone, D // p, (1,) * (p - 1), "copy", SCALE_BYTES),
     )
     return Schedule(name, layout, int(dim), D, phases)
 

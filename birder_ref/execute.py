@@ -71,16 +71,29 @@ def deliver(phase: Phase, encode: Callable[[Message, int], np.ndarray],
 
 def run_phase(phase: Phase, buffers: dict[int, np.ndarray], log: ByteLog) -> None:
     """Move the phase's chunks between ``buffers`` (modified in place): receivers add (``reduce``) or store
-    (``copy``) the decoded chunk."""
+    (``copy``) the decoded chunk. Where the pattern ``sums_in_member_order``, a receiver keeps what it got and
+    then adds the group's chunks, its own included, in member order."""
+    in_order = phase.op == "reduce" and phase.pattern.sums_in_member_order
+    received: dict[tuple[int, int], dict[int, np.ndarray]] = {}
 
     def send(msg: Message, bits: int) -> np.ndarray:
         return encode(buffers[msg.src][msg.chunk], bits)
 
     def receive(msg: Message, payload: np.ndarray, bits: int) -> None:
         value = decode(payload, bits, phase.chunk_elements).astype(buffers[msg.dst].dtype)
-        if phase.op == "reduce":
+        if in_order:
+            received.setdefault((msg.dst, msg.chunk), {})[msg.src] = value
+        elif phase.op == "reduce":
             buffers[msg.dst][msg.chunk] += value
         else:
             buffers[msg.dst][msg.chunk] = value
 
     deliver(phase, send, receive, log)
+    group_of = {member: group for group in phase.groups for member in group} if received else {}
+    for (dst, chunk), parts in received.items():
+        group = group_of[dst]
+        parts[dst] = buffers[dst][chunk]
+        total = parts[group[0]].copy()
+        for member in group[1:]:
+            total += parts[member]
+        buffers[dst][chunk] = total

@@ -142,7 +142,11 @@ def compressed_allreduce(
     def receive_server_chunk(m, payload, _bits):
         gathered[m.dst][m.chunk] = _read(payload, chunk)
 
-    deliver(all_gather, lambda m, _bits: _message(server[m.src][1], server[m.src][0]), receive_server_chunk, log)
+    def send_server_chunk(m, _bits):  # a ring forwards the chunks it has gathered so far
+        s, q = gathered[m.src][m.chunk]
+        return _message(q, s)
+
+    deliver(all_gather, send_server_chunk, receive_server_chunk, log)
     outs = [np.concatenate([s * q for s, q in (gathered[i][j] for j in range(N))]) for i in range(N)]
     for i in range(1, N):
         if not same_values(outs[i], outs[0]):

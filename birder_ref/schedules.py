@@ -1,7 +1,8 @@
 """Communication schedules as data: who sends how many bytes of which chunk to whom, phase by phase.
 
-No NumPy numerics here. ``birder_ref.schemes`` executes a schedule by moving encoded chunks along it, and
-``sim`` times the same schedule on a network model. A schedule never lists all its messages at once: each
+No NumPy numerics here. ``birder_ref.schemes`` executes a schedule by moving encoded chunks along it, ``sim``
+times the same schedule on a network model, and ``gpu_validation.comm`` runs Birder's ``hierarchical`` and
+``flat`` schedules phase by phase as torch collectives. A schedule never lists all its messages at once: each
 phase names a pattern (ring, all-to-all, direct all-gather, push to a root, pull from a root) run
 concurrently by disjoint groups of endpoints, and ``Phase.rounds()`` expands it into messages on demand.
 
@@ -75,6 +76,8 @@ class Pattern:
     name: str
     is_ring = False  # NCCL runs it as a ring (a pipelined chain of p - 1 steps), not point to point
     everyone_to_everyone = False  # every member sends to every other member in its one round
+    collective: str | None = None  # the torch.distributed call that runs it (None: no torch code runs it)
+    sums_in_member_order = False  # ``reduce``: a receiver adds the group's chunks, its own included, in member order
 
     def n_rounds(self, group_size: int) -> int:
         return 1 if group_size >= 2 else 0
@@ -109,6 +112,7 @@ class RingReduceScatter(Pattern):
 
     name = "ring_reduce_scatter"
     is_ring = True
+    collective = "reduce_scatter_tensor"
     offset = 1  # the chunk position i sends in round r is i - r - offset
 
     def n_rounds(self, group_size: int) -> int:
@@ -133,14 +137,19 @@ class RingAllGather(RingReduceScatter):
     """p - 1 rounds along the ring; position i starts owning chunk i."""
 
     name = "ring_all_gather"
+    collective = "all_gather_single"  # NCCL's all-gather is a ring
     offset = 0
 
 
 class AllToAll(Pattern):
-    """One round: chunk j of every member goes to member j."""
+    """One round: chunk j of every member goes to member j. Under ``reduce`` member j adds the group's chunks j,
+    its own included, in member order, ((c_0 + c_1) + c_2) + ...: what a receiver of ``all_to_all_single`` does
+    with the rows it got, so a float32 sum has the same bits for any data and on any backend."""
 
     name = "all_to_all"
     everyone_to_everyone = True
+    collective = "all_to_all_single"
+    sums_in_member_order = True
 
     def round_messages(self, phase, group, r, nbytes):
         return [Message(a, b, j, nbytes) for a in group for j, b in enumerate(group) if a != b]
@@ -150,9 +159,11 @@ class AllToAll(Pattern):
 
 
 class DirectAllGather(AllToAll):
-    """One round: chunk i of member i goes to everyone."""
+    """One round: chunk i of member i goes to everyone (point to point; a torch all-gather is ``ring_all_gather``)."""
 
     name = "direct_all_gather"
+    collective = None
+    sums_in_member_order = False
 
     def round_messages(self, phase, group, r, nbytes):
         return [Message(a, b, i, nbytes) for i, a in enumerate(group) for b in group if a != b]
@@ -336,7 +347,15 @@ def count_bits(contributions: int) -> int:
 
 
 def schedule(scheme: str, layout: Layout, dim: int) -> Schedule:
-    """The communication schedule of one Birder step with ``scheme`` on ``layout`` for a ``dim`` vector."""
+    """The communication schedule of one Birder step with ``scheme`` on ``layout`` for a ``dim`` vector.
+
+    ``hierarchical`` and ``flat`` are what ``gpu_validation.comm`` runs, one torch collective per phase
+    (``Pattern.collective``): Section 4's intra-node reduce-scatter is an all-to-all of float32 shards that each
+    receiver sums in local-rank order (the same (m-1)P/m bytes as a ring reduce-scatter, but a sum whose order
+    does not depend on where an element sits, so the node mean equals Algorithm 1's for any data), and every
+    all-gather is NCCL's ring all-gather. ``ps``, ``ring`` and ``allgather`` are the paper's other layouts,
+    executed by the reference only.
+    """
     if not isinstance(scheme, str) or scheme not in SCHEMES:
         raise ValueError(f"unknown scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
     check_layout(layout)
@@ -360,18 +379,17 @@ def schedule(scheme: str, layout: Layout, dim: int) -> Schedule:
         one = (1,) if p > 1 else ()
         phases = (
             Phase("all_to_all", "all_to_all", everyone, D // p, one, "reduce"),
-            Phase("all_gather", "direct_all_gather", everyone, D // p, one, "copy"),
+            Phase("all_gather", "ring_all_gather", everyone, D // p, (1,) * (p - 1), "copy"),
         )
     elif scheme == "allgather":
         phases = (Phase("all_gather", "direct_all_gather", everyone, D, (1,) if p > 1 else (), "copy"),)
     else:
         nodes = tuple(layout.node_ranks(k) for k in range(n))
         peers = tuple(layout.local_rank_group(j) for j in range(g))
-        intra, inter = ((32,) * (g - 1)), ((1,) if n > 1 else ())
         phases = (
-            Phase("intra_reduce_scatter", "ring_reduce_scatter", nodes, D // g, intra, "reduce"),
-            Phase("inter_all_to_all", "all_to_all", peers, D // p, inter, "reduce"),
-            Phase("inter_all_gather", "direct_all_gather", peers, D // p, inter, "copy"),
+            Phase("intra_reduce_scatter", "all_to_all", nodes, D // g, (32,) if g > 1 else (), "reduce"),
+            Phase("inter_all_to_all", "all_to_all", peers, D // p, (1,) if n > 1 else (), "reduce"),
+            Phase("inter_all_gather", "ring_all_gather", peers, D // p, (1,) * (n - 1), "copy"),
             Phase("intra_all_gather", "ring_all_gather", nodes, D // g, (1,) * (g - 1), "copy"),
         )
     return Schedule(scheme, layout, int(dim), D, phases)

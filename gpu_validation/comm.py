@@ -1,24 +1,24 @@
 """Birder's 1-bit all-reduce over torch.distributed: the hierarchical scheme of Section 4 and the flat one.
 
-Both schemes run the same pipeline on a vector padded to ``birder_ref.schedules.padded_dim(d, n_ranks)`` and
-cut as ``birder_ref.schedules.schedule`` cuts it; every element meets the arithmetic and the draws of
+The pipeline follows ``birder_ref.schedules.schedule(scheme, layout, padded length)``: each phase of that
+schedule is one torch collective (``run_phase``, chosen by the phase's ``Pattern.collective``) over the group
+the schedule names, moving the bytes it counts. ``record_phases()`` logs what each rank actually ran, so tests
+and ``gpu-validate`` compare it with the schedule. Every element meets the arithmetic and the draws of
 ``birder_ref.algorithm1.step`` on the workers' gradients ``birder_ref.schemes.worker_gradients``:
 
-1. intra-node reduce-scatter: local rank j receives shard j of every GPU of its node (``all_to_all_single``)
+1. ``intra_reduce_scatter``: local rank j receives shard j of every GPU of its node (``all_to_all_single``)
    and adds them in local-rank order, ((g_0 + g_1) + g_2) + ..., then divides by float32(G): the node mean,
-   as ``worker_gradients`` computes it (NumPy's float32 sum over the GPU axis is that same left fold). A
-   fixed order makes the mean the same bits on any backend, for any data and any bucket layout; it moves the
-   same (G-1)/G of the vector that a reduce-scatter moves. (``schemes.step("hierarchical")`` adds in ring
-   order, which depends on where an element sits in the padded vector: with G <= 2, or whenever the sums are
-   exact, the two agree.)
+   as ``worker_gradients`` computes it (NumPy's float32 sum over the GPU axis is that same left fold) and as
+   the reference's all-to-all pattern sums. A fixed order makes the mean the same bits on any backend, for any
+   data and any bucket layout.
 2. Algorithm 1 lines 5-9 on the shard, the node being the worker (worker draws use stream = node index).
-3. inter-node all-to-all of packed bits among the GPUs of equal local rank: chunk k of shard j goes to node k.
-4. lines 12-13 on chunk k of shard j from the count of +1s (server draws use ``SERVER_STREAM``), then an
-   inter-node all-gather of the packed u_bar bits.
-5. intra-node all-gather of the packed shards; every rank unpacks the whole u_bar.
+3. ``inter_all_to_all`` of packed bits among the GPUs of equal local rank: chunk k of shard j goes to node k.
+4. lines 12-13 on chunk k of shard j from the count of +1s (server draws use ``SERVER_STREAM``), then
+   ``inter_all_gather`` of the packed u_bar bits (NCCL's ring all-gather).
+5. ``intra_all_gather`` of the packed shards; every rank unpacks the whole u_bar.
 
-``flat`` is the same pipeline with one GPU per worker: no intra-node phases, and the all-to-all / all-gather
-run over all ranks (DeepSpeed's two-phase compressed all-reduce, with Birder's quantizer).
+``flat`` is the same pipeline with one GPU per worker: no intra-node phases, and its ``all_to_all`` /
+``all_gather`` run over all ranks (DeepSpeed's two-phase compressed all-reduce, with Birder's quantizer).
 
 Collectives used: ``all_to_all_single``, ``all_gather_single`` (``all_gather_into_tensor`` on older torch)
 and ``all_reduce`` (the non-finite flag), all supported by gloo (CPU) and NCCL (CUDA) in torch 2.13.
@@ -26,16 +26,19 @@ and ``all_reduce`` (the non-finite flag), all supported by gloo (CPU) and NCCL (
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import lru_cache
 
 import torch
 import torch.distributed as dist
 
-from birder_ref.schedules import padded_dim
+from birder_ref.schedules import Layout, Phase, padded_dim, schedule
 from gpu_validation import torch_birder as tb
 
-SCHEMES = ("hierarchical", "flat")
+PIPELINE_SCHEMES = ("hierarchical", "flat")  # the schemes of ``birder_ref.schedules.SCHEMES`` the torch code runs
 
 # torch 2.13 deprecates all_gather_into_tensor in favour of all_gather_single (same arguments).
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -43,7 +46,7 @@ _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_t
 
 @dataclass(frozen=True)
 class Topology:
-    """Where this rank sits: ``n_nodes`` x ``gpus_per_node`` ranks, rank = node * gpus_per_node + local rank.
+    """Where this rank sits in ``layout`` (rank = node * gpus_per_node + local rank), and its process groups.
 
     A *worker* of Algorithm 1 is a node (hierarchical) or a GPU (flat); the ``worker_group`` holds the ranks
     sharing one worker (each keeps one shard of its state), the ``server_group`` the ranks that exchange bits
@@ -53,16 +56,23 @@ class Topology:
     """
 
     scheme: str
-    n_nodes: int
-    gpus_per_node: int
+    layout: Layout
     rank: int
     worker_group: object
     server_group: object
     world_group: object = None  # Birder's own group of all ranks (None: one rank), apart from DDP's default group
 
     @property
+    def n_nodes(self) -> int:
+        return self.layout.n_nodes
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.layout.gpus_per_node
+
+    @property
     def n_ranks(self) -> int:
-        return self.n_nodes * self.gpus_per_node
+        return self.layout.n_ranks
 
     @property
     def shards_per_worker(self) -> int:
@@ -107,28 +117,29 @@ def make_topology(scheme: str, n_nodes: int, gpus_per_node: int, timeout: timede
     Every group gets ``timeout`` (default: the default group's own, ``process_group_timeout()``), so a hung or
     dead rank ends each collective on it within that time.
     """
-    if scheme not in SCHEMES:
-        raise ValueError(f"unknown scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
+    if scheme not in PIPELINE_SCHEMES:
+        raise ValueError(f"unknown scheme {scheme!r}; choose one of {', '.join(PIPELINE_SCHEMES)}")
     n, g = int(n_nodes), int(gpus_per_node)
     if n < 1 or g < 1:
         raise ValueError(f"need nodes >= 1 and gpus per node >= 1, got {n} x {g}")
+    layout = Layout(n, g)
     world, rank = dist.get_world_size(), dist.get_rank()
     if world != n * g:
         raise ValueError(f"the process group has {world} ranks, but {n} nodes x {g} GPUs makes {n * g}")
     timeout = process_group_timeout() if timeout is None else timeout
     everyone = dist.new_group(list(range(world)), timeout=timeout) if world > 1 else None
     if scheme == "flat":
-        return Topology(scheme, n, g, rank, None, everyone, everyone)
+        return Topology(scheme, layout, rank, None, everyone, everyone)
     worker_group = server_group = None
     for node in range(n):  # every rank creates every group, in the same order
-        group = dist.new_group(list(range(node * g, (node + 1) * g)), timeout=timeout)
-        if rank // g == node and g > 1:
+        group = dist.new_group(list(layout.node_ranks(node)), timeout=timeout)
+        if layout.node_of(rank) == node and g > 1:
             worker_group = group
     for local in range(g):
-        group = dist.new_group(list(range(local, n * g, g)), timeout=timeout)
-        if rank % g == local and n > 1:
+        group = dist.new_group(list(layout.local_rank_group(local)), timeout=timeout)
+        if layout.local_rank(rank) == local and n > 1:
             server_group = group
-    return Topology(scheme, n, g, rank, worker_group, server_group, everyone)
+    return Topology(scheme, layout, rank, worker_group, server_group, everyone)
 
 
 def padded_length(topology: Topology, dim: int) -> int:
@@ -161,32 +172,116 @@ def rank_order_sum(rows: torch.Tensor) -> torch.Tensor:
     return total
 
 
-def node_mean_shard(topology: Topology, grad: torch.Tensor) -> torch.Tensor:
-    """Phase 1: this rank's shard of its worker's gradient (the node mean in hierarchical, its own in flat)."""
-    g = topology.shards_per_worker
-    if g == 1:
-        return grad
-    received = all_to_all_rows(grad, topology.worker_group, g)
-    return tb.true_divide(rank_order_sum(received), float(g))
+# ------------------------------------------------------------------------------- the schedule, phase by phase
+@dataclass(frozen=True)
+class PipelinePhases:
+    """The schedule's phases in the order the pipeline runs them; None where the scheme has no such phase
+    (``flat``'s worker is one GPU: nothing moves inside it)."""
+
+    intra_reduce_scatter: Phase | None
+    inter_all_to_all: Phase
+    inter_all_gather: Phase
+    intra_all_gather: Phase | None
 
 
-def all_gather_rows(x: torch.Tensor, group, members: int) -> torch.Tensor:
-    """Every member's ``x`` stacked (members, n), in group order; ``group`` None is a group of one rank."""
+_PHASE_NAMES = {  # the schedule's phase names, in PipelinePhases' order
+    "hierarchical": ("intra_reduce_scatter", "inter_all_to_all", "inter_all_gather", "intra_all_gather"),
+    "flat": (None, "all_to_all", "all_gather", None),
+}
+
+
+@lru_cache(maxsize=256)
+def _pipeline_phases(scheme: str, layout: Layout, length: int) -> PipelinePhases:
+    by_name = {ph.name: ph for ph in schedule(scheme, layout, length).phases}
+    names = _PHASE_NAMES[scheme]
+    if set(by_name) != set(names) - {None}:
+        raise RuntimeError(f"the {scheme} schedule has the phases {sorted(by_name)}; the torch pipeline runs "
+                           f"{sorted(set(names) - {None})}")
+    return PipelinePhases(*(None if name is None else by_name[name] for name in names))
+
+
+def pipeline_phases(topology: Topology, length: int) -> PipelinePhases:
+    """The phases of ``birder_ref.schedules.schedule`` for this topology and a padded vector of ``length``."""
+    return _pipeline_phases(topology.scheme, topology.layout, length)
+
+
+@dataclass(frozen=True)
+class PhaseRecord:
+    """One collective a rank ran: the schedule's phase it stood for, the torch call it made, the ranks of the
+    group it ran on, and the bytes it sent (from the tensors it passed)."""
+
+    phase: Phase
+    collective: str
+    ranks: tuple[int, ...]
+    bytes_sent: int
+
+
+_recording: list[PhaseRecord] | None = None
+
+
+@contextmanager
+def record_phases() -> Iterator[list[PhaseRecord]]:
+    """Within the block, every phase this process runs is appended to the list yielded."""
+    global _recording
+    outer, _recording = _recording, []
+    try:
+        yield _recording
+    finally:
+        _recording = outer
+
+
+def note_phase(phase: Phase | None, group, collective: str, bytes_sent: int) -> None:
+    """Log one ``collective`` call for ``phase`` over ``group`` (when ``record_phases`` is active)."""
+    if _recording is not None and phase is not None and group is not None:
+        _recording.append(PhaseRecord(phase, collective, tuple(dist.get_process_group_ranks(group)), int(bytes_sent)))
+
+
+def all_gather_rows(x: torch.Tensor, group, members: int, out: torch.Tensor | None = None,
+                    phase: Phase | None = None) -> torch.Tensor:
+    """Every member's ``x`` stacked (members, n), in group order (into ``out``, of members * n, when given);
+    ``group`` None is a group of one rank. Sends ``x`` to each of the other members (NCCL: along a ring)."""
     if group is None:
         return x.reshape(1, -1)
-    out = torch.empty(members * x.numel(), dtype=x.dtype, device=x.device)
+    out = torch.empty(members * x.numel(), dtype=x.dtype, device=x.device) if out is None else out
+    note_phase(phase, group, "all_gather_single", x.numel() * x.element_size() * (members - 1))
     _all_gather(out, x.contiguous(), group=group)
     return out.view(members, -1)
 
 
-def all_to_all_rows(x: torch.Tensor, group, members: int, out: torch.Tensor | None = None) -> torch.Tensor:
+def all_to_all_rows(x: torch.Tensor, group, members: int, out: torch.Tensor | None = None,
+                    phase: Phase | None = None) -> torch.Tensor:
     """Piece j of ``x`` (cut into ``members`` equal pieces) goes to member j; returns (members, n / members):
     row i is what member i sent here (into ``out``, like ``x``, when given)."""
     if group is None:
         return x.reshape(1, -1)
     out = torch.empty_like(x) if out is None else out
+    note_phase(phase, group, "all_to_all_single", x.numel() * x.element_size() * (members - 1) // members)
     dist.all_to_all_single(out, x.contiguous(), group=group)
     return out.view(members, -1)
+
+
+_TORCH_COLLECTIVES = {"all_to_all_single": all_to_all_rows, "all_gather_single": all_gather_rows}
+
+
+def run_phase(phase: Phase | None, x: torch.Tensor, group, out: torch.Tensor | None = None) -> torch.Tensor:
+    """This rank's part of one phase of the schedule, as the torch collective its pattern names, over ``group``
+    (this rank's group of the phase; None: a group of one, nothing moves). Returns the (members, n) rows."""
+    if group is None:
+        return x.reshape(1, -1)
+    run = _TORCH_COLLECTIVES.get(phase.pattern.collective) if phase is not None else None
+    if run is None:
+        raise ValueError(f"the torch pipeline runs no {getattr(phase, 'pattern', None)!r} phase")
+    return run(x, group, phase.group_size, out, phase=phase)
+
+
+def node_mean_shard(topology: Topology, grad: torch.Tensor) -> torch.Tensor:
+    """Phase 1: this rank's shard of its worker's gradient (the node mean in hierarchical, its own in flat)."""
+    g = topology.shards_per_worker
+    if g == 1:
+        return grad
+    phase = pipeline_phases(topology, grad.numel()).intra_reduce_scatter
+    received = run_phase(phase, grad, topology.worker_group)
+    return tb.true_divide(rank_order_sum(received), float(g))
 
 
 def one_bit_allreduce(
@@ -206,9 +301,10 @@ def one_bit_allreduce(
     ``grad`` is this rank's local gradient (padded length D), ``index`` the int64 element index of every
     position (drives the draws), ``worker_state`` this rank's shard of its worker's state, ``server_error``
     its chunk's server error; ``t`` is the Algorithm 1 step being computed (1-based). Every rank returns the
-    same u_bar (D,) of +-1. Collective over every rank of the topology.
+    same u_bar (D,) of +-1. Collective over every rank of the topology; runs the schedule's phases in order.
     """
     shard, chunk = shard_slice(topology, grad.numel()), chunk_slice(topology, grad.numel())
+    phases = pipeline_phases(topology, grad.numel())
     servers = topology.n_workers
 
     # Phases 1-2: node mean of this shard, then Algorithm 1 lines 5-9 with this worker's draws.
@@ -217,14 +313,14 @@ def one_bit_allreduce(
     u, worker_state = tb.worker_step(worker_state, worker_grad, beta, eps, u_worker, t, T0)
 
     # Phase 3: chunk k of the packed shard to node k; phase 4: lines 12-13 on the chunk this rank serves.
-    received = all_to_all_rows(tb.pack_signs(u), topology.server_group, servers)
+    received = run_phase(phases.inter_all_to_all, tb.pack_signs(u), topology.server_group)
     mean_u = tb.mean_of_signs(tb.count_plus(received), servers)
     u_server = tb.uniforms(seed, t, tb.SERVER_STREAM, index[chunk])
     u_bar_chunk, server_error = tb.server_step(mean_u, server_error, u_server)
-    shard_bits = all_gather_rows(tb.pack_signs(u_bar_chunk), topology.server_group, servers)
+    shard_bits = run_phase(phases.inter_all_gather, tb.pack_signs(u_bar_chunk), topology.server_group)
 
     # Phase 5: the node's shards to every GPU of the node.
-    all_bits = all_gather_rows(shard_bits.reshape(-1), topology.worker_group, topology.shards_per_worker)
+    all_bits = run_phase(phases.intra_all_gather, shard_bits.reshape(-1), topology.worker_group)
     return tb.unpack_signs(all_bits.reshape(-1)), worker_state, server_error
 
 

@@ -218,6 +218,8 @@ class _Overlap:
         splits = [max(0, min(high, (j + 1) * size) - max(low, j * size)) for j in range(g)]
         mine = topo.shard_of(topo.rank)
         received = torch.empty(g * splits[mine], dtype=torch.float32, device=opt.device)
+        comm.note_phase(comm.pipeline_phases(topo, opt.length).intra_reduce_scatter, topo.worker_group,
+                        "all_to_all_single", 4 * (sum(splits) - splits[mine]))
         work = dist.all_to_all_single(received, opt._buffer("grad")[low:high], output_split_sizes=[splits[mine]] * g,
                                       input_split_sizes=splits, group=topo.worker_group, async_op=async_op)
         first = max(low, mine * size) - mine * size
@@ -290,8 +292,8 @@ class Birder(torch.optim.Optimizer):
         self.seed = _check_count("seed", seed)
         if self.seed > MASK32:
             raise ValueError(f"seed must be below 2**32, got {seed}")
-        if scheme not in comm.SCHEMES:
-            raise ValueError(f"scheme must be one of {', '.join(comm.SCHEMES)}, got {scheme!r}")
+        if scheme not in comm.PIPELINE_SCHEMES:
+            raise ValueError(f"scheme must be one of {', '.join(comm.PIPELINE_SCHEMES)}, got {scheme!r}")
         self.max_consecutive_skips = _check_count("max_consecutive_skips", max_consecutive_skips, 1)
         if not isinstance(overlap, bool):
             raise ValueError(f"overlap must be True or False, got {overlap!r}")
@@ -431,8 +433,9 @@ class Birder(torch.optim.Optimizer):
         if max(-float(low), float(high)) > largest * (1 + 1e-6):
             raise RuntimeError("Birder.step(): this rank's gradient grew after backward (a GradScaler scale below "
                                "1 unscaled after backward?); the overflow bound the ranks agreed on no longer holds")
-        rows = self._collective("intra-node reduce-scatter", topo.worker_group, lambda: comm.all_to_all_rows(
-            grad, topo.worker_group, topo.shards_per_worker, None if topo.worker_group is None
+        phases = comm.pipeline_phases(topo, self.length)
+        rows = self._collective("intra-node reduce-scatter", topo.worker_group, lambda: comm.run_phase(
+            phases.intra_reduce_scatter, grad, topo.worker_group, None if topo.worker_group is None
             else self._buffer("rows")) if overlap is None else overlap.rows(self._buffer("rows"))
         )  # (G, shard): the node mean is taken piece by piece
         if not largest * topo.shards_per_worker < _SAFE_SUM:  # the same decision on every rank
@@ -447,13 +450,13 @@ class Birder(torch.optim.Optimizer):
         packed = tb.worker_step_packed_(self.m, self.b_hat, self.e, rows, self.beta, self.eps,
                                         stream_key(self.seed, t, topo.worker), shard.start)
         received = self._collective("inter-node all-to-all", topo.server_group,
-                                    lambda: comm.all_to_all_rows(packed, topo.server_group, servers))
+                                    lambda: comm.run_phase(phases.inter_all_to_all, packed, topo.server_group))
         packed_chunk = tb.server_step_packed_(received, self.server_error, stream_key(self.seed, t, SERVER_STREAM),
                                               chunk.start, n_workers=servers)
         shard_bits = self._collective("inter-node all-gather", topo.server_group,
-                                      lambda: comm.all_gather_rows(packed_chunk, topo.server_group, servers))
-        bits = self._collective("intra-node all-gather", topo.worker_group, lambda: comm.all_gather_rows(
-            shard_bits.reshape(-1), topo.worker_group, topo.shards_per_worker))
+                                      lambda: comm.run_phase(phases.inter_all_gather, packed_chunk, topo.server_group))
+        bits = self._collective("intra-node all-gather", topo.worker_group, lambda: comm.run_phase(
+            phases.intra_all_gather, shard_bits.reshape(-1), topo.worker_group))
         self.t = t
         self.consecutive_skips = 0
         return bits.reshape(-1)

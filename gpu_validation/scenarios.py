@@ -21,6 +21,7 @@ from birder_ref import algorithm1, schemes
 from birder_ref.draws import server_uniforms, worker_uniforms
 from birder_ref.update import apply_update
 from gpu_validation import comm
+from gpu_validation.hook import BirderState, birder_hook
 from gpu_validation.optimizer import Birder
 from gpu_validation.validate import batch, make_model
 
@@ -256,3 +257,27 @@ def overlap_under_ddp_options(rank: int) -> dict:
             overlapped += opt.overlapped_steps
         out[name] = {"equal": bool(np.array_equal(*finals)), "overlapped_steps": overlapped}
     return out if rank == 0 else {}
+
+
+def phase_trace(scheme: str, gpus_per_node: int, rank: int) -> dict:
+    """What this rank ran, phase by phase (``comm.record_phases``), in one training step through the DDP hook
+    (``birder_hook``, bucket by bucket) and one through the ``Birder`` optimizer, without and with its
+    overlapped exchange; ``tests/test_gpu_phases.py`` compares each with ``birder_ref.schedules.schedule``."""
+    world = dist.get_world_size()
+    model = make_model(0)
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.0003)
+    topology = comm.make_topology(scheme, world // gpus_per_node, gpus_per_node)
+    ddp.register_comm_hook(BirderState(model.parameters(), topology, seed=SEED), birder_hook)
+    x, y = batch(SEED, 1, rank)
+    with comm.record_phases() as records:
+        nn.functional.mse_loss(ddp(x), y).backward()
+    out = {"hook": records}
+    for overlap in (False, True):
+        _, _, ddp, opt = _setup("plain", scheme, gpus_per_node, overlap=overlap)
+        _train_step(ddp, opt, None, "plain", 1, rank)
+        before = opt.overlapped_steps
+        with comm.record_phases() as records:
+            _train_step(ddp, opt, None, "plain", 2, rank)
+        out[f"optimizer, overlap={overlap}"] = records
+        out[f"overlapped, overlap={overlap}"] = opt.overlapped_steps > before
+    return out

@@ -4,8 +4,8 @@ Ranks are spawned locally (``run``), or, under ``torchrun``, each process runs `
 Every step, rank 0 gathers every rank's local gradients, u_bar and parameters, runs
 ``birder_ref.algorithm1.step`` on the workers' gradients (``schemes.worker_gradients``: node means, or every
 GPU's own) with the same counter-based draws, applies the same update in NumPy, and counts the elements that
-differ. It also runs the scheme's executor, ``birder_ref.schemes.step``, and reports whether its u_bar agreed
-(``executor_identical``; it must whenever node sums are exact, which holds with at most 2 GPUs per node).
+differ. It also runs the scheme's executor, ``birder_ref.schemes.step``, which moves the data along the same
+schedule the hook runs, and reports whether its u_bar agreed (``executor_identical``; required to pass).
 At the end it compares the hook's full state (``BirderState.state_dict``) with the reference's. The
 comparison is exact: there is no tolerance anywhere.
 
@@ -66,8 +66,8 @@ class Config:
     def check(self) -> None:
         if self.backend not in ("gloo", "nccl"):
             raise ValueError(f"backend must be gloo or nccl, got {self.backend!r}")
-        if self.scheme not in comm.SCHEMES:
-            raise ValueError(f"scheme must be one of {', '.join(comm.SCHEMES)}, got {self.scheme!r}")
+        if self.scheme not in comm.PIPELINE_SCHEMES:
+            raise ValueError(f"scheme must be one of {', '.join(comm.PIPELINE_SCHEMES)}, got {self.scheme!r}")
         if self.nodes < 1 or self.gpus_per_node < 1 or self.steps < 1:
             raise ValueError(f"need nodes, gpus per node and steps >= 1, got {self.nodes}, {self.gpus_per_node}, "
                              f"{self.steps}")
@@ -277,7 +277,7 @@ def train_and_compare(cfg: Config, rank: int, one_machine: bool = True) -> dict 
         final, [topology.worker_of(r) for r in range(world)], trainer.state.t, final["skipped"])
     result = {
         "passed": reference.mismatched == 0 and state_mismatches == 0 and reference.ranks_identical
-        and resume_identical is not False,
+        and reference.executor_identical and resume_identical is not False,
         "steps": cfg.steps,
         "mismatched_elements": reference.mismatched + state_mismatches,
         "max_abs_diff": reference.max_abs_diff,

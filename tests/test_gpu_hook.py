@@ -9,13 +9,14 @@ from torch import nn
 
 from birder_ref import algorithm1, schemes
 from birder_ref.draws import server_uniforms, worker_uniforms
+from birder_ref.schedules import Layout
 from gpu_validation import comm
 from gpu_validation.hook import BirderState, BirderUpdate, birder_hook
 from gpu_validation.validate import Config, Reference, batch, make_model
 
 
 def _lone_topology(scheme: str = "hierarchical") -> comm.Topology:
-    return comm.Topology(scheme, 1, 1, 0, None, None)
+    return comm.Topology(scheme, Layout(1, 1), 0, None, None)
 
 
 def test_one_rank_ddp_equals_algorithm1_through_a_bucket_rebuild_and_a_reload(one_rank):

@@ -18,8 +18,14 @@ def exact_grads(seed, n, g, d, steps):
     return (rng.integers(-4096, 4097, (steps, n, g, d)) / 1024).astype(np.float32)
 
 
-def run_and_compare(scheme, n, g, d, steps, seed, T0=None):
-    grads = exact_grads(seed, n, g, d, steps)
+def inexact_grads(seed, n, g, d, steps):
+    """float32 gradients over many binades, whose sums over GPUs round: the order of a sum shows in its bits."""
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((steps, n, g, d)) * 10.0 ** rng.integers(-6, 7, (steps, n, g, d))).astype(np.float32)
+
+
+def run_and_compare(scheme, n, g, d, steps, seed, T0=None, make_grads=exact_grads):
+    grads = make_grads(seed, n, g, d, steps)
     n_workers = schemes.worker_gradients(scheme, grads[0]).shape[0]
     state = oracle = algorithm1.init(n_workers, d)
     for t in range(1, steps + 1):
@@ -42,6 +48,30 @@ def run_and_compare(scheme, n, g, d, steps, seed, T0=None):
        st.integers(0, 2**32 - 1), st.sampled_from([None, 1]))
 def test_every_scheme_is_algorithm1(scheme, n, g, d, steps, seed, T0):
     run_and_compare(scheme, n, g, d, steps, seed, T0)
+
+
+@settings(max_examples=60)
+@given(st.integers(1, 4), st.integers(2, 5), st.integers(1, 90), st.integers(1, 2), st.integers(0, 2**32 - 1))
+def test_hierarchical_is_algorithm1_on_node_means_for_any_float32_data(n, g, d, steps, seed):
+    """The intra-node phase sums each shard in local-rank order, as ``worker_gradients`` (and the GPU) does."""
+    run_and_compare("hierarchical", n, g, d, steps, seed, make_grads=inexact_grads)
+
+
+def test_those_data_tell_a_ring_order_sum_from_a_rank_order_one():
+    """A ring reduce-scatter adds in an order that depends on the chunk: on these data it differs from the
+    rank-order sum, so the test above would catch a scheme that reduced along a ring."""
+    n, g, d = 1, 4, 32 * 8
+    grads = inexact_grads(3, n, g, d, 1)[0].reshape(g, d)
+    ring = Phase("ring", "ring_reduce_scatter", (tuple(range(g)),), d // g, (32,) * (g - 1), "reduce")
+    to_all = Phase("a2a", "all_to_all", (tuple(range(g)),), d // g, (32,), "reduce")
+    results = []
+    for phase in (ring, to_all):
+        buffers = {r: grads[r].reshape(g, -1).copy() for r in range(g)}
+        run_phase(phase, buffers, ByteLog())
+        results.append(np.concatenate([buffers[r][r] for r in range(g)]))
+    rank_order = grads.sum(axis=0, dtype=np.float32)
+    assert np.array_equal(results[1], rank_order)
+    assert not np.array_equal(results[0], rank_order)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
