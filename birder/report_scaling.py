@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from birder.report import Section, show_progress
+from birder_ref.schedules import Layout
 
 MATCH_SHARE = 0.95  # "matches": at least this share of the other's throughput
 UNCOMPRESSED = ("sgdm", "adam")
@@ -300,7 +301,7 @@ def decision_sentence(g: ModelGrid, d: Decision) -> str:
     """One node count's answer: the cheapest network that is enough without and with Birder, each with its own
     figure, against the fastest uncompressed set-up."""
     ref = d.reference
-    head = f"**{d.nodes} nodes ({d.nodes * GPUS_PER_NODE} GPUs):**"
+    head = f"**{d.nodes} nodes ({Layout(d.nodes, GPUS_PER_NODE).n_ranks} GPUs):**"
     without = d.without if d.without is not None else ref
     need = without["network"]
     share = 100 * without["throughput"] / ref["throughput"]
@@ -554,7 +555,7 @@ def _model_section(m: ModelGrid, outdir: Path, plots) -> list[str]:
     bars = plots.time_breakdown(multi, outdir, prefix=prefix, optimizers=shown,
                                 title=f"{m.title}: share of each iteration, 2-{m.nodes[-1]} nodes "
                                       "(the same range as the throughput plot)")[0]
-    gpus = [n * GPUS_PER_NODE for n in m.nodes]
+    gpus = [Layout(n, GPUS_PER_NODE).n_ranks for n in m.nodes]
     lines = [f"### {m.title}", "", f"Compute: {m.calibration}.", "",
              "Where Birder stops beating the best uncompressed optimizer, and why:", "", *stops_paying_details(m), "",
              f"![throughput vs GPUs]({curve.name})", "", f"![share of each iteration]({bars.name})", "",

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from birder.argtypes import positive_int, positive_number
 from birder.atomic import write_text
-from birder_ref.schedules import SCHEMES
+from birder_ref.schedules import SCHEMES, Layout
 from sim.api import MAX_BATCH_PER_GPU
 from sim.hardware import (
     GPUS,
@@ -172,8 +172,9 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
     if over is not None and not (math.isfinite(over) and 1 <= over <= MAX_OVERSUBSCRIPTION):
         raise ValueError(f"--oversubscription must be a number >= 1 and <= {MAX_OVERSUBSCRIPTION:g}, got {over}")
     per_node = getattr(args, "gpus_per_node", None) or 8
-    if not getattr(args, "cluster", None) and (nodes or 1) * per_node > MAX_GPUS:
-        total = f"{(nodes or 1) * per_node:,}" if (nodes or 1) * per_node < 10**24 else "more than 10^24"
+    gpus = Layout(nodes or 1, per_node).n_ranks
+    if not getattr(args, "cluster", None) and gpus > MAX_GPUS:
+        total = f"{gpus:,}" if gpus < 10**24 else "more than 10^24"
         raise ValueError(f"--nodes {_short(nodes or 1)} x --gpus-per-node {_short(per_node)} = {total} GPUs "
                          f"exceeds {MAX_GPUS:,} GPUs, the largest cluster the simulator answers in seconds "
                          "(sim/README.md)")

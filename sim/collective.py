@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from birder_ref.schedules import Layout, Phase, Schedule, allreduce, tree_allreduce
+from birder_ref.schedules import Phase, Schedule, allreduce, tree_allreduce
 from sim.hardware import Cluster
 from sim.system import collective_ops, collective_schedule, nccl_allreduce_algorithm
 
@@ -27,7 +27,7 @@ def bus_factor(op: str, ranks: int) -> float:
 
 def schedule_for(op: str, nbytes: int, cluster: Cluster, algorithm: str = "auto") -> tuple[Schedule, str]:
     """The schedule NCCL would run for ``op`` on ``nbytes`` (bytes as 8-bit elements), and its algorithm."""
-    layout = Layout(cluster.n_nodes, cluster.gpus_per_node)
+    layout = cluster.layout
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
     if op not in OPS:

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from birder_ref.schedules import Layout
+
 PRESETS = Path(__file__).with_name("presets")
 
 
@@ -88,12 +90,20 @@ MIN_NONZERO_LATENCY_US = 0.01  # 10 ns: light covers 2 m of fibre in that time; 
 # seconds typed into the us key
 
 
+def layout_of(n_nodes: int, gpus_per_node: int) -> Layout:
+    """The ranks of a cluster of ``n_nodes`` nodes of ``gpus_per_node`` GPUs (``birder_ref.schedules.Layout``, the
+    one layout the reference, the simulator and the torch code share), each count checked with the cluster's
+    message."""
+    _count("cluster", "n_nodes", n_nodes)
+    _count("cluster", "gpus_per_node", gpus_per_node)
+    return Layout(n_nodes, gpus_per_node)
+
+
 @dataclass(frozen=True)
 class Cluster:
-    """n_nodes nodes of gpus_per_node GPUs, an intra-node fabric, NICs, and a switch oversubscribed by a factor."""
+    """A layout of nodes x GPUs, an intra-node fabric, NICs, and a switch oversubscribed by a factor."""
 
-    n_nodes: int
-    gpus_per_node: int
+    layout: Layout  # n_nodes x gpus_per_node; rank = node * gpus_per_node + local rank, as the schedules number them
     nic: Nic
     intra: Intra
     oversubscription: float = 1.0  # 1: non-blocking; f > 1: a leaf's spine uplinks carry 1/f of its nodes' NICs
@@ -103,12 +113,13 @@ class Cluster:
     nodes_per_leaf: int = 1  # nodes under one leaf switch; traffic between them never crosses the spine
 
     def __post_init__(self) -> None:
-        for key in ("n_nodes", "gpus_per_node"):
-            _count("cluster", key, getattr(self, key))
-        if self.n_nodes * self.gpus_per_node > MAX_GPUS:
-            raise ValueError(f"cluster: {self.n_nodes} nodes x {self.gpus_per_node} GPUs per node = "
-                             f"{self.n_nodes * self.gpus_per_node} GPUs exceeds {MAX_GPUS:,} GPUs, the largest "
-                             "cluster the simulator answers in seconds (sim/README.md, benchmarks/sim_scaling.py)")
+        if not isinstance(self.layout, Layout):
+            raise ValueError(f"cluster: layout must be a birder_ref.schedules.Layout (sim.hardware.layout_of), "
+                             f"got {self.layout!r}")
+        if self.n_gpus > MAX_GPUS:
+            raise ValueError(f"cluster: {self.n_nodes} nodes x {self.gpus_per_node} GPUs per node = {self.n_gpus} GPUs "
+                             f"exceeds {MAX_GPUS:,} GPUs, the largest cluster the simulator answers in seconds "
+                             "(sim/README.md, benchmarks/sim_scaling.py)")
         if not (isinstance(self.oversubscription, int | float) and not isinstance(self.oversubscription, bool)
                 and 1 <= self.oversubscription <= MAX_OVERSUBSCRIPTION):
             raise ValueError(f"switch oversubscription must be a number >= 1 and <= {MAX_OVERSUBSCRIPTION:g}, "
@@ -119,11 +130,20 @@ class Cluster:
                              "at most one NIC per GPU (count <= gpus_per_node)")
 
     @property
+    def n_nodes(self) -> int:
+        return self.layout.n_nodes
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.layout.gpus_per_node
+
+    @property
     def n_gpus(self) -> int:
-        return self.n_nodes * self.gpus_per_node
+        return self.layout.n_ranks
 
     def with_nodes(self, n_nodes: int) -> Cluster:
-        return replace(self, n_nodes=n_nodes)
+        """The same cluster with ``n_nodes`` nodes (a new layout of as many GPUs per node)."""
+        return replace(self, layout=layout_of(n_nodes, self.gpus_per_node))
 
 
 def _positive(owner: str, **values: float) -> None:
@@ -249,7 +269,8 @@ def cluster(network: str, n_nodes: int, gpus_per_node: int = 8, intra: str | Non
     intra_name = intra or default_intra(gpu)
     prov = (("network", f"preset {network}" + (" (site profile, FITTED)" if nic.fitted else "")),
             ("intra", f"preset {intra_name}"), ("gpu", gpu), ("nodes", "argument"))
-    return Cluster(n_nodes, gpus_per_node, nic, intra_preset(intra_name), oversubscription, gpu, network, prov)
+    fabric = intra_preset(intra_name)
+    return Cluster(layout_of(n_nodes, gpus_per_node), nic, fabric, oversubscription, gpu, network, prov)
 
 
 CLUSTER_KEYS = {"nodes", "gpus_per_node", "gpu", "network", "intra", "switch", "name"}
@@ -374,8 +395,8 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
             raise ValueError(f"{key} must be a positive integer ({UNITS[key]}), got {value!r}")
         counts[key] = value
         prov.append((key, f"{value} ({'command line' if given is not None else 'file' if key in data else 'default'})"))
-    return Cluster(counts["nodes"], counts["gpus_per_node"], nic, intra, oversubscription, gpu, str(name), tuple(prov),
-                   leaf)
+    return Cluster(layout_of(counts["nodes"], counts["gpus_per_node"]), nic, intra, oversubscription, gpu, str(name),
+                   tuple(prov), leaf)
 
 
 def describe(c: Cluster) -> list[str]:

@@ -512,8 +512,7 @@ class Fabric:
 def nccl_model_time(cluster: Cluster, nbytes: float, algorithm: str, protocol: str) -> float:
     """NCCL's own estimate (ncclTopoGetAlgoTime) of an all-reduce of ``nbytes``, in us, fed the achieved NIC
     bandwidth (the paper's NCCL 2.10.3: no two-node tree preference)."""
-    n, g = cluster.n_nodes, cluster.gpus_per_node
-    p = n * g
+    n, p = cluster.n_nodes, cluster.n_gpus
     bus = min(cluster.nic.count * cluster.nic.bandwidth, cluster.intra.port_bandwidth) / 1e9 if n > 1 \
         else cluster.intra.port_bandwidth / 1e9  # GB/s = bytes per ns
     if algorithm == "ring":
@@ -535,17 +534,11 @@ def nccl_allreduce_algorithm(cluster: Cluster, nbytes: float) -> str:
     return "tree" if tree < ring else "ring"
 
 
-def cluster_layout(cluster: Cluster) -> Layout:
-    """The ranks of the cluster as the schedules number them (rank = node * gpus_per_node + local rank)."""
-    return Layout(cluster.n_nodes, cluster.gpus_per_node)
-
-
 def fp32_allreduce(cluster: Cluster, dim: int, bits: int = 32) -> Schedule:
     """The all-reduce DDP asks NCCL for (``bits`` per element on the wire), with the algorithm NCCL would pick."""
-    layout = cluster_layout(cluster)
     if nccl_allreduce_algorithm(cluster, bits // 8 * dim) == "tree":
-        return tree_allreduce(layout, dim, bits)
-    return allreduce(layout, dim, bits)
+        return tree_allreduce(cluster.layout, dim, bits)
+    return allreduce(cluster.layout, dim, bits)
 
 
 COLLECTIVES = ("ring-allreduce", "tree-allreduce", "reduce-scatter", "all-gather", "all-to-all", "parameter-server")
@@ -584,6 +577,5 @@ def step_schedule(optimizer: str, cluster: Cluster, dim: int, scheme: str | None
     spec = simulated_spec(optimizer)
     if not spec.compressed or (full_precision and not spec.own_full_precision):
         return fp32_allreduce(cluster, dim, grad_bits)
-    layout = cluster_layout(cluster)
     options = {"full_precision": True} if full_precision else {}
-    return spec.schedule(layout, dim, scheme=scheme, **options)
+    return spec.schedule(cluster.layout, dim, scheme=scheme, **options)

@@ -25,9 +25,11 @@ from sim.system import (
     collective_time,
     expanded_flow_time,
     flow_time,
+    fp32_allreduce,
     nccl_allreduce_algorithm,
     op_time,
     ring_latency,
+    step_schedule,
     traffic,
 )
 
@@ -281,6 +283,24 @@ def test_incast_depends_on_the_burst_not_only_on_the_flow_count():
         no_incast = replace(c, nic=replace(c.nic, incast_onset_bytes=math.inf, incast_certain_bytes=math.inf))
         sched = schedule("hierarchical", Layout(n, 8), 6_553_600)
         assert collective_time(sched, c) == collective_time(sched, no_incast)
+
+
+def test_a_cluster_holds_the_one_layout_its_schedules_run_on():
+    """A cluster's nodes x GPUs is ``birder_ref.schedules.Layout``: its sizes, the schedules it times and a change
+    of node count all read that one layout; anything else in its place, or too many GPUs, is refused."""
+    c = cluster("10gbe", 3, 4, nic_count=2)
+    assert c.layout == Layout(3, 4) and (c.n_nodes, c.gpus_per_node, c.n_gpus) == (3, 4, 12)
+    assert step_schedule("birder", c, 64).layout == c.layout == fp32_allreduce(c, 64).layout
+    five = c.with_nodes(5)
+    assert five.layout == Layout(5, 4) and replace(five, layout=c.layout) == c
+    with pytest.raises(ValueError, match="cluster: layout must be a birder_ref.schedules.Layout"):
+        replace(c, layout=(3, 4))
+    with pytest.raises(ValueError, match="cluster: n_nodes must be a positive integer, got 0"):
+        c.with_nodes(0)
+    with pytest.raises(ValueError, match="16385 nodes x 4 GPUs per node = 65540 GPUs exceeds 65,536"):
+        replace(c, layout=Layout(16385, 4))
+    with pytest.raises(ValueError, match="count = 2 NICs for 1 GPUs per node"):
+        replace(c, layout=Layout(3, 1))
 
 
 def test_transfer_time_of_nothing_is_zero():
