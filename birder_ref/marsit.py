@@ -36,7 +36,7 @@ from fractions import Fraction
 import numpy as np
 
 from birder_ref import draws
-from birder_ref.baseline_schedules import TOPOLOGIES, marsit_schedule
+from birder_ref.baseline_schedules import check_topology, marsit_schedule
 from birder_ref.execute import ByteLog, deliver, run_phase
 from birder_ref.optimizers import check_state_fields, check_step_arguments
 from birder_ref.schedules import Layout, Phase, Schedule, check_layout, padded_dim
@@ -128,8 +128,7 @@ def sign_allreduce(values: np.ndarray, layout: Layout, u_ring: np.ndarray, u_col
     Executes ``baseline_schedules.marsit_schedule`` hop by hop (reduce-scatter with ``merge``, all-gather by
     copying) on the padded vectors and returns the +-1 float32 vector u (d,) every rank ends with.
     """
-    if not isinstance(topology, str) or topology not in TOPOLOGIES:
-        raise ValueError(f"unknown topology {topology!r}; choose one of {', '.join(TOPOLOGIES)}")
+    check_topology(topology)
     p, d = check_layout(layout).n_ranks, values.shape[-1] if isinstance(values, np.ndarray) else 0
     check_array("values", values, (p, d), worker_axes=1)
     check_draws("u_ring", u_ring, (p, d), worker_axes=1)
@@ -183,8 +182,7 @@ class Marsit:
     def __post_init__(self) -> None:
         if self.K is not None:
             check_int("K", self.K, 1)
-        if not isinstance(self.topology, str) or self.topology not in TOPOLOGIES:
-            raise ValueError(f"unknown topology {self.topology!r}; choose one of {', '.join(TOPOLOGIES)}")
+        check_topology(self.topology)
         if self.sign_scale is not None:
             check_real("sign_scale", self.sign_scale, 0.0, low_open=True, float32=True)
         check_int("seed", self.seed, 0, 2**32 - 1)
