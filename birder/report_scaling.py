@@ -14,15 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from birder.report import Section, show_progress
+from birder_ref import registry
 from birder_ref.schedules import Layout
 
 MATCH_SHARE = 0.95  # "matches": at least this share of the other's throughput
-UNCOMPRESSED = ("sgdm", "adam")
-OPTIMIZERS = ("sgdm", "adam", "onebit-adam", "zero-one-adam", "birder", "marsit")
 NODES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 QUICK_NODES = (1, 2, 16, 64)
 QUICK_MODELS = ("resnet50", "bert-base")  # --quick: the two models of the buyer's question, fewer optimizers
-QUICK_OPTIMIZERS = ("sgdm", "adam", "birder")
 HEADLINE_NODES = (16, 64)
 GPUS_PER_NODE = 8
 INCAST_KEYS = ("incast_onset_bytes", "incast_certain_bytes")  # fitted as a bracket where a preset sets them
@@ -52,6 +50,19 @@ SETTINGS = (
     Setting("bert-large", "BERT-large", 32, "nvidia"),
     Setting("gpt2", "GPT-2", 8, "built-in"),
 )
+
+
+# ------------------------------------------------------------------------------------------ optimizers
+def is_uncompressed(optimizer: str) -> bool:
+    """Whether ``optimizer`` sends every step in full precision (SGDM, Adam): a baseline Birder is measured
+    against (``OptimizerSpec.compressed``)."""
+    return not registry.get(optimizer).compressed
+
+
+def section_optimizers(quick: bool = False) -> tuple[str, ...]:
+    """The optimizers each model's section predicts, in the registry's order: every simulated one, or with
+    ``quick`` only the uncompressed baselines and Birder."""
+    return tuple(o for o in registry.SIMULATED if not quick or is_uncompressed(o) or o == "birder")
 
 
 # ------------------------------------------------------------------------------------------ networks
@@ -129,7 +140,7 @@ class ModelGrid:
 
     @property
     def baselines(self) -> tuple[str, ...]:
-        return tuple(o for o in self.optimizers if o in UNCOMPRESSED)
+        return tuple(o for o in self.optimizers if is_uncompressed(o))
 
     @property
     def title(self) -> str:
@@ -167,8 +178,7 @@ def grid(quick: bool = False, progress: bool = False) -> Grid:
     for setting in SETTINGS:
         if quick and setting.model not in QUICK_MODELS:
             continue
-        candidates = QUICK_OPTIMIZERS if quick else OPTIMIZERS
-        single, optimizers, words = single_node_figures(setting, summary, candidates, networks[0])
+        single, optimizers, words = single_node_figures(setting, summary, section_optimizers(quick), networks[0])
         predictions = api.sweep_grid(setting.model, list(nodes), list(networks), list(optimizers),
                                      batch_per_gpu=setting.batch_per_gpu, gpus_per_node=GPUS_PER_NODE, gpu="a100",
                                      single_node_throughput=single, progress=progress)

@@ -1,4 +1,5 @@
-"""Section 4's Hierarchical-1-bit-All-Reduce with Birder, in the interface of ../shared/CONTRACT.md."""
+"""Section 4's Hierarchical-1-bit-All-Reduce with Birder, in the interface of ``algorithm1.step`` (plus a byte
+log)."""
 
 from __future__ import annotations
 

@@ -1,24 +1,27 @@
-"""Marsit (Wu et al., DAC 2022, ../shared/papers/marsit_dac2022.txt): sign bits merged hop by hop along a ring
-or 2D torus with an unbiased bitwise operator, one global compensation, and a full-precision round every K.
+"""Marsit (Wu, He, Guo, Qu, Wang, Zhuang and Zhang, "Sign Bit is Enough: A Learning Synchronization Framework
+for Multi-hop All-reduce with Ultimate Compression", DAC 2022, doi:10.1145/3489517.3530417): sign bits merged hop
+by hop along a ring or 2D torus with an unbiased bitwise operator, one global compensation, and a full-precision
+round every K. Section numbers below are the paper's.
 
-Read with ../shared/notes/seed_marsit.md (section numbers below are the notes'):
-
-* Eq. (2) and the operator (Sec. 4.1.1, notes §2.2): a worker holding local bit l and receiving bit b draws a
+* Eq. (2) and the operator (Sec. 4.1.1): a worker holding local bit l and receiving bit b draws a
   transient bit v = 1 with probability 1/p if l = 1 and (p-1)/p if l = 0, and sends
-  (b AND l) OR ((b XOR l) AND v). The paper writes p as "worker m"; it must be the worker's position in the
-  merge chain of that segment (notes §2.8 item 1), and here it is: p = 1 + (workers already merged into the
-  incoming bits) / (workers the local bit stands for), counted from the schedule. Then
-  P(bit = 1) = (1/M) #{workers holding +1} exactly (notes §2.2), whatever the ring order.
-* Algorithm 1 / 2 (notes §2.3-2.4), t = 0-based round = driver step - 1: g_hat_m = lr g_m + c_m;
+  (b AND l) OR ((b XOR l) AND v). The paper writes p as "worker m"; for the merge to be unbiased it must be the
+  worker's position in the merge chain of that segment (with a global rank every segment but one is biased),
+  and here it is: p = 1 + (workers already merged into the incoming bits) / (workers the local bit stands for),
+  counted from the schedule. Then P(bit = 1) = (1/M) #{workers holding +1} exactly, whatever the ring order
+  (``tests/test_baselines_marsit.py`` computes it with exact fractions).
+* Algorithm 1 / 2, t = 0-based round = driver step - 1: g_hat_m = lr g_m + c_m;
   if t mod K == 0: G = mean_m g_hat_m over the fp32 all-reduce and c_m = 0; else
-  G = eta_s u with u the merged +-1 vector ("the union" of line 10 read as concatenation of +-1 segments,
-  notes §2.8 item 3) and c_m = g_hat_m - G; every replica does x -= G.
-* K = None is the paper's "Marsit" (K beyond the last round): literally mod(0, K) = 0, so only t = 0 is a
-  full-precision round (notes §2.8 item 6).
+  G = eta_s u with u the merged +-1 vector ("the union" of Algorithm 1's line 10 read as the concatenation of the
+  +-1 segments: a {0, 1} vector times eta_s would be a biased, non-negative step) and c_m = g_hat_m - G; every
+  replica does x -= G.
+* K = None is the paper's "Marsit" (K beyond the last round, Fig. 3): literally mod(0, K) = 0, so only t = 0 is a
+  full-precision round.
 * eta_s = ``sign_scale`` * lr, so both follow the driver's lr schedule; ``sign_scale=None`` takes the ratio of
   Theorem 1's step sizes, eta_s / eta_l = (1/sqrt(TD)) / sqrt(M/T) = 1/sqrt(M D).
 * Torus (TAR): rows = the GPUs of a node, columns = the GPUs of equal local rank (``baseline_schedules``); a
-  column hop merges bits that each stand for a whole row, so its position counts rows (notes §2.7 TAR).
+  column hop merges bits that each stand for a whole row, so its position counts rows (the paper does not give
+  the torus merge rule; this is the ring's, with rows as the units merged).
 * Bits: 1 means +1; sgn(0) is unspecified in the paper, we send +1 for g_hat >= 0.
 
 Draws: the hop of worker ``rank`` uses ``draws.uniforms(seed, t, stream, D)`` at the coordinates it merges,
@@ -36,7 +39,7 @@ from fractions import Fraction
 import numpy as np
 
 from birder_ref import draws
-from birder_ref.baseline_schedules import TOPOLOGIES, marsit_schedule
+from birder_ref.baseline_schedules import check_topology, marsit_schedule
 from birder_ref.execute import ByteLog, deliver, run_phase
 from birder_ref.optimizers import check_state_fields, check_step_arguments
 from birder_ref.schedules import Layout, Phase, Schedule, check_layout, padded_dim
@@ -128,8 +131,7 @@ def sign_allreduce(values: np.ndarray, layout: Layout, u_ring: np.ndarray, u_col
     Executes ``baseline_schedules.marsit_schedule`` hop by hop (reduce-scatter with ``merge``, all-gather by
     copying) on the padded vectors and returns the +-1 float32 vector u (d,) every rank ends with.
     """
-    if not isinstance(topology, str) or topology not in TOPOLOGIES:
-        raise ValueError(f"unknown topology {topology!r}; choose one of {', '.join(TOPOLOGIES)}")
+    check_topology(topology)
     p, d = check_layout(layout).n_ranks, values.shape[-1] if isinstance(values, np.ndarray) else 0
     check_array("values", values, (p, d), worker_axes=1)
     check_draws("u_ring", u_ring, (p, d), worker_axes=1)
@@ -183,8 +185,7 @@ class Marsit:
     def __post_init__(self) -> None:
         if self.K is not None:
             check_int("K", self.K, 1)
-        if not isinstance(self.topology, str) or self.topology not in TOPOLOGIES:
-            raise ValueError(f"unknown topology {self.topology!r}; choose one of {', '.join(TOPOLOGIES)}")
+        check_topology(self.topology)
         if self.sign_scale is not None:
             check_real("sign_scale", self.sign_scale, 0.0, low_open=True, float32=True)
         check_int("seed", self.seed, 0, 2**32 - 1)

@@ -1,6 +1,9 @@
-"""1-bit Adam (Tang et al. 2021; DeepSpeed blog, ../shared/papers/deepspeed_onebit_adam_blog.txt).
+"""1-bit Adam (Tang, Gan, Awan, Rajbhandari, Li, Lian, Liu, Zhang and He, "1-bit Adam: Communication Efficient
+Large-Scale Training with Adam's Convergence Speed", ICML 2021; as described in the DeepSpeed blog post "DeepSpeed
+with 1-bit Adam: 5x less communication and 3.4x faster training", 2020, whose markdown source with the equations is
+https://github.com/microsoft/DeepSpeed/blob/master/docs/_posts/2020-09-09-onebit-adam-blog-post.md).
 
-Two stages (seed notes ../shared/notes/seed_1bitadam_01adam.md §1.3):
+Two stages (the blog's sections 1.2 and 2.1):
 
 * warm-up, steps t <= ``warmup_steps``: plain Adam on the fp32 ring all-reduce; this is ``optimizers.Adam``
   itself, so the two agree bit for bit;
@@ -9,7 +12,8 @@ Two stages (seed notes ../shared/notes/seed_1bitadam_01adam.md §1.3):
   m_i = beta1 m + (1 - beta1) g_i on every GPU, m = CompressedAllReduce(m_i), x -= lr m_hat / (sqrt(v_hat) + eps).
 
 The blog's eq. (4) prints the server error as e_{t+1} = (m_hat + e_t) - m_hat, which never changes; we use
-e_{t+1} = (m_ave + e_t) - C(m_ave + e_t) as DeepSpeed does (notes §1.3 [TYPO IN SOURCE]).
+e_{t+1} = (m_ave + e_t) - C(m_ave + e_t) as DeepSpeed does (``server_error`` in ``NcclBackend.compressed_allreduce``,
+https://github.com/microsoft/DeepSpeed/blob/master/deepspeed/runtime/comm/nccl.py).
 Bias correction: ``optimizers.Adam`` corrects both moments; in the compression stage m is corrected by
 1 - beta1^t and the frozen v by 1 - beta2^warmup_steps, i.e. the denominator of the last warm-up step is kept.
 DeepSpeed corrects neither; with warmup_steps of hundreds the difference in m's factor is below 1e-40.

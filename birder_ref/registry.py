@@ -23,11 +23,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from birder_ref import baseline_schedules
+from birder_ref.baseline_schedules import check_topology, compressed_allreduce, marsit_schedule
 from birder_ref.marsit import Marsit
 from birder_ref.onebit_adam import DEFAULT_WARMUP_FRACTION, OneBitAdam, warmup_steps_for
 from birder_ref.optimizers import SGDM, Adam, Birder, SoftSignSGD
-from birder_ref.schedules import Layout, Schedule, allreduce, schedule
+from birder_ref.schedules import Layout, Schedule, allreduce, check_layout, schedule
+from birder_ref.validation import check_int
 from birder_ref.zero_one_adam import Policy, ZeroOneAdam, communication_profile
 
 ZERO_ONE_ADAM_RUN_STEPS = 45_045  # 0/1 Adam's ImageNet policy (Policy.scaled) over a run of this length
@@ -153,9 +154,29 @@ def simulated_spec(optimizer: str) -> OptimizerSpec:
 
 
 # ------------------------------------------------------------------------------------------------ shared parts
-def fp32_allreduce_schedule(layout: Layout, dim: int, scheme: str | None = None, **_options) -> Schedule:
-    """Every step an fp32 ring all-reduce (the schedule's options do not apply)."""
-    return allreduce(layout, dim)
+def schedule_options(optimizer: str, options: dict, **defaults) -> dict:
+    """``options`` over ``defaults``: the options ``optimizer``'s schedule takes, each with its default; an option
+    it does not take is a ValueError naming it."""
+    unknown = sorted(set(options) - set(defaults))
+    if unknown:
+        takes = f"takes the options {', '.join(sorted(defaults))}" if defaults else "takes no options"
+        raise ValueError(f"{optimizer} {takes}, not {', '.join(unknown)}")
+    return {**defaults, **options}
+
+
+def _check_layout_and_dim(layout: Layout, dim: int) -> None:
+    check_layout(layout)
+    check_int("dim", dim, 1)
+
+
+def fp32_allreduce_schedule(name: str) -> Callable[..., Schedule]:
+    """Every step an fp32 ring all-reduce (``full_precision`` changes nothing; Birder's ``scheme`` does not
+    apply)."""
+    def build(layout: Layout, dim: int, scheme: str | None = None, **options) -> Schedule:
+        schedule_options(name, options, full_precision=True)
+        return allreduce(layout, dim)
+
+    return build
 
 
 def every_step_full(_optimizer, steps: int) -> tuple[int, int]:
@@ -166,9 +187,14 @@ def all_reduce_kinds(*_options) -> tuple[StepKind, ...]:
     return (StepKind("all-reduce", 1.0, "bucketed", True),)
 
 
-def _baseline_schedule(name: str) -> Callable[..., Schedule]:
+def onebit_allreduce_schedule(name: str) -> Callable[..., Schedule]:
+    """DeepSpeed's compressed all-reduce on 1-bit steps, the fp32 ring all-reduce on ``full_precision`` ones
+    (``baseline_schedules``)."""
     def build(layout: Layout, dim: int, scheme: str | None = None, **options) -> Schedule:
-        return baseline_schedules.schedule(name, layout, dim, **options)
+        _check_layout_and_dim(layout, dim)
+        if schedule_options(name, options, full_precision=False)["full_precision"]:
+            return allreduce(layout, dim, name=f"{name}-full-precision")
+        return compressed_allreduce(layout, dim, name=name)
 
     return build
 
@@ -189,25 +215,26 @@ def zero_one_adam_shares() -> tuple[float, float, float]:
 # ----------------------------------------------------------------------------------------------- registrations
 @register
 def sgdm() -> OptimizerSpec:
-    return OptimizerSpec("sgdm", fp32_allreduce_schedule, lambda steps, **kw: SGDM(momentum=0.9, **kw),
+    return OptimizerSpec("sgdm", fp32_allreduce_schedule("sgdm"), lambda steps, **kw: SGDM(momentum=0.9, **kw),
                          every_step_full, 1.0, all_reduce_kinds, step_bytes_per_element=16.0)
 
 
 @register
 def adam() -> OptimizerSpec:
-    return OptimizerSpec("adam", fp32_allreduce_schedule, lambda steps, **kw: Adam(**kw), every_step_full, 0.05,
-                         all_reduce_kinds, step_bytes_per_element=28.0)
+    return OptimizerSpec("adam", fp32_allreduce_schedule("adam"), lambda steps, **kw: Adam(**kw), every_step_full,
+                         0.05, all_reduce_kinds, step_bytes_per_element=28.0)
 
 
 @register
 def softsignsgd() -> OptimizerSpec:
-    return OptimizerSpec("softsignsgd", fp32_allreduce_schedule, lambda steps, **kw: SoftSignSGD(**kw),
-                         every_step_full, 0.01)
+    return OptimizerSpec("softsignsgd", fp32_allreduce_schedule("softsignsgd"),
+                         lambda steps, **kw: SoftSignSGD(**kw), every_step_full, 0.01)
 
 
 @register
 def birder() -> OptimizerSpec:
-    def build(layout: Layout, dim: int, scheme: str | None = None, **_options) -> Schedule:
+    def build(layout: Layout, dim: int, scheme: str | None = None, **options) -> Schedule:
+        schedule_options("birder", options)  # every step 1-bit: no full-precision schedule
         return schedule(scheme or "hierarchical", layout, dim)
 
     return OptimizerSpec("birder", build, lambda steps, **kw: Birder(**{"scheme": "hierarchical", **kw}),
@@ -227,7 +254,7 @@ def onebit_adam() -> OptimizerSpec:
     def counts(optimizer: OneBitAdam, steps: int) -> tuple[int, int]:
         return min(steps, optimizer.warmup_steps), max(0, steps - optimizer.warmup_steps)
 
-    return OptimizerSpec("onebit-adam", _baseline_schedule("onebit-adam"),
+    return OptimizerSpec("onebit-adam", onebit_allreduce_schedule("onebit-adam"),
                          lambda steps, **kw: OneBitAdam(**{"warmup_steps": warmup_steps_for(steps), **kw}), counts,
                          0.1, kinds, step_bytes_per_element=28.0, compression="quantize")
 
@@ -243,7 +270,7 @@ def zero_one_adam() -> OptimizerSpec:
         kinds_run = optimizer.policy.kinds(steps)
         return kinds_run.count("variance"), kinds_run.count("onebit")
 
-    return OptimizerSpec("zero-one-adam", _baseline_schedule("zero-one-adam"),
+    return OptimizerSpec("zero-one-adam", onebit_allreduce_schedule("zero-one-adam"),
                          lambda steps, **kw: ZeroOneAdam(**{"policy": Policy.scaled(steps), **kw}), counts, 0.05,
                          kinds, step_bytes_per_element=28.0, compression="quantize")
 
@@ -257,10 +284,15 @@ def marsit() -> OptimizerSpec:
         return (StepKind("full-precision", full, "bucketed", True),
                 StepKind("1-bit", 1.0 - full, "bucketed", False))
 
+    def build(layout: Layout, dim: int, scheme: str | None = None, **options) -> Schedule:
+        _check_layout_and_dim(layout, dim)
+        chosen = schedule_options("marsit", options, full_precision=False, topology="ring")
+        return marsit_schedule(layout, dim, check_topology(chosen["topology"]), bool(chosen["full_precision"]))
+
     def counts(optimizer: Marsit, steps: int) -> tuple[int, int]:
         rounds = sum(optimizer.is_full_precision(t) for t in range(1, steps + 1))
         return rounds, steps - rounds
 
-    return OptimizerSpec("marsit", _baseline_schedule("marsit"), lambda steps, **kw: Marsit(**kw), counts, 0.5,
+    return OptimizerSpec("marsit", build, lambda steps, **kw: Marsit(**kw), counts, 0.5,
                          kinds, step_bytes_per_element=16.0, compression="sign_merge",
                          own_full_precision=True)

@@ -1,12 +1,15 @@
-"""0/1 Adam (Lu, Li et al., ICLR 2023, ../shared/papers/zero_one_adam_paper.txt): adaptive variance freezing,
-1-bit all-reduce with error feedback, and local steps whose momentum is re-estimated at every sync.
+"""0/1 Adam (Lu, Li, Zhang, De Sa and He, "Maximizing Communication Efficiency for Large-scale Training via 0/1
+Adam", ICLR 2023, arXiv:2202.06009): adaptive variance freezing, 1-bit all-reduce with error feedback, and local
+steps whose momentum is re-estimated at every sync.
 
-The printed Algorithm 1 is cut off and wrong in two places; this follows ../shared/notes/seed_1bitadam_01adam.md
-(§2.3-2.7) and DeepSpeed's ``zoadam.py`` (the authors' code). Deviations from the printed text, one by one:
+The printed Algorithm 1 is cut off and wrong in two places; this follows the paper's proofs (Lemma 8, Theorem 2),
+its Algorithms 2 and 4 (appendices A and D.1) and DeepSpeed's ``zoadam.py`` (the authors' code,
+https://github.com/microsoft/DeepSpeed/blob/master/deepspeed/runtime/fp16/onebit/zoadam.py). Deviations from the
+printed text, one by one:
 
 1. Lines 4-5 use m_{t+1/2}, not m_t: x_{t+1/2} = x_t - gamma_t m_{t+1/2} / (sqrt(v) + eps) and
    u_{t+1/2} = u_t + gamma_t m_{t+1/2}. As printed, line 8 overwrites the only quantity holding g_t on a sync
-   step, so every sync step's gradient is lost (with T_u = all steps x never moves; notes §2.3).
+   step, so every sync step's gradient is lost (with T_u = all steps x never moves).
 2. Off-by-one in lines 8, 9, 11: the momentum estimate divides by the sum of gamma over the steps actually
    accumulated in u (those after the last sync, not including it), and line 9 restarts from the model right
    after the last sync, x_{t'+1}, not x_{t'} (the proof of Lemma 8 and DeepSpeed's ``lrs`` agree).
@@ -24,7 +27,7 @@ The printed Algorithm 1 is cut off and wrong in two places; this follows ../shar
 7. The 1-bit compressor is DeepSpeed's (scale ||x||_2 / sqrt(numel)); ``scale="mean_abs"`` is the paper's
    Eq. 4. Weight decay is not offered.
 
-Policies (paper §6, notes §2.4), in 0-based rounds tau = t - 1: variance updates at k_0 = 0,
+Policies (paper §6), in 0-based rounds tau = t - 1: variance updates at k_0 = 0,
 k_{j+1} = k_j + 2^floor(j / kappa), kappa = 16, while tau < var_freeze_step; after the freeze the sync interval
 is 1, doubles every ``local_step_scaler`` steps and is clipped at H = 16.
 """

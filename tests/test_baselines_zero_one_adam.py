@@ -14,7 +14,7 @@ def test_variance_updates_follow_k_j_plus_one_minus_k_j_equals_two_to_floor_j_ov
     gaps = np.diff(steps)
     assert steps[0] == 1 and list(gaps[:16]) == [1] * 16 and list(gaps[16:32]) == [2] * 16
     assert list(gaps[32:48]) == [4] * 16
-    # notes §2.4 [DERIVED]: 153 updates below 12.5K steps (BERT), 185 below 50050 (ImageNet)
+    # the paper's §6 policy, counted: 153 updates below 12.5K steps (BERT), 185 below 50050 (ImageNet)
     assert len(Policy(12_500, 1).variance_steps()) == 153
     assert len(Policy.paper_bert().variance_steps()) == 153  # the preset has the same freeze step
     assert len(Policy(50_050, 1).variance_steps()) == 185
@@ -31,8 +31,9 @@ def test_sync_interval_is_one_after_the_freeze_doubles_every_scaler_steps_and_is
 
 
 def test_imagenet_policy_gives_the_papers_87_percent_less_volume_than_onebit_adam():
-    """Abstract: "reduce up to 87% of data volume ... compared to 1-bit Adam"; notes §3.2 reading (a):
-    rounds/T = 0.347 and 0.353 bits per parameter per step with fp16 full-precision rounds."""
+    """Abstract: "reduce up to 87% of data volume ... compared to 1-bit Adam", reproduced when the sync interval
+    first doubles S steps after the freeze (as DeepSpeed's zoadam.py does): rounds/T = 0.347 and 0.353 bits per
+    parameter per step with fp16 full-precision rounds."""
     T = 450_450
     profile = communication_profile(T, Policy.paper_imagenet())
     assert profile.communicating_fraction == pytest.approx(0.347, abs=5e-4)
@@ -124,7 +125,8 @@ def test_replicas_diverge_between_syncs_and_agree_after_each_and_error_feedback_
 
 
 def test_syncing_every_step_with_frozen_variance_is_onebit_adams_compression_stage():
-    """Notes §6 item 9: with T_u = every step and v frozen, 0/1 Adam compresses gamma * m_{t+1/2} each step,
+    """A regression test of deviation 1 in birder_ref.zero_one_adam's docstring (m_{t+1/2} in lines 4-5): with
+    T_u = every step and v frozen, 0/1 Adam compresses gamma * m_{t+1/2} each step,
     which is 1-bit Adam's momentum exchange scaled by gamma (both compressors are positively homogeneous).
     From the same m, v and model, the two trajectories agree to float32 rounding."""
     from birder_ref.onebit_adam import OneBitAdam, OneBitAdamState

@@ -1,4 +1,5 @@
-"""algorithm1.step against a line-by-line transcription of ../shared/CONTRACT.md, and its input checks."""
+"""algorithm1.step against a plain line-by-line float32 transcription of the paper's Algorithm 1, lines 5-13
+(``contract_step``, the oracle), and its input checks."""
 
 import numpy as np
 import pytest

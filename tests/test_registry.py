@@ -1,5 +1,6 @@
-"""The optimizer registry: a toy optimizer registered here reaches the CLI, the reference, the simulator and the
-comparison with no other module touched; and every registered optimizer's spec is consistent."""
+"""The optimizer registry: a toy optimizer registered here reaches the CLI, the reference, the simulator, the
+comparison and the report's scaling section with no other module touched; and every registered optimizer's spec is
+consistent."""
 
 import contextlib
 import io
@@ -7,7 +8,8 @@ import json
 
 import pytest
 
-from birder import cli, comparison
+from birder import cli, comparison, report_scaling
+from birder.report_scaling import ModelGrid, Setting
 from birder_ref import baseline_schedules, driver, registry
 from birder_ref.optimizers import SGDM
 from birder_ref.registry import OptimizerSpec, StepKind
@@ -50,7 +52,7 @@ def run_cli(*args) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def test_a_registered_toy_reaches_the_cli_the_reference_the_simulator_and_the_comparison(toy):
+def test_a_registered_toy_reaches_the_cli_the_reference_the_simulator_the_comparison_and_the_report(toy, tmp_path):
     # the CLI: the parser is built after registering, and --optimizer offers and runs the toy
     code, out, _ = run_cli("predict", "--help")
     assert code == 0 and TOY in out
@@ -77,6 +79,18 @@ def test_a_registered_toy_reaches_the_cli_the_reference_the_simulator_and_the_co
                                                                           comparison.dim()))
     assert comparison.bytes_per_gpu(TOY, runs[TOY], 10) == (10 * compressed_step[0], 10 * compressed_step[1])
     assert 0 < compressed_step[1] < comparison.bytes_per_gpu("adam", runs["adam"], 1)[1] / 3
+    # the report's scaling section: predicted and tabled with the others, a 1-bit optimizer and so no baseline
+    assert report_scaling.section_optimizers() == (*registry.SIMULATED[:-1], TOY)
+    assert TOY not in report_scaling.section_optimizers(quick=True)
+    from sim import api, plots
+
+    shown = ("sgdm", TOY)
+    predictions = api.sweep_grid("resnet50", [1, 2], ["10gbe"], list(shown), batch_per_gpu=32)
+    section = ModelGrid(Setting("resnet50", "ResNet-50", 32, "built-in"), "built-in", shown, ("10gbe",), (1, 2),
+                        tuple(predictions))
+    assert section.baselines == ("sgdm",)
+    table = report_scaling._model_section(section, tmp_path, plots)
+    assert f"| 10gbe | {TOY} | {report_scaling.num(predictions[2]['throughput'])} |" in "\n".join(table)
 
 
 def workload_cluster():

@@ -77,7 +77,7 @@ def bound(op, nbytes, c):
         return volume / c.intra.port_bandwidth
     volume = {"all-reduce": 2 * (n - 1) / n * nbytes, "broadcast": nbytes,
               "all-to-all": g * (n - 1) / n * nbytes}.get(op, (n - 1) / n * nbytes)
-    return max(volume / node_line, c.nic.latency + 0.8e-6)  # ib_send_lat about 0.8 us one way (anchor_sim.md)
+    return max(volume / node_line, c.nic.latency + 0.8e-6)  # perftest's ib_send_lat: about 0.8 us one way
 
 
 @settings(max_examples=60, deadline=None)
