@@ -56,6 +56,7 @@ def compressed_allreduce(layout: Layout, dim: int, name: str = "onebit-adam") ->
 
 def marsit_schedule(layout: Layout, dim: int, topology: str = "ring", full_precision: bool = False) -> Schedule:
     """Marsit's ring (RAR) or 2D-torus (TAR) all-reduce; 1 bit per element, or 32 in full-precision rounds."""
+    check_topology(topology)
     p, n, g = layout.n_ranks, layout.n_nodes, layout.gpus_per_node
     D = padded_dim(dim, p)
     w = 32 if full_precision else 1
