@@ -60,6 +60,24 @@ class Layout:
         return tuple(node * self.gpus_per_node + local_rank for node in range(self.n_nodes))
 
 
+class OnLayout:
+    """A base for records that hold a ``layout`` (a simulated cluster, a torch topology): its sizes, read through."""
+
+    layout: Layout
+
+    @property
+    def n_nodes(self) -> int:
+        return self.layout.n_nodes
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.layout.gpus_per_node
+
+    @property
+    def n_ranks(self) -> int:
+        return self.layout.n_ranks
+
+
 @dataclass(frozen=True)
 class Message:
     src: int

@@ -35,7 +35,7 @@ from functools import lru_cache
 import torch
 import torch.distributed as dist
 
-from birder_ref.schedules import Layout, Phase, padded_dim, schedule
+from birder_ref.schedules import Layout, OnLayout, Phase, padded_dim, schedule
 from gpu_validation import torch_birder as tb
 
 PIPELINE_SCHEMES = ("hierarchical", "flat")  # the schemes of ``birder_ref.schedules.SCHEMES`` the torch code runs
@@ -45,7 +45,7 @@ _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_t
 
 
 @dataclass(frozen=True)
-class Topology:
+class Topology(OnLayout):
     """Where this rank sits in ``layout`` (rank = node * gpus_per_node + local rank), and its process groups.
 
     A *worker* of Algorithm 1 is a node (hierarchical) or a GPU (flat); the ``worker_group`` holds the ranks
@@ -61,18 +61,6 @@ class Topology:
     worker_group: object
     server_group: object
     world_group: object = None  # Birder's own group of all ranks (None: one rank), apart from DDP's default group
-
-    @property
-    def n_nodes(self) -> int:
-        return self.layout.n_nodes
-
-    @property
-    def gpus_per_node(self) -> int:
-        return self.layout.gpus_per_node
-
-    @property
-    def n_ranks(self) -> int:
-        return self.layout.n_ranks
 
     @property
     def shards_per_worker(self) -> int:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from birder_ref.schedules import Layout
+from birder_ref.schedules import Layout, OnLayout
 
 PRESETS = Path(__file__).with_name("presets")
 
@@ -100,7 +100,7 @@ def layout_of(n_nodes: int, gpus_per_node: int) -> Layout:
 
 
 @dataclass(frozen=True)
-class Cluster:
+class Cluster(OnLayout):
     """A layout of nodes x GPUs, an intra-node fabric, NICs, and a switch oversubscribed by a factor."""
 
     layout: Layout  # n_nodes x gpus_per_node; rank = node * gpus_per_node + local rank, as the schedules number them
@@ -128,14 +128,6 @@ class Cluster:
         if self.nic.count > self.gpus_per_node:
             raise ValueError(f"[network] count = {self.nic.count} NICs for {self.gpus_per_node} GPUs per node: "
                              "at most one NIC per GPU (count <= gpus_per_node)")
-
-    @property
-    def n_nodes(self) -> int:
-        return self.layout.n_nodes
-
-    @property
-    def gpus_per_node(self) -> int:
-        return self.layout.gpus_per_node
 
     @property
     def n_gpus(self) -> int:
