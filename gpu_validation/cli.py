@@ -100,29 +100,32 @@ def run_gpu_validate(args: argparse.Namespace) -> int:
     else:
         result = run(cfg)
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(result.as_dict()))
     else:
         print(describe(result))
-    return 0 if result["passed"] else 1
+    return 0 if result.passed else 1
 
 
-def describe(result: dict) -> str:
-    """One human-readable paragraph of a gpu-validate result."""
-    c = result.get("config", {})
-    where = (f"{c.get('nodes', result.get('nodes'))} node(s) x {c.get('gpus_per_node', result.get('gpus_per_node'))}"
-             f" GPU(s), {result['backend']} on {result['device']}, scheme {c.get('scheme', result.get('scheme'))}")
-    if result.get("fault_handled"):
-        return (f"gpu-validate PASSED ({where}): the injected fault was handled as designed: {result['fault']}; "
-                f"{result['error']}; the others stopped in {result['seconds_to_stop_after_failure']} s")
-    if "error" in result:
-        return f"gpu-validate FAILED ({where}): {result['error']}"
+def describe(result) -> str:
+    """One human-readable paragraph of a gpu-validate result (``gpu_validation.validate.Comparison`` or
+    ``Stopped``)."""
+    c = result.config or {}
+    where = (f"{c.get('nodes')} node(s) x {c.get('gpus_per_node')} GPU(s), {result.backend} on {result.device}, "
+             f"scheme {c.get('scheme')}")
+    from gpu_validation.validate import Stopped
+
+    if isinstance(result, Stopped) and result.fault_handled:
+        return (f"gpu-validate PASSED ({where}): the injected fault was handled as designed: {result.fault}; "
+                f"{result.error}; the others stopped in {result.seconds_to_stop_after_failure} s")
+    if isinstance(result, Stopped):
+        return f"gpu-validate FAILED ({where}): {result.error}"
     lines = [
-        f"gpu-validate {'PASSED' if result['passed'] else 'FAILED'}: {where}, {result['steps']} steps, "
-        f"{result['parameters']} parameters in {result['buckets']} buckets",
-        f"  mismatched elements vs birder_ref (updates, parameters, state): {result['mismatched_elements']}",
-        f"  max |difference|: {result['max_abs_diff']}; ranks identical: {result['ranks_identical']}",
-        f"  skipped (non-finite) steps: {result['skipped_steps']}; resume identical: {result['resume_identical']}",
-        f"  {result['seconds']} s",
+        f"gpu-validate {'PASSED' if result.passed else 'FAILED'}: {where}, {result.steps} steps, "
+        f"{result.parameters} parameters in {result.buckets} buckets",
+        f"  mismatched elements vs birder_ref (updates, parameters, state): {result.mismatched_elements}",
+        f"  max |difference|: {result.max_abs_diff}; ranks identical: {result.ranks_identical}",
+        f"  skipped (non-finite) steps: {result.skipped_steps}; resume identical: {result.resume_identical}",
+        f"  {result.seconds} s",
     ]
     return "\n".join(lines)
 

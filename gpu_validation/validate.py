@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 
 import numpy as np
@@ -101,6 +101,70 @@ class Config:
     @property
     def world(self) -> int:
         return self.nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A run that compared every step with birder_ref: what rank 0 found. ``as_dict()`` is the JSON of
+    `birder gpu-validate --json` (the contract's keys first)."""
+
+    passed: bool  # nothing differed, every rank agreed, and a resume (if asked for) ended bit-identical
+    steps: int
+    mismatched_elements: int  # elements of u_bar, parameters and final hook state that differ from birder_ref
+    max_abs_diff: float  # the largest |difference| of u_bar or parameters from birder_ref's
+    ranks_identical: bool  # every rank held the same u_bar and parameters at every step
+    backend: str  # gloo or nccl
+    device: str  # "cpu", or the CUDA device's name
+    scheme: str
+    nodes: int
+    gpus_per_node: int
+    seed: int
+    parameters: int  # elements of the model
+    buckets: int  # DDP buckets the hook saw (after DDP's bucket rebuild)
+    skipped_steps: int  # steps with a non-finite gradient or node mean, skipped by birder_ref (and the hook)
+    state_mismatched_elements: int  # of ``mismatched_elements``, those in the final hook state and counters
+    resume_identical: bool | None  # with ``resume_at``: the resumed run ended bit-identical; else None
+    executor_identical: bool  # birder_ref's scheme executor gave Algorithm 1's u_bar at every step
+    update_digests: tuple[str, ...]  # per step birder_ref did not skip: SHA-256 (16 hex digits) of the packed u_bar
+    seconds: float | None = None  # wall time of the whole run; set by ``run`` / ``run_under_torchrun``
+    config: dict | None = None  # the Config without its backend; set with ``seconds``
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "update_digests": list(self.update_digests)}
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """A run that did not finish: a rank failed, died or hung, so nothing final was compared. With an injected
+    fault (``kill_at``, ``hang_at``) it passes when that fault was handled as designed. ``as_dict()`` is its JSON:
+    the contract's comparison keys are there, null."""
+
+    passed: bool  # only with an injected fault: ``fault_handled``
+    steps: int
+    backend: str
+    device: str  # "cpu" with gloo, "cuda" with nccl
+    error: str  # the launcher's account: who died, hung or failed, and how
+    rank_errors: dict[str, str]  # rank (as text) -> the error it reported
+    exit_codes: dict[str, int | None]  # rank (as text) -> its exit status
+    killed_by_launcher: tuple[int, ...]  # ranks still silent after the grace period
+    seconds_to_stop_after_failure: float | None  # from the first failure to the last rank's report
+    fault: str | None = None  # the injected fault in words; None without one
+    fault_handled: bool | None = None  # the injected rank died or hung and every other rank stopped with an error
+    seconds: float | None = None
+    config: dict | None = None
+
+    def as_dict(self) -> dict:
+        out = {"passed": self.passed, "steps": self.steps, "mismatched_elements": None, "max_abs_diff": None,
+               "ranks_identical": None, "backend": self.backend, "device": self.device, "error": self.error,
+               "rank_errors": dict(self.rank_errors), "exit_codes": dict(self.exit_codes),
+               "killed_by_launcher": list(self.killed_by_launcher),
+               "seconds_to_stop_after_failure": self.seconds_to_stop_after_failure}
+        if self.fault is not None:
+            out |= {"fault": self.fault, "fault_handled": self.fault_handled}
+        return out | {"seconds": self.seconds, "config": self.config}
+
+
+Result = Comparison | Stopped
 
 
 def make_model(seed: int) -> nn.Module:
@@ -232,7 +296,7 @@ def _final_state(trainer: Trainer, world: int) -> dict[str, np.ndarray]:
     return out
 
 
-def train_and_compare(cfg: Config, rank: int, one_machine: bool = True) -> dict | None:
+def train_and_compare(cfg: Config, rank: int, one_machine: bool = True) -> Comparison | None:
     """The body of every rank (process group already initialised); rank 0 returns the result, others None.
 
     ``one_machine``: all ranks run here (GPU = rank), else one node per machine (GPU = local rank).
@@ -275,31 +339,30 @@ def train_and_compare(cfg: Config, rank: int, one_machine: bool = True) -> dict 
         return None
     state_mismatches = reference.compare_state(
         final, [topology.worker_of(r) for r in range(world)], trainer.state.t, final["skipped"])
-    result = {
-        "passed": reference.mismatched == 0 and state_mismatches == 0 and reference.ranks_identical
+    return Comparison(
+        passed=reference.mismatched == 0 and state_mismatches == 0 and reference.ranks_identical
         and reference.executor_identical and resume_identical is not False,
-        "steps": cfg.steps,
-        "mismatched_elements": reference.mismatched + state_mismatches,
-        "max_abs_diff": reference.max_abs_diff,
-        "ranks_identical": reference.ranks_identical,
-        "backend": cfg.backend,
-        "device": device.type if device.type == "cpu" else torch.cuda.get_device_name(device),
-        "scheme": cfg.scheme,
-        "nodes": cfg.nodes,
-        "gpus_per_node": cfg.gpus_per_node,
-        "seed": cfg.seed,
-        "parameters": trainer.state.dim,
-        "buckets": len(trainer.state.buckets),
-        "skipped_steps": reference.skipped,
-        "state_mismatched_elements": state_mismatches,
-        "resume_identical": resume_identical,
-        "executor_identical": reference.executor_identical,
-        "update_digests": reference.digests,
-    }
-    return result
+        steps=cfg.steps,
+        mismatched_elements=reference.mismatched + state_mismatches,
+        max_abs_diff=reference.max_abs_diff,
+        ranks_identical=reference.ranks_identical,
+        backend=cfg.backend,
+        device=device.type if device.type == "cpu" else torch.cuda.get_device_name(device),
+        scheme=cfg.scheme,
+        nodes=cfg.nodes,
+        gpus_per_node=cfg.gpus_per_node,
+        seed=cfg.seed,
+        parameters=trainer.state.dim,
+        buckets=len(trainer.state.buckets),
+        skipped_steps=reference.skipped,
+        state_mismatched_elements=state_mismatches,
+        resume_identical=resume_identical,
+        executor_identical=reference.executor_identical,
+        update_digests=tuple(reference.digests),
+    )
 
 
-def run(cfg: Config) -> dict:
+def run(cfg: Config) -> Result:
     """Spawn ``cfg.world`` ranks on this machine, wait for them (never longer than the timeouts allow)."""
     cfg.check()
     cfg.check_local()
@@ -308,25 +371,28 @@ def run(cfg: Config) -> dict:
                             backstop_s=120 + cfg.timeout_s * (cfg.steps + 4))
     result = outcome.reports.get(0, {}).get("result")
     if result is None or outcome.errors or outcome.lost:
-        result = {
-            "passed": False, "steps": cfg.steps, "mismatched_elements": None, "max_abs_diff": None,
-            "ranks_identical": None, "backend": cfg.backend, "device": "cpu" if cfg.backend == "gloo" else "cuda",
-            "error": outcome.describe_failures() or "no result",
-            "rank_errors": {str(r): msg for r, msg in outcome.errors.items()},
-            "exit_codes": {str(r): c for r, c in outcome.exit_codes.items()},
-            "killed_by_launcher": list(outcome.killed),
-            "seconds_to_stop_after_failure": outcome.seconds_to_stop_after_failure,
-        }
-        _judge_injected_fault(result, cfg, outcome)
+        result = _stopped(cfg, outcome)
     return _with_run_facts(result, cfg, started)
 
 
-def _judge_injected_fault(result: dict, cfg: Config, outcome: launch.Outcome) -> None:
+def _stopped(cfg: Config, outcome: launch.Outcome) -> Stopped:
+    """What a run that did not finish reports; with an injected fault, whether it was handled as designed."""
+    stopped = Stopped(
+        passed=False, steps=cfg.steps, backend=cfg.backend, device="cpu" if cfg.backend == "gloo" else "cuda",
+        error=outcome.describe_failures() or "no result",
+        rank_errors={str(r): msg for r, msg in outcome.errors.items()},
+        exit_codes={str(r): c for r, c in outcome.exit_codes.items()},
+        killed_by_launcher=tuple(outcome.killed),
+        seconds_to_stop_after_failure=outcome.seconds_to_stop_after_failure)
+    return _judge_injected_fault(stopped, cfg, outcome)
+
+
+def _judge_injected_fault(stopped: Stopped, cfg: Config, outcome: launch.Outcome) -> Stopped:
     """With --kill-at / --hang-at, the run passes when exactly the injected rank died or hung and every other
     rank stopped with an error of its own (no hang, within the timeouts): the fault was handled as designed."""
     fault = cfg.kill_at or cfg.hang_at
     if fault is None:
-        return
+        return stopped
     step, bad = fault
     others = set(range(cfg.world)) - {bad}
     if cfg.kill_at is not None:
@@ -335,13 +401,12 @@ def _judge_injected_fault(result: dict, cfg: Config, outcome: launch.Outcome) ->
     else:
         injected = bad in outcome.killed
         what = f"rank {bad} stalled at step {step} (killed by the launcher afterwards)"
-    stopped = set(outcome.errors) == others and not (set(outcome.killed) & others)
-    result["fault"] = what
-    result["fault_handled"] = bool(injected and stopped)
-    result["passed"] = result["fault_handled"]
+    others_stopped = set(outcome.errors) == others and not (set(outcome.killed) & others)
+    handled = bool(injected and others_stopped)
+    return replace(stopped, fault=what, fault_handled=handled, passed=handled)
 
 
-def run_under_torchrun(cfg: Config) -> dict | None:
+def run_under_torchrun(cfg: Config) -> Comparison | None:
     """Run this process as one rank of a ``torchrun`` job (env:// rendezvous); rank 0 returns the result."""
     cfg.check()
     rank = int(os.environ["RANK"])
@@ -358,7 +423,6 @@ def run_under_torchrun(cfg: Config) -> dict | None:
     return None if result is None else _with_run_facts(result, cfg, started)
 
 
-def _with_run_facts(result: dict, cfg: Config, started: float) -> dict:
-    result["seconds"] = round(time.monotonic() - started, 2)
-    result["config"] = {k: v for k, v in asdict(cfg).items() if k != "backend"}
-    return result
+def _with_run_facts(result: Result, cfg: Config, started: float) -> Result:
+    return replace(result, seconds=round(time.monotonic() - started, 2),
+                   config={k: v for k, v in asdict(cfg).items() if k != "backend"})

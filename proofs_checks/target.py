@@ -118,11 +118,6 @@ class Target:
     step: Any
     schemes: Any = None
 
-    @property
-    def is_reference(self) -> bool:
-        """The reference itself: the checks of birder_ref's baselines apply to it alone."""
-        return getattr(self.obj, "__name__", None) == DEFAULT_IMPL
-
     def missing(self, names: tuple[str, ...]) -> list[str]:
         return [name for name in names if not callable(getattr(self, name))]
 

@@ -17,11 +17,15 @@ import math
 import sys
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
 from sim.hardware import PRESETS, Cluster, cluster, load_cluster
 from sim.workload import predict
+
+if TYPE_CHECKING:
+    from sim.validate import CrossValidation
 
 CROSS_VALIDATION_FILE = PRESETS / "cross_validation.json"
 
@@ -42,14 +46,14 @@ def prediction_relative_error(site_profile: bool | None = None) -> float:
     return float(_split(_cross_validation())[key])
 
 
-def _split(cross: dict) -> dict:
+def _split(cross: CrossValidation) -> dict:
     """The cross-validation's MAPE overall, over the groups a site's fit left out, and over networks left out."""
     from sim import validate
 
-    site = [r for r in cross["rows"] if not r["left_out"].startswith("network=")]
-    generic = [r for r in cross["rows"] if r["left_out"].startswith("network=")]
-    return {"mape": cross["mape"], "site_mape": validate.mape(site) if site else cross["mape"],
-            "generic_mape": validate.mape(generic) if generic else cross["mape"]}
+    site = [r for r in cross.rows if not r.left_out.startswith("network=")]
+    generic = [r for r in cross.rows if r.left_out.startswith("network=")]
+    return {"mape": cross.mape, "site_mape": validate.mape(site) if site else cross.mape,
+            "generic_mape": validate.mape(generic) if generic else cross.mape}
 
 
 def extrapolation(c: Cluster, model: str | None, batch_per_gpu: int, grad_dtype: str = "fp32",
@@ -170,22 +174,22 @@ def validation_summary(cross_validate: bool = True) -> dict:
     """The public rows predicted with the site profiles: ``fit_mape`` (in-sample: the sites' constants were fitted
     on these rows), ``cross_validated_mape`` (groups left out of the fit: an optimizer, a GPU count, a network),
     ``cross_validation`` (its detail per group; the stored measurement of these rows when there is one) and
-    ``rows``."""
+    ``rows``, as plain dicts (``as_dict()`` of ``sim.validate``'s results)."""
     from sim import validate
 
     results = validate.compare(validate.rows())
-    out = {"rows": results, "fit_mape": validate.mape(results),
-           "fit_mape_multi_node": validate.mape([r for r in results if r["gpus"] > validate.GPUS_PER_NODE])}
+    out = {"rows": [r.as_dict() for r in results], "fit_mape": validate.mape(results),
+           "fit_mape_multi_node": validate.mape([r for r in results if r.gpus > validate.GPUS_PER_NODE])}
     if cross_validate:
         cross = _cross_validation()
         split = _split(cross)
-        out.update({"cross_validated_mape": cross["mape"], "cross_validated_mape_site": split["site_mape"],
-                    "cross_validated_mape_generic": split["generic_mape"], "cross_validation": cross})
+        out.update({"cross_validated_mape": cross.mape, "cross_validated_mape_site": split["site_mape"],
+                    "cross_validated_mape_generic": split["generic_mape"], "cross_validation": cross.as_dict()})
     return out
 
 
 @lru_cache(maxsize=1)
-def _cross_validation() -> dict:
+def _cross_validation() -> CrossValidation:
     """The group cross-validation of the public rows: the stored measurement when it was taken on the same rows
     (same SHA-256), else measured now, once per process."""
     from sim import validate
@@ -193,7 +197,7 @@ def _cross_validation() -> dict:
     if CROSS_VALIDATION_FILE.exists():
         stored = json.loads(CROSS_VALIDATION_FILE.read_text())
         if stored.get("rows_sha256") == _rows_digest(validate.PUBLIC_CSV):
-            return stored["cross_validation"]
+            return validate.CrossValidation.from_dict(stored["cross_validation"])
     return validate.group_cross_validation()
 
 
@@ -215,7 +219,7 @@ def write_cross_validation() -> Path:
 
     cross = validate.group_cross_validation()
     body = {"command": "python -m sim.api --write-cross-validation",
-            "rows_sha256": _rows_digest(validate.PUBLIC_CSV), **_split(cross), "cross_validation": cross}
+            "rows_sha256": _rows_digest(validate.PUBLIC_CSV), **_split(cross), "cross_validation": cross.as_dict()}
     return write_text(CROSS_VALIDATION_FILE, json.dumps(_finite(body), indent=1, allow_nan=False) + "\n")
 
 

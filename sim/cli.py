@@ -401,24 +401,26 @@ def run_validate(args) -> int:
         results = validate.compare(table, progress=bar)
     orders = validate.order_agreement(results)
     trend = validate.speedup_trend(results)
-    multi = [r for r in results if r["gpus"] > validate.GPUS_PER_NODE]
+    multi = [r for r in results if r.gpus > validate.GPUS_PER_NODE]
+    profiles = sorted({r.profile for r in results})
     summary = {"mape": validate.mape(results), "fit_mape": validate.mape(results),
-               "mape_multi_node": validate.mape(multi), "orders_agree": all(o["same"] for o in orders),
-               "rows": results, "orders": orders, "speedup_trend": trend,
-               "profiles": sorted({r["profile"] for r in results})}
+               "mape_multi_node": validate.mape(multi), "orders_agree": all(o.same for o in orders),
+               "rows": [r.as_dict() for r in results], "orders": [o.as_dict() for o in orders],
+               "speedup_trend": [t.as_dict() for t in trend], "profiles": profiles}
+    cross = None
     if not args.no_cross_validation:
         with tqdm(total=validate.cross_validation_groups(args.csv), desc="cross-validation", unit="group",
                   file=sys.stderr, disable=True if (args.json or _quiet(args)) else None) as bar:
             cross = validate.group_cross_validation(args.csv, progress=bar)
-        summary["cross_validated_mape"] = cross["mape"]
-        summary["cross_validation"] = cross
+        summary["cross_validated_mape"] = cross.mape
+        summary["cross_validation"] = cross.as_dict()
     if args.out:
         from sim import plots
 
         staging = Path(tempfile.mkdtemp(prefix=".validate-plot.", dir=Path(args.out).parent
                                         if Path(args.out).parent.exists() else None))
         try:
-            drawn = plots.validation(results, staging)
+            drawn = plots.validation(summary["rows"], staging)
             Path(args.out).mkdir(parents=True, exist_ok=True)
             os.replace(drawn, Path(args.out) / Path(drawn).name)
             summary["plot"] = str(Path(args.out) / Path(drawn).name)
@@ -430,34 +432,31 @@ def run_validate(args) -> int:
     print(f"{'model':9} {'batch':>5} {'network':8} {'profile':19} {'optimizer':13} {'gpus':>4} {'published':>10} "
           f"{'predicted':>10} {'error':>7}")
     for r in results:
-        print(f"{r['model']:9} {r['batch_per_gpu']:5d} {r['network']:8} {r['profile']:19} {r['optimizer']:13} "
-              f"{r['gpus']:4d} {r['published']:10.0f} {r['predicted']:10.0f} {r['error'] * 100:+6.1f}%")
+        print(f"{r.model:9} {r.batch_per_gpu:5d} {r.network:8} {r.profile:19} {r.optimizer:13} "
+              f"{r.gpus:4d} {r.published:10.0f} {r.predicted:10.0f} {r.error * 100:+6.1f}%")
     print(f"fit (in-sample) MAPE {summary['mape'] * 100:.1f}% over {len(results)} rows "
           f"({summary['mape_multi_node'] * 100:.1f}% over the multi-node rows; single-node rows are the calibration)"
-          f" with the site profiles {', '.join(summary['profiles'])}")
+          f" with the site profiles {', '.join(profiles)}")
     for o in orders:
-        mark = "same" if o["same"] else "DIFFERENT"
-        print(f"order {o['network']:8} {o['gpus']:3d} GPUs: published {' > '.join(o['published_order'])}; "
-              f"predicted {' > '.join(o['predicted_order'])} ({mark})")
-    lines: dict[tuple, list[dict]] = {}
+        mark = "same" if o.same else "DIFFERENT"
+        print(f"order {o.network:8} {o.gpus:3d} GPUs: published {' > '.join(o.published_order)}; "
+              f"predicted {' > '.join(o.predicted_order)} ({mark})")
+    lines: dict[tuple, list[validate.Speedup]] = {}
     for t in trend:
-        lines.setdefault((t["model"], t["batch_per_gpu"], t["network"], t["optimizer"]), []).append(t)
+        lines.setdefault((t.model, t.batch_per_gpu, t.network, t.optimizer), []).append(t)
     for (model, batch, network, optimizer), ts in lines.items():
-        ts = [t for t in ts if t["gpus"] > validate.GPUS_PER_NODE]
-        published = ", ".join(f"{t['published']:.2f}" for t in ts)
-        predicted = ", ".join(f"{t['predicted']:.2f}" for t in ts)
+        ts = [t for t in ts if t.gpus > validate.GPUS_PER_NODE]
+        published = ", ".join(f"{t.published:.2f}" for t in ts)
+        predicted = ", ".join(f"{t.predicted:.2f}" for t in ts)
         print(f"speed-up over sgdm, {model} {batch}/GPU {network:8} {optimizer:13} at "
-              f"{', '.join(str(t['gpus']) for t in ts)} GPUs: published {published}; predicted {predicted}")
-    if "cross_validation" in summary:
-        cv = summary["cross_validation"]
-        print(f"group cross-validation MAPE {cv['mape'] * 100:.1f}% (refit without each group, predict it):")
-        for g in cv["groups"]:
-            unfitted = f"; {', '.join(g['unfitted_sites'])} unfitted (generic base preset)" \
-                if g["unfitted_sites"] else ""
-            print(f"  left out {g['left_out']}={g['value']}: {g['rows']} rows, MAPE {g['mape'] * 100:.1f}%"
-                  + unfitted)
-        if cv["untestable_columns"]:
-            print(f"  not testable on these rows (one value each): {', '.join(cv['untestable_columns'])}")
+              f"{', '.join(str(t.gpus) for t in ts)} GPUs: published {published}; predicted {predicted}")
+    if cross is not None:
+        print(f"group cross-validation MAPE {cross.mape * 100:.1f}% (refit without each group, predict it):")
+        for g in cross.groups:
+            unfitted = f"; {', '.join(g.unfitted_sites)} unfitted (generic base preset)" if g.unfitted_sites else ""
+            print(f"  left out {g.left_out}={g.value}: {g.rows} rows, MAPE {g.mape * 100:.1f}%" + unfitted)
+        if cross.untestable_columns:
+            print(f"  not testable on these rows (one value each): {', '.join(cross.untestable_columns)}")
     if args.out:
         print(f"plot: {summary['plot']}")
     return 0
@@ -510,7 +509,7 @@ def register(subparsers) -> None:
 
     v = subparsers.add_parser("validate", help="predictions against the published throughputs, with errors")
     v.add_argument("--csv", default=None, type=_non_empty_path,
-                   help="measurements file (default: ../shared/validation/, else sim/presets/birder_public.csv)")
+                   help="measurements file (default: the paper's rows, sim/presets/birder_public.csv)")
     v.add_argument("--out", default=None, type=_non_empty_path, help="directory for the predicted-vs-published plot")
     v.add_argument("--no-cross-validation", action="store_true",
                    help="skip the group cross-validation (it refits the site profiles once per group left out)")

@@ -1,11 +1,10 @@
 """Predictions against the published measurements, the fit of the site profiles, and its cross-validation.
 
-``rows()`` reads ../shared/validation/birder_public.csv beside the project when it is there, else the copy
-shipped in the package (sim/presets/birder_public.csv, the Birder paper's Tables 1 and 3), or any file of the same
-columns. A row's ``network`` is a ``--network`` name; the paper's rows say ``10gbe`` and ``ib-hdr``, which here
-mean the paper's two clusters, the site profiles ``birder-paper-10gbe`` and ``birder-paper-ib``
-(``SITE_OF``). Every prediction is calibrated only with the single-node (8-GPU) throughput of the same
-optimizer, model, batch and network, as a user would measure it.
+``rows()`` reads the rows shipped in the package (sim/presets/birder_public.csv, the Birder paper's Tables 1 and
+3), or any file of the same columns. A row's ``network`` is a ``--network`` name; the paper's rows say ``10gbe``
+and ``ib-hdr``, which here mean the paper's two clusters, the site profiles ``birder-paper-10gbe`` and ``birder-
+paper-ib`` (``SITE_OF``). Every prediction is calibrated only with the single-node (8-GPU) throughput of the
+same optimizer, model, batch and network, as a user would measure it.
 
 ``python -m sim.validate [SITE ...]`` (``fit``) refits a site profile's FITTED constants (``presets/sites.toml``)
 on the public multi-node rows of that site, minimising the mean absolute percentage error with Nelder-Mead in
@@ -20,7 +19,7 @@ import argparse
 import csv
 import math
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from sim.hardware import MAX_GPUS, NETWORKS, SITES, Cluster, cluster, network_spec
@@ -28,9 +27,7 @@ from sim.models import model_profile
 from sim.system import burst_bytes, phase_load, step_schedule
 from sim.workload import ddp_buckets, policy, predict
 
-SHARED_CSV = Path(__file__).resolve().parents[2] / "shared" / "validation" / "birder_public.csv"
-SHIPPED_CSV = Path(__file__).resolve().parent / "presets" / "birder_public.csv"
-PUBLIC_CSV = SHARED_CSV if SHARED_CSV.exists() else SHIPPED_CSV
+PUBLIC_CSV = Path(__file__).resolve().parent / "presets" / "birder_public.csv"
 SITE_OF = {"10gbe": "birder-paper-10gbe", "ib-hdr": "birder-paper-ib"}  # the paper's rows name its clusters so
 
 
@@ -132,52 +129,106 @@ def predict_row(table: list[Row], row: Row, tweak=None, network: str | None = No
                    single_node_throughput=single_node(table, row)).throughput
 
 
+@dataclass(frozen=True)
+class Prediction:
+    """One published row and what the simulator predicts for it."""
+
+    model: str
+    batch_per_gpu: int
+    network: str  # the row's network, as the CSV names it
+    profile: str  # the --network profile it was predicted with (a site profile, or a base preset left unfitted)
+    optimizer: str
+    gpus: int
+    published: float  # samples/s measured
+    predicted: float  # samples/s simulated, calibrated by the single-node row
+    error: float  # (predicted - published) / published
+    left_out: str | None = None  # in a cross-validation: the group "column=value" held out of the fit; else None
+
+    def as_dict(self) -> dict:
+        """The JSON row: the fields in order, ``left_out`` only in a cross-validation."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.left_out is None:
+            del out["left_out"]
+        return out
+
+
+@dataclass(frozen=True)
+class OrderAgreement:
+    """Per (model, batch, network, GPU count): the optimizers ranked by published and by predicted throughput."""
+
+    model: str
+    batch_per_gpu: int
+    network: str
+    gpus: int
+    published_order: tuple[str, ...]  # fastest first
+    predicted_order: tuple[str, ...]
+    same: bool  # the two orders are equal
+
+    def as_dict(self) -> dict:
+        return {"model": self.model, "batch_per_gpu": self.batch_per_gpu, "network": self.network, "gpus": self.gpus,
+                "published_order": list(self.published_order), "predicted_order": list(self.predicted_order),
+                "same": self.same}
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """One optimizer's throughput over the baseline's, on the same model, batch, network and GPU count."""
+
+    model: str
+    batch_per_gpu: int
+    network: str
+    optimizer: str
+    baseline: str
+    gpus: int
+    published: float  # ratio of the published throughputs
+    predicted: float  # ratio of the predicted throughputs
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
 def compare(selected: list[Row], progress=None, tweak=None, table: list[Row] | None = None,
-            network: str | None = None) -> list[dict]:
+            network: str | None = None) -> list[Prediction]:
     """Predict every row of ``selected``, calibrated by the single-node rows of ``table`` (default: selected)."""
     out = []
     for row in selected:
         predicted = predict_row(table or selected, row, tweak, network)
-        out.append({"model": row.model, "batch_per_gpu": row.batch_per_gpu, "network": row.network,
-                    "profile": network or site_of(row.network), "optimizer": row.optimizer, "gpus": row.gpus,
-                    "published": row.throughput, "predicted": predicted,
-                    "error": (predicted - row.throughput) / row.throughput})
+        out.append(Prediction(row.model, row.batch_per_gpu, row.network, network or site_of(row.network),
+                              row.optimizer, row.gpus, row.throughput, predicted,
+                              (predicted - row.throughput) / row.throughput))
         if progress is not None:
             progress.update(1)
     return out
 
 
-def mape(results: list[dict]) -> float:
-    return sum(abs(r["error"]) for r in results) / max(1, len(results))
+def mape(results: list[Prediction]) -> float:
+    return sum(abs(r.error) for r in results) / max(1, len(results))
 
 
-def order_agreement(results: list[dict]) -> list[dict]:
+def order_agreement(results: list[Prediction]) -> list[OrderAgreement]:
     """Per (model, batch, network, gpus): the optimizers ranked by published and by predicted throughput."""
-    groups: dict[tuple, list[dict]] = {}
+    groups: dict[tuple, list[Prediction]] = {}
     for r in results:
-        groups.setdefault((r["model"], r["batch_per_gpu"], r["network"], r["gpus"]), []).append(r)
+        groups.setdefault((r.model, r.batch_per_gpu, r.network, r.gpus), []).append(r)
     out = []
     for key, rs in sorted(groups.items()):
-        published = [r["optimizer"] for r in sorted(rs, key=lambda r: -r["published"])]
-        predicted = [r["optimizer"] for r in sorted(rs, key=lambda r: -r["predicted"])]
-        out.append({"model": key[0], "batch_per_gpu": key[1], "network": key[2], "gpus": key[3],
-                    "published_order": published, "predicted_order": predicted, "same": published == predicted})
+        published = tuple(r.optimizer for r in sorted(rs, key=lambda r: -r.published))
+        predicted = tuple(r.optimizer for r in sorted(rs, key=lambda r: -r.predicted))
+        out.append(OrderAgreement(*key, published, predicted, published == predicted))
     return out
 
 
-def speedup_trend(results: list[dict], baseline: str = "sgdm") -> list[dict]:
+def speedup_trend(results: list[Prediction], baseline: str = "sgdm") -> list[Speedup]:
     """Per (model, batch, network, optimizer, GPU count): the optimizer's throughput over ``baseline``'s."""
-    base = {(r["model"], r["batch_per_gpu"], r["network"], r["gpus"]): r for r in results
-            if r["optimizer"] == baseline}
+    base = {(r.model, r.batch_per_gpu, r.network, r.gpus): r for r in results if r.optimizer == baseline}
     out = []
     for r in results:
-        b = base.get((r["model"], r["batch_per_gpu"], r["network"], r["gpus"]))
-        if b is None or r["optimizer"] == baseline:
+        b = base.get((r.model, r.batch_per_gpu, r.network, r.gpus))
+        if b is None or r.optimizer == baseline:
             continue
-        out.append({"model": r["model"], "batch_per_gpu": r["batch_per_gpu"], "network": r["network"],
-                    "optimizer": r["optimizer"], "baseline": baseline, "gpus": r["gpus"],
-                    "published": r["published"] / b["published"], "predicted": r["predicted"] / b["predicted"]})
-    return sorted(out, key=lambda t: (t["model"], t["batch_per_gpu"], t["network"], t["optimizer"], t["gpus"]))
+        out.append(Speedup(r.model, r.batch_per_gpu, r.network, r.optimizer, baseline, r.gpus,
+                           r.published / b.published, r.predicted / b.predicted))
+    return sorted(out, key=lambda t: (t.model, t.batch_per_gpu, t.network, t.optimizer, t.gpus))
 
 
 # ---------------------------------------------------------------------------------------------------- fit
@@ -276,7 +327,45 @@ def _groups(table: list[Row]) -> list[tuple[str, object]]:
     return out
 
 
-def group_cross_validation(path: str | Path | None = None, progress=None) -> dict:
+@dataclass(frozen=True)
+class HeldOutGroup:
+    """One group of a cross-validation: the rows of one value of one column, predicted after a refit without them."""
+
+    left_out: str  # the column held out
+    value: object  # its value (a str or an int, as in the rows)
+    rows: int  # how many rows it held
+    mape: float  # over those rows
+    constants: dict[str, dict[str, float]]  # per site, the constants refitted without the group (sites.toml units)
+    unfitted_sites: tuple[str, ...]  # sites left with no row to fit on: predicted with their generic base preset
+
+    def as_dict(self) -> dict:
+        return {"left_out": self.left_out, "value": self.value, "rows": self.rows, "mape": self.mape,
+                "constants": self.constants, "unfitted_sites": list(self.unfitted_sites)}
+
+
+@dataclass(frozen=True)
+class CrossValidation:
+    """A group cross-validation: the MAPE over every held-out prediction, per column, per group, and the rows."""
+
+    mape: float  # over every held-out prediction
+    by_column: dict[str, float]  # per column with several values: the MAPE of its groups' rows
+    groups: tuple[HeldOutGroup, ...]
+    rows: tuple[Prediction, ...]  # each with ``left_out``
+    untestable_columns: tuple[str, ...]  # columns with one value only in the rows: nothing to hold out
+
+    def as_dict(self) -> dict:
+        return {"mape": self.mape, "by_column": dict(self.by_column), "groups": [g.as_dict() for g in self.groups],
+                "rows": [r.as_dict() for r in self.rows], "untestable_columns": list(self.untestable_columns)}
+
+    @classmethod
+    def from_dict(cls, stored: dict) -> CrossValidation:
+        """The inverse of ``as_dict``, for a stored measurement (sim/presets/cross_validation.json)."""
+        groups = tuple(HeldOutGroup(**{**g, "unfitted_sites": tuple(g["unfitted_sites"])}) for g in stored["groups"])
+        return cls(stored["mape"], dict(stored["by_column"]), groups,
+                   tuple(Prediction(**r) for r in stored["rows"]), tuple(stored["untestable_columns"]))
+
+
+def group_cross_validation(path: str | Path | None = None, progress=None) -> CrossValidation:
     """Leave out whole groups of the multi-node rows: for each value of each column with several values, refit
     every site on the other rows and predict the rows left out. A site left with no rows to fit on (a network
     left out) is predicted with its generic base preset, unfitted: a cluster nobody fitted. Returns the MAPE over
@@ -298,22 +387,18 @@ def group_cross_validation(path: str | Path | None = None, progress=None) -> dic
         for r in held:
             site = site_of(r.network)
             base = SITES[site]["base"] if site in unfitted else None
-            out += compare([r], tweak=constants_tweak(fitted), table=table, network=base)
-        for r in out:
-            r["left_out"] = f"{column}={value}"
-        detail.append({"left_out": column, "value": value, "rows": len(out), "mape": mape(out),
-                       "constants": fitted, "unfitted_sites": sorted(unfitted)})
+            out += [replace(p, left_out=f"{column}={value}")
+                    for p in compare([r], tweak=constants_tweak(fitted), table=table, network=base)]
+        detail.append(HeldOutGroup(column, value, len(out), mape(out), fitted, tuple(sorted(unfitted))))
         results += out
         if progress is not None:
             progress.update(1)
     by_column = {}
     for column in dict.fromkeys(c for c, _ in groups):
-        rs = [r for r in results if r["left_out"].startswith(column + "=")]
+        rs = [r for r in results if r.left_out.startswith(column + "=")]
         by_column[column] = mape(rs)
-    constant = [c for c in ("model", "batch_per_gpu", "network", "optimizer", "gpus")
-                if c not in by_column]
-    return {"mape": mape(results), "by_column": by_column, "groups": detail, "rows": results,
-            "untestable_columns": constant}
+    constant = tuple(c for c in ("model", "batch_per_gpu", "network", "optimizer", "gpus") if c not in by_column)
+    return CrossValidation(mape(results), by_column, tuple(detail), tuple(results), constant)
 
 
 def cross_validation_groups(path: str | Path | None = None) -> int:

@@ -10,27 +10,28 @@ from birder.cli import main
 from gpu_validation.cli import describe
 from gpu_validation.validate import KILLED_EXIT_STATUS, Config, run
 
-CONTRACT_KEYS = {"passed", "steps", "mismatched_elements", "max_abs_diff", "ranks_identical", "backend", "device"}
+CONTRACT_KEYS = ["passed", "steps", "mismatched_elements", "max_abs_diff", "ranks_identical", "backend", "device"]
 
 
 def test_2x2_is_bit_exact_skips_a_nonfinite_step_everywhere_and_resumes_bit_identically():
     result = run(Config(nodes=2, gpus_per_node=2, steps=5, seed=1, resume_at=2, nonfinite_at=(3, 1)))
-    assert CONTRACT_KEYS <= set(result)
-    assert result["passed"], result
-    assert result["mismatched_elements"] == 0 and result["max_abs_diff"] == 0.0 and result["ranks_identical"]
-    assert result["skipped_steps"] == 1 and result["state_mismatched_elements"] == 0
-    assert result["resume_identical"] is True
-    assert result["buckets"] >= 2, "the run must cross DDP's bucket rebuild"
-    assert result["executor_identical"], "birder_ref's executor must agree too"
-    assert len(result["update_digests"]) == 4
+    assert list(result.as_dict())[:len(CONTRACT_KEYS)] == CONTRACT_KEYS
+    assert result.passed, result
+    assert result.mismatched_elements == 0 and result.max_abs_diff == 0.0 and result.ranks_identical
+    assert result.skipped_steps == 1 and result.state_mismatched_elements == 0
+    assert result.resume_identical is True
+    assert result.buckets >= 2, "the run must cross DDP's bucket rebuild"
+    assert result.executor_identical, "birder_ref's executor must agree too"
+    assert len(result.update_digests) == 4
+    assert result.config["resume_at"] == 2 and result.seconds > 0
 
 
 def test_a_node_sum_that_overflows_is_skipped_everywhere_like_a_nan():
     """3e38 on both GPUs of node 1 is finite, their sum is not: birder_ref rejects those node means, so the
     hook must skip the step on every rank (it flags a non-finite m, not only a non-finite gradient)."""
     result = run(Config(nodes=2, gpus_per_node=2, steps=3, seed=2, overflow_at=(2, 1)))
-    assert result["passed"] is True and result["mismatched_elements"] == 0, result
-    assert result["skipped_steps"] == 1
+    assert result.passed is True and result.mismatched_elements == 0, result
+    assert result.skipped_steps == 1
 
 
 def test_local_runs_refuse_missing_gpus_and_absurd_rank_counts():
@@ -47,6 +48,7 @@ def test_3x2_command_line_is_bit_exact():
                          timeout=240)
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout)
+    assert list(result)[:len(CONTRACT_KEYS)] == CONTRACT_KEYS
     assert result["passed"] and result["mismatched_elements"] == 0 and result["ranks_identical"]
     assert (result["backend"], result["device"], result["steps"]) == ("gloo", "cpu", 4)
 
@@ -55,32 +57,35 @@ def test_three_gpus_per_node_give_the_reference_node_means():
     """With three GPUs per node the float32 node sum depends on its order; the state shows any difference, and
     birder_ref's executor, moving the data along the same schedule, sums in the same order."""
     result = run(Config(nodes=1, gpus_per_node=3, steps=3))
-    assert result["passed"] and result["mismatched_elements"] == 0 and result["state_mismatched_elements"] == 0
-    assert result["executor_identical"]
+    assert result.passed and result.mismatched_elements == 0 and result.state_mismatched_elements == 0
+    assert result.executor_identical
 
 
 def test_flat_scheme_is_bit_exact():
     result = run(Config(nodes=1, gpus_per_node=2, steps=3, scheme="flat"))
-    assert result["passed"] and result["mismatched_elements"] == 0, result
+    assert result.passed and result.mismatched_elements == 0, result
 
 
 def test_a_dead_rank_stops_the_others_with_an_error_within_the_timeout():
     timeout = 15.0
     result = run(Config(nodes=2, gpus_per_node=1, steps=4, kill_at=(2, 1), timeout_s=timeout))
-    assert result["passed"] is True and result["fault_handled"] is True  # the fault was handled as designed
+    assert result.passed is True and result.fault_handled is True  # the fault was handled as designed
     assert "PASSED" in describe(result) and "FAILED" not in describe(result)
-    assert result["exit_codes"] == {"0": 1, "1": KILLED_EXIT_STATUS}
-    assert "rank 1 died" in result["error"]
-    assert "stopped at step 2" in result["rank_errors"]["0"]  # the survivor stopped itself, naming the step
-    assert result["seconds_to_stop_after_failure"] < timeout
+    assert result.exit_codes == {"0": 1, "1": KILLED_EXIT_STATUS}
+    assert "rank 1 died" in result.error
+    assert "stopped at step 2" in result.rank_errors["0"]  # the survivor stopped itself, naming the step
+    assert result.seconds_to_stop_after_failure < timeout
+    as_json = result.as_dict()  # the contract's keys, null where nothing was compared, then the fault's
+    assert list(as_json)[:len(CONTRACT_KEYS)] == CONTRACT_KEYS and as_json["mismatched_elements"] is None
+    assert as_json["fault_handled"] is True and list(as_json)[-2:] == ["seconds", "config"]
 
 
 def test_a_stalled_rank_makes_the_others_time_out_with_an_error():
     timeout = 5.0  # short, but long enough for the healthy collectives of a loaded CI machine
     result = run(Config(nodes=1, gpus_per_node=2, steps=4, hang_at=(2, 0), timeout_s=timeout))
-    assert result["passed"] is True and result["fault_handled"] and result["killed_by_launcher"] == [0]
-    assert "rank 0 hung" in result["error"] and "stopped at step 2" in result["rank_errors"]["1"]
-    assert result["seconds"] < 60
+    assert result.passed is True and result.fault_handled and result.killed_by_launcher == (0,)
+    assert "rank 0 hung" in result.error and "stopped at step 2" in result.rank_errors["1"]
+    assert result.seconds < 60
 
 
 @pytest.mark.parametrize("argv", [
@@ -109,11 +114,11 @@ def _gpus() -> int:
 @pytest.mark.skipif(_gpus() < 1, reason="needs a CUDA GPU")
 def test_nccl_on_one_gpu_is_bit_exact():
     result = run(Config(backend="nccl", nodes=1, gpus_per_node=1, steps=4, resume_at=2, nonfinite_at=(3, 0)))
-    assert result["passed"] and result["device"] != "cpu", result
+    assert result.passed and result.device != "cpu", result
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(_gpus() < 4, reason="needs 4 CUDA GPUs")
 def test_nccl_2x2_is_bit_exact():
     result = run(Config(backend="nccl", nodes=2, gpus_per_node=2, steps=5, resume_at=2, nonfinite_at=(3, 1)))
-    assert result["passed"] and result["mismatched_elements"] == 0, result
+    assert result.passed and result.mismatched_elements == 0, result

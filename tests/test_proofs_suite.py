@@ -1,6 +1,9 @@
 """The suite accepts the reference and an implementation written without it, through the pytest entry point
 (one test per claim), and its checks behave as documented on the reference (run times, statuses)."""
 
+import subprocess
+import sys
+
 from proofs_checks.pytest_plugin import claim_tests
 from proofs_checks.registry import Context
 from proofs_checks.runner import run_checks, select
@@ -21,18 +24,30 @@ def test_parity_is_opt_in_and_separates_the_two_correct_implementations():
     assert not independent.passed and "quantize differs" in independent.results[0].detail
 
 
-def test_scheme_and_baseline_checks_do_not_apply_to_an_implementation_without_them():
+def test_scheme_checks_do_not_apply_to_an_implementation_without_schemes():
     ctx = Context(load_target("proofs_checks.independent"))
-    report = run_checks(ctx.target, names=["schemes_equal_algorithm1", "section4_volumes", "onebit_adam_identities"],
-                        progress=False, ctx=ctx)
-    assert [r.status for r in report.results] == ["n/a"] * 3
+    report = run_checks(ctx.target, names=["schemes_equal_algorithm1", "section4_volumes"], progress=False, ctx=ctx)
+    assert [r.status for r in report.results] == ["n/a"] * 2
     assert report.passed
 
 
 def test_the_torch_numerics_keep_the_identities_through_an_adapter():
-    """gpu_validation.torch_birder, wrapped by proofs_checks.torch_adapter (CPU here), judged on the cheap checks;
-    `birder check --impl proofs_checks.torch_adapter` runs all of them (on CUDA when there is one)."""
+    """gpu_validation.torch_birder, wrapped by gpu_validation.check_adapter (CPU here), judged on the cheap checks;
+    `birder check --impl gpu_validation.check_adapter` runs all of them (on CUDA when there is one)."""
     names = ["interface", "line9_worker_error", "line13_server_error", "line8_worker_quantizer", "determinism",
              "parity_birder_ref"]
-    report = run_checks(load_target("proofs_checks.torch_adapter"), names=names, progress=False)
+    report = run_checks(load_target("gpu_validation.check_adapter"), names=names, progress=False)
     assert report.passed, [r.detail for r in report.results if not r.passed]
+
+
+def test_the_torch_adapter_lives_beside_torch_and_importing_it_neither_imports_torch_nor_picks_a_device():
+    """The suite (every check registered) imports no implementation; the adapter imports torch and picks its device
+    on the first call."""
+    code = ("import sys, proofs_checks.runner; "
+            "assert not [m for m in sys.modules if m.startswith(('birder_ref', 'gpu_validation', 'torch'))]; "
+            "import gpu_validation.check_adapter as a; "
+            "assert 'torch' not in sys.modules and 'gpu_validation.torch_birder' not in sys.modules, 'imported'; "
+            "assert a._torch.cache_info().currsize == 0; a.init(2, 3); "
+            "assert 'torch' in sys.modules and a._torch.cache_info().currsize == 1")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]

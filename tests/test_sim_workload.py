@@ -76,25 +76,25 @@ def test_validation_meets_the_issue_bar():
     64 GPUs: 1-bit Adam 16,920 vs SGDM 16,608)."""
     results = validate.compare(validate.rows())
     assert validate.mape(results) < 0.10
-    assert {r["profile"] for r in results} == {"birder-paper-10gbe", "birder-paper-ib"}
-    published = {(r["network"], r["gpus"], r["optimizer"]): r["published"] for r in results}
+    assert {r.profile for r in results} == {"birder-paper-10gbe", "birder-paper-ib"}
+    published = {(r.network, r.gpus, r.optimizer): r.published for r in results}
     for o in validate.order_agreement(results):
-        if not o["same"]:
-            top = [published[o["network"], o["gpus"], opt] for opt in o["published_order"]]
+        if not o.same:
+            top = [published[o.network, o.gpus, opt] for opt in o.published_order]
             assert min(abs(a - b) / max(a, b) for a, b in zip(top, top[1:], strict=False)) < 0.03
 
 
 def test_speedup_trend_sets_published_beside_predicted_per_gpu_count():
     results = validate.compare(validate.rows())
     trend = validate.speedup_trend(results)
-    by_key = {(t["network"], t["optimizer"], t["gpus"]): t for t in trend}
-    published = {(r["network"], r["optimizer"], r["gpus"]): r["published"] for r in results}
-    predicted = {(r["network"], r["optimizer"], r["gpus"]): r["predicted"] for r in results}
+    by_key = {(t.network, t.optimizer, t.gpus): t for t in trend}
+    published = {(r.network, r.optimizer, r.gpus): r.published for r in results}
+    predicted = {(r.network, r.optimizer, r.gpus): r.predicted for r in results}
     assert {k[1] for k in by_key} == {"birder", "onebit-adam"}
     for (net, opt, gpus), t in by_key.items():
-        assert t["published"] == pytest.approx(published[net, opt, gpus] / published[net, "sgdm", gpus])
-        assert t["predicted"] == pytest.approx(predicted[net, opt, gpus] / predicted[net, "sgdm", gpus])
-    assert by_key["10gbe", "birder", 64]["published"] == pytest.approx(15253 / 6189)
+        assert t.published == pytest.approx(published[net, opt, gpus] / published[net, "sgdm", gpus])
+        assert t.predicted == pytest.approx(predicted[net, opt, gpus] / predicted[net, "sgdm", gpus])
+    assert by_key["10gbe", "birder", 64].published == pytest.approx(15253 / 6189)
 
 
 def ib_rows(tmp_path):
@@ -109,16 +109,21 @@ def test_group_cross_validation_leaves_out_whole_groups(tmp_path):
     """Each optimizer and each GPU count left out in turn: the site refitted without it predicts it; columns
     with one value (model, batch, network here) are reported as untestable, not silently skipped."""
     cv = validate.group_cross_validation(ib_rows(tmp_path))
-    assert {(g["left_out"], str(g["value"])) for g in cv["groups"]} == {
+    assert {(g.left_out, str(g.value)) for g in cv.groups} == {
         ("optimizer", "birder"), ("optimizer", "onebit-adam"), ("optimizer", "sgdm"),
         ("gpus", "16"), ("gpus", "32"), ("gpus", "64")}
-    assert set(cv["untestable_columns"]) == {"model", "batch_per_gpu", "network"}
-    for g in cv["groups"]:
-        assert g["rows"] == 3 and "birder-paper-ib" in g["constants"]
-        held = [r for r in cv["rows"] if r["left_out"] == f"{g['left_out']}={g['value']}"]
-        assert all(str(r[g["left_out"]]) == str(g["value"]) for r in held)
-    assert cv["mape"] == pytest.approx(validate.mape(cv["rows"]))
-    assert 0 < cv["mape"] < 0.25
+    assert set(cv.untestable_columns) == {"model", "batch_per_gpu", "network"}
+    for g in cv.groups:
+        assert g.rows == 3 and "birder-paper-ib" in g.constants
+        held = [r for r in cv.rows if r.left_out == f"{g.left_out}={g.value}"]
+        assert len(held) == 3 and all(str(getattr(r, g.left_out)) == str(g.value) for r in held)
+    assert cv.mape == pytest.approx(validate.mape(cv.rows))
+    assert 0 < cv.mape < 0.25
+    again = validate.CrossValidation.from_dict(json.loads(json.dumps(cv.as_dict())))
+    assert json.dumps(again.as_dict()) == json.dumps(cv.as_dict())
+    table = validate.rows(ib_rows(tmp_path))
+    assert list(cv.rows[0].as_dict())[-1] == "left_out"  # a held-out row says which group; a plain row does not
+    assert "left_out" not in validate.compare(table[:1], table=table)[0].as_dict()
 
 
 def test_the_interval_comes_from_the_stored_cross_validation_of_these_rows():
@@ -127,6 +132,8 @@ def test_the_interval_comes_from_the_stored_cross_validation_of_these_rows():
 
     stored = json.loads(api.CROSS_VALIDATION_FILE.read_text())
     assert stored["rows_sha256"] == api._rows_digest(validate.PUBLIC_CSV)
+    read_back = validate.CrossValidation.from_dict(stored["cross_validation"]).as_dict()
+    assert json.dumps(read_back) == json.dumps(stored["cross_validation"])  # the stored file reads back unchanged
     assert api.prediction_relative_error(True) == pytest.approx(stored["site_mape"])
     assert api.prediction_relative_error(False) == pytest.approx(stored["generic_mape"])
     out = api.predict_config("resnet50", 4, "birder-paper-ib")
