@@ -224,6 +224,34 @@ def note_phase(phase: Phase | None, group, collective: str, bytes_sent: int) -> 
         _recording.append(PhaseRecord(phase, collective, tuple(dist.get_process_group_ranks(group)), int(bytes_sent)))
 
 
+def trace_mismatches(records: list[PhaseRecord], topology: Topology, rank: int | None = None) -> list[str]:
+    """Where what ``rank`` ran (``records``, whole steps one after another) differs from the schedule: each step
+    must run, in order, the schedule's phases in which ``rank`` exchanges anything, each as the torch collective
+    its pattern names, over the group the schedule gives ``rank``, sending the bytes the schedule counts for it.
+    Empty when every step ran the schedule."""
+    rank = topology.rank if rank is None else rank
+    layout, problems, i = topology.layout, [], 0
+    while i < len(records):
+        first = records[i].phase
+        sizes = {first.chunk_elements * k for k in (layout.gpus_per_node, layout.n_ranks)}
+        found = [s for s in (schedule(topology.scheme, layout, d) for d in sorted(sizes)) if first in s.phases]
+        if not found:
+            return problems + [f"record {i}: {first.name} is no phase of the {topology.scheme} schedule"]
+        live = [ph for ph in found[0].phases if any(rank in g and len(g) > 1 for g in ph.groups)]
+        step = records[i:i + len(live)]
+        if [r.phase for r in step] != live:
+            return problems + [f"records {i}..: phases {[r.phase.name for r in step]}, the schedule runs "
+                               f"{[ph.name for ph in live]}"]
+        for record, phase in zip(step, live, strict=True):
+            group = next(g for g in phase.groups if rank in g)
+            expected = (phase.pattern.collective, group, phase.bytes_sent()[rank])
+            ran = (record.collective, record.ranks, record.bytes_sent)
+            if ran != expected:
+                problems.append(f"{phase.name}: ran {ran}, the schedule says {expected} (collective, ranks, bytes)")
+        i += len(live)
+    return problems
+
+
 def all_gather_rows(x: torch.Tensor, group, members: int, out: torch.Tensor | None = None,
                     phase: Phase | None = None) -> torch.Tensor:
     """Every member's ``x`` stacked (members, n), in group order (into ``out``, of members * n, when given);

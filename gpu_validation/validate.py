@@ -125,6 +125,7 @@ class Comparison:
     state_mismatched_elements: int  # of ``mismatched_elements``, those in the final hook state and counters
     resume_identical: bool | None  # with ``resume_at``: the resumed run ended bit-identical; else None
     executor_identical: bool  # birder_ref's scheme executor gave Algorithm 1's u_bar at every step
+    phases_as_scheduled: bool  # every rank ran the schedule's collectives, groups and bytes (comm.trace_mismatches)
     update_digests: tuple[str, ...]  # per step birder_ref did not skip: SHA-256 (16 hex digits) of the packed u_bar
     seconds: float | None = None  # wall time of the whole run; set by ``run`` / ``run_under_torchrun``
     config: dict | None = None  # the Config without its backend; set with ``seconds``
@@ -307,23 +308,26 @@ def train_and_compare(cfg: Config, rank: int, one_machine: bool = True) -> Compa
     trainer = Trainer(cfg, topology, device)
     reference = Reference(cfg, flat(trainer.params).cpu().numpy()) if rank == 0 else None
     checkpoint = None
-    for step in tqdm(range(1, cfg.steps + 1), desc="gpu-validate steps", unit="step",
-                     disable=True if rank != 0 or cfg.quiet else None):
-        if cfg.kill_at == (step, rank):
-            os._exit(KILLED_EXIT_STATUS)  # a crash: no clean-up, no goodbye to the other ranks
-        if cfg.hang_at == (step, rank):
-            time.sleep(1e6)  # a deadlock: alive, silent, holding its connections open
-        try:
-            trainer.step(step, rank)
-            grads = _gather(trainer.local_grad, world)
-            u_bars = _gather(flat(p.grad for p in trainer.params), world)
-            params = _gather(flat(trainer.params), world)
-        except RuntimeError as error:  # a collective failed: a peer died, or hung past the timeout
-            raise RuntimeError(f"stopped at step {step}, a collective failed: {error}") from error
-        if reference is not None:
-            reference.step(grads, u_bars, params)
-        if step == cfg.resume_at:
-            checkpoint = trainer.checkpoint()
+    with comm.record_phases() as trace:  # every collective the hook runs for Birder, checked against the schedule
+        for step in tqdm(range(1, cfg.steps + 1), desc="gpu-validate steps", unit="step",
+                         disable=True if rank != 0 or cfg.quiet else None):
+            if cfg.kill_at == (step, rank):
+                os._exit(KILLED_EXIT_STATUS)  # a crash: no clean-up, no goodbye to the other ranks
+            if cfg.hang_at == (step, rank):
+                time.sleep(1e6)  # a deadlock: alive, silent, holding its connections open
+            try:
+                trainer.step(step, rank)
+                grads = _gather(trainer.local_grad, world)
+                u_bars = _gather(flat(p.grad for p in trainer.params), world)
+                params = _gather(flat(trainer.params), world)
+            except RuntimeError as error:  # a collective failed: a peer died, or hung past the timeout
+                raise RuntimeError(f"stopped at step {step}, a collective failed: {error}") from error
+            if reference is not None:
+                reference.step(grads, u_bars, params)
+            if step == cfg.resume_at:
+                checkpoint = trainer.checkpoint()
+    off_schedule = len(comm.trace_mismatches(trace, topology))
+    phases_as_scheduled = not _gather(torch.tensor([off_schedule], device=device), world).any()
     final = _final_state(trainer, world)
     resume_identical = None
     if checkpoint is not None:  # a fresh model, DDP and hook state, resumed from the checkpoint
@@ -341,7 +345,7 @@ def train_and_compare(cfg: Config, rank: int, one_machine: bool = True) -> Compa
         final, [topology.worker_of(r) for r in range(world)], trainer.state.t, final["skipped"])
     return Comparison(
         passed=reference.mismatched == 0 and state_mismatches == 0 and reference.ranks_identical
-        and reference.executor_identical and resume_identical is not False,
+        and reference.executor_identical and phases_as_scheduled and resume_identical is not False,
         steps=cfg.steps,
         mismatched_elements=reference.mismatched + state_mismatches,
         max_abs_diff=reference.max_abs_diff,
@@ -358,6 +362,7 @@ def train_and_compare(cfg: Config, rank: int, one_machine: bool = True) -> Compa
         state_mismatched_elements=state_mismatches,
         resume_identical=resume_identical,
         executor_identical=reference.executor_identical,
+        phases_as_scheduled=bool(phases_as_scheduled),
         update_digests=tuple(reference.digests),
     )
 

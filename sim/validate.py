@@ -2,9 +2,9 @@
 
 ``rows()`` reads the rows shipped in the package (sim/presets/birder_public.csv, the Birder paper's Tables 1 and
 3), or any file of the same columns. A row's ``network`` is a ``--network`` name; the paper's rows say ``10gbe``
-and ``ib-hdr``, which here mean the paper's two clusters, the site profiles ``birder-paper-10gbe`` and ``birder-
-paper-ib`` (``SITE_OF``). Every prediction is calibrated only with the single-node (8-GPU) throughput of the
-same optimizer, model, batch and network, as a user would measure it.
+and ``ib-hdr``, which here mean the paper's two clusters, the site profiles ``birder-paper-10gbe`` and
+``birder-paper-ib`` (``SITE_OF``). Every prediction is calibrated only with the single-node (8-GPU) throughput
+of the same optimizer, model, batch and network, as a user would measure it.
 
 ``python -m sim.validate [SITE ...]`` (``fit``) refits a site profile's FITTED constants (``presets/sites.toml``)
 on the public multi-node rows of that site, minimising the mean absolute percentage error with Nelder-Mead in

@@ -22,6 +22,7 @@ def test_2x2_is_bit_exact_skips_a_nonfinite_step_everywhere_and_resumes_bit_iden
     assert result.resume_identical is True
     assert result.buckets >= 2, "the run must cross DDP's bucket rebuild"
     assert result.executor_identical, "birder_ref's executor must agree too"
+    assert result.phases_as_scheduled, "every rank must run the schedule's collectives, groups and bytes"
     assert len(result.update_digests) == 4
     assert result.config["resume_at"] == 2 and result.seconds > 0
 
@@ -58,7 +59,7 @@ def test_three_gpus_per_node_give_the_reference_node_means():
     birder_ref's executor, moving the data along the same schedule, sums in the same order."""
     result = run(Config(nodes=1, gpus_per_node=3, steps=3))
     assert result.passed and result.mismatched_elements == 0 and result.state_mismatched_elements == 0
-    assert result.executor_identical
+    assert result.executor_identical and result.phases_as_scheduled
 
 
 def test_flat_scheme_is_bit_exact():
