@@ -201,13 +201,15 @@ def _cross_validation() -> CrossValidation:
     return validate.group_cross_validation()
 
 
-def _finite(value):
+def finite_json_value(value):
+    """``value`` with every non-finite float (in nested dicts, lists and tuples) as None: strict JSON has no
+    Infinity or NaN."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: finite_json_value(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
+        return [finite_json_value(v) for v in value]
     return value
 
 
@@ -220,7 +222,7 @@ def write_cross_validation() -> Path:
     cross = validate.group_cross_validation()
     body = {"command": "python -m sim.api --write-cross-validation",
             "rows_sha256": _rows_digest(validate.PUBLIC_CSV), **_split(cross), "cross_validation": cross.as_dict()}
-    return write_text(CROSS_VALIDATION_FILE, json.dumps(_finite(body), indent=1, allow_nan=False) + "\n")
+    return write_text(CROSS_VALIDATION_FILE, json.dumps(finite_json_value(body), indent=1, allow_nan=False) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

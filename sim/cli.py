@@ -24,7 +24,7 @@ from tqdm import tqdm
 from birder.argtypes import positive_int, positive_number
 from birder.atomic import write_text
 from birder_ref.schedules import SCHEMES, Layout
-from sim.api import MAX_BATCH_PER_GPU
+from sim.api import MAX_BATCH_PER_GPU, finite_json_value
 from sim.hardware import (
     GPUS,
     INTRA,
@@ -226,16 +226,7 @@ def _options(args) -> dict:
 
 def _strict_json(value) -> str:
     """JSON with non-finite numbers as null (strict JSON has no Infinity or NaN)."""
-    def clean(v):
-        if isinstance(v, float) and not math.isfinite(v):
-            return None
-        if isinstance(v, dict):
-            return {k: clean(x) for k, x in v.items()}
-        if isinstance(v, list | tuple):
-            return [clean(x) for x in v]
-        return v
-
-    return json.dumps(clean(value), allow_nan=False)
+    return json.dumps(finite_json_value(value), allow_nan=False)
 
 
 FLAGS = {"single_node_throughput": "--single-node-throughput", "batch_per_gpu": "--batch-per-gpu",
