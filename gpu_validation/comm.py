@@ -224,6 +224,11 @@ def note_phase(phase: Phase | None, group, collective: str, bytes_sent: int) -> 
         _recording.append(PhaseRecord(phase, collective, tuple(dist.get_process_group_ranks(group)), int(bytes_sent)))
 
 
+def phases_of_rank(phases: tuple[Phase, ...], rank: int) -> list[Phase]:
+    """The phases in which ``rank`` exchanges anything (its group has another member), in order."""
+    return [ph for ph in phases if any(rank in g and len(g) > 1 for g in ph.groups)]
+
+
 def trace_mismatches(records: list[PhaseRecord], topology: Topology, rank: int | None = None) -> list[str]:
     """Where what ``rank`` ran (``records``, whole steps one after another) differs from the schedule: each step
     must run, in order, the schedule's phases in which ``rank`` exchanges anything, each as the torch collective
@@ -237,7 +242,7 @@ def trace_mismatches(records: list[PhaseRecord], topology: Topology, rank: int |
         found = [s for s in (schedule(topology.scheme, layout, d) for d in sorted(sizes)) if first in s.phases]
         if not found:
             return problems + [f"record {i}: {first.name} is no phase of the {topology.scheme} schedule"]
-        live = [ph for ph in found[0].phases if any(rank in g and len(g) > 1 for g in ph.groups)]
+        live = phases_of_rank(found[0].phases, rank)
         step = records[i:i + len(live)]
         if [r.phase for r in step] != live:
             return problems + [f"records {i}..: phases {[r.phase.name for r in step]}, the schedule runs "

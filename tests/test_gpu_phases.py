@@ -19,8 +19,7 @@ def _check_trace(records, scheme: str, layout: Layout, rank: int) -> int:
     """Assert the records ran the schedule; returns how many steps they hold."""
     topology = comm.Topology(scheme, layout, rank, None, None)
     assert comm.trace_mismatches(records, topology) == []
-    live = [ph for ph in schedule(scheme, layout, 8 * layout.n_ranks).phases
-            if any(rank in g and len(g) > 1 for g in ph.groups)]
+    live = comm.phases_of_rank(schedule(scheme, layout, 8 * layout.n_ranks).phases, rank)
     assert len(records) % len(live) == 0
     return len(records) // len(live)
 
