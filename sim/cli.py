@@ -268,8 +268,8 @@ def run_predict(args) -> int:
     for line in describe(c):
         print("  " + line)
     print(f"  throughput              {result['throughput']:12.1f} samples/s "
-          f"(interval {result['throughput_low']:.0f} - {result['throughput_high']:.0f}, +-"
-          f"{result['relative_error'] * 100:.0f}%: the measured cross-validated error)")
+          f"({result['interval_level']:.0%} interval {result['throughput_low']:.0f} - "
+          f"{result['throughput_high']:.0f}: {result['interval_basis']})")
     print(f"  iteration               {result['iteration_s'] * 1e3:12.2f} ms")
     print(f"    compute               {result['compute_s'] * 1e3:12.2f} ms")
     print(f"    compression           {result['compression_s'] * 1e3:12.2f} ms")
@@ -405,6 +405,11 @@ def run_validate(args) -> int:
             cross = validate.group_cross_validation(args.csv, progress=bar)
         summary["cross_validated_mape"] = cross.mape
         summary["cross_validation"] = cross.as_dict()
+    corpus, corpus_name = validate.corpus_rows()
+    with tqdm(total=len(corpus), desc="corpus", unit="row", file=sys.stderr,
+              disable=True if (args.json or _quiet(args)) else None) as bar:
+        loso = validate.corpus_validation(corpus, corpus_name, progress=bar)
+    summary["corpus_validation"] = loso.as_dict()
     if args.out:
         from sim import plots
 
@@ -448,9 +453,36 @@ def run_validate(args) -> int:
             print(f"  left out {g.left_out}={g.value}: {g.rows} rows, MAPE {g.mape * 100:.1f}%" + unfitted)
         if cross.untestable_columns:
             print(f"  not testable on these rows (one value each): {', '.join(cross.untestable_columns)}")
+    _print_corpus_validation(loso)
     if args.out:
         print(f"plot: {summary['plot']}")
     return 0
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def _print_corpus_validation(loso) -> None:
+    from sim.validate import REGIMES
+
+    s = loso.summary()
+    print(f"\ncorpus: {s['corpus']}: {s['rows']} multi-node rows predicted, {s['skipped_rows']} skipped; each "
+          "calibrated by its own single-node throughput")
+    print(f"{'group':8} {'name':22} {'rows':>4} {'in-sample':>10} {'left out':>9} {'linear':>8} {'alpha-beta':>10}")
+    for t in loso.table():
+        print(f"{t['group']:8} {t['name']:22} {t['rows']:4d} {_percent(t['mape_in_sample']):>10} "
+              f"{_percent(t['mape_left_out']):>9} {_percent(t['mape_linear']):>8} {_percent(t['mape_alpha_beta']):>10}")
+    skill = "-" if s["skill_communication_bound"] is None else f"{s['skill_communication_bound']:.2f}"
+    overall = "-" if s["skill"] is None else f"{s['skill']:.2f}"
+    print(f"skill (left-out MAPE / linear scaling's): {skill} on communication-bound rows, {overall} overall; "
+          f"left-out MAPE {_percent(s['mape_left_out'])} (in-sample {_percent(s['mape_in_sample'])})")
+    print(f"{s['interval_level']:.0%} intervals, fitted without the row's source: coverage "
+          f"{_percent(s['coverage'])}, median half-width {_percent(s['median_half_width'])}; by predicted regime: "
+          + "; ".join(f"{reg} {_percent(s['coverage_by_regime'][reg])} covered, half-width "
+                      f"{_percent(s['median_half_width_by_regime'][reg])}" for reg in REGIMES))
+    for skipped in loso.skipped:
+        print(f"skipped: {skipped.source} {skipped.table} {skipped.model} on {skipped.nodes} nodes: {skipped.reason}")
 
 
 def register(subparsers) -> None:

@@ -17,15 +17,30 @@ from __future__ import annotations
 
 import argparse
 import csv
+import inspect
 import math
 import sys
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
-from sim.hardware import MAX_GPUS, NETWORKS, SITES, Cluster, cluster, network_spec
-from sim.models import model_profile
+from sim.hardware import (
+    GENERIC_NETWORKS,
+    GPUS,
+    INTRA,
+    MAX_GPUS,
+    NETWORKS,
+    SITES,
+    TRANSPORTS,
+    Cluster,
+    Nic,
+    cluster,
+    default_intra,
+    make_nic,
+    network_spec,
+)
+from sim.models import MODELS, model_profile
 from sim.system import burst_bytes, phase_load, step_schedule
-from sim.workload import ddp_buckets, policy, predict
+from sim.workload import GRAD_BITS, OPTIMIZERS, ddp_buckets, policy, predict
 
 PUBLIC_CSV = Path(__file__).resolve().parent / "presets" / "birder_public.csv"
 SITE_OF = {"10gbe": "birder-paper-10gbe", "ib-hdr": "birder-paper-ib"}  # the paper's rows name its clusters so
@@ -403,6 +418,377 @@ def group_cross_validation(path: str | Path | None = None, progress=None) -> Cro
 
 def cross_validation_groups(path: str | Path | None = None) -> int:
     return len(_groups(rows(path)))
+
+
+# ------------------------------------------------------------------------ the corpus: leave one source out
+# Published multi-node rows of several sources (sim/validation/corpus.csv, its schema in sim/validation/README;
+# here read through ``corpus_rows``). Every prediction is calibrated by the row's own single-node throughput and
+# runs on a cluster built from the row's set-up. The only constants fitted to rows are the site profiles'
+# (fitted on one source's rows) and the intervals' quantiles (fitted on every row): leaving a source out removes
+# it from both. Two naive baselines are computed on the same rows.
+COMM_BOUND_MARGIN = 1.15  # corpus schema: linear scaling more than 15% above the measured throughput
+REGIMES = ("compute-bound", "communication-bound")
+INTERVAL_LEVEL = 0.8  # the intervals' nominal coverage
+PAPER_SOURCE = "birder-paper"  # the corpus's id of the Birder paper (its rows are the site profiles' fit)
+# (source, transport, line rate in Gb/s) -> the site profile fitted on that source's rows of that testbed
+SITE_OF_SETUP = {(PAPER_SOURCE, "tcp", 10.0): "birder-paper-10gbe", (PAPER_SOURCE, "ib", 200.0): "birder-paper-ib"}
+TRANSPORT_OF = {"tcp": "socket", "ib": "ib", "roce": "ib"}
+# alpha-beta baseline: NCCL's own per-message figure for a network hop of a ring (tuning.cc: Simple protocol base
+# latency 8.4 us + NET hardware latency 14 us, the figure SimAI's send_lat tables use; shared/notes/anchor_sim.md 2)
+ALPHA_BETA_LATENCY_S = 22.4e-6
+ONE_BIT_OPTIMIZERS = ("onebit-adam", "zero-one-adam", "birder", "marsit")
+GRAD_DTYPE_OF_PRECISION = {"fp32": "fp32", "amp": "fp32", "fp16": "fp16", "bf16": "bf16"}  # amp: fp32 gradients
+
+
+@dataclass(frozen=True)
+class CorpusRow:
+    """One published multi-node measurement in the corpus schema (the public rows converted to it; the corpus
+    loader's ``PublishedRow`` has the same fields)."""
+
+    source: str
+    table: str
+    model: str
+    params: int
+    gpu: str
+    gpus_per_node: int
+    intra: str
+    nodes: int
+    line_rate_gbps: float
+    transport: str
+    nics_per_node: int
+    framework: str
+    comm_library: str
+    optimizer: str
+    precision: str
+    batch_per_gpu: int
+    throughput: float
+    single_node_throughput: float | None
+    notes: str = ""
+
+
+def public_rows_as_corpus(path: str | Path | None = None) -> tuple[CorpusRow, ...]:
+    """The Birder paper's public rows (sim/presets/birder_public.csv) in the corpus schema: each multi-node row
+    with the same table's 8-GPU row as its single-node throughput."""
+    table = rows(path)
+    setups = {"10gbe": (10.0, "tcp"), "ib-hdr": (200.0, "ib")}
+    out = []
+    for r in table:
+        if r.gpus <= GPUS_PER_NODE:
+            continue
+        rate, transport = setups[r.network]
+        out.append(CorpusRow(PAPER_SOURCE, "Tables 1 and 3", r.model, model_profile(r.model).n_params, "a100",
+                             GPUS_PER_NODE, "nvlink", r.gpus // GPUS_PER_NODE, rate, transport, 1, "ddp", "nccl",
+                             r.optimizer, "fp32", r.batch_per_gpu, r.throughput, single_node(table, r),
+                             "sim/presets/birder_public.csv"))
+    return tuple(out)
+
+
+def corpus_rows() -> tuple[tuple, str]:
+    """The validation corpus and what it is: ``sim.validation.load_corpus()`` where that package exists, else
+    the public rows converted to its schema (one source)."""
+    try:
+        from sim.validation import load_corpus
+    except ImportError:
+        return public_rows_as_corpus(), "the Birder paper's public rows only (sim/presets/birder_public.csv)"
+    return tuple(load_corpus()), "sim/validation/corpus.csv"
+
+
+def regime(row) -> str:
+    """The corpus schema's regime: communication-bound when linear scaling is more than 15% above the
+    measured throughput."""
+    return REGIMES[row.nodes * row.single_node_throughput > COMM_BOUND_MARGIN * row.throughput]
+
+
+def predicted_regime(scale_efficiency: float) -> str:
+    """The same line drawn on a prediction (what is known before measuring): predicted throughput more than 15%
+    below linear scaling."""
+    return REGIMES[scale_efficiency * COMM_BOUND_MARGIN < 1]
+
+
+def linear_scaling(row) -> float:
+    """Naive baseline: nodes x single-node throughput."""
+    return row.nodes * row.single_node_throughput
+
+
+def alpha_beta(row) -> float:
+    """Naive baseline: one node's iteration (from its measured throughput) plus a ring all-reduce of the
+    gradient bytes among the nodes at the row's line rate (all its NICs), 2(n-1) messages of
+    ``ALPHA_BETA_LATENCY_S`` each, no overlap with compute (Thakur et al. 2005's ring). 1-bit optimizers send one
+    bit per element, full-precision ones their gradient dtype's."""
+    samples = row.gpus_per_node * row.batch_per_gpu
+    one_node_s = samples / row.single_node_throughput
+    bits = 1 if row.optimizer in ONE_BIT_OPTIMIZERS else GRAD_BITS.get(
+        GRAD_DTYPE_OF_PRECISION.get(row.precision, "fp32"), 32)
+    nbytes = row.params * bits / 8
+    n = row.nodes
+    bandwidth = row.line_rate_gbps * 1e9 * row.nics_per_node / 8
+    allreduce_s = 2 * (n - 1) * ALPHA_BETA_LATENCY_S + 2 * (n - 1) / n * nbytes / bandwidth
+    return n * samples / (one_node_s + allreduce_s)
+
+
+def _generic_nic(row) -> Nic:
+    """The NIC of a row's set-up from generic hardware data only: the preset of its transport and line rate if
+    there is one, else its transport's constants at its line rate."""
+    transport = TRANSPORT_OF[row.transport]
+    prefix = {"ib": "ib-", "roce": "roce-"}.get(row.transport)
+    for name in GENERIC_NETWORKS:
+        full = network_spec(name)
+        if (full["transport"] == transport and float(full["line_rate_gbps"]) == float(row.line_rate_gbps)
+                and (prefix is None or name.startswith(prefix))):
+            return make_nic(name, full | {"count": row.nics_per_node})
+    return make_nic(f"{row.transport}-{row.line_rate_gbps:g}g", TRANSPORTS[transport] | {
+        "transport": transport, "line_rate_gbps": float(row.line_rate_gbps), "count": row.nics_per_node})
+
+
+def corpus_cluster(row, fitted: bool) -> Cluster:
+    """The cluster of a row's set-up: its source's site profile when ``fitted`` and one exists, else generic
+    hardware data. ValueError (naming what is missing) if the simulator cannot express the set-up."""
+    if row.gpu not in GPUS:
+        raise ValueError(f"GPU {row.gpu!r} has no entry in sim/presets/gpus.toml")
+    if row.transport not in TRANSPORT_OF:
+        raise ValueError(f"transport {row.transport!r} is not one of {', '.join(TRANSPORT_OF)}")
+    if row.nics_per_node > row.gpus_per_node:
+        raise ValueError(f"{row.nics_per_node} NICs per node for {row.gpus_per_node} GPUs")
+    if row.intra == "nvlink":
+        intra = default_intra(row.gpu)
+        if INTRA[intra].get("kind", "nvlink") != "nvlink":
+            raise ValueError(f"no NVLink fabric preset for {row.gpu}")
+    elif f"{row.gpu}-pcie" in INTRA:
+        intra = f"{row.gpu}-pcie"
+    else:
+        raise ValueError(f"no {row.intra} fabric preset for {row.gpu} in sim/presets/intra.toml")
+    site = SITE_OF_SETUP.get((row.source, row.transport, float(row.line_rate_gbps))) if fitted else None
+    if site is not None and row.nics_per_node == 1:
+        return cluster(site, row.nodes, row.gpus_per_node, intra, row.gpu)
+    c = cluster("10gbe", row.nodes, row.gpus_per_node, intra, row.gpu)
+    return replace(c, nic=_generic_nic(row))
+
+
+def corpus_predict(row, fitted: bool, measured_node: bool = True) -> tuple[float, float]:
+    """(throughput, scale efficiency) the simulator predicts for a row, calibrated by its single-node
+    throughput (``measured_node``; else compute from the built-in GPU profiles); ValueError if the set-up cannot
+    be expressed."""
+    if row.optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer {row.optimizer!r} is not simulated")
+    if row.precision not in GRAD_DTYPE_OF_PRECISION:
+        raise ValueError(f"precision {row.precision!r} is not one of {', '.join(GRAD_DTYPE_OF_PRECISION)}")
+    c = corpus_cluster(row, fitted)
+    known = row.model in MODELS
+    options = {}
+    if "framework" in inspect.signature(predict).parameters:  # the framework as data, where the model has it
+        options["framework"] = row.framework
+    p = predict(c, model=row.model if known else None, params=None if known else int(row.params),
+                batch_per_gpu=int(row.batch_per_gpu), optimizer=row.optimizer,
+                single_node_throughput=float(row.single_node_throughput) if measured_node else None,
+                grad_dtype=GRAD_DTYPE_OF_PRECISION[row.precision], **options)
+    return p.throughput, p.scale_efficiency
+
+
+@dataclass(frozen=True)
+class CorpusPrediction:
+    """One corpus row: measured, the simulator in-sample (site profiles fitted on every row) and with its source
+    left out of every fit, the two baselines, and the interval fitted without its source."""
+
+    source: str
+    table: str
+    model: str
+    gpu: str
+    nodes: int
+    gpus_per_node: int
+    transport: str
+    line_rate_gbps: float
+    nics_per_node: int
+    framework: str
+    optimizer: str
+    regime: str  # from the measurement (the corpus schema's)
+    predicted_regime: str  # from the left-out prediction (what a user knows before measuring)
+    measured: float
+    in_sample: float
+    left_out: float
+    linear: float
+    alpha_beta: float
+    low: float  # the interval fitted on the other sources' rows
+    high: float
+
+    def error(self, predicted: float) -> float:
+        return (predicted - self.measured) / self.measured
+
+    @property
+    def covered(self) -> bool:
+        return self.low <= self.measured <= self.high
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        out.update({"error_in_sample": self.error(self.in_sample), "error_left_out": self.error(self.left_out),
+                    "error_linear": self.error(self.linear), "error_alpha_beta": self.error(self.alpha_beta),
+                    "covered": self.covered})
+        return out
+
+
+def _held_out_groups(corpus) -> dict[str, frozenset[str]]:
+    """Per source, the sources left out with it: itself and every source it is not independent of (a shared
+    testbed or authors: the corpus schema's ``independent_of`` list in sources.toml, read both ways)."""
+    sources = sorted({r.source for r in corpus})
+    linked = {s: {s} for s in sources}
+    try:
+        from sim.validation import load_sources
+        entries = load_sources()
+    except ImportError:
+        entries = {}
+    for s in sources:
+        entry = entries.get(s, {})
+        shared = entry.get("independent_of", ()) if isinstance(entry, dict) else getattr(entry, "independent_of", ())
+        for other in shared:
+            if other in linked:
+                linked[s].add(other)
+                linked[other].add(s)
+    return {s: frozenset(v) for s, v in linked.items()}
+
+
+def log_ratio_quantiles(log_ratios: list[float], level: float = INTERVAL_LEVEL) -> tuple[float, float]:
+    """Split-conformal bounds on log(measured / predicted): the k-th smallest with k = floor((n+1)(1-level)/2)
+    below and its mirror above, so that a new exchangeable row falls inside with probability >= ``level``
+    (Vovk et al. 2005; Lei et al. 2018); infinite where n is too small to say."""
+    xs = sorted(log_ratios)
+    n = len(xs)
+    tail = (1 - level) / 2
+    k_low = math.floor(round((n + 1) * tail, 9))  # rounded: (1 - 0.8) / 2 is 0.0999... in binary
+    k_high = math.ceil(round((n + 1) * (1 - tail), 9))
+    low = xs[k_low - 1] if k_low >= 1 else -math.inf
+    high = xs[k_high - 1] if k_high <= n else math.inf
+    return low, high
+
+
+def interval_around(predicted: float, bounds: tuple[float, float]) -> tuple[float, float]:
+    """The interval of a prediction from bounds on log(measured / predicted), stretched to hold the prediction
+    itself (where every left-out row lay on one side of its prediction, the bounds alone would exclude it)."""
+    return min(predicted, predicted * math.exp(bounds[0])), max(predicted, predicted * math.exp(bounds[1]))
+
+
+def interval_quantiles(predictions: list[tuple[str, float]]) -> dict[str, tuple[float, float]]:
+    """Per predicted regime (and ``all``, the regimes pooled), the conformal bounds of log(measured / predicted)
+    over (regime, log ratio) pairs."""
+    return {reg: log_ratio_quantiles([x for r, x in predictions if reg in (r, "all")]) for reg in (*REGIMES, "all")}
+
+
+@dataclass(frozen=True)
+class SkippedRow:
+    source: str
+    table: str
+    model: str
+    nodes: int
+    reason: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CorpusValidation:
+    """The corpus predicted in-sample and source by source left out, beside the two baselines."""
+
+    corpus: str
+    rows: tuple[CorpusPrediction, ...]
+    skipped: tuple[SkippedRow, ...]
+    quantiles: dict[str, tuple[float, float]]  # per predicted regime, from every row's left-out prediction
+    # the same for predictions whose compute comes from the built-in GPU profiles (no node measured), on the rows
+    # whose model and GPU the simulator knows
+    quantiles_unmeasured_node: dict[str, tuple[float, float]]
+
+    def mape(self, which: str, regime: str | None = None, source: str | None = None) -> float | None:
+        chosen = [r for r in self.rows if (regime is None or r.regime == regime)
+                  and (source is None or r.source == source)]
+        if not chosen:
+            return None
+        return sum(abs(r.error(getattr(r, which))) for r in chosen) / len(chosen)
+
+    def skill(self, regime: str | None = None) -> float | None:
+        ours, linear = self.mape("left_out", regime), self.mape("linear", regime)
+        return None if ours is None or not linear else ours / linear
+
+    def coverage(self, regime: str | None = None) -> float | None:
+        chosen = [r for r in self.rows if regime is None or r.predicted_regime == regime]
+        return sum(r.covered for r in chosen) / len(chosen) if chosen else None
+
+    def median_half_width(self, regime: str | None = None) -> float | None:
+        widths = sorted((r.high - r.low) / 2 / r.left_out for r in self.rows
+                        if regime is None or r.predicted_regime == regime)
+        if not widths:
+            return None
+        mid = len(widths) // 2
+        return widths[mid] if len(widths) % 2 else (widths[mid - 1] + widths[mid]) / 2
+
+    def table(self) -> list[dict]:
+        """Per source, per regime and overall: rows and the MAPE of in-sample, left-out, linear and alpha-beta."""
+        out = []
+        groups = [("all", None, None)] + [("regime", reg, None) for reg in REGIMES] + [
+            ("source", None, s) for s in sorted({r.source for r in self.rows})]
+        for kind, reg, source in groups:
+            n = sum(1 for r in self.rows if (reg is None or r.regime == reg) and (source is None or r.source == source))
+            out.append({"group": kind, "name": reg or source or "all", "rows": n,
+                        **{f"mape_{w}": self.mape(w, reg, source)
+                           for w in ("in_sample", "left_out", "linear", "alpha_beta")}})
+        return out
+
+    def summary(self) -> dict:
+        comm = REGIMES[1]
+        return {"corpus": self.corpus, "rows": len(self.rows), "skipped_rows": len(self.skipped),
+                "skill": self.skill(), "skill_communication_bound": self.skill(comm),
+                "mape_left_out": self.mape("left_out"), "mape_in_sample": self.mape("in_sample"),
+                "mape_linear": self.mape("linear"), "mape_alpha_beta": self.mape("alpha_beta"),
+                "interval_level": INTERVAL_LEVEL, "coverage": self.coverage(),
+                "coverage_by_regime": {reg: self.coverage(reg) for reg in REGIMES},
+                "median_half_width": self.median_half_width(),
+                "median_half_width_by_regime": {reg: self.median_half_width(reg) for reg in REGIMES}}
+
+    def as_dict(self) -> dict:
+        return {**self.summary(), "table": self.table(), "quantiles": {k: list(v) for k, v in self.quantiles.items()},
+                "quantiles_unmeasured_node": {k: list(v) for k, v in self.quantiles_unmeasured_node.items()},
+                "predictions": [r.as_dict() for r in self.rows], "skipped": [s.as_dict() for s in self.skipped]}
+
+
+def corpus_validation(corpus=None, name: str | None = None, progress=None) -> CorpusValidation:
+    """Predict every corpus row twice (with the site profiles fitted on its source's rows, and with generic
+    hardware data only), leave each source (with those sharing its testbed) out of every fit in turn, and fit
+    the intervals' quantiles on the other sources' left-out log ratios. Rows the simulator cannot express are
+    returned as skipped with the reason."""
+    if corpus is None:
+        corpus, name = corpus_rows()
+    done, skipped, unmeasured = [], [], []
+    for row in corpus:
+        try:
+            if row.single_node_throughput is None:
+                raise ValueError("the source gives no single-node throughput")
+            fitted = corpus_predict(row, True)
+            generic = corpus_predict(row, False) if (
+                row.source, row.transport, float(row.line_rate_gbps)) in SITE_OF_SETUP else fitted
+            done.append((row, fitted, generic))
+            if row.model in MODELS:
+                throughput, efficiency = corpus_predict(row, False, measured_node=False)
+                unmeasured.append((predicted_regime(efficiency), math.log(row.throughput / throughput)))
+        except ValueError as error:
+            skipped.append(SkippedRow(row.source, row.table, row.model, row.nodes, str(error)))
+        if progress is not None:
+            progress.update(1)
+    groups = _held_out_groups(corpus)
+    # with a source out, its site profiles have no rows to fit on: its rows take the generic prediction; every
+    # other source's rows are predicted alike whether or not the site was fitted
+    left_out = {id(row): generic for row, _, generic in done}
+    ratios = {id(row): (predicted_regime(left_out[id(row)][1]), math.log(row.throughput / left_out[id(row)][0]))
+              for row, _, _ in done}
+    out = []
+    for row, fitted, generic in done:
+        held = groups[row.source]
+        q = interval_quantiles([ratios[id(r)] for r, _, _ in done if r.source not in held])
+        reg = ratios[id(row)][0]
+        low, high = interval_around(generic[0], q[reg] if all(map(math.isfinite, q[reg])) else q["all"])
+        out.append(CorpusPrediction(
+            row.source, row.table, row.model, row.gpu, row.nodes, row.gpus_per_node, row.transport,
+            float(row.line_rate_gbps), row.nics_per_node, row.framework, row.optimizer, regime(row), reg,
+            row.throughput, fitted[0], generic[0], linear_scaling(row), alpha_beta(row),
+            low, high))
+    return CorpusValidation(name or "corpus", tuple(out), tuple(skipped), interval_quantiles(list(ratios.values())),
+                            interval_quantiles(unmeasured))
 
 
 def main(argv: list[str] | None = None) -> int:
