@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
-from sim.hardware import PRESETS, Cluster, cluster, load_cluster
+from sim.hardware import PRESETS, SITES, Cluster, cluster, load_cluster
 from sim.validate import INTERVAL_LEVEL, predicted_regime
 from sim.workload import predict
 
@@ -119,7 +119,7 @@ def extrapolation(c: Cluster, model: str | None, batch_per_gpu: int, grad_dtype:
     """Why a prediction leans on a site's fitted constants outside the range they were fitted on (empty: it does
     not, or the network is a generic preset with no fitted constant)."""
     nic = c.nic
-    if not nic.fitted:
+    if not nic.fitted or not nic.fitted_on:  # a file fitted by birder calibrate records no such range
         return []
     seen = dict(nic.fitted_on)
     reasons = []
@@ -173,11 +173,12 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                   single_node_throughput=single_node_throughput, warmup_fraction=warmup_fraction,
                   marsit_period=marsit_period, grad_dtype=grad_dtype, accumulation_steps=accumulation_steps,
                   hook_blocks_backward=hook_blocks_backward).as_dict()
-    low, high, basis = prediction_interval(out["throughput"], out["scale_efficiency"], c.nic.fitted,
+    site = c.nic.name in SITES
+    low, high, basis = prediction_interval(out["throughput"], out["scale_efficiency"], site,
                                            single_node_throughput is not None)
     reasons = extrapolation(c, model, batch_per_gpu, grad_dtype, accumulation_steps)
     out.update({"model": model if model is not None else f"params-{params}", "batch_per_gpu": batch_per_gpu,
-                "network": c.nic.name, "cluster": c.name or c.nic.name, "site_profile": c.nic.fitted,
+                "network": c.nic.name, "cluster": c.name or c.nic.name, "site_profile": site,
                 "optimizer": optimizer, "nodes": c.n_nodes, "gpus": c.n_gpus, "gpus_per_node": c.gpus_per_node,
                 "nics_per_node": c.nic.count, "grad_dtype": grad_dtype, "accumulation_steps": accumulation_steps,
                 "relative_error": (high - low) / 2 / out["throughput"], "throughput_low": low,
