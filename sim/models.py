@@ -78,6 +78,20 @@ def bert(name: str, hidden: int, n_layers: int, tokens: int = 384, vocab: int = 
     return ModelProfile(name, "transformer", tuple(layers))
 
 
+def bert_pretraining(name: str, hidden: int, n_layers: int, tokens: int, vocab: int = 30522) -> ModelProfile:
+    """BERT pre-training (Devlin et al. 2019) as Google's and NVIDIA's scripts build it: the encoder with its
+    pooler, the masked-LM head (a dense layer, a LayerNorm, an output bias; its weight tied to the word
+    embedding) and the 2-way next-sentence head; ``tokens`` per sequence (128 in phase 1, 512 in phase 2).
+    BERT-Large: 336,226,108 parameters (the paper's "340M"); BERT-Base: 110,106,428 ("110M")."""
+    h = hidden
+    layers = [Layer("embeddings", (vocab * h, 512 * h, 2 * h, h, h), 0.0)]
+    layers += _transformer_blocks("encoder", h, 4 * h, n_layers, tokens)
+    layers.append(Layer("pooler", (h * h, h), 2.0 * h * h))
+    layers.append(Layer("mlm_head", (h * h, h, h, h, vocab), tokens * 2.0 * (h * h + h * vocab)))
+    layers.append(Layer("nsp_head", (2 * h, 2), 2.0 * 2 * h))
+    return ModelProfile(name, "transformer", tuple(layers))
+
+
 def gpt2(tokens: int = 1024) -> ModelProfile:
     """GPT-2 small (Radford et al. 2019): 12 layers of 768, 1024-token context, LM head tied to the embedding."""
     h, vocab = 768, 50257
@@ -110,6 +124,8 @@ MODELS = {
     "resnet50": resnet50,
     "bert-base": lambda: bert("bert-base", 768, 12),
     "bert-large": lambda: bert("bert-large", 1024, 24),
+    "bert-large-pretrain-seq128": lambda: bert_pretraining("bert-large-pretrain-seq128", 1024, 24, 128),
+    "bert-large-pretrain-seq512": lambda: bert_pretraining("bert-large-pretrain-seq512", 1024, 24, 512),
     "gpt2": gpt2,
     "vit-b16": vit_b16,
 }
