@@ -124,6 +124,7 @@ MODELS = {
     "resnet50": resnet50,
     "bert-base": lambda: bert("bert-base", 768, 12),
     "bert-large": lambda: bert("bert-large", 1024, 24),
+    "bert-base-pretrain-seq128": lambda: bert_pretraining("bert-base-pretrain-seq128", 768, 12, 128),
     "bert-large-pretrain-seq128": lambda: bert_pretraining("bert-large-pretrain-seq128", 1024, 24, 128),
     "bert-large-pretrain-seq512": lambda: bert_pretraining("bert-large-pretrain-seq512", 1024, 24, 512),
     "gpt2": gpt2,

@@ -215,7 +215,7 @@ def load_corpus(path: str | Path | None = None, sources_path: str | Path | None 
             row = _parse_row(dict(zip(header, cells, strict=True)), sources)
         except ValueError as err:
             raise ValueError(f"{path}: line {line}: {err}") from None
-        key = tuple(getattr(row, f.name) for f in fields(row) if f.name not in ("throughput", "notes"))
+        key = tuple(getattr(row, f.name) for f in fields(row) if f.name != "throughput")
         if key in seen:
             raise ValueError(f"{path}: line {line}: repeats the set-up of line {seen[key]}")
         seen[key] = line
