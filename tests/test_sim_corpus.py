@@ -166,9 +166,13 @@ def test_bad_sources_file_is_refused(tmp_path, edit, message):
         load_corpus(sources_path=bad)
 
 
-def test_pretraining_profiles_have_the_published_parameter_counts():
-    """HuggingFace BertForPreTraining: 336,226,108 (bert-large-uncased) and 110,106,428 (bert-base-uncased)."""
+def test_added_profiles_have_the_published_parameter_counts():
+    """HuggingFace BertForPreTraining: 336,226,108 (bert-large-uncased) and 110,106,428 (bert-base-uncased);
+    torchvision: ResNet-101 44,549,160, ResNet-152 60,192,808, VGG-16 138,357,544."""
     from sim.models import bert_pretraining, model_profile
+    assert model_profile("resnet101").n_params == 44_549_160
+    assert model_profile("resnet152").n_params == 60_192_808
+    assert model_profile("vgg16").n_params == 138_357_544
     assert model_profile("bert-large-pretrain-seq128").n_params == 336_226_108
     assert model_profile("bert-large-pretrain-seq512").n_params == 336_226_108
     assert bert_pretraining("base", 768, 12, 128).n_params == 110_106_428
