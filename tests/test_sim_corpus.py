@@ -59,6 +59,18 @@ def test_birder_rows_are_the_public_csv_multi_node_rows():
     assert ours == expected
 
 
+def test_gradient_accumulation_is_read_from_the_notes():
+    """NVIDIA's PyTorch BERT table: mixed precision at 2 nodes and sequence length 128 accumulates 16
+    micro-batches of 256 per all-reduce (4096 per GPU); 32 nodes accumulate none. DLPerf accumulates nowhere."""
+    rows = load_corpus()
+    pytorch_bert = {(r.nodes, r.model, r.precision): r.grad_accum for r in rows
+                    if r.source == "nvidia-dle-pytorch-bert"}
+    assert pytorch_bert[(2, "bert-large-pretrain-seq128", "amp")] == 16
+    assert pytorch_bert[(32, "bert-large-pretrain-seq128", "amp")] == 1
+    assert pytorch_bert[(2, "bert-large-pretrain-seq512", "fp32")] == 128
+    assert {r.grad_accum for r in rows if r.source == "dlperf-oneflow"} == {1}
+
+
 def test_regime_follows_the_schema_definition():
     row = load_corpus()[0]
     base = replace(row, nodes=4, single_node_throughput=100.0)
@@ -122,6 +134,8 @@ def test_bad_header_is_refused(tmp_path, header, message):
     ("precision", "fp8", r"column precision: 'fp8' is not one of"),
     ("gpu", "A100 80GB", r"column gpu: 'A100 80GB' is not a lower-case name"),
     ("table", "", r"column table: empty"),
+    ("notes", "grad_accum=0", r"column notes: grad_accum=N must appear at most once, with N >= 1"),
+    ("notes", "grad_accum=2; grad_accum=4", r"column notes: grad_accum=N must appear at most once"),
 ])
 def test_bad_value_is_refused_naming_line_and_column(tmp_path, column, value, message):
     line = 5

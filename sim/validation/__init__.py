@@ -34,6 +34,7 @@ PARAMS_TOLERANCE = 0.05  # a row's parameter count may differ this much from the
 MAX_SCALING_EFFICIENCY = 1.25  # throughput above 1.25 x nodes x single-node is refused as a transcription error
 MAX_LINE_RATE_GBPS = 3200.0  # 8 x 400 Gb/s: no NIC of a published row is faster
 COMM_BOUND_GAP = 0.15  # linear scaling more than 15% above the measured throughput: communication-bound
+GRAD_ACCUM = re.compile(r"\bgrad_accum=(\d+)\b")  # in notes: micro-batches per all-reduce (absent: 1)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,12 @@ class PublishedRow:
     @property
     def gpus(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    @property
+    def grad_accum(self) -> int:
+        """Micro-batches of ``batch_per_gpu`` per all-reduce, from ``grad_accum=N`` in the notes (absent: 1)."""
+        found = GRAD_ACCUM.search(self.notes)
+        return int(found.group(1)) if found else 1
 
 
 @dataclass(frozen=True)
@@ -171,6 +178,8 @@ def _parse_row(record: dict[str, str], sources: dict[str, Source]) -> PublishedR
     for column, allowed in (("intra", INTRA), ("transport", TRANSPORTS), ("precision", PRECISIONS)):
         if getattr(row, column) not in allowed:
             raise ValueError(f"column {column}: {getattr(row, column)!r} is not one of {', '.join(allowed)}")
+    if len(GRAD_ACCUM.findall(row.notes)) > 1 or row.grad_accum < 1:
+        raise ValueError(f"column notes: grad_accum=N must appear at most once, with N >= 1 ({row.notes[:60]!r}...)")
     if row.nodes < 2:
         raise ValueError(f"column nodes: {row.nodes} is not a multi-node measurement (nodes >= 2)")
     if row.line_rate_gbps > MAX_LINE_RATE_GBPS:
