@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 from tqdm import tqdm
 
 from sim.hardware import PRESETS, SITES, Cluster, cluster, load_cluster
-from sim.validate import INTERVAL_LEVEL, predicted_regime
+from sim.models import model_profile
+from sim.validate import INTERVAL_LEVEL, alpha_beta_throughput, gradient_bits, predicted_regime
 from sim.workload import predict
 
 if TYPE_CHECKING:
@@ -45,18 +46,19 @@ def _corpus_digest(corpus) -> str:
 @lru_cache(maxsize=1)
 def interval_quantiles() -> dict:
     """The intervals' bounds on log(measured / predicted), 80% nominal: ``site_profile`` (the group
-    cross-validation's rows of the site profiles), ``measured_node`` and ``unmeasured_node`` (per predicted
-    regime, the corpus left out source by source; ``all`` pools the regimes). Read from the stored measurement
-    when it was taken on the same rows and corpus, else measured now (once per process)."""
+    cross-validation's rows of the site profiles), ``measured_node`` and ``unmeasured_node`` (per interval
+    regime, ``validate.interval_regime``, the corpus left out source by source; ``all`` pools the regimes). Read
+    from the stored measurement when it was taken on the same rows and corpus, else measured now (once per
+    process)."""
     from sim import validate
 
-    corpus, name = validate.corpus_rows()
+    corpus, _ = validate.corpus_rows()
     if CROSS_VALIDATION_FILE.exists():
         stored = json.loads(CROSS_VALIDATION_FILE.read_text()).get("intervals", {})
         if stored.get("corpus_sha256") == _corpus_digest(corpus) and stored.get("rows_sha256") == _rows_digest(
                 validate.PUBLIC_CSV):
             return _inflate(stored)
-    return _intervals(validate.corpus_validation(corpus, name), _cross_validation())
+    return _intervals(validate.corpus_validation(), _cross_validation())
 
 
 def _inflate(stored: dict) -> dict:
@@ -82,12 +84,12 @@ def _intervals(corpus_validation, cross: CrossValidation) -> dict:
             "unmeasured_node": dict(corpus_validation.quantiles_unmeasured_node)}
 
 
-def prediction_interval(throughput: float, scale_efficiency: float, site_profile: bool,
+def prediction_interval(throughput: float, alpha_beta_efficiency: float, site_profile: bool,
                         measured_node: bool) -> tuple[float, float, str]:
     """(low, high, basis) of a prediction's 80% interval: the quantiles of log(measured / predicted) on rows left
-    out of every fit that match it (a site profile; else its predicted regime, calibrated on a measured node or
-    not). A regime whose rows are too few to bound takes the regimes pooled; with no bound at all, the interval is
-    (0, inf) and says so."""
+    out of every fit that match it (a site profile; else the regime a plain alpha-beta ring predicts,
+    ``validate.interval_regime``, calibrated on a measured node or not). A regime whose rows are too few to bound
+    takes the regimes pooled; with no bound at all, the interval is (0, inf) and says so."""
     from sim import validate
 
     q = interval_quantiles()
@@ -95,8 +97,9 @@ def prediction_interval(throughput: float, scale_efficiency: float, site_profile
         bounds, basis = q["site_profile"], "site profile: its public rows, groups left out of the fit"
     else:
         key = "measured_node" if measured_node else "unmeasured_node"
-        reg = validate.predicted_regime(scale_efficiency)
-        bounds, basis = q[key][reg], f"{reg}, {key.replace('_', ' ')}: {q['corpus']}, each source left out"
+        reg = validate.interval_regime(alpha_beta_efficiency)
+        bounds, basis = q[key][reg], (f"{reg} by an alpha-beta ring, {key.replace('_', ' ')}: {q['corpus']}, "
+                                      "each source left out")
         if not all(map(math.isfinite, bounds)):
             bounds, basis = q[key]["all"], basis + " (regimes pooled: too few rows of this regime)"
     if not all(map(math.isfinite, bounds)):
@@ -174,8 +177,12 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                   marsit_period=marsit_period, grad_dtype=grad_dtype, accumulation_steps=accumulation_steps,
                   hook_blocks_backward=hook_blocks_backward).as_dict()
     site = c.nic.name in SITES
-    low, high, basis = prediction_interval(out["throughput"], out["scale_efficiency"], site,
-                                           single_node_throughput is not None)
+    n_params = params if model is None else model_profile(model).n_params
+    samples = c.gpus_per_node * batch_per_gpu * accumulation_steps
+    naive = alpha_beta_throughput(n_params, gradient_bits(optimizer, grad_dtype), c.n_nodes, samples,
+                                  out["single_node_throughput"], c.nic.line_rate * c.nic.count / 8)
+    low, high, basis = prediction_interval(out["throughput"], naive / (c.n_nodes * out["single_node_throughput"]),
+                                           site, single_node_throughput is not None)
     reasons = extrapolation(c, model, batch_per_gpu, grad_dtype, accumulation_steps)
     out.update({"model": model if model is not None else f"params-{params}", "batch_per_gpu": batch_per_gpu,
                 "network": c.nic.name, "cluster": c.name or c.nic.name, "site_profile": site,
@@ -277,14 +284,13 @@ def finite_json_value(value):
 def write_cross_validation() -> Path:
     """Measure the group cross-validation on the public rows and the corpus's intervals and store them (with the
     rows' and the corpus's SHA-256) for ``prediction_interval`` and ``validation_summary``."""
-    from birder.atomic import write_text
+    from safeio.atomic import write_text
     from sim import validate
 
     cross = validate.group_cross_validation()
-    corpus, name = validate.corpus_rows()
     body = {"command": "python -m sim.api --write-cross-validation",
             "rows_sha256": _rows_digest(validate.PUBLIC_CSV), **_split(cross), "cross_validation": cross.as_dict(),
-            "intervals": _intervals(validate.corpus_validation(corpus, name), cross)}
+            "intervals": _intervals(validate.corpus_validation(), cross)}
     return write_text(CROSS_VALIDATION_FILE, json.dumps(finite_json_value(body), indent=1, allow_nan=False) + "\n")
 
 

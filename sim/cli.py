@@ -22,9 +22,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from birder.argtypes import positive_int, positive_number
-from birder.atomic import write_text
 from birder_ref.schedules import SCHEMES, Layout
+from safeio.argtypes import positive_int, positive_number
+from safeio.atomic import write_text
 from sim.api import MAX_BATCH_PER_GPU, finite_json_value
 from sim.hardware import (
     GENERIC_NETWORKS,
@@ -407,10 +407,7 @@ def run_validate(args) -> int:
             cross = validate.group_cross_validation(args.csv, progress=bar)
         summary["cross_validated_mape"] = cross.mape
         summary["cross_validation"] = cross.as_dict()
-    corpus, corpus_name = validate.corpus_rows()
-    with tqdm(total=len(corpus), desc="corpus", unit="row", file=sys.stderr,
-              disable=True if (args.json or _quiet(args)) else None) as bar:
-        loso = validate.corpus_validation(corpus, corpus_name, progress=bar)
+    loso = validate.corpus_validation()
     summary["corpus_validation"] = loso.as_dict()
     if args.out:
         from sim import plots
@@ -480,9 +477,12 @@ def _print_corpus_validation(loso) -> None:
     print(f"skill (left-out MAPE / linear scaling's): {skill} on communication-bound rows, {overall} overall; "
           f"left-out MAPE {_percent(s['mape_left_out'])} (in-sample {_percent(s['mape_in_sample'])})")
     print(f"{s['interval_level']:.0%} intervals, fitted without the row's source: coverage "
-          f"{_percent(s['coverage'])}, median half-width {_percent(s['median_half_width'])}; by predicted regime: "
+          f"{_percent(s['coverage'])}, median half-width {_percent(s['median_half_width'])}; by the regime an "
+          "alpha-beta ring predicts (what the intervals are keyed on): "
           + "; ".join(f"{reg} {_percent(s['coverage_by_regime'][reg])} covered, half-width "
-                      f"{_percent(s['median_half_width_by_regime'][reg])}" for reg in REGIMES))
+                      f"{_percent(s['median_half_width_by_regime'][reg])}" for reg in REGIMES)
+          + "; by measured regime: " + ", ".join(f"{reg} {_percent(s['coverage_by_measured_regime'][reg])} covered"
+                                                 for reg in REGIMES))
     for skipped in loso.skipped:
         print(f"skipped: {skipped.source} {skipped.table} {skipped.model} on {skipped.nodes} nodes: {skipped.reason}")
 

@@ -21,8 +21,10 @@ import inspect
 import math
 import sys
 from dataclasses import asdict, dataclass, fields, replace
+from functools import lru_cache
 from pathlib import Path
 
+from birder_ref import registry
 from sim.hardware import (
     GENERIC_NETWORKS,
     GPUS,
@@ -40,6 +42,8 @@ from sim.hardware import (
 )
 from sim.models import MODELS, model_profile
 from sim.system import burst_bytes, phase_load, step_schedule
+from sim.validation import COMM_BOUND_GAP
+from sim.validation import regime as corpus_regime
 from sim.workload import GRAD_BITS, OPTIMIZERS, ddp_buckets, policy, predict
 
 PUBLIC_CSV = Path(__file__).resolve().parent / "presets" / "birder_public.csv"
@@ -421,82 +425,33 @@ def cross_validation_groups(path: str | Path | None = None) -> int:
 
 
 # ------------------------------------------------------------------------ the corpus: leave one source out
-# Published multi-node rows of several sources (sim/validation/corpus.csv, its schema in sim/validation/README;
-# here read through ``corpus_rows``). Every prediction is calibrated by the row's own single-node throughput and
+# Published multi-node rows of several sources (sim/validation/corpus.csv, its schema in
+# sim/validation/README.md). Every prediction is calibrated by the row's own single-node throughput and
 # runs on a cluster built from the row's set-up. The only constants fitted to rows are the site profiles'
 # (fitted on one source's rows) and the intervals' quantiles (fitted on every row): leaving a source out removes
 # it from both. Two naive baselines are computed on the same rows.
-COMM_BOUND_MARGIN = 1.15  # corpus schema: linear scaling more than 15% above the measured throughput
+COMM_BOUND_MARGIN = 1 + COMM_BOUND_GAP  # the corpus's line: linear scaling 15% above the throughput
 REGIMES = ("compute-bound", "communication-bound")
 INTERVAL_LEVEL = 0.8  # the intervals' nominal coverage
-PAPER_SOURCE = "birder-paper"  # the corpus's id of the Birder paper (its rows are the site profiles' fit)
+PAPER_SOURCE = "birder-neurips2023"  # the corpus's id of the Birder paper (its rows are the site profiles' fit)
 # (source, transport, line rate in Gb/s) -> the site profile fitted on that source's rows of that testbed
 SITE_OF_SETUP = {(PAPER_SOURCE, "tcp", 10.0): "birder-paper-10gbe", (PAPER_SOURCE, "ib", 200.0): "birder-paper-ib"}
 TRANSPORT_OF = {"tcp": "socket", "ib": "ib", "roce": "ib"}
 # alpha-beta baseline: NCCL's own per-message figure for a network hop of a ring (tuning.cc: Simple protocol base
 # latency 8.4 us + NET hardware latency 14 us, the figure SimAI's send_lat tables use; shared/notes/anchor_sim.md 2)
 ALPHA_BETA_LATENCY_S = 22.4e-6
-ONE_BIT_OPTIMIZERS = ("onebit-adam", "zero-one-adam", "birder", "marsit")
+# optimizers of the corpus that the simulator runs as another that communicates the same way: LAMB all-reduces
+# full-precision gradients as Adam does (You et al. 2020, Algorithm 2: a per-layer trust ratio on the same
+# moments), plain SGD as SGD with momentum; their step's compute is in the measured single-node throughput
+SIMULATED_AS = {"lamb": "adam", "sgd": "sgdm"}
 GRAD_DTYPE_OF_PRECISION = {"fp32": "fp32", "amp": "fp32", "fp16": "fp16", "bf16": "bf16"}  # amp: fp32 gradients
 
 
-@dataclass(frozen=True)
-class CorpusRow:
-    """One published multi-node measurement in the corpus schema (the public rows converted to it; the corpus
-    loader's ``PublishedRow`` has the same fields)."""
-
-    source: str
-    table: str
-    model: str
-    params: int
-    gpu: str
-    gpus_per_node: int
-    intra: str
-    nodes: int
-    line_rate_gbps: float
-    transport: str
-    nics_per_node: int
-    framework: str
-    comm_library: str
-    optimizer: str
-    precision: str
-    batch_per_gpu: int
-    throughput: float
-    single_node_throughput: float | None
-    notes: str = ""
-
-
-def public_rows_as_corpus(path: str | Path | None = None) -> tuple[CorpusRow, ...]:
-    """The Birder paper's public rows (sim/presets/birder_public.csv) in the corpus schema: each multi-node row
-    with the same table's 8-GPU row as its single-node throughput."""
-    table = rows(path)
-    setups = {"10gbe": (10.0, "tcp"), "ib-hdr": (200.0, "ib")}
-    out = []
-    for r in table:
-        if r.gpus <= GPUS_PER_NODE:
-            continue
-        rate, transport = setups[r.network]
-        out.append(CorpusRow(PAPER_SOURCE, "Tables 1 and 3", r.model, model_profile(r.model).n_params, "a100",
-                             GPUS_PER_NODE, "nvlink", r.gpus // GPUS_PER_NODE, rate, transport, 1, "ddp", "nccl",
-                             r.optimizer, "fp32", r.batch_per_gpu, r.throughput, single_node(table, r),
-                             "sim/presets/birder_public.csv"))
-    return tuple(out)
-
-
 def corpus_rows() -> tuple[tuple, str]:
-    """The validation corpus and what it is: ``sim.validation.load_corpus()`` where that package exists, else
-    the public rows converted to its schema (one source)."""
-    try:
-        from sim.validation import load_corpus
-    except ImportError:
-        return public_rows_as_corpus(), "the Birder paper's public rows only (sim/presets/birder_public.csv)"
+    """The validation corpus (``sim.validation.load_corpus``) and where it comes from."""
+    from sim.validation import load_corpus
+
     return tuple(load_corpus()), "sim/validation/corpus.csv"
-
-
-def regime(row) -> str:
-    """The corpus schema's regime: communication-bound when linear scaling is more than 15% above the
-    measured throughput."""
-    return REGIMES[row.nodes * row.single_node_throughput > COMM_BOUND_MARGIN * row.throughput]
 
 
 def predicted_regime(scale_efficiency: float) -> str:
@@ -510,20 +465,35 @@ def linear_scaling(row) -> float:
     return row.nodes * row.single_node_throughput
 
 
+def alpha_beta_throughput(params: int, bits: int, nodes: int, samples_per_node: int, single_node_throughput: float,
+                          bandwidth: float) -> float:
+    """Naive baseline: one node's step (``samples_per_node`` at its measured throughput) plus a ring all-reduce
+    of ``params`` x ``bits`` among ``nodes`` at ``bandwidth`` bytes/s per node, 2(n-1) messages of
+    ``ALPHA_BETA_LATENCY_S`` each, no overlap with compute (Thakur et al. 2005's ring)."""
+    one_node_s = samples_per_node / single_node_throughput
+    allreduce_s = 2 * (nodes - 1) * ALPHA_BETA_LATENCY_S + 2 * (nodes - 1) / nodes * params * bits / 8 / bandwidth
+    return nodes * samples_per_node / (one_node_s + allreduce_s)
+
+
+def gradient_bits(optimizer: str, grad_dtype: str) -> int:
+    """Bits per gradient element a step sends: 1 for an optimizer that compresses, else the gradient dtype's."""
+    return 1 if registry.get(optimizer).compressed else GRAD_BITS[grad_dtype]
+
+
 def alpha_beta(row) -> float:
-    """Naive baseline: one node's iteration (from its measured throughput) plus a ring all-reduce of the
-    gradient bytes among the nodes at the row's line rate (all its NICs), 2(n-1) messages of
-    ``ALPHA_BETA_LATENCY_S`` each, no overlap with compute (Thakur et al. 2005's ring). 1-bit optimizers send one
-    bit per element, full-precision ones their gradient dtype's."""
-    samples = row.gpus_per_node * row.batch_per_gpu
-    one_node_s = samples / row.single_node_throughput
-    bits = 1 if row.optimizer in ONE_BIT_OPTIMIZERS else GRAD_BITS.get(
-        GRAD_DTYPE_OF_PRECISION.get(row.precision, "fp32"), 32)
-    nbytes = row.params * bits / 8
-    n = row.nodes
-    bandwidth = row.line_rate_gbps * 1e9 * row.nics_per_node / 8
-    allreduce_s = 2 * (n - 1) * ALPHA_BETA_LATENCY_S + 2 * (n - 1) / n * nbytes / bandwidth
-    return n * samples / (one_node_s + allreduce_s)
+    """``alpha_beta_throughput`` of a corpus row: its line rate on all its NICs, once per optimizer step
+    (``grad_accum`` micro-batches)."""
+    bits = gradient_bits(SIMULATED_AS.get(row.optimizer, row.optimizer),
+                         GRAD_DTYPE_OF_PRECISION.get(row.precision, "fp32"))
+    return alpha_beta_throughput(row.params, bits, row.nodes, row.gpus_per_node * row.batch_per_gpu * row.grad_accum,
+                                 row.single_node_throughput, row.line_rate_gbps * 1e9 * row.nics_per_node / 8)
+
+
+def interval_regime(alpha_beta_efficiency: float) -> str:
+    """The regime an interval is keyed on: the one a plain alpha-beta ring predicts (``predicted_regime`` of its
+    scale efficiency), known before measuring and, unlike the simulator's own, not optimistic where the
+    simulator is."""
+    return predicted_regime(alpha_beta_efficiency)
 
 
 def _generic_nic(row) -> Nic:
@@ -564,11 +534,12 @@ def corpus_cluster(row, fitted: bool) -> Cluster:
     return replace(c, nic=_generic_nic(row))
 
 
-def corpus_predict(row, fitted: bool, measured_node: bool = True) -> tuple[float, float]:
-    """(throughput, scale efficiency) the simulator predicts for a row, calibrated by its single-node
+def corpus_predict(row, fitted: bool, measured_node: bool = True):
+    """The simulator's prediction (``sim.workload.Prediction``) for a row, calibrated by its single-node
     throughput (``measured_node``; else compute from the built-in GPU profiles); ValueError if the set-up cannot
     be expressed."""
-    if row.optimizer not in OPTIMIZERS:
+    optimizer = SIMULATED_AS.get(row.optimizer, row.optimizer)
+    if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer {row.optimizer!r} is not simulated")
     if row.precision not in GRAD_DTYPE_OF_PRECISION:
         raise ValueError(f"precision {row.precision!r} is not one of {', '.join(GRAD_DTYPE_OF_PRECISION)}")
@@ -578,10 +549,10 @@ def corpus_predict(row, fitted: bool, measured_node: bool = True) -> tuple[float
     if "framework" in inspect.signature(predict).parameters:  # the framework as data, where the model has it
         options["framework"] = row.framework
     p = predict(c, model=row.model if known else None, params=None if known else int(row.params),
-                batch_per_gpu=int(row.batch_per_gpu), optimizer=row.optimizer,
+                batch_per_gpu=int(row.batch_per_gpu), optimizer=optimizer,
                 single_node_throughput=float(row.single_node_throughput) if measured_node else None,
-                grad_dtype=GRAD_DTYPE_OF_PRECISION[row.precision], **options)
-    return p.throughput, p.scale_efficiency
+                grad_dtype=GRAD_DTYPE_OF_PRECISION[row.precision], accumulation_steps=row.grad_accum, **options)
+    return p
 
 
 @dataclass(frozen=True)
@@ -601,7 +572,7 @@ class CorpusPrediction:
     framework: str
     optimizer: str
     regime: str  # from the measurement (the corpus schema's)
-    predicted_regime: str  # from the left-out prediction (what a user knows before measuring)
+    interval_regime: str  # the alpha-beta baseline's regime, which the interval is keyed on (known beforehand)
     measured: float
     in_sample: float
     left_out: float
@@ -628,17 +599,13 @@ class CorpusPrediction:
 def _held_out_groups(corpus) -> dict[str, frozenset[str]]:
     """Per source, the sources left out with it: itself and every source it is not independent of (a shared
     testbed or authors: the corpus schema's ``independent_of`` list in sources.toml, read both ways)."""
+    from sim.validation import load_sources
+
     sources = sorted({r.source for r in corpus})
     linked = {s: {s} for s in sources}
-    try:
-        from sim.validation import load_sources
-        entries = load_sources()
-    except ImportError:
-        entries = {}
+    entries = load_sources()
     for s in sources:
-        entry = entries.get(s, {})
-        shared = entry.get("independent_of", ()) if isinstance(entry, dict) else getattr(entry, "independent_of", ())
-        for other in shared:
+        for other in entries[s].independent_of if s in entries else ():
             if other in linked:
                 linked[s].add(other)
                 linked[other].add(s)
@@ -666,7 +633,7 @@ def interval_around(predicted: float, bounds: tuple[float, float]) -> tuple[floa
 
 
 def interval_quantiles(predictions: list[tuple[str, float]]) -> dict[str, tuple[float, float]]:
-    """Per predicted regime (and ``all``, the regimes pooled), the conformal bounds of log(measured / predicted)
+    """Per interval regime (and ``all``, the regimes pooled), the conformal bounds of log(measured / predicted)
     over (regime, log ratio) pairs."""
     return {reg: log_ratio_quantiles([x for r, x in predictions if reg in (r, "all")]) for reg in (*REGIMES, "all")}
 
@@ -690,7 +657,7 @@ class CorpusValidation:
     corpus: str
     rows: tuple[CorpusPrediction, ...]
     skipped: tuple[SkippedRow, ...]
-    quantiles: dict[str, tuple[float, float]]  # per predicted regime, from every row's left-out prediction
+    quantiles: dict[str, tuple[float, float]]  # per interval regime, from every row's left-out prediction
     # the same for predictions whose compute comes from the built-in GPU profiles (no node measured), on the rows
     # whose model and GPU the simulator knows
     quantiles_unmeasured_node: dict[str, tuple[float, float]]
@@ -706,13 +673,14 @@ class CorpusValidation:
         ours, linear = self.mape("left_out", regime), self.mape("linear", regime)
         return None if ours is None or not linear else ours / linear
 
-    def coverage(self, regime: str | None = None) -> float | None:
-        chosen = [r for r in self.rows if regime is None or r.predicted_regime == regime]
+    def coverage(self, regime: str | None = None, measured: bool = False) -> float | None:
+        """Share of rows inside their interval: all, or those of one interval regime (or measured regime)."""
+        chosen = [r for r in self.rows if regime is None or (r.regime if measured else r.interval_regime) == regime]
         return sum(r.covered for r in chosen) / len(chosen) if chosen else None
 
     def median_half_width(self, regime: str | None = None) -> float | None:
         widths = sorted((r.high - r.low) / 2 / r.left_out for r in self.rows
-                        if regime is None or r.predicted_regime == regime)
+                        if regime is None or r.interval_regime == regime)
         if not widths:
             return None
         mid = len(widths) // 2
@@ -738,6 +706,7 @@ class CorpusValidation:
                 "mape_linear": self.mape("linear"), "mape_alpha_beta": self.mape("alpha_beta"),
                 "interval_level": INTERVAL_LEVEL, "coverage": self.coverage(),
                 "coverage_by_regime": {reg: self.coverage(reg) for reg in REGIMES},
+                "coverage_by_measured_regime": {reg: self.coverage(reg, measured=True) for reg in REGIMES},
                 "median_half_width": self.median_half_width(),
                 "median_half_width_by_regime": {reg: self.median_half_width(reg) for reg in REGIMES}}
 
@@ -747,13 +716,20 @@ class CorpusValidation:
                 "predictions": [r.as_dict() for r in self.rows], "skipped": [s.as_dict() for s in self.skipped]}
 
 
+@lru_cache(maxsize=1)
+def _shipped_corpus_validation() -> CorpusValidation:
+    """The shipped corpus's validation, once per process (the command line, the stored intervals and the report
+    read the same run)."""
+    return corpus_validation(*corpus_rows())
+
+
 def corpus_validation(corpus=None, name: str | None = None, progress=None) -> CorpusValidation:
     """Predict every corpus row twice (with the site profiles fitted on its source's rows, and with generic
     hardware data only), leave each source (with those sharing its testbed) out of every fit in turn, and fit
     the intervals' quantiles on the other sources' left-out log ratios. Rows the simulator cannot express are
     returned as skipped with the reason."""
     if corpus is None:
-        corpus, name = corpus_rows()
+        return _shipped_corpus_validation()
     done, skipped, unmeasured = [], [], []
     for row in corpus:
         try:
@@ -764,8 +740,10 @@ def corpus_validation(corpus=None, name: str | None = None, progress=None) -> Co
                 row.source, row.transport, float(row.line_rate_gbps)) in SITE_OF_SETUP else fitted
             done.append((row, fitted, generic))
             if row.model in MODELS:
-                throughput, efficiency = corpus_predict(row, False, measured_node=False)
-                unmeasured.append((predicted_regime(efficiency), math.log(row.throughput / throughput)))
+                p = corpus_predict(row, False, measured_node=False)
+                shown = replace(row, single_node_throughput=p.single_node_throughput)
+                unmeasured.append((interval_regime(alpha_beta(shown) / linear_scaling(shown)),
+                                   math.log(row.throughput / p.throughput)))
         except ValueError as error:
             skipped.append(SkippedRow(row.source, row.table, row.model, row.nodes, str(error)))
         if progress is not None:
@@ -773,19 +751,18 @@ def corpus_validation(corpus=None, name: str | None = None, progress=None) -> Co
     groups = _held_out_groups(corpus)
     # with a source out, its site profiles have no rows to fit on: its rows take the generic prediction; every
     # other source's rows are predicted alike whether or not the site was fitted
-    left_out = {id(row): generic for row, _, generic in done}
-    ratios = {id(row): (predicted_regime(left_out[id(row)][1]), math.log(row.throughput / left_out[id(row)][0]))
-              for row, _, _ in done}
+    ratios = {id(row): (interval_regime(alpha_beta(row) / linear_scaling(row)),
+                        math.log(row.throughput / generic.throughput)) for row, _, generic in done}
     out = []
     for row, fitted, generic in done:
         held = groups[row.source]
         q = interval_quantiles([ratios[id(r)] for r, _, _ in done if r.source not in held])
         reg = ratios[id(row)][0]
-        low, high = interval_around(generic[0], q[reg] if all(map(math.isfinite, q[reg])) else q["all"])
+        low, high = interval_around(generic.throughput, q[reg] if all(map(math.isfinite, q[reg])) else q["all"])
         out.append(CorpusPrediction(
             row.source, row.table, row.model, row.gpu, row.nodes, row.gpus_per_node, row.transport,
-            float(row.line_rate_gbps), row.nics_per_node, row.framework, row.optimizer, regime(row), reg,
-            row.throughput, fitted[0], generic[0], linear_scaling(row), alpha_beta(row),
+            float(row.line_rate_gbps), row.nics_per_node, row.framework, row.optimizer, corpus_regime(row), reg,
+            row.throughput, fitted.throughput, generic.throughput, linear_scaling(row), alpha_beta(row),
             low, high))
     return CorpusValidation(name or "corpus", tuple(out), tuple(skipped), interval_quantiles(list(ratios.values())),
                             interval_quantiles(unmeasured))

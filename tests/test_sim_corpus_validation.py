@@ -10,24 +10,26 @@ import pytest
 from birder.cli import main
 from sim import api, validate
 from sim.hardware import cluster
+from sim.validation import load_corpus
 from sim.workload import predict
 
 
 @pytest.fixture(scope="module")
 def public():
-    return validate.public_rows_as_corpus()
+    """The Birder paper's rows of the corpus (its public tables)."""
+    return tuple(r for r in load_corpus() if r.source == validate.PAPER_SOURCE)
 
 
-def test_public_rows_in_the_corpus_schema(public):
-    """18 multi-node rows, each with the same table's 8-GPU row as its single-node throughput."""
+def test_the_papers_rows_are_the_site_profiles_rows(public):
+    """18 multi-node rows whose single-node throughput is the public CSV's 8-GPU row of the same optimizer."""
     assert len(public) == 18 and {r.nodes for r in public} == {2, 4, 8}
     table = validate.rows()
     for r in public:
         one = [t for t in table if (t.network, t.optimizer, t.gpus) == (
             {"tcp": "10gbe", "ib": "ib-hdr"}[r.transport], r.optimizer, 8)]
         assert r.single_node_throughput == one[0].throughput
+        assert (r.source, r.transport, float(r.line_rate_gbps)) in validate.SITE_OF_SETUP
     sgdm_64_tcp = next(r for r in public if (r.transport, r.optimizer, r.nodes) == ("tcp", "sgdm", 8))
-    assert validate.regime(sgdm_64_tcp) == "communication-bound"  # 8 x 3693 against 6189 measured
     assert validate.linear_scaling(sgdm_64_tcp) == 8 * 3693
 
 
@@ -39,6 +41,8 @@ def test_alpha_beta_baseline_by_hand(public):
     assert validate.alpha_beta(row) == pytest.approx(4 * 256 / (256 / 3693 + allreduce))
     one_bit = replace(row, optimizer="birder", single_node_throughput=3462)
     assert validate.alpha_beta(one_bit) > validate.alpha_beta(replace(one_bit, optimizer="sgdm"))
+    accumulating = replace(row, notes="grad_accum=4")  # one all-reduce per four micro-batches
+    assert validate.alpha_beta(accumulating) > validate.alpha_beta(row)
 
 
 def test_a_source_left_out_loses_its_site_fit_and_its_interval_never_sees_it(public):
@@ -83,30 +87,35 @@ def test_conformal_bounds_are_order_statistics():
 
 
 def test_validate_reports_skill_coverage_and_width_beside_the_baselines(capsys):
+    """The whole corpus (the same run as the stored intervals): each row predicted or listed as skipped; the
+    80% intervals, fitted without each row's source, cover at least 80% of the rows left out."""
     assert main(["validate", "--json", "--no-cross-validation"]) == 0
     out = json.loads(capsys.readouterr().out)["corpus_validation"]
-    assert out["rows"] + out["skipped_rows"] == len(validate.corpus_rows()[0])
+    assert out["rows"] + out["skipped_rows"] == len(load_corpus())
+    assert len({p["source"] for p in out["predictions"]}) >= 5
+    assert out["coverage"] >= 0.8 and all(c >= 0.8 for c in out["coverage_by_regime"].values())
     assert out["skill"] == pytest.approx(out["mape_left_out"] / out["mape_linear"])
     groups = {(t["group"], t["name"]) for t in out["table"]}
     assert {("all", "all"), ("regime", "compute-bound"), ("regime", "communication-bound")} <= groups
     assert all({"mape_in_sample", "mape_left_out", "mape_linear", "mape_alpha_beta"} <= set(t) for t in out["table"])
     assert 0 <= out["coverage"] <= 1
-    assert main(["validate", "--no-cross-validation", "--quiet"]) == 0
+    assert main(["validate", "--no-cross-validation", "--quiet"]) == 0  # the second run reuses the first's
     text = capsys.readouterr().out
     assert "skill (left-out MAPE / linear scaling's)" in text and "median half-width" in text
 
 
 def test_predict_intervals_follow_the_regime_and_the_measured_node():
-    """A compute-bound prediction on a measured node and a communication-bound one take their own regime's
-    bounds; the interval always holds the prediction."""
+    """A prediction on a fast network and one on a slow network take their regime's bounds (the slow one's
+    wider, as the corpus's left-out rows are); the interval always holds the prediction."""
     fast = api.predict_config("resnet50", 4, "ib-ndr", single_node_throughput=3693)
     slow = api.predict_config("gpt2", 8, "10gbe", single_node_throughput=300)
     unmeasured = api.predict_config("gpt2", 8, "10gbe")
-    assert fast["regime"] == "compute-bound" and slow["regime"] == "communication-bound"
+    assert fast["interval_basis"].startswith("compute-bound by an alpha-beta ring, measured node")
+    assert slow["interval_basis"].startswith("communication-bound by an alpha-beta ring, measured node")
+    assert "unmeasured node" in unmeasured["interval_basis"]
     for out in (fast, slow, unmeasured):
         assert out["throughput_low"] <= out["throughput"] <= out["throughput_high"]
         assert out["interval_level"] == 0.8
-    assert "measured node" in fast["interval_basis"] and "unmeasured node" in unmeasured["interval_basis"]
-    q = api.interval_quantiles()
-    low, high = q["measured_node"]["compute-bound"]
+    assert slow["relative_error"] > fast["relative_error"]
+    low, _ = api.interval_quantiles()["measured_node"]["compute-bound"]
     assert fast["throughput_low"] == pytest.approx(min(fast["throughput"], fast["throughput"] * math.exp(low)))
