@@ -67,6 +67,7 @@ def _inflate(stored: dict) -> dict:
         return (-math.inf if pair[0] is None else pair[0], math.inf if pair[1] is None else pair[1])
 
     out = dict(stored)
+    out["summary"] = finite_json_value(stored["summary"])
     out["site_profile"] = bounds(stored["site_profile"])
     for key in ("measured_node", "unmeasured_node"):
         out[key] = {k: bounds(v) for k, v in stored[key].items()}
@@ -78,7 +79,8 @@ def _intervals(corpus_validation, cross: CrossValidation) -> dict:
 
     corpus, _ = validate.corpus_rows()
     site = [math.log(r.published / r.predicted) for r in cross.rows if not r.left_out.startswith("network=")]
-    return {"corpus": corpus_validation.corpus, "corpus_sha256": _corpus_digest(corpus),
+    return {"corpus": corpus_validation.corpus, "summary": corpus_validation.summary(),
+            "table": corpus_validation.table(), "corpus_sha256": _corpus_digest(corpus),
             "rows_sha256": _rows_digest(validate.PUBLIC_CSV), "level": validate.INTERVAL_LEVEL,
             "site_profile": validate.log_ratio_quantiles(site), "measured_node": dict(corpus_validation.quantiles),
             "unmeasured_node": dict(corpus_validation.quantiles_unmeasured_node)}
@@ -241,8 +243,9 @@ def sweep_grid(model: str, nodes: list[int], networks: list[str] | None, optimiz
 def validation_summary(cross_validate: bool = True) -> dict:
     """The public rows predicted with the site profiles: ``fit_mape`` (in-sample: the sites' constants were fitted
     on these rows), ``cross_validated_mape`` (groups left out of the fit: an optimizer, a GPU count, a network),
-    ``cross_validation`` (its detail per group; the stored measurement of these rows when there is one) and
-    ``rows``, as plain dicts (``as_dict()`` of ``sim.validate``'s results)."""
+    ``cross_validation`` (its detail per group; the stored measurement of these rows when there is one),
+    ``corpus_validation`` (the corpus with each source left out: ``summary`` and per-group ``table``, as
+    ``birder validate`` prints them) and ``rows``, as plain dicts (``as_dict()`` of ``sim.validate``'s results)."""
     from sim import validate
 
     results = validate.compare(validate.rows())
@@ -253,6 +256,8 @@ def validation_summary(cross_validate: bool = True) -> dict:
         split = _split(cross)
         out.update({"cross_validated_mape": cross.mape, "cross_validated_mape_site": split["site_mape"],
                     "cross_validated_mape_generic": split["generic_mape"], "cross_validation": cross.as_dict()})
+        q = interval_quantiles()
+        out["corpus_validation"] = {"summary": q["summary"], "table": q["table"]}  # each source left out
     return out
 
 

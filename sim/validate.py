@@ -716,6 +716,27 @@ class CorpusValidation:
                 "predictions": [r.as_dict() for r in self.rows], "skipped": [s.as_dict() for s in self.skipped]}
 
 
+def corpus_figures_markdown(summary: dict) -> str:
+    """The headline figures of ``CorpusValidation.summary()`` as the READMEs quote them (a test checks that they
+    do, word for word, against the stored run)."""
+    def pct(x):
+        return f"{100 * x:.1f}%"
+
+    comm, comp = "communication-bound", "compute-bound"
+    return (f"{summary['rows']} published multi-node rows predicted ({summary['skipped_rows']} skipped, each listed "
+            f"with its reason): leave-one-source-out MAPE **{pct(summary['mape_left_out'])}** (in-sample "
+            f"{pct(summary['mape_in_sample'])}), against {pct(summary['mape_linear'])} for linear scaling and "
+            f"{pct(summary['mape_alpha_beta'])} for an alpha-beta ring; skill (our error / linear scaling's) "
+            f"**{summary['skill_communication_bound']:.2f}** on communication-bound rows, {summary['skill']:.2f} "
+            f"overall. The {summary['interval_level']:.0%} intervals, fitted without each row's source, cover "
+            f"**{pct(summary['coverage'])}** of the rows left out with a median half-width of "
+            f"**{pct(summary['median_half_width'])}** ({pct(summary['coverage_by_regime'][comp])} and "
+            f"{pct(summary['median_half_width_by_regime'][comp])} where an alpha-beta ring predicts compute-bound, "
+            f"{pct(summary['coverage_by_regime'][comm])} and {pct(summary['median_half_width_by_regime'][comm])} "
+            f"where it predicts communication-bound; {pct(summary['coverage_by_measured_regime'][comm])} of the "
+            "rows measured communication-bound).")
+
+
 @lru_cache(maxsize=1)
 def _shipped_corpus_validation() -> CorpusValidation:
     """The shipped corpus's validation, once per process (the command line, the stored intervals and the report

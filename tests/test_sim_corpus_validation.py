@@ -3,7 +3,9 @@ skipped rows listed, and intervals whose quantiles never see the row's own sourc
 
 import json
 import math
+import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -94,6 +96,8 @@ def test_validate_reports_skill_coverage_and_width_beside_the_baselines(capsys):
     assert out["rows"] + out["skipped_rows"] == len(load_corpus())
     assert len({p["source"] for p in out["predictions"]}) >= 5
     assert out["coverage"] >= 0.8 and all(c >= 0.8 for c in out["coverage_by_regime"].values())
+    stored = json.loads(api.CROSS_VALIDATION_FILE.read_text())["intervals"]["summary"]
+    assert validate.corpus_figures_markdown(out) == validate.corpus_figures_markdown(stored)  # the READMEs' too
     assert out["skill"] == pytest.approx(out["mape_left_out"] / out["mape_linear"])
     groups = {(t["group"], t["name"]) for t in out["table"]}
     assert {("all", "all"), ("regime", "compute-bound"), ("regime", "communication-bound")} <= groups
@@ -119,3 +123,25 @@ def test_predict_intervals_follow_the_regime_and_the_measured_node():
     assert slow["relative_error"] > fast["relative_error"]
     low, _ = api.interval_quantiles()["measured_node"]["compute-bound"]
     assert fast["throughput_low"] == pytest.approx(min(fast["throughput"], fast["throughput"] * math.exp(low)))
+
+
+@pytest.mark.parametrize("readme", ["README.md", "sim/README.md"])
+def test_readme_figures_are_the_stored_runs(readme):
+    """The READMEs quote the corpus figures as sim.validate.corpus_figures_markdown writes them from the stored
+    run (which test_validate_reports_skill_coverage_and_width_beside_the_baselines checks against a fresh one)."""
+    root = Path(__file__).resolve().parents[1]
+    text = (root / readme).read_text()
+    block = text.split("tests/test_sim_corpus_validation.py -->\n", 1)[1].split("\n<!-- end corpus figures -->")[0]
+    stored = json.loads(api.CROSS_VALIDATION_FILE.read_text())["intervals"]["summary"]
+    assert block == validate.corpus_figures_markdown(stored)
+
+
+def test_the_site_constants_table_is_sites_toml():
+    """sim/README.md's table of fitted constants against sim/presets/sites.toml, value by value."""
+    from sim.hardware import SITES
+
+    text = (Path(__file__).resolve().parents[1] / "sim" / "README.md").read_text()
+    rows = re.findall(r"^\| `(\w+)` \| `\[([\w-]+)\]` \| ([\d.]+) (?:us)? ?\|", text, flags=re.M)
+    assert len(rows) >= 3
+    for key, site, value in rows:
+        assert float(value) == pytest.approx(SITES[site][key], rel=1e-3), (key, site)
