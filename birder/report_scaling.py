@@ -549,6 +549,27 @@ def accuracy_words(summary: dict) -> tuple[str, str]:
                  f"rows left out of the fit ({detail}).{split}")
 
 
+def corpus_lines(summary: dict) -> list[str]:
+    """The validation corpus with each source left out (``birder validate``), as the READMEs quote it, and its
+    per-source table."""
+    from sim.validate import corpus_figures_markdown
+
+    corpus = summary.get("corpus_validation")
+    if not corpus:
+        return []
+    lines = [f"- On the validation corpus (`sim/validation/`, published rows of other sources' clusters): "
+             f"{corpus_figures_markdown(corpus['summary'])}", "",
+             "| group | rows | in-sample | source left out | linear scaling | alpha-beta ring |",
+             "|---|---:|---:|---:|---:|---:|"]
+
+    def pct(x):
+        return "-" if x is None else f"{100 * x:.1f}%"
+
+    lines += [f"| {t['name']} | {t['rows']} | {pct(t['mape_in_sample'])} | {pct(t['mape_left_out'])} | "
+              f"{pct(t['mape_linear'])} | {pct(t['mape_alpha_beta'])} |" for t in corpus["table"]]
+    return lines
+
+
 def fitted_constants_lines(summary: dict) -> list[str]:
     """Which constants are fitted, where they live, and on which rows: the site profiles (sim/presets/sites.toml)."""
     from sim.hardware import SITE_ONLY_KEYS, SITES
@@ -625,6 +646,10 @@ def decision_section(outdir: Path, quick: bool) -> Section:
     error = (f"fit {100 * g.summary['fit_mape']:.1f}% (in-sample), cross-validated "
              + (f"{100 * g.summary['cross_validated_mape']:.1f}%" if g.summary.get("cross_validated_mape") is not None
                 else "n/a") + " (rows left out of the fit)")
+    corpus = (g.summary.get("corpus_validation") or {}).get("summary")
+    if corpus:
+        error += (f"; corpus, each source left out: {100 * corpus['mape_left_out']:.1f}% (linear scaling "
+                  f"{100 * corpus['mape_linear']:.1f}%), 80% intervals cover {100 * corpus['coverage']:.0f}%")
     return Section("\n".join(lines), {"prediction error": error, "headline": headline})
 
 
@@ -650,6 +675,7 @@ def scaling_section(outdir: Path, quick: bool) -> str:
         "",
         f"- {fit}.",
         f"- {cross}.",
+        *corpus_lines(summary),
         "",
         "The fit error says how well the constants reproduce the rows they were chosen on; the cross-validated "
         "error is the one to expect of a prediction, and the ranges in this report use it.",
