@@ -92,6 +92,27 @@ def regime(row: PublishedRow) -> str | None:
     return "communication-bound" if linear > (1.0 + COMM_BOUND_GAP) * row.throughput else "compute-bound"
 
 
+def independent_groups(sources: dict[str, Source]) -> list[tuple[str, ...]]:
+    """Sources joined by ``independent_of`` (in either direction), as connected groups in file order: the units a
+    leave-one-source-out report leaves out together when it wants independent evidence."""
+    groups: list[set[str]] = []
+    for sid, source in sources.items():
+        linked = {sid, *source.independent_of}
+        for group in [g for g in groups if g & linked]:
+            groups.remove(group)
+            linked |= group
+        groups.append(linked)
+    order = list(sources)
+    return sorted((tuple(sorted(g, key=order.index)) for g in groups), key=lambda g: order.index(g[0]))
+
+
+def totals_line(rows: tuple[PublishedRow, ...], sources: dict[str, Source]) -> str:
+    """The corpus in one sentence (the README's "Total:" line)."""
+    comm = sum(regime(row) == "communication-bound" for row in rows)
+    return (f"Total: {len(rows)} rows from {len(sources)} sources in {len(independent_groups(sources))} "
+            f"independent groups; {comm} communication-bound.")
+
+
 def load_sources(path: str | Path | None = None) -> dict[str, Source]:
     """The ``[sources.ID]`` tables of ``path`` (default: the shipped sources.toml), by id. ValueError naming the
     source and key for a missing or unknown key, an unknown ``how_read`` or an ``independent_of`` id that has
