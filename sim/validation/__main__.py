@@ -17,7 +17,7 @@ def plot(path: str) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-    from birder.atomic import atomic_path
+    from safeio.atomic import atomic_path
 
     rows, sources = load_corpus(), load_sources()
     fig, ax = plt.subplots(figsize=(8, 6))
