@@ -174,6 +174,22 @@ def test_a_short_record_is_refused(tmp_path):
         load_corpus(write_corpus(tmp_path, COLUMNS, records))
 
 
+@pytest.mark.parametrize("path, message", [
+    ("/dev/zero", "larger than 16 MB"),
+    ("/nonexistent/corpus.csv", "No such file"),
+])
+def test_an_unreadable_corpus_is_refused_without_hanging(path, message):
+    with pytest.raises(ValueError, match=f"cannot read the corpus .*{message}"):
+        load_corpus(path)
+
+
+def test_a_binary_corpus_is_refused(tmp_path):
+    binary = tmp_path / "corpus.csv"
+    binary.write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(ValueError, match="cannot read the corpus"):
+        load_corpus(binary)
+
+
 def test_an_empty_corpus_is_refused(tmp_path):
     with pytest.raises(ValueError, match="no rows"):
         load_corpus(write_corpus(tmp_path, COLUMNS, []))
