@@ -29,6 +29,7 @@ from sim.hardware import GENERIC_NETWORKS, GPUS, TRANSPORTS, Cluster, cluster, m
 OPS = {"all_reduce_perf": "all-reduce", "all_gather_perf": "all-gather", "alltoall_perf": "all-to-all"}
 MAX_OUTPUT_BYTES = 16 << 20  # a sweep of nccl-tests is a few kB, with NCCL INFO logs a few MB
 UNCONSTRAINED = 0.01  # a constant whose probe moves no row's simulated time by 1% is not fitted
+TOO_FAST = 0.05  # a table 5% faster than the line rate allows is another network than the one named
 PLATEAU_BYTES = 256 << 20  # busbw on InfiniBand and RoCE flattens by a few hundred MB (nccl-tests issues 119, 290)
 _PREFIX = re.compile(r"^\s*(\[[^\]]*\](<\w+>)?:?\s*)+")  # mpirun --tag-output and similar rank prefixes
 _RANK = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s*(.*)")
@@ -191,6 +192,10 @@ def fit_network(base: Cluster, rows: tuple[Measurement, ...]) -> Fit:
         best = values_of(result.x)
     fitted = _with(base, best)
     errors = _log_errors(fitted, rows)
+    if best["efficiency"] >= 0.999 and max(map(abs, errors)) > math.log1p(TOO_FAST):
+        raise ValueError(f"the table is faster than {base.nic.count} x {base.nic.line_rate / 1e9:g} Gb/s per node can "
+                         f"carry (at the full line rate the simulated times are still {math.expm1(max(errors)):.0%} "
+                         "longer): check --network or --line-rate-gbps and --nics-per-node")
     warnings = []
     largest = max(m.nbytes for m in rows)
     if "efficiency" in constrained and largest < PLATEAU_BYTES:

@@ -602,7 +602,8 @@ def register(subparsers) -> None:
                    help="the generic preset whose hardware data the fit starts from")
     k.add_argument("--transport", choices=("socket", "ib"), default=None,
                    help="or the transport (socket: NCCL over TCP; ib: verbs, InfiniBand or RoCE) ...")
-    k.add_argument("--line-rate-gbps", type=positive_number, default=None, help="... and one NIC's line rate, Gb/s")
+    k.add_argument("--line-rate-gbps", type=positive_number("Gb/s"), default=None,
+                   help="... and one NIC's line rate, Gb/s")
     k.add_argument("--nics-per-node", type=positive_int, default=None, help="NICs per node NCCL used (default 1)")
     k.add_argument("--name", default=None, help="the cluster's name (default: the TOML's file name)")
     k.add_argument("--json", action="store_true", help="print one JSON object")

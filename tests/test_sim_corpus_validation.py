@@ -145,3 +145,14 @@ def test_the_site_constants_table_is_sites_toml():
     assert len(rows) >= 3
     for key, site, value in rows:
         assert float(value) == pytest.approx(SITES[site][key], rel=1e-3), (key, site)
+
+
+def test_the_512_node_table_of_the_sim_readme_is_the_simulators():
+    """sim/README.md's ResNet-50 at 512 nodes, each cell as `birder predict` gives it now (to 0.1%)."""
+    text = (Path(__file__).resolve().parents[1] / "sim" / "README.md").read_text()
+    rows = re.findall(r"^\| `([\w-]+)` \| ([\d,]+) \| ([\d,]+) \|$", text, flags=re.M)
+    assert {net for net, _, _ in rows} == {"10gbe", "100gbe", "ib-ndr", "birder-paper-10gbe"}
+    for net, birder, sgdm in rows:
+        for optimizer, quoted in (("birder", birder), ("sgdm", sgdm)):
+            predicted = api.predict_config("resnet50", 512, net, optimizer)["throughput"]
+            assert float(quoted.replace(",", "")) == pytest.approx(predicted, rel=1e-3), (net, optimizer)
