@@ -407,7 +407,9 @@ def run_validate(args) -> int:
             cross = validate.group_cross_validation(args.csv, progress=bar)
         summary["cross_validated_mape"] = cross.mape
         summary["cross_validation"] = cross.as_dict()
-    loso = validate.corpus_validation()
+    with tqdm(total=len(validate.corpus_rows()[0]), desc="corpus", unit="row", file=sys.stderr,
+              disable=True if (args.json or _quiet(args)) else None) as bar:
+        loso = validate.corpus_validation(progress=bar)
     summary["corpus_validation"] = loso.as_dict()
     if args.out:
         from sim import plots
