@@ -134,11 +134,24 @@ def stage_timings(sizes, device: torch.device, repeats: int, quiet: bool = False
     share of the peak: the fused worker stage (``torch_birder.worker_step_packed_``: node mean, lines 5-9 with
     their draws, quantization, error feedback, packing), the fused server stage (``server_step_packed_`` over two
     workers' packed signs: lines 11-13 with their draws) and the packed update (``optimizer._apply_packed_update_``
-    piece by piece, as ``Birder`` applies line 16). ``draws_s`` is the part of the worker stage spent on draws."""
+    piece by piece, as ``Birder`` applies line 16). ``draws_s`` is the part of the worker stage spent on draws.
+    On CPU everything runs on one thread (intra-op threads on a shared machine made the small update's time jump
+    from 0.07 to 28 ms at 2**16 elements), and the peak (a large copy's bandwidth, also one thread) is measured
+    again right after each size's stages (``peak_gbytes_per_s`` in the row), so that each ratio compares times
+    taken under one load."""
+    threads = torch.get_num_threads()
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    try:
+        return _stage_rows(sizes, device, repeats, quiet)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _stage_rows(sizes, device: torch.device, repeats: int, quiet: bool) -> list[dict]:
     from gpu_validation.optimizer import _apply_packed_update_
 
     rows = []
-    peak, _ = peak_gbytes_per_s(device)
     generator = torch.Generator().manual_seed(0)
     for n in tqdm(sizes, desc="bench kernels", unit="size", disable=True if quiet else None):
         n = -(-n // 8) * 8
@@ -165,7 +178,9 @@ def stage_timings(sizes, device: torch.device, repeats: int, quiet: bool = False
         }
         draws = _median_seconds(lambda n=n, ws=ws, k=worker_key: [tb._grid_into(k, lo, min(tb.PIECE, n - lo), ws)
                                                                    for lo in range(0, n, tb.PIECE)], device, repeats)
-        row = {"elements": n, **{f"{stage}_s": t for stage, t in seconds.items()}, "draws_s": draws}
+        peak, _ = peak_gbytes_per_s(device)
+        row = {"elements": n, **{f"{stage}_s": t for stage, t in seconds.items()}, "draws_s": draws,
+               "peak_gbytes_per_s": peak}
         for stage, t in seconds.items():
             row[f"{stage}_gbytes_per_s"] = STAGE_BYTES[stage] * n / t / 1e9
             row[f"{stage}_peak_ratio"] = row[f"{stage}_gbytes_per_s"] / peak
@@ -436,12 +451,15 @@ def describe(result: dict) -> str:
     """Human-readable tables of a bench result."""
     lines = [f"birder bench: {result['backend']} on {result['device']}, {result['ranks']} rank(s); peak "
              f"{result['peak_gbytes_per_s']:.1f} GB/s ({result['peak_source']})", "",
-             "Birder.step()'s kernels: fused worker stage (draws included), fused server stage, packed update",
-             "    elements   worker ms (of peak)   server ms (of peak)   update ms (of peak)   all: GB/s  of peak"]
+             "Birder.step()'s kernels (one thread on CPU): fused worker stage (draws included), fused server stage, "
+             "packed update",
+             "    elements   worker ms (of peak)   server ms (of peak)   update ms (of peak)   all: GB/s  of peak"
+             "  (peak GB/s)"]
     for k in result["kernels"]:
         stages = "".join(f"  {1e3 * k[f'{s}_s']:9.3f} ({100 * k[f'{s}_peak_ratio']:5.1f}%)"
                          for s in ("worker", "server", "update"))
-        lines.append(f"{k['elements']:>12}{stages}  {k['gbytes_per_s']:10.2f}  {100 * k['peak_ratio']:6.1f}%")
+        lines.append(f"{k['elements']:>12}{stages}  {k['gbytes_per_s']:10.2f}  {100 * k['peak_ratio']:6.1f}%"
+                     f"  ({k['peak_gbytes_per_s']:.1f})")
     if result["collectives"]:
         lines += ["", "group  ranks  collective        bytes        ms   algbw GB/s   busbw GB/s"]
         for r in result["collectives"]:
