@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from digits_ddp import digits, make_cnn  # noqa: E402
 
-from birder.atomic import atomic_path, write_text  # noqa: E402
+from safeio.atomic import atomic_path, write_text  # noqa: E402
 
 METHODS = ("adamw", "fp16", "powersgd", "birder")
 TASKS = ("digits", "lm")

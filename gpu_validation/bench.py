@@ -26,10 +26,10 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from birder.atomic import atomic_path, write_text
 from birder_ref.draws import SERVER_STREAM, stream_key
 from gpu_validation import comm, launch
 from gpu_validation import torch_birder as tb
+from safeio.atomic import atomic_path, write_text
 from sim.system import BASE_LATENCY_US, HW_LATENCY_US
 
 # Nominal HBM bandwidth (GB/s) of GPUs by name fragment, from the vendors' datasheets.

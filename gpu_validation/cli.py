@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from birder.argtypes import positive_int, positive_number
+from safeio.argtypes import positive_int, positive_number
 
 PATHS = ("optimizer", "hook")  # gpu_validation.validate.PATHS (importing it here would need torch)
 
