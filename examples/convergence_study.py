@@ -390,8 +390,15 @@ NAMES = {"adamw": "DDP all-reduce + AdamW", "fp16": "fp16 hook + AdamW", "powers
 def readme_block(result: dict) -> str:
     """The README's convergence table and recipe figures, rendered from the study's JSON."""
     rows = {(r["phase"], r["task"], r["method"]): r for r in result["summary"]}
-    steps, seeds = result["budget"]["steps"], len(result["budget"]["seeds"])
-    lines = [f"| task (test split, {seeds} seeds) | method | chosen lr, schedule | held-out loss | held-out accuracy |",
+    budget = result["budget"]
+    steps, seeds = budget["steps"], len(budget["seeds"])
+    grids = "; ".join(f"{task}: {', '.join(f'{lr:g}' for lr in budget['learning_rates'][task])}" for task in TASKS
+                      if task in result["tasks"])
+    lines = [f"Sweep (seed {budget['sweep_seed']}, judged by validation loss): base lr ({grids}), each with "
+             f"{' and '.join(budget['schedules'])} after a {100 * budget['warmup_fraction']:g}% linear warm-up; "
+             f"weight decay {budget['weight_decay']:g}. Then seeds {', '.join(map(str, budget['seeds']))} at the "
+             f"chosen setting; the whole study took {result['minutes']:g} minutes on 2 shared cores.", "",
+             f"| task (test split, {seeds} seeds) | method | chosen lr, schedule | held-out loss | held-out accuracy |",
              "|---|---|---|---|---|"]
     for task, label in (("digits", f"digits CNN, {steps['digits']} steps"),
                         ("lm", f"byte LM, {steps['lm']} steps")):
@@ -410,7 +417,7 @@ def readme_block(result: dict) -> str:
         if birder is None or adamw is None:
             continue
         gap = birder["test_loss"]["mean"] - adamw["test_loss"]["mean"]
-        line = (f"- {task}: Birder's chosen lr is {birder['lr'] / adamw['lr']:g}x AdamW's ({birder['lr']:g} against "
+        line = (f"- {task}: Birder's chosen lr is {birder['lr'] / adamw['lr']:.2g}x AdamW's ({birder['lr']:g} against "
                 f"{adamw['lr']:g}; schedules {birder['schedule']} and {adamw['schedule']}); its held-out loss is "
                 f"{gap:+.3f} from AdamW's")
         if ablation is not None:
@@ -447,12 +454,14 @@ def plot(result: dict, path: Path) -> Path:
                 curve_ax.plot(steps, mean, "o-", ms=3, color=colors[method],
                               label=f"{method} (lr {finals[0]['lr']:g}, {finals[0]['schedule']})")
                 curve_ax.fill_between(steps, losses.min(0), losses.max(0), color=colors[method], alpha=0.2)
-        title = "digits CNN" if task == "digits" else "byte-level transformer LM (scikit-learn source)"
-        sweep_ax.set(xscale="log", yscale="log", xlabel="base learning rate", ylabel="final validation loss",
-                     title=f"{title}: sweep (seed {result['budget']['sweep_seed']})")
+        title = "digits CNN" if task == "digits" else "byte LM (scikit-learn source)"
+        scale = "log" if task == "digits" else "linear"
+        sweep_ax.set(xscale="log", yscale=scale, xlabel="base learning rate", ylabel="final validation loss",
+                     title=f"{title}: sweep, seed {result['budget']['sweep_seed']}")
         sweep_ax.legend(fontsize=7, ncol=2)
-        curve_ax.set(yscale="log", xlabel="step", ylabel="test loss (nats per image / per byte)",
-                     title=f"{title}: chosen settings, mean and range of {len(result['budget']['seeds'])} seeds")
+        unit = "image" if task == "digits" else "byte"
+        curve_ax.set(yscale=scale, xlabel="step", ylabel=f"test loss, mean and range (nats per {unit})",
+                     title=f"{title}: chosen settings, {len(result['budget']['seeds'])} seeds")
         curve_ax.legend(fontsize=7)
     fig.tight_layout()
     with atomic_path(path) as tmp:
@@ -468,11 +477,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(Path(__file__).with_name("convergence_study.png")),
                         help="the plot; the figures go beside it as .json")
     parser.add_argument("--progress", default=None, help="also append every run's record to this JSON-lines file")
+    parser.add_argument("--render", action="store_true",
+                        help="train nothing: redraw the plot and print the README block from the JSON beside --out")
     args = parser.parse_args(argv)
-    budget = SMOKE if args.smoke else STUDY
-    result = run(budget, tuple(args.tasks), METHODS, args.progress)
     out = Path(args.out)
-    write_text(out.with_suffix(".json"), json.dumps(result, indent=1))
+    if args.render:
+        result = json.loads(out.with_suffix(".json").read_text())
+    else:
+        result = run(SMOKE if args.smoke else STUDY, tuple(args.tasks), METHODS, args.progress)
+        write_text(out.with_suffix(".json"), json.dumps(result, indent=1))
     print(readme_block(result))
     print(f"plot: {plot(result, out)}; figures: {out.with_suffix('.json')}; {result['minutes']} minutes")
     return 0
