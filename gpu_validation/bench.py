@@ -316,7 +316,7 @@ def write_profile(path: str | Path, fields: dict, result: dict) -> Path:
     if result.get("kernels"):
         k = max(result["kernels"], key=lambda r: r["elements"])
         lines.append(f"# Birder.step()'s stages (worker + server + update) at {k['elements']} elements: "
-                     f"{k['gbytes_per_s']:.2f} GB/s ({100 * k['peak_ratio']:.1f}% of {result['peak_gbytes_per_s']:.1f}"
+                     f"{k['gbytes_per_s']:.2f} GB/s ({100 * k['peak_ratio']:.1f}% of {k['peak_gbytes_per_s']:.1f}"
                      f" GB/s peak)")
     lines.append("")
     lines += [f'{key} = "{fields[key]}"' if isinstance(fields[key], str) else f"{key} = {fields[key]}"
@@ -452,7 +452,9 @@ def describe(result: dict) -> str:
     lines = [f"birder bench: {result['backend']} on {result['device']}, {result['ranks']} rank(s); peak "
              f"{result['peak_gbytes_per_s']:.1f} GB/s ({result['peak_source']})", "",
              "Birder.step()'s kernels (one thread on CPU): fused worker stage (draws included), fused server stage, "
-             "packed update",
+             "packed update;",
+             "share of the peak as bytes a fused kernel must move / time (on CPU the peak is re-measured per size on "
+             "one thread; sizes that fit in cache can pass 100%)",
              "    elements   worker ms (of peak)   server ms (of peak)   update ms (of peak)   all: GB/s  of peak"
              "  (peak GB/s)"]
     for k in result["kernels"]:
