@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 from safeio.argtypes import positive_int, positive_number
+from safeio.outputs import check_output_file
+from safeio.text import printable_lines
 
 TORCH_MISSING = 'needs torch, which is not installed: pip install -e ".[torch]"'
 
@@ -63,15 +65,11 @@ def _profile_path(text: str) -> str:
     """--out is checked before the benchmark runs: a failure after minutes of timing would lose them."""
     if not text.strip():
         raise argparse.ArgumentTypeError("expected a file path for the cluster profile, got ''")
-    path = Path(text)
-    if path.exists() and not (path.is_file() or path.is_dir()):
-        raise argparse.ArgumentTypeError(f"{text} is not a regular file (a device, a pipe or a socket)")
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a directory: give a file path for the cluster profile")
-    if not path.parent.is_dir():
-        raise argparse.ArgumentTypeError(f"{text}: the directory {path.parent} does not exist")
-    if not os.access(path.parent, os.W_OK):
-        raise argparse.ArgumentTypeError(f"{text}: the directory {path.parent} is not writable")
+    try:  # the profile and its plot beside it (same name, .png)
+        for path in (text, Path(text).with_suffix(".png")):
+            check_output_file(path, flag="")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).strip()) from None
     return text
 
 
@@ -102,7 +100,7 @@ def run_gpu_validate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.as_dict()))
     else:
-        print(describe(result))
+        print(printable_lines(describe(result)))
     return 0 if result.passed else 1
 
 
@@ -145,7 +143,7 @@ def run_bench(args: argparse.Namespace) -> int:
     result = run_benchmarks(BenchConfig(backend=args.backend, ranks=args.ranks, sizes=tuple(args.sizes),
                                         repeats=args.repeats, out=args.out, device=args.device,
                                         gpus_per_node=args.gpus_per_node, quiet=getattr(args, "quiet", False)))
-    print(json.dumps(result) if args.json else describe_bench(result))
+    print(json.dumps(result) if args.json else printable_lines(describe_bench(result)))
     return 0
 
 
