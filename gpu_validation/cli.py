@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from safeio.argtypes import positive_int, positive_number
+from safeio.argtypes import number_between, positive_int
 from safeio.outputs import check_output_file
 from safeio.text import printable_lines
 
@@ -33,7 +33,9 @@ def _step_rank(text: str) -> tuple[int, int]:
     return step, rank
 
 
-_positive_seconds = positive_number("seconds")
+# A stuck collective's limit: below 1 s a healthy collective on a loaded machine already fails (a false FAILED);
+# past a day, no run waits that long (and torch's millisecond C int overflows at 24.8 days).
+_collective_timeout = number_between(1.0, 86400.0, "seconds", "1 s to one day")
 
 
 MAX_STEPS = 10_000  # gpu-validate compares every step element by element: a bound of the tool, far past a validation
@@ -161,7 +163,8 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=_seed, default=0, help="seed of the model, the data and the draws (default 0)")
     p.add_argument("--scheme", choices=("hierarchical", "flat"), default="hierarchical",
                    help="Section 4's hierarchical 1-bit all-reduce (default), or flat (every GPU a worker)")
-    p.add_argument("--timeout", type=_positive_seconds, default=60.0, help="seconds before a stuck collective fails")
+    p.add_argument("--timeout", type=_collective_timeout, default=60.0,
+                   help="seconds before a stuck collective fails, 1 to 86400 (default 60)")
     p.add_argument("--resume-at", type=int, default=None, metavar="STEP",
                    help="also checkpoint at STEP, resume in a fresh DDP and require a bit-identical end")
     p.add_argument("--nonfinite-at", type=_step_rank, default=None, metavar="STEP:RANK",

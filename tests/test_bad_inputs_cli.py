@@ -579,6 +579,8 @@ ROWS = [
     row("sweep-warmup-for-none", "sweep --nodes 1 --optimizers sgdm,birder --warmup-fraction 0.2 --out s",
         "--warmup-fraction"),
     row("bench-nccl-on-cpu", "bench --device cpu --backend nccl --sizes 64 --repeats 1", "nccl", "cpu"),
+    row("gpu-validate-timeout-1e308", "gpu-validate --timeout 1e308", "--timeout", "86400"),
+    row("gpu-validate-timeout-a-microsecond", "gpu-validate --timeout 1e-6", "--timeout"),
 ]
 
 if HAS_COLLECTIVE:  # the subcommand is being added beside this suite; its rows run once it is there
