@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from birder_ref.schedules import Layout, OnLayout
+from safeio.inputs import read_text_bounded
 
 PRESETS = Path(__file__).with_name("presets")
 
@@ -86,6 +87,10 @@ MAX_OVERSUBSCRIPTION = 64.0  # a spine taper of 64:1 already leaves each node 1/
 MAX_LINE_RATE_GBPS = 3200.0  # twice 1.6 Tb/s, the fastest Ethernet port standard (IEEE 802.3dj): a larger value is
 # bits/s typed into the Gb/s key
 MAX_CLUSTER_FILE_BYTES = 1 << 20  # a cluster TOML is a few hundred bytes; a larger file is the wrong file
+MAX_TIME_US = 1e6  # 1 s per message or step: light in fibre (2e8 m/s) crosses half the Earth (20,000 km) in 0.1 s;
+# a larger latency or overhead is no cluster network (often seconds typed as microseconds' digits)
+MAX_RETRANSMISSION_TIMEOUT_S = 120.0  # Linux's TCP_RTO_MAX (include/net/tcp.h): no TCP stack waits longer
+MAX_INTRA_GBYTES_PER_S = 3600.0  # twice NVLink 5's 1.8 TB/s per GPU (NVIDIA B200 datasheet), as MAX_LINE_RATE_GBPS
 MIN_NONZERO_LATENCY_US = 0.01  # 10 ns: light covers 2 m of fibre in that time; a smaller nonzero latency is
 # seconds typed into the us key
 
@@ -221,6 +226,12 @@ def make_nic(name: str, spec: dict[str, Any], owner: str | None = None) -> Nic:
         if key == "line_rate_gbps" and value > MAX_LINE_RATE_GBPS:
             raise ValueError(f"{owner} line_rate_gbps = {value!r} Gb/s exceeds {MAX_LINE_RATE_GBPS:g} Gb/s per NIC "
                              "(the key is in Gb/s, not bits/s)")
+        if UNITS[key] == "us" and value > MAX_TIME_US:
+            raise ValueError(f"{owner} {key} = {value!r} us exceeds {MAX_TIME_US:g} us (1 s), longer than light takes "
+                             "around the Earth: no cluster network (the key is in microseconds)")
+        if key == "retransmission_timeout_s" and value > MAX_RETRANSMISSION_TIMEOUT_S:
+            raise ValueError(f"{owner} {key} = {value!r} s exceeds {MAX_RETRANSMISSION_TIMEOUT_S:g} s, Linux's "
+                             "largest TCP retransmission timeout")
         if key == "latency_us" and 0 < value < MIN_NONZERO_LATENCY_US:
             raise ValueError(f"{owner} latency_us = {value!r} us is below {MIN_NONZERO_LATENCY_US:g} us (10 ns) "
                              "and not 0 (the key is in microseconds, not seconds)")
@@ -282,18 +293,11 @@ def load_cluster(path: str | Path, n_nodes: int | None = None, gpus_per_node: in
     site's fit. ``Cluster.provenance`` says which figure came from a preset, the file, the command line or a default.
     """
     path = Path(path)
+    text = read_text_bounded(path, MAX_CLUSTER_FILE_BYTES, "cluster file")  # a regular file; no FIFO, no device
     try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_CLUSTER_FILE_BYTES + 1)  # bounded: a device such as /dev/zero never ends
-        if len(raw) > MAX_CLUSTER_FILE_BYTES:
-            raise ValueError(f"{path}: more than {MAX_CLUSTER_FILE_BYTES:,} bytes is no cluster description")
-        data = tomllib.loads(raw.decode("utf-8"))
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ValueError(f"{path}: malformed TOML: {error}") from None
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not a UTF-8 text file (byte {error.start}): a cluster TOML is text") from None
-    except OSError as error:
-        raise ValueError(f"{path}: cannot read the cluster file ({error.strerror})") from None
     try:
         return _cluster_from(data, path, n_nodes, gpus_per_node, gpu, oversubscription)
     except ValueError as error:
@@ -354,6 +358,10 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
             if not ok:
                 kind = "non-negative" if key == "latency_us" else "positive"
                 raise ValueError(f"[intra] {key} must be a {kind} number ({UNITS.get(key, 'us')}), got {value!r}")
+            bound = MAX_TIME_US if key == "latency_us" else MAX_INTRA_GBYTES_PER_S
+            if value > bound:
+                raise ValueError(f"[intra] {key} = {value!r} {UNITS.get(key, 'us')} exceeds {bound:g}: no "
+                                 "intra-node fabric is that " + ("slow" if key == "latency_us" else "fast"))
     intra = Intra(base.name, intra_spec.pop("port_gbytes_per_s", base.port_bandwidth / 1e9) * 1e9,
                   intra_spec.pop("fabric_gbytes_per_s", base.fabric_bandwidth / 1e9) * 1e9,
                   intra_spec.pop("latency_us", base.latency * 1e6) * 1e-6, intra_spec.pop("kind", base.kind),
