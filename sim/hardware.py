@@ -55,6 +55,12 @@ class Nic:
     incast_onset_bytes: float = math.inf  # burst into one port (bytes, see system.burst_bytes) that never times out
     incast_certain_bytes: float = math.inf  # ... from which every burst loses one retransmission timeout
     retransmission_timeout: float = 0.0  # s one such timeout costs (Linux TCP_RTO_MIN)
+    # Hardware limits of the path behind the NIC (presets/transports.toml, networks.toml, gpus.toml):
+    host_bandwidth: float = math.inf  # bytes/s one NIC's host-staged socket path moves (NCCL over TCP)
+    share_at_8_gpus: float = 1.0  # share of that left when 8 GPUs' proxies share one socket NIC (1 GPU: all)
+    pcie_bandwidth: float = math.inf  # bytes/s of the GPU-NIC PCIe path (inf: the GPU's, gpus.toml)
+    switch_buffer_bytes: float = math.inf  # shared packet buffer of the Ethernet switch the NICs plug into
+    buffer_alpha: float = 1.0  # its dynamic-threshold factor: one queue may hold alpha x the free buffer
     fitted: bool = False  # True for a site profile: some constants were fitted to that site's rows
     fitted_on: tuple[tuple[str, tuple], ...] = ()  # (what, values) the fit saw: models, batches, gpus
     source: str = ""
@@ -63,7 +69,10 @@ class Nic:
         if self.transport not in ("socket", "ib"):
             raise ValueError(f"network {self.name!r}: transport must be 'socket' or 'ib', got {self.transport!r}")
         _positive(self.name, line_rate=self.line_rate, efficiency=self.efficiency,
-                  incast_onset_bytes=self.incast_onset_bytes, incast_certain_bytes=self.incast_certain_bytes)
+                  incast_onset_bytes=self.incast_onset_bytes, incast_certain_bytes=self.incast_certain_bytes,
+                  host_bandwidth=self.host_bandwidth, share_at_8_gpus=self.share_at_8_gpus,
+                  pcie_bandwidth=self.pcie_bandwidth, switch_buffer_bytes=self.switch_buffer_bytes,
+                  buffer_alpha=self.buffer_alpha)
         _count(self.name, "count", self.count)
         if self.incast_certain_bytes < self.incast_onset_bytes:
             raise ValueError(f"network {self.name!r}: incast_certain_bytes must be >= incast_onset_bytes")
@@ -75,8 +84,16 @@ class Nic:
 
     @property
     def bandwidth(self) -> float:
-        """Payload bytes/s of one NIC per direction."""
+        """Payload bytes/s of one NIC per direction at the wire (before the limits of the path behind it)."""
         return self.line_rate * self.efficiency / 8
+
+    def socket_share(self, gpus_per_nic: float) -> float:
+        """Share of one GPU's socket throughput left when ``gpus_per_nic`` GPUs' proxies share the NIC: 1 for
+        one GPU, ``share_at_8_gpus`` from 8 on, linear in log2 between (NCCL's socket threads and host
+        staging contend; the two ends are published, the curve between is an interpolation)."""
+        if gpus_per_nic <= 1:
+            return 1.0
+        return 1.0 - (1.0 - self.share_at_8_gpus) * min(math.log2(gpus_per_nic) / 3.0, 1.0)
 
 
 # Bounds of what the simulator answers, checked where values enter (command line, TOML, Python API).
@@ -133,6 +150,24 @@ class Cluster(OnLayout):
     def n_gpus(self) -> int:
         return self.layout.n_ranks
 
+    def nic_limits(self) -> dict[str, float]:
+        """Bytes/s one NIC moves per direction under each limit of its path: the wire (line rate x payload
+        share), the sockets shared by the GPUs behind it (socket transport), the host-staged socket path, the
+        GPU-NIC PCIe link."""
+        nic = self.nic
+        gpus_per_nic = self.gpus_per_node / nic.count
+        pcie = nic.pcie_bandwidth if math.isfinite(nic.pcie_bandwidth) else GPUS[self.gpu]["pcie_gbytes_per_s"] * 1e9
+        limits = {"wire": nic.bandwidth, "pcie": pcie}
+        if nic.transport == "socket":
+            limits["sockets"] = nic.bandwidth * nic.socket_share(gpus_per_nic)
+            limits["host"] = nic.host_bandwidth
+        return limits
+
+    @property
+    def nic_bandwidth(self) -> float:
+        """Payload bytes/s one NIC of this cluster moves per direction: the least of its path's limits."""
+        return min(self.nic_limits().values())
+
     def with_nodes(self, n_nodes: int) -> Cluster:
         """The same cluster with ``n_nodes`` nodes (a new layout of as many GPUs per node)."""
         return replace(self, layout=layout_of(n_nodes, self.gpus_per_node))
@@ -173,10 +208,15 @@ NIC_KEYS = {"line_rate_gbps": ("line_rate", 1e9), "efficiency": ("efficiency", 1
             "latency_us": ("latency", 1e-6), "peer_overhead_us": ("peer_overhead", 1e-6), "count": ("count", 1),
             "message_overhead_us": ("message_overhead", 1e-6), "step_overhead_us": ("step_overhead", 1e-6),
             "incast_onset_bytes": ("incast_onset_bytes", 1.0), "incast_certain_bytes": ("incast_certain_bytes", 1.0),
-            "retransmission_timeout_s": ("retransmission_timeout", 1.0)}
+            "retransmission_timeout_s": ("retransmission_timeout", 1.0),
+            "host_gbytes_per_s": ("host_bandwidth", 1e9), "share_at_8_gpus": ("share_at_8_gpus", 1.0),
+            "pcie_gbytes_per_s": ("pcie_bandwidth", 1e9), "switch_buffer_bytes": ("switch_buffer_bytes", 1.0),
+            "buffer_alpha": ("buffer_alpha", 1.0)}
 UNITS = {"line_rate_gbps": "Gb/s", "efficiency": "share of line rate", "latency_us": "us", "peer_overhead_us": "us",
          "count": "NICs per node", "message_overhead_us": "us", "step_overhead_us": "us",
          "incast_onset_bytes": "bytes", "incast_certain_bytes": "bytes", "retransmission_timeout_s": "s",
+         "host_gbytes_per_s": "GB/s", "share_at_8_gpus": "share", "pcie_gbytes_per_s": "GB/s",
+         "switch_buffer_bytes": "bytes", "buffer_alpha": "factor",
          "port_gbytes_per_s": "GB/s", "fabric_gbytes_per_s": "GB/s", "oversubscription": "factor >= 1",
          "nodes": "nodes", "gpus_per_node": "GPUs", "nodes_per_leaf": "nodes under one leaf switch"}
 SITE_ONLY_KEYS = ("message_overhead_us", "step_overhead_us", "incast_onset_bytes", "incast_certain_bytes")
@@ -194,7 +234,12 @@ def network_spec(name: str) -> dict[str, Any]:
 
 
 NIC_RANGES = {"line_rate_gbps": "positive", "efficiency": "share", "count": "count", "incast_onset_bytes": "positive",
-              "incast_certain_bytes": "positive"}  # every other NIC key: a non-negative number
+              "incast_certain_bytes": "positive", "host_gbytes_per_s": "positive", "share_at_8_gpus": "share",
+              "pcie_gbytes_per_s": "positive", "switch_buffer_bytes": "positive",
+              "buffer_alpha": "positive"}  # every other NIC key: a non-negative number
+
+
+INFINITE_OK = ("incast_onset_bytes", "incast_certain_bytes", "switch_buffer_bytes")  # inf: no such limit
 
 
 def make_nic(name: str, spec: dict[str, Any], owner: str | None = None) -> Nic:
@@ -207,7 +252,7 @@ def make_nic(name: str, spec: dict[str, Any], owner: str | None = None) -> Nic:
             continue
         value, kind = spec[key], NIC_RANGES.get(key, "non-negative")
         number = isinstance(value, int | float) and not isinstance(value, bool)
-        finite_ok = number and (math.isfinite(value) or (key.startswith("incast") and value == math.inf))
+        finite_ok = number and (math.isfinite(value) or (key in INFINITE_OK and value == math.inf))
         if kind == "count":
             ok, wanted = isinstance(value, int) and not isinstance(value, bool) and value >= 1, "a positive integer"
         elif kind == "share":
@@ -391,13 +436,18 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
                    tuple(prov), leaf)
 
 
+def _binding(c: Cluster) -> str:
+    limits = c.nic_limits()
+    return min(limits, key=limits.get)
+
+
 def describe(c: Cluster) -> list[str]:
     """The cluster's name, key figures and where each came from: printed by every sim command."""
     nic = c.nic
     nodes = f"{c.n_nodes} node{'s' if c.n_nodes != 1 else ''}"
     lines = [f"cluster {c.name or nic.name}: {nodes} x {c.gpus_per_node} {c.gpu.upper()}, "
              f"{nic.count} x {nic.line_rate / 1e9:g} Gb/s {nic.transport} NIC per node "
-             f"({nic.bandwidth / 1e9:.2f} GB/s payload each), intra {c.intra.name} "
+             f"({c.nic_bandwidth / 1e9:.2f} GB/s payload each, limited by {_binding(c)}), intra {c.intra.name} "
              f"{c.intra.port_bandwidth / 1e9:g} GB/s per GPU, oversubscription {c.oversubscription:g}"
              + (f" above leaves of {c.nodes_per_leaf} nodes" if c.nodes_per_leaf > 1 else "")]
     if nic.fitted:

@@ -287,8 +287,9 @@ class NodeLinks:
         intra, nic = cluster.intra, cluster.nic
         self.gpu_tx, self.gpu_rx = Link("gpu_tx", intra.port_bandwidth), Link("gpu_rx", intra.port_bandwidth)
         self.fabric = Link("fabric", intra.fabric_bandwidth) if math.isfinite(intra.fabric_bandwidth) else None
-        self.nic_tx, self.nic_rx = Link("nic_tx", nic.bandwidth), Link("nic_rx", nic.bandwidth)
-        spine = cluster.nodes_per_leaf * nic.count * nic.bandwidth / cluster.oversubscription
+        bw = cluster.nic_bandwidth
+        self.nic_tx, self.nic_rx = Link("nic_tx", bw), Link("nic_rx", bw)
+        spine = cluster.nodes_per_leaf * nic.count * bw / cluster.oversubscription
         oversubscribed = cluster.oversubscription > 1
         self.up = Link("switch_uplink", spine) if oversubscribed else None
         self.down = Link("switch_downlink", spine) if oversubscribed else None
@@ -318,16 +319,16 @@ def flow_time(phases: tuple[Phase, ...], layout: Layout, cluster: Cluster) -> fl
 def expanded_flow_time(phases: tuple[Phase, ...], layout: Layout, cluster: Cluster) -> float:
     """The same as ``flow_time`` with every link of every node and every message of the cluster (for tests at
     small sizes: the representative node is exact where the schedule is symmetric)."""
-    k, nic = cluster.nic.count, cluster.nic
+    k, nic_bw = cluster.nic.count, cluster.nic_bandwidth
     links: dict[tuple, Link] = {}
 
     def link(*key) -> Link:
         if key not in links:
             kind = key[0]
             bw = {"gpu_tx": cluster.intra.port_bandwidth, "gpu_rx": cluster.intra.port_bandwidth,
-                  "fabric": cluster.intra.fabric_bandwidth, "nic_tx": nic.bandwidth, "nic_rx": nic.bandwidth,
-                  "up": cluster.nodes_per_leaf * k * nic.bandwidth / cluster.oversubscription,
-                  "down": cluster.nodes_per_leaf * k * nic.bandwidth / cluster.oversubscription}[kind]
+                  "fabric": cluster.intra.fabric_bandwidth, "nic_tx": nic_bw, "nic_rx": nic_bw,
+                  "up": cluster.nodes_per_leaf * k * nic_bw / cluster.oversubscription,
+                  "down": cluster.nodes_per_leaf * k * nic_bw / cluster.oversubscription}[kind]
             links[key] = Link(str(key), bw)
         return links[key]
 
@@ -416,6 +417,21 @@ def incast_timeouts(burst: float, onset: float, certain: float) -> float:
     return (burst - onset) / (certain - onset)
 
 
+def incast_bracket(cluster: Cluster) -> tuple[float, float]:
+    """(onset, certain) burst bytes into one switch port: a site's fitted bracket where it has one; else the
+    switch's shared buffer under dynamic thresholds (Choudhury and Hahne, 1998): with N ports congested at
+    once each queue may grow to alpha B / (1 + N alpha). In a point-to-point phase every NIC of the job
+    receives at once, so N is the job's NICs on one switch (a leaf's where leaves are given). A burst up to
+    that threshold never loses a packet; from twice it every burst loses one (linear between, as a site's)."""
+    nic = cluster.nic
+    if math.isfinite(nic.incast_onset_bytes) or not math.isfinite(nic.switch_buffer_bytes):
+        return nic.incast_onset_bytes, nic.incast_certain_bytes
+    nodes = cluster.n_nodes if cluster.nodes_per_leaf == 1 else min(cluster.n_nodes, cluster.nodes_per_leaf)
+    ports = nodes * nic.count
+    onset = nic.buffer_alpha * nic.switch_buffer_bytes / (1 + ports * nic.buffer_alpha)
+    return onset, 2 * onset
+
+
 # ------------------------------------------------------------------------------------------------ operations
 @dataclass(frozen=True)
 class OpTime:
@@ -463,8 +479,8 @@ def op_time(kind: str, phases: tuple[Phase, ...], layout: Layout, cluster: Clust
             t_bytes = t_flow / RING_FACTOR[proto]
             if nic.message_overhead > 0 and posts:  # a site's per-message cost, posted one peer after another
                 t_bytes = max(nic.message_overhead + t_bytes, posts * nic.message_overhead + t_bytes / posts)
-            timeouts = incast_timeouts(burst_bytes(load, edge_bytes(ph)), nic.incast_onset_bytes,
-                                       nic.incast_certain_bytes) if load.nic_rx else 0.0
+            timeouts = incast_timeouts(burst_bytes(load, edge_bytes(ph)), *incast_bracket(cluster)) \
+                if load.nic_rx else 0.0
             t = p2p_latency(cluster, proto, load.nic_tx > 0, int(posts)) + t_bytes
             t += timeouts * nic.retransmission_timeout
             algorithm = "p2p"
@@ -513,7 +529,7 @@ def nccl_model_time(cluster: Cluster, nbytes: float, algorithm: str, protocol: s
     """NCCL's own estimate (ncclTopoGetAlgoTime) of an all-reduce of ``nbytes``, in us, fed the achieved NIC
     bandwidth (the paper's NCCL 2.10.3: no two-node tree preference)."""
     n, p = cluster.n_nodes, cluster.n_gpus
-    bus = min(cluster.nic.count * cluster.nic.bandwidth, cluster.intra.port_bandwidth) / 1e9 if n > 1 \
+    bus = min(cluster.nic.count * cluster.nic_bandwidth, cluster.intra.port_bandwidth) / 1e9 if n > 1 \
         else cluster.intra.port_bandwidth / 1e9  # GB/s = bytes per ns
     if algorithm == "ring":
         bw = bus * RING_FACTOR[protocol] * p / (2 * (p - 1))

@@ -163,7 +163,10 @@ def test_incast_timeouts_are_reported_per_iteration(capsys):
                  "--optimizer", "onebit-adam", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["incast_timeouts"] == pytest.approx(0.85)
     assert predict(cluster("birder-paper-ib", 8), model="resnet50", optimizer="onebit-adam").incast_timeouts == 0
-    assert predict(cluster("10gbe", 8), model="resnet50", optimizer="onebit-adam").incast_timeouts == 0
+    # the generic 10 GbE preset's switch buffer (12 MB over 8 congested ports) loses one timeout as the site does
+    assert predict(cluster("10gbe", 8), model="resnet50", optimizer="onebit-adam").incast_timeouts == \
+        pytest.approx(0.85)
+    assert predict(cluster("ib-ndr", 8), model="resnet50", optimizer="onebit-adam").incast_timeouts == 0
 
 
 def test_fitted_infiniband_constants_belong_to_the_papers_cluster_only(tmp_path):
