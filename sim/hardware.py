@@ -39,6 +39,23 @@ class Intra:
 
 
 @dataclass(frozen=True)
+class Framework:
+    """How a data-parallel framework hands gradients to the collective library (presets/frameworks.toml)."""
+
+    name: str
+    bucket_cap_bytes: float  # gradient bytes (fp32) fused into one all-reduce
+    first_bucket_bytes: float  # ... into the first (the last layers' gradients)
+    overlaps_backward: bool  # an all-reduce may start while the backward pass runs
+    cycle: float = 0.0  # s: a background loop launches what is ready once per cycle (0: at once)
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        _positive(f"framework {self.name!r}", bucket_cap_bytes=self.bucket_cap_bytes,
+                  first_bucket_bytes=self.first_bucket_bytes)
+        _non_negative(f"framework {self.name!r}", cycle=self.cycle)
+
+
+@dataclass(frozen=True)
 class Nic:
     """The network interfaces of one node; GPU i uses NIC i * count // gpus_per_node (rail-aligned)."""
 
@@ -128,6 +145,7 @@ class Cluster(OnLayout):
     name: str = ""
     provenance: tuple[tuple[str, str], ...] = field(default=(), compare=False)  # (figure, where it came from)
     nodes_per_leaf: int = 1  # nodes under one leaf switch; traffic between them never crosses the spine
+    framework: str = "ddp"  # the training framework (presets/frameworks.toml): its buckets, overlap and cycle
 
     def __post_init__(self) -> None:
         if not isinstance(self.layout, Layout):
@@ -142,6 +160,8 @@ class Cluster(OnLayout):
             raise ValueError(f"switch oversubscription must be a number >= 1 and <= {MAX_OVERSUBSCRIPTION:g}, "
                              f"got {self.oversubscription!r}")
         _count("cluster", "nodes_per_leaf", self.nodes_per_leaf)
+        if self.framework not in FRAMEWORKS:
+            raise ValueError(f"unknown framework {self.framework!r}; choose one of {', '.join(FRAMEWORKS)}")
         if self.nic.count > self.gpus_per_node:
             raise ValueError(f"[network] count = {self.nic.count} NICs for {self.gpus_per_node} GPUs per node: "
                              "at most one NIC per GPU (count <= gpus_per_node)")
@@ -201,6 +221,7 @@ SITES = _load("sites.toml")
 TRANSPORTS = _load("transports.toml")
 INTRA = _load("intra.toml")
 GPUS = _load("gpus.toml")
+FRAMEWORKS = _load("frameworks.toml")
 NETWORKS = {**GENERIC_NETWORKS, **SITES}  # every --network name: generic presets, then site profiles
 
 # TOML key -> (Nic field, factor to SI). The units of every key are in its name.
@@ -293,6 +314,15 @@ def intra_preset(name: str) -> Intra:
                  spec["latency_us"] * 1e-6, spec.get("kind", "nvlink"), spec.get("source", ""))
 
 
+def framework_preset(name: str) -> Framework:
+    """A training framework by name (presets/frameworks.toml), its figures converted to bytes and seconds."""
+    if name not in FRAMEWORKS:
+        raise ValueError(f"unknown framework {name!r}; choose one of {', '.join(FRAMEWORKS)}")
+    spec = FRAMEWORKS[name]
+    return Framework(name, spec["bucket_cap_mb"] * 2**20, spec["first_bucket_mb"] * 2**20,
+                     bool(spec["overlaps_backward"]), spec["cycle_ms"] * 1e-3, spec.get("source", ""))
+
+
 def default_intra(gpu: str) -> str:
     if gpu not in GPUS:
         raise ValueError(f"unknown GPU {gpu!r}; choose one of {', '.join(GPUS)}")
@@ -300,22 +330,25 @@ def default_intra(gpu: str) -> str:
 
 
 def cluster(network: str, n_nodes: int, gpus_per_node: int = 8, intra: str | None = None, gpu: str = "a100",
-            oversubscription: float = 1.0, nic_count: int | None = None) -> Cluster:
-    """A cluster from preset names (``network``: a generic preset or a site profile)."""
+            oversubscription: float = 1.0, nic_count: int | None = None, framework: str = "ddp") -> Cluster:
+    """A cluster from preset names (``network``: a generic preset or a site profile; ``framework``: a training
+    framework of presets/frameworks.toml)."""
     nic = nic_preset(network) if nic_count is None else nic_preset(network, count=nic_count)
     intra_name = intra or default_intra(gpu)
     prov = (("network", f"preset {network}" + (" (site profile, FITTED)" if nic.fitted else "")),
-            ("intra", f"preset {intra_name}"), ("gpu", gpu), ("nodes", "argument"))
+            ("intra", f"preset {intra_name}"), ("gpu", gpu), ("nodes", "argument"), ("framework", framework))
     fabric = intra_preset(intra_name)
-    return Cluster(layout_of(n_nodes, gpus_per_node), nic, fabric, oversubscription, gpu, network, prov)
+    return Cluster(layout_of(n_nodes, gpus_per_node), nic, fabric, oversubscription, gpu, network, prov,
+                   framework=framework)
 
 
-CLUSTER_KEYS = {"nodes", "gpus_per_node", "gpu", "network", "intra", "switch", "name"}
+CLUSTER_KEYS = {"nodes", "gpus_per_node", "gpu", "network", "intra", "switch", "name", "framework"}
 INTRA_KEYS = {"preset", "port_gbytes_per_s", "fabric_gbytes_per_s", "latency_us", "kind"}
 
 
 def load_cluster(path: str | Path, n_nodes: int | None = None, gpus_per_node: int | None = None,
-                 gpu: str | None = None, oversubscription: float | None = None) -> Cluster:
+                 gpu: str | None = None, oversubscription: float | None = None,
+                 framework: str | None = None) -> Cluster:
     """A cluster described by a TOML file (``sim/presets/example_cluster.toml``); one ValueError naming the file,
     the key and its unit if malformed. The arguments given (the command line's) win over the file's values.
 
@@ -323,8 +356,9 @@ def load_cluster(path: str | Path, n_nodes: int | None = None, gpus_per_node: in
     and/or ``transport``, ``line_rate_gbps``, ``efficiency``, ``latency_us``, ``peer_overhead_us``, ``count``
     (and a site's ``message_overhead_us``, ``step_overhead_us``, ``incast_*_bytes``); ``[intra]`` with ``preset``
     and/or ``port_gbytes_per_s``, ``fabric_gbytes_per_s``, ``latency_us``; ``[switch]`` with
-    ``oversubscription``. A file without ``[network] preset`` takes its transport's hardware constants, never a
-    site's fit. ``Cluster.provenance`` says which figure came from a preset, the file, the command line or a default.
+    ``oversubscription``; ``framework`` (presets/frameworks.toml, default ddp). A file without
+    ``[network] preset`` takes its transport's hardware constants, never a site's fit. ``Cluster.provenance`` says
+    which figure came from a preset, the file, the command line or a default.
     """
     path = Path(path)
     try:
@@ -340,14 +374,14 @@ def load_cluster(path: str | Path, n_nodes: int | None = None, gpus_per_node: in
     except OSError as error:
         raise ValueError(f"{path}: cannot read the cluster file ({error.strerror})") from None
     try:
-        return _cluster_from(data, path, n_nodes, gpus_per_node, gpu, oversubscription)
+        return _cluster_from(data, path, n_nodes, gpus_per_node, gpu, oversubscription, framework)
     except ValueError as error:
         raise ValueError(f"{path}: {error}") from None
     except (TypeError, KeyError, AttributeError) as error:
         raise ValueError(f"{path}: malformed cluster description ({error})") from None
 
 
-def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubscription) -> Cluster:
+def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubscription, framework) -> Cluster:
     if not data:
         raise ValueError("the cluster file is empty: describe at least [network] (sim/presets/example_cluster.toml)")
     unknown = set(data) - CLUSTER_KEYS
@@ -432,8 +466,13 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
             raise ValueError(f"{key} must be a positive integer ({UNITS[key]}), got {value!r}")
         counts[key] = value
         prov.append((key, f"{value} ({'command line' if given is not None else 'file' if key in data else 'default'})"))
+    framework_from = "command line" if framework else ("file" if "framework" in data else "default")
+    framework = framework or data.get("framework", "ddp")
+    if not isinstance(framework, str) or framework not in FRAMEWORKS:
+        raise ValueError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
+    prov.append(("framework", f"{framework} ({framework_from})"))
     return Cluster(layout_of(counts["nodes"], counts["gpus_per_node"]), nic, intra, oversubscription, gpu, str(name),
-                   tuple(prov), leaf)
+                   tuple(prov), leaf, framework)
 
 
 def _binding(c: Cluster) -> str:
