@@ -195,20 +195,20 @@ def _count_into(counts: _Counts, phase: Phase, layout: Layout, weight: float = 1
             counts.send(src, dst, spread, weight)
 
 
-def _count(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> RoundLoad:
-    counts = _Counts(layout, nic_count, leaf)
-    _count_into(counts, phase, layout)
-    return counts.load()
-
-
 LINK_KINDS = ("gpu_tx", "gpu_rx", "fabric", "nic_tx", "nic_rx", "node_tx", "node_rx")
 
 
 @lru_cache(maxsize=1024)
-def _link_counters(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> dict[str, Counter]:
-    """Messages of one phase (structure only) on every link of every kind, by link."""
+def _phase_counts(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> _Counts:
+    """Messages of one phase (structure only) on every link of every kind, by link: counted once, read by the
+    joint byte load of an operation and by the phase's own load."""
     counts = _Counts(layout, nic_count, leaf)
     _count_into(counts, phase, layout)
+    return counts
+
+
+def _link_counters(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> dict[str, Counter]:
+    counts = _phase_counts(phase, layout, nic_count, leaf)
     return {kind: getattr(counts, kind) for kind in LINK_KINDS}
 
 
@@ -240,12 +240,12 @@ def byte_load(phases: tuple[Phase, ...], layout: Layout, nic_count: int, leaf: i
 
 @lru_cache(maxsize=4096)
 def _phase_load(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> RoundLoad:
-    return _count(phase, layout, nic_count, leaf) if phase.n_rounds else RoundLoad()
+    return _phase_counts(phase, layout, nic_count, leaf).load() if phase.n_rounds else RoundLoad()
 
 
 def _structure_key(phase: Phase) -> Phase:
     """The phase with its byte sizes normalised, so buckets of different sizes share one count."""
-    return Phase(phase.name, phase.pattern, phase.groups, 8, (8,) * phase.n_rounds, phase.op, 0)
+    return Phase("", phase.pattern, phase.groups, 8, (8,) * phase.n_rounds, "copy", 0)
 
 
 def phase_load(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> RoundLoad:
