@@ -245,7 +245,7 @@ def _phase_load(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> 
 
 def _structure_key(phase: Phase) -> Phase:
     """The phase with its byte sizes normalised, so buckets of different sizes share one count."""
-    return Phase("", phase.pattern, phase.groups, 8, (8,) * phase.n_rounds, "copy", 0)
+    return Phase(phase.name, phase.pattern, phase.groups, 8, (8,) * phase.n_rounds, phase.op, 0)
 
 
 def phase_load(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> RoundLoad:
