@@ -58,6 +58,10 @@ def test_sockets_shared_by_eight_gpus_reach_the_published_share_of_the_wire():
     assert 4.0e9 <= busbw("100gbe", 8) <= 6.0e9 and 4.0e9 <= busbw("100gbe", 1) <= 6.0e9
     speeds = [busbw(net, 8) for net in ("10gbe", "25gbe", "40gbe", "100gbe")]
     assert speeds == sorted(speeds) and len(set(speeds)) == 4
+    # the per-NIC figures sim/README.md quotes for 8 and 1 GPUs per node
+    for net, eight, one in (("10gbe", 0.75, 1.18), ("25gbe", 1.88, 2.94), ("40gbe", 3.01, 4.71), ("100gbe", 5.0, 5.0)):
+        assert round(cluster(net, 2, 8).nic_bandwidth / 1e9, 2) == eight
+        assert round(cluster(net, 2, 1).nic_bandwidth / 1e9, 2) == one
 
 
 @pytest.mark.parametrize("network", ["ib-hdr", "ib-ndr", "25gbe"])
