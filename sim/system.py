@@ -94,6 +94,8 @@ class RoundLoad:
     gpu_net_rx: int = 0  # ... receives
     intra_total: int = 0  # intra-node messages sent by GPUs in the whole cluster
     inter_total: int = 0  # inter-node messages sent by GPUs (not the parameter server) in the whole cluster
+    pcie_tx: float = 0  # messages, intra- and inter-node, the busiest GPU sends through its own link
+    pcie_rx: float = 0  # ... receives
 
     @property
     def empty(self) -> bool:
@@ -113,6 +115,7 @@ class _Counts:
         self.gpu_tx, self.gpu_rx, self.fabric = Counter(), Counter(), Counter()
         self.nic_tx, self.nic_rx, self.node_tx, self.node_rx = Counter(), Counter(), Counter(), Counter()
         self.gpu_net_tx, self.gpu_net_rx = Counter(), Counter()
+        self.pcie_tx, self.pcie_rx = Counter(), Counter()
         self.intra_total = self.inter_total = 0
 
     def nic(self, endpoint: int) -> tuple[int, int]:
@@ -122,6 +125,8 @@ class _Counts:
         """One message (of ``weight``: 1, or its bytes); ``spread``: a ring edge that NCCL's channels spread over
         all NICs of both nodes."""
         src_node, dst_node = self.layout.node_of(src), self.layout.node_of(dst)
+        self.pcie_tx[src] += weight
+        self.pcie_rx[dst] += weight
         if src_node == dst_node:
             self.gpu_tx[src] += weight
             self.gpu_rx[dst] += weight
@@ -153,6 +158,8 @@ class _Counts:
             far = q - on_leaf[node // self.leaf]
             self.gpu_tx[ep] += local * weight
             self.gpu_rx[ep] += local * weight
+            self.pcie_tx[ep] += (q - 1) * weight
+            self.pcie_rx[ep] += (q - 1) * weight
             self.fabric[node] += local * weight
             self.intra_total += local
             self.nic_tx[self.nic(ep)] += remote * weight
@@ -169,7 +176,7 @@ class _Counts:
 
         return RoundLoad(top(self.gpu_tx), top(self.gpu_rx), top(self.fabric), top(self.nic_tx), top(self.nic_rx),
                          top(self.node_tx), top(self.node_rx), top(self.gpu_net_tx), top(self.gpu_net_rx),
-                         self.intra_total, self.inter_total)
+                         self.intra_total, self.inter_total, top(self.pcie_tx), top(self.pcie_rx))
 
 
 def ring_spreads(group: tuple[int, ...], layout: Layout) -> bool:
@@ -195,7 +202,7 @@ def _count_into(counts: _Counts, phase: Phase, layout: Layout, weight: float = 1
             counts.send(src, dst, spread, weight)
 
 
-LINK_KINDS = ("gpu_tx", "gpu_rx", "fabric", "nic_tx", "nic_rx", "node_tx", "node_rx")
+LINK_KINDS = ("gpu_tx", "gpu_rx", "fabric", "nic_tx", "nic_rx", "node_tx", "node_rx", "pcie_tx", "pcie_rx")
 
 
 @lru_cache(maxsize=1024)
@@ -232,8 +239,7 @@ def byte_load(phases: tuple[Phase, ...], layout: Layout, nic_count: int, leaf: i
     live = tuple(ph for ph in phases if ph.n_rounds)
     if len(live) == 1:  # one phase: its message counts (cached by structure) times its edge bytes
         load, nbytes = phase_load(live[0], layout, nic_count, leaf), edge_bytes(live[0])
-        return RoundLoad(*(getattr(load, f) * nbytes for f in ("gpu_tx", "gpu_rx", "fabric", "nic_tx", "nic_rx",
-                                                                 "node_tx", "node_rx")))
+        return RoundLoad(**{kind: getattr(load, kind) * nbytes for kind in LINK_KINDS})
     structure = tuple(_structure_key(ph) for ph in live)
     return _joint_bytes(structure, tuple(edge_bytes(ph) for ph in live), layout, nic_count, leaf)
 
@@ -290,6 +296,7 @@ class NodeLinks:
         bw = cluster.nic_bandwidth
         self.nic_tx, self.nic_rx = Link("nic_tx", bw), Link("nic_rx", bw)
         spine = cluster.nodes_per_leaf * nic.count * bw / cluster.oversubscription
+        self.shared_pcie = intra.kind == "pci"  # a PCIe node: a GPU's own link carries its NIC traffic too
         oversubscribed = cluster.oversubscription > 1
         self.up = Link("switch_uplink", spine) if oversubscribed else None
         self.down = Link("switch_downlink", spine) if oversubscribed else None
@@ -303,6 +310,11 @@ class NodeLinks:
             out.append((nbytes, path))
         if load.nic_tx or load.nic_rx:
             path = {self.nic_tx: load.nic_tx, self.nic_rx: load.nic_rx}
+            if self.shared_pcie:  # what the busiest GPU's link carries beyond its intra-node messages
+                for port, extra in ((self.gpu_tx, load.pcie_tx - load.gpu_tx),
+                                    (self.gpu_rx, load.pcie_rx - load.gpu_rx)):
+                    if extra > 0:
+                        path[port] = extra
             if self.up is not None:
                 path[self.up], path[self.down] = load.node_tx, load.node_rx
             out.append((nbytes, path))
@@ -350,6 +362,8 @@ def expanded_flow_time(phases: tuple[Phase, ...], layout: Layout, cluster: Clust
                 rails = [(j, j) for j in range(k)] if spread else [(rail(layout, src, k), rail(layout, dst, k))]
                 for ja, jb in rails:
                     path = {link("nic_tx", a, ja): 1, link("nic_rx", b, jb): 1}
+                    if cluster.intra.kind == "pci":  # the GPUs' own PCIe links carry it to and from the NICs
+                        path[link("gpu_tx", src)], path[link("gpu_rx", dst)] = 1, 1
                     leaf_a, leaf_b = a // cluster.nodes_per_leaf, b // cluster.nodes_per_leaf
                     if cluster.oversubscription > 1 and leaf_a != leaf_b:
                         path[link("up", leaf_a)], path[link("down", leaf_b)] = 1, 1

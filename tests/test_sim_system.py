@@ -91,9 +91,11 @@ def test_flows_finish_at_huge_simulated_times():
                                              (8, 2, 1, 3.0, 4)])
 @pytest.mark.parametrize("which", ["allreduce", "tree", "hierarchical", "flat", "ring", "allgather",
                                    "onebit-adam", "marsit"])
-def test_representative_node_equals_the_full_expansion(n, g, k, over, leaf, which):
+@pytest.mark.parametrize("intra", ["a100-nvlink", "a100-pcie"])
+def test_representative_node_equals_the_full_expansion(n, g, k, over, leaf, which, intra):
     """Every link of every node, every message of the cluster, max-min shared: the same time as the
-    representative node's counted flows (the symmetry shortcut is exact for these schedules)."""
+    representative node's counted flows (the symmetry shortcut is exact for these schedules). On a PCIe node
+    a GPU's own link carries its intra- and inter-node messages at once (they share it)."""
     layout = Layout(n, g)
     if which == "allreduce":
         sched = allreduce(layout, 10**5)
@@ -103,7 +105,7 @@ def test_representative_node_equals_the_full_expansion(n, g, k, over, leaf, whic
         sched = optimizer_schedule(which, layout, 10**5)
     else:
         sched = schedule(which, layout, 10**5)
-    base = cluster("25gbe", n, g, oversubscription=over)
+    base = cluster("25gbe", n, g, intra=intra, oversubscription=over)
     c = replace(base, nic=replace(base.nic, count=k), nodes_per_leaf=leaf)
     for phase in sched.phases:
         assert flow_time((phase,), layout, c) == pytest.approx(expanded_flow_time((phase,), layout, c), rel=1e-9)
@@ -313,3 +315,24 @@ def test_a_cluster_holds_the_one_layout_its_schedules_run_on():
 
 def test_transfer_time_of_nothing_is_zero():
     assert transfer_time([]) == 0.0
+
+
+@pytest.mark.parametrize("which", ["allreduce", "tree", "flat", "hierarchical", "onebit-adam"])
+def test_on_a_pcie_node_a_gpus_link_is_shared_by_its_intra_and_inter_node_messages(which):
+    """PCIe-only nodes (A100 PCIe Gen4, 25.6 GB/s per GPU) behind HDR NICs (24 GB/s each): a GPU's x16 link
+    carries what it sends inside the node and what it sends to its NIC, so the flows share it max-min fairly;
+    the representative node equals the full expansion, and sharing never makes an operation faster."""
+    layout = Layout(3, 4)
+    sched = {"allreduce": lambda: allreduce(layout, 10**6), "tree": lambda: tree_allreduce(layout, 10**6),
+             "onebit-adam": lambda: optimizer_schedule("onebit-adam", layout, 10**6)}.get(
+        which, lambda: schedule(which, layout, 10**6))()
+    c = cluster("ib-hdr", 3, 4, intra="a100-pcie", nic_count=4)
+    for phase in sched.phases:
+        shared = flow_time((phase,), layout, c)
+        assert shared == pytest.approx(expanded_flow_time((phase,), layout, c), rel=1e-9)
+        alone = flow_time((phase,), layout, replace(c, intra=replace(c.intra, kind="nvlink")))
+        assert shared >= alone * (1 - 1e-12)
+    if which == "flat":  # every GPU sends to 3 local and 8 remote peers through one link: sharing binds
+        (all_to_all, *_) = sched.phases
+        assert flow_time((all_to_all,), layout, c) > 1.2 * flow_time(
+            (all_to_all,), layout, replace(c, intra=replace(c.intra, kind="nvlink")))
