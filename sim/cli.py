@@ -29,6 +29,7 @@ from safeio.outputs import check_output_dir
 from safeio.text import printable
 from sim.api import MAX_BATCH_PER_GPU, finite_json_value
 from sim.hardware import (
+    FRAMEWORKS,
     GPUS,
     INTRA,
     MAX_GPUS,
@@ -162,6 +163,9 @@ def _workload_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
                    help="what full-precision gradients travel as (default fp32; AMP/DeepSpeed setups: fp16, bf16)")
     p.add_argument("--accumulation-steps", type=positive_int, default=1, metavar="K",
                    help="micro-batches per optimizer step, one all-reduce per K (default 1)")
+    p.add_argument("--framework", choices=list(FRAMEWORKS), default=None,
+                   help="training framework: its gradient buckets, overlap with backward and cycle time "
+                        "(sim/presets/frameworks.toml; default ddp, or the TOML's framework)")
     p.add_argument("--hook", choices=("blocking", "overlapped"), default=None,
                    help="whether a 1-bit DDP hook holds up the backward pass until its collectives return "
                         "(blocking: the paper's hook; default) or overlaps it like DDP's all-reduce" + shared)
@@ -186,7 +190,7 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
                          "(sim/README.md)")
     nics = getattr(args, "nics_per_node", None)
     if getattr(args, "cluster", None):
-        c = load_cluster(args.cluster, nodes, args.gpus_per_node, args.gpu, over)
+        c = load_cluster(args.cluster, nodes, args.gpus_per_node, args.gpu, over, getattr(args, "framework", None))
         if nics is not None:
             c = replace(c, nic=replace(c.nic, count=nics),
                         provenance=c.provenance + (("nics per node", f"{nics} (command line)"),))
@@ -197,15 +201,17 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
             raise ValueError(f"--nics-per-node {nics} exceeds --gpus-per-node {args.gpus_per_node or 8}: at most "
                              "one NIC per GPU")
         nic_preset(name)  # an unknown name fails here, naming the flag's choices
+        framework = getattr(args, "framework", None)
         c = cluster(name, nodes or 1, args.gpus_per_node or 8, args.intra, gpu, 1.0 if over is None else over,
-                    nics)
+                    nics, framework or "ddp")
         c = replace(c, provenance=(
             ("network", f"preset {name}" + (" (site profile: FITTED constants)" if c.nic.fitted else "")),
             ("nics per node", f"{c.nic.count} ({'command line' if nics else 'default'})"),
             ("gpu", f"{gpu} ({'command line' if args.gpu else 'default'})"),
             ("intra", f"preset {c.intra.name} ({'command line' if args.intra else 'default for ' + gpu})"),
             ("gpus per node", f"{c.gpus_per_node} ({'command line' if args.gpus_per_node else 'default'})"),
-            ("oversubscription", f"{c.oversubscription:g} ({'command line' if over is not None else 'default'})")))
+            ("oversubscription", f"{c.oversubscription:g} ({'command line' if over is not None else 'default'})"),
+            ("framework", f"{c.framework} ({'command line' if framework else 'default'})")))
     leaf = getattr(args, "nodes_per_leaf", None)
     if leaf is not None:
         c = replace(c, nodes_per_leaf=leaf, provenance=c.provenance + (("nodes per leaf", f"{leaf} (command line)"),))
