@@ -397,10 +397,11 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
     prov: list[tuple[str, str]] = []
     net = dict(data.get("network", {"preset": "10gbe"}))  # no [network] table: the default preset
     preset = net.pop("preset", None)
-    extra = set(net) - set(NIC_KEYS) - {"transport"}
+    marks = {"transport", "fitted", "source"}  # fitted/source: a file whose constants were fitted says so
+    extra = set(net) - set(NIC_KEYS) - marks
     if extra:
         raise ValueError(f"[network] has unknown keys {sorted(extra)}; expected some of "
-                         f"{sorted(set(NIC_KEYS) | {'preset', 'transport'})}")
+                         f"{sorted(set(NIC_KEYS) | marks | {'preset'})}")
     name = data.get("name", path.stem)
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"name must be a non-empty string, got {name!r}")
@@ -497,7 +498,10 @@ def describe(c: Cluster) -> list[str]:
              f"({c.nic_bandwidth / 1e9:.2f} GB/s payload each, limited by {_binding(c)}), intra {c.intra.name} "
              f"{c.intra.port_bandwidth / 1e9:g} GB/s per GPU, oversubscription {c.oversubscription:g}"
              + (f" above leaves of {c.nodes_per_leaf} nodes" if c.nodes_per_leaf > 1 else "")]
-    if nic.fitted:
+    if nic.fitted and not nic.fitted_on:  # a cluster file written by birder calibrate
+        lines.append(f"  FITTED network constants (efficiency {nic.efficiency:.3g}, latency "
+                     f"{nic.latency * 1e6:.3g} us, per peer {nic.peer_overhead * 1e6:.3g} us): {nic.source}")
+    elif nic.fitted:
         lines.append(f"  site profile {nic.name}: FITTED constants (message {nic.message_overhead * 1e6:.0f} us, "
                      f"step {nic.step_overhead * 1e6:.1f} us, efficiency {nic.efficiency:.3g}); fitted on "
                      + "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in nic.fitted_on))
