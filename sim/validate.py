@@ -19,11 +19,13 @@ import argparse
 import csv
 import inspect
 import math
+import os
 import sys
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from birder_ref import registry
+from safeio.inputs import read_text_bounded
 from sim.hardware import (
     GENERIC_NETWORKS,
     GPUS,
@@ -72,24 +74,24 @@ def rows(path: str | Path | None = None) -> list[Row]:
     rows, lacks a column, or holds a throughput that is not a positive finite number, an unknown network or a GPU
     count that is not a whole number of nodes, or repeats a configuration."""
     path = Path(path) if path is not None else PUBLIC_CSV
-    if not path.exists():
+    if not os.path.lexists(path):
         raise ValueError(f"no published measurements at {path}; pass --csv FILE")
-    with path.open("rb") as f:
-        raw = f.read(MAX_CSV_BYTES + 1)  # bounded: a device such as /dev/zero never ends
-    if len(raw) > MAX_CSV_BYTES:
-        raise ValueError(f"{path}: more than {MAX_CSV_BYTES:,} bytes is too large for a table of measurements")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not a UTF-8 text file (byte {error.start})") from None
+    text = read_text_bounded(path, MAX_CSV_BYTES, "table of measurements")  # a regular file; no FIFO, no device
     numbered = [(i, line) for i, line in enumerate(text.splitlines(), 1)
                 if line.strip() and not line.lstrip().startswith("#")]
     if not numbered:
         raise ValueError(f"{path}: no measurements (empty file)")
     reader = csv.DictReader(line for _, line in numbered)
-    missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
+    header = list(reader.fieldnames or ())
+    missing = [c for c in COLUMNS if c not in header]
     if missing:
         raise ValueError(f"{path}: missing columns {', '.join(missing)}; expected {','.join(COLUMNS)}")
+    repeated = sorted({c for c in header if header.count(c) > 1})
+    if repeated:  # csv.DictReader would silently keep the last one
+        raise ValueError(f"{path}: column {', '.join(repeated)} given twice in the header; keep one")
+    unknown = [c for c in header if c not in COLUMNS]
+    if unknown:
+        raise ValueError(f"{path}: unknown columns {', '.join(map(repr, unknown))}; expected {','.join(COLUMNS)}")
     out = []
     seen: dict[tuple, int] = {}
     for (lineno, _), rec in zip(numbered[1:], reader, strict=False):
@@ -119,6 +121,9 @@ def rows(path: str | Path | None = None) -> list[Row]:
         out.append(row)
     if not out:
         raise ValueError(f"{path}: no measurements (only a header or comments)")
+    if all(row.gpus <= GPUS_PER_NODE for row in out):
+        raise ValueError(f"{path}: only single-node rows ({GPUS_PER_NODE} GPUs or fewer), which calibrate compute "
+                         "time and are matched by construction: add multi-node measurements to validate against")
     return out
 
 

@@ -95,10 +95,16 @@ def test_the_first_screen_cites_the_simulators_predictions(tmp_path):
     assert set(section.summary) == {"prediction error", "headline"}
 
 
+def _earlier_report(out):
+    """A report directory as an earlier run leaves it: report.md and the manifest of what it wrote."""
+    report.write_report(out, sections=(lambda outdir, quick: "old",))
+    (out / "report.md").write_text("old")
+    return sorted(os.listdir(out))
+
+
 def test_a_failing_section_leaves_the_old_report_and_no_stray_files(tmp_path):
     out = tmp_path / "report"
-    out.mkdir()
-    (out / "report.md").write_text("old")
+    before = _earlier_report(out)
 
     def fine(outdir, quick):
         (outdir / "new.png").write_bytes(b"png")
@@ -110,7 +116,7 @@ def test_a_failing_section_leaves_the_old_report_and_no_stray_files(tmp_path):
     with pytest.raises(ValueError, match="a section failed"):
         report.write_report(out, quick=True, sections=(fine, boom))
     assert (out / "report.md").read_text() == "old" and sorted(os.listdir(tmp_path)) == ["report"]
-    assert sorted(os.listdir(out)) == ["report.md"]
+    assert sorted(os.listdir(out)) == before == [".birder-manifest", "report.md"]
     written = report.write_report(out, quick=True, sections=(fine,))
     assert written.path.read_text().startswith("# Birder toolkit report") and (out / "new.png").exists()
     assert "| section | seconds |" in written.path.read_text()
@@ -118,15 +124,21 @@ def test_a_failing_section_leaves_the_old_report_and_no_stray_files(tmp_path):
 
 def test_a_directory_that_is_not_a_report_is_never_replaced(tmp_path):
     (tmp_path / "precious.txt").write_text("mine")
-    with pytest.raises(ValueError, match="without a report.md"):
+    with pytest.raises(ValueError, match="no earlier run wrote"):
         report.write_report(tmp_path, quick=True, sections=())
     assert (tmp_path / "precious.txt").read_text() == "mine"
+    out = tmp_path / "report"
+    _earlier_report(out)
+    (out / "report.md").write_text("the user's own notes, kept in the report folder")
+    (out / "thesis.tex").write_text("mine")
+    with pytest.raises(ValueError, match="thesis.tex"):
+        report.write_report(out, quick=True, sections=())
+    assert (out / "thesis.tex").read_text() == "mine"
 
 
 def test_an_interrupted_report_run_leaves_the_old_report_whole(tmp_path):
     out = tmp_path / "report"
-    out.mkdir()
-    (out / "report.md").write_text("old")
+    before = _earlier_report(out)
     proc = subprocess.Popen([sys.executable, "-m", "birder.cli", "report", "--quick", "--out", str(out)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -138,7 +150,7 @@ def test_an_interrupted_report_run_leaves_the_old_report_whole(tmp_path):
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, stderr
-    assert sorted(os.listdir(tmp_path)) == ["report"] and sorted(os.listdir(out)) == ["report.md"]
+    assert sorted(os.listdir(tmp_path)) == ["report"] and sorted(os.listdir(out)) == before
     assert (out / "report.md").read_text() == "old"
 
 
@@ -173,6 +185,38 @@ def test_sections_follow_the_reports_progress_choice(tmp_path):
     report.write_report(tmp_path / "a", sections=(records,), progress=False)
     report.write_report(tmp_path / "b", sections=(records,), progress=True)
     assert seen == [False, True]
+
+
+def test_a_symlinked_out_is_followed_and_a_killed_runs_leftovers_are_cleaned(tmp_path):
+    real = tmp_path / "real"
+    _earlier_report(real)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    dead_pid = 2**30  # beyond any pid_max: no such process
+    (tmp_path / f".real.{dead_pid}.abcd1234.tmp").mkdir()  # what SIGKILL during a run leaves
+    report.write_report(link, sections=(lambda outdir, quick: "new",))
+    assert link.is_symlink() and link.resolve() == real
+    assert "new" in (real / "report.md").read_text()
+    assert sorted(os.listdir(tmp_path)) == ["link", "real"]
+
+
+def test_the_report_leaves_no_hypothesis_folder_in_the_working_directory(tmp_path, monkeypatch):
+    """Hypothesis's folder goes to a temporary directory, removed after the report (its default is the working
+    directory at import time)."""
+    monkeypatch.chdir(tmp_path)
+    used = []
+
+    def hunts(outdir, quick):
+        from hypothesis import configuration
+
+        storage = configuration.storage_directory("constants")
+        storage.create_if_missing()  # what a Hypothesis run does
+        used.append(storage.home_directory)
+        return ""
+
+    report.write_report(tmp_path / "r", sections=(hunts,))
+    assert sorted(os.listdir(tmp_path)) == ["r"]
+    assert used[0].name.startswith("birder-report-hypothesis-") and not used[0].exists()
 
 
 def test_overlapping_intervals_say_pick_the_cheaper():
