@@ -524,7 +524,8 @@ def _print_corpus_validation(loso) -> None:
 
     s = loso.summary()
     print(f"\ncorpus: {s['corpus']}: {s['rows']} multi-node rows predicted, {s['skipped_rows']} skipped; each "
-          "calibrated by its own single-node throughput")
+          f"calibrated by its own single-node throughput; {s['rows_framework_as_ddp']} rows of frameworks "
+          "sim/presets/frameworks.toml lacks simulated with DDP's buckets and overlap")
     print(f"{'group':8} {'name':22} {'rows':>4} {'in-sample':>10} {'left out':>9} {'linear':>8} {'alpha-beta':>10}")
     for t in loso.table():
         print(f"{t['group']:8} {t['name']:22} {t['rows']:4d} {_percent(t['mape_in_sample']):>10} "
