@@ -57,6 +57,9 @@ class BenchConfig:
         g = self.gpus_per_node or self.ranks
         if self.ranks % g:
             raise ValueError(f"{self.ranks} ranks do not split into nodes of {g}")
+        if self.backend == "nccl" and self.device_type != "cuda":
+            raise ValueError(f"backend nccl moves CUDA tensors only, not {self.device_type} ones: use --backend gloo "
+                             "with --device cpu")
         if self.device_type == "cuda" and not torch.cuda.is_available():
             raise ValueError("device cuda asked for, but torch sees no CUDA device")
         needed, available = self.bytes_needed(), available_memory_bytes()

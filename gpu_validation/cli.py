@@ -8,7 +8,9 @@ import os
 import sys
 from pathlib import Path
 
-from safeio.argtypes import positive_int, positive_number
+from safeio.argtypes import number_between, positive_int
+from safeio.outputs import check_output_file
+from safeio.text import printable_lines
 
 TORCH_MISSING = 'needs torch, which is not installed: pip install -e ".[torch]"'
 
@@ -31,7 +33,9 @@ def _step_rank(text: str) -> tuple[int, int]:
     return step, rank
 
 
-_positive_seconds = positive_number("seconds")
+# A stuck collective's limit: below 1 s a healthy collective on a loaded machine already fails (a false FAILED);
+# past a day, no run waits that long (and torch's millisecond C int overflows at 24.8 days).
+_collective_timeout = number_between(1.0, 86400.0, "seconds", "1 s to one day")
 
 
 MAX_STEPS = 10_000  # gpu-validate compares every step element by element: a bound of the tool, far past a validation
@@ -63,15 +67,11 @@ def _profile_path(text: str) -> str:
     """--out is checked before the benchmark runs: a failure after minutes of timing would lose them."""
     if not text.strip():
         raise argparse.ArgumentTypeError("expected a file path for the cluster profile, got ''")
-    path = Path(text)
-    if path.exists() and not (path.is_file() or path.is_dir()):
-        raise argparse.ArgumentTypeError(f"{text} is not a regular file (a device, a pipe or a socket)")
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a directory: give a file path for the cluster profile")
-    if not path.parent.is_dir():
-        raise argparse.ArgumentTypeError(f"{text}: the directory {path.parent} does not exist")
-    if not os.access(path.parent, os.W_OK):
-        raise argparse.ArgumentTypeError(f"{text}: the directory {path.parent} is not writable")
+    try:  # the profile and its plot beside it (same name, .png)
+        for path in (text, Path(text).with_suffix(".png")):
+            check_output_file(path, flag="")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).strip()) from None
     return text
 
 
@@ -102,7 +102,7 @@ def run_gpu_validate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.as_dict()))
     else:
-        print(describe(result))
+        print(printable_lines(describe(result)))
     return 0 if result.passed else 1
 
 
@@ -145,7 +145,7 @@ def run_bench(args: argparse.Namespace) -> int:
     result = run_benchmarks(BenchConfig(backend=args.backend, ranks=args.ranks, sizes=tuple(args.sizes),
                                         repeats=args.repeats, out=args.out, device=args.device,
                                         gpus_per_node=args.gpus_per_node, quiet=getattr(args, "quiet", False)))
-    print(json.dumps(result) if args.json else describe_bench(result))
+    print(json.dumps(result) if args.json else printable_lines(describe_bench(result)))
     return 0
 
 
@@ -163,7 +163,8 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=_seed, default=0, help="seed of the model, the data and the draws (default 0)")
     p.add_argument("--scheme", choices=("hierarchical", "flat"), default="hierarchical",
                    help="Section 4's hierarchical 1-bit all-reduce (default), or flat (every GPU a worker)")
-    p.add_argument("--timeout", type=_positive_seconds, default=60.0, help="seconds before a stuck collective fails")
+    p.add_argument("--timeout", type=_collective_timeout, default=60.0,
+                   help="seconds before a stuck collective fails, 1 to 86400 (default 60)")
     p.add_argument("--resume-at", type=int, default=None, metavar="STEP",
                    help="also checkpoint at STEP, resume in a fresh DDP and require a bit-identical end")
     p.add_argument("--nonfinite-at", type=_step_rank, default=None, metavar="STEP:RANK",

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from birder_ref.schedules import Layout, OnLayout
+from safeio.inputs import read_text_bounded
 
 PRESETS = Path(__file__).with_name("presets")
 
@@ -120,6 +121,10 @@ MAX_OVERSUBSCRIPTION = 64.0  # a spine taper of 64:1 already leaves each node 1/
 MAX_LINE_RATE_GBPS = 3200.0  # twice 1.6 Tb/s, the fastest Ethernet port standard (IEEE 802.3dj): a larger value is
 # bits/s typed into the Gb/s key
 MAX_CLUSTER_FILE_BYTES = 1 << 20  # a cluster TOML is a few hundred bytes; a larger file is the wrong file
+MAX_TIME_US = 1e6  # 1 s per message or step: light in fibre (2e8 m/s) crosses half the Earth (20,000 km) in 0.1 s;
+# a larger latency or overhead is no cluster network (often seconds typed as microseconds' digits)
+MAX_RETRANSMISSION_TIMEOUT_S = 120.0  # Linux's TCP_RTO_MAX (include/net/tcp.h): no TCP stack waits longer
+MAX_INTRA_GBYTES_PER_S = 3600.0  # twice NVLink 5's 1.8 TB/s per GPU (NVIDIA B200 datasheet), as MAX_LINE_RATE_GBPS
 MIN_NONZERO_LATENCY_US = 0.01  # 10 ns: light covers 2 m of fibre in that time; a smaller nonzero latency is
 # seconds typed into the us key
 
@@ -287,6 +292,12 @@ def make_nic(name: str, spec: dict[str, Any], owner: str | None = None) -> Nic:
         if key == "line_rate_gbps" and value > MAX_LINE_RATE_GBPS:
             raise ValueError(f"{owner} line_rate_gbps = {value!r} Gb/s exceeds {MAX_LINE_RATE_GBPS:g} Gb/s per NIC "
                              "(the key is in Gb/s, not bits/s)")
+        if UNITS[key] == "us" and value > MAX_TIME_US:
+            raise ValueError(f"{owner} {key} = {value!r} us exceeds {MAX_TIME_US:g} us (1 s), longer than light takes "
+                             "around the Earth: no cluster network (the key is in microseconds)")
+        if key == "retransmission_timeout_s" and value > MAX_RETRANSMISSION_TIMEOUT_S:
+            raise ValueError(f"{owner} {key} = {value!r} s exceeds {MAX_RETRANSMISSION_TIMEOUT_S:g} s, Linux's "
+                             "largest TCP retransmission timeout")
         if key == "latency_us" and 0 < value < MIN_NONZERO_LATENCY_US:
             raise ValueError(f"{owner} latency_us = {value!r} us is below {MIN_NONZERO_LATENCY_US:g} us (10 ns) "
                              "and not 0 (the key is in microseconds, not seconds)")
@@ -361,18 +372,11 @@ def load_cluster(path: str | Path, n_nodes: int | None = None, gpus_per_node: in
     which figure came from a preset, the file, the command line or a default.
     """
     path = Path(path)
+    text = read_text_bounded(path, MAX_CLUSTER_FILE_BYTES, "cluster file")  # a regular file; no FIFO, no device
     try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_CLUSTER_FILE_BYTES + 1)  # bounded: a device such as /dev/zero never ends
-        if len(raw) > MAX_CLUSTER_FILE_BYTES:
-            raise ValueError(f"{path}: more than {MAX_CLUSTER_FILE_BYTES:,} bytes is no cluster description")
-        data = tomllib.loads(raw.decode("utf-8"))
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ValueError(f"{path}: malformed TOML: {error}") from None
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not a UTF-8 text file (byte {error.start}): a cluster TOML is text") from None
-    except OSError as error:
-        raise ValueError(f"{path}: cannot read the cluster file ({error.strerror})") from None
     try:
         return _cluster_from(data, path, n_nodes, gpus_per_node, gpu, oversubscription, framework)
     except ValueError as error:
@@ -393,10 +397,11 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
     prov: list[tuple[str, str]] = []
     net = dict(data.get("network", {"preset": "10gbe"}))  # no [network] table: the default preset
     preset = net.pop("preset", None)
-    extra = set(net) - set(NIC_KEYS) - {"transport"}
+    marks = {"transport", "fitted", "source"}  # fitted/source: a file whose constants were fitted says so
+    extra = set(net) - set(NIC_KEYS) - marks
     if extra:
         raise ValueError(f"[network] has unknown keys {sorted(extra)}; expected some of "
-                         f"{sorted(set(NIC_KEYS) | {'preset', 'transport'})}")
+                         f"{sorted(set(NIC_KEYS) | marks | {'preset'})}")
     name = data.get("name", path.stem)
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"name must be a non-empty string, got {name!r}")
@@ -433,6 +438,10 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
             if not ok:
                 kind = "non-negative" if key == "latency_us" else "positive"
                 raise ValueError(f"[intra] {key} must be a {kind} number ({UNITS.get(key, 'us')}), got {value!r}")
+            bound = MAX_TIME_US if key == "latency_us" else MAX_INTRA_GBYTES_PER_S
+            if value > bound:
+                raise ValueError(f"[intra] {key} = {value!r} {UNITS.get(key, 'us')} exceeds {bound:g}: no "
+                                 "intra-node fabric is that " + ("slow" if key == "latency_us" else "fast"))
     intra = Intra(base.name, intra_spec.pop("port_gbytes_per_s", base.port_bandwidth / 1e9) * 1e9,
                   intra_spec.pop("fabric_gbytes_per_s", base.fabric_bandwidth / 1e9) * 1e9,
                   intra_spec.pop("latency_us", base.latency * 1e6) * 1e-6, intra_spec.pop("kind", base.kind),
@@ -489,7 +498,10 @@ def describe(c: Cluster) -> list[str]:
              f"({c.nic_bandwidth / 1e9:.2f} GB/s payload each, limited by {_binding(c)}), intra {c.intra.name} "
              f"{c.intra.port_bandwidth / 1e9:g} GB/s per GPU, oversubscription {c.oversubscription:g}"
              + (f" above leaves of {c.nodes_per_leaf} nodes" if c.nodes_per_leaf > 1 else "")]
-    if nic.fitted:
+    if nic.fitted and not nic.fitted_on:  # a cluster file written by birder calibrate
+        lines.append(f"  FITTED network constants (efficiency {nic.efficiency:.3g}, latency "
+                     f"{nic.latency * 1e6:.3g} us, per peer {nic.peer_overhead * 1e6:.3g} us): {nic.source}")
+    elif nic.fitted:
         lines.append(f"  site profile {nic.name}: FITTED constants (message {nic.message_overhead * 1e6:.0f} us, "
                      f"step {nic.step_overhead * 1e6:.1f} us, efficiency {nic.efficiency:.3g}); fitted on "
                      + "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in nic.fitted_on))

@@ -1,6 +1,7 @@
 """The simulator's workload layer and command line: calibration, determinism, monotonicity, validation, bad input."""
 
 import json
+import math
 from dataclasses import replace
 
 import pytest
@@ -136,11 +137,13 @@ def test_the_interval_comes_from_the_stored_cross_validation_of_these_rows():
     assert stored["rows_sha256"] == api._rows_digest(validate.PUBLIC_CSV)
     read_back = validate.CrossValidation.from_dict(stored["cross_validation"]).as_dict()
     assert json.dumps(read_back) == json.dumps(stored["cross_validation"])  # the stored file reads back unchanged
-    assert api.prediction_relative_error(True) == pytest.approx(stored["site_mape"])
-    assert api.prediction_relative_error(False) == pytest.approx(stored["generic_mape"])
+    corpus, _ = validate.corpus_rows()
+    assert stored["intervals"]["corpus_sha256"] == api._corpus_digest(corpus)  # and of the corpus as it is
+    low, high = stored["intervals"]["site_profile"]
     out = api.predict_config("resnet50", 4, "birder-paper-ib")
-    assert out["throughput_low"] == pytest.approx(out["throughput"] * (1 - stored["site_mape"]))
-    assert out["throughput_high"] == pytest.approx(out["throughput"] * (1 + stored["site_mape"]))
+    assert out["throughput_low"] == pytest.approx(min(out["throughput"], out["throughput"] * math.exp(low)))
+    assert out["throughput_high"] == pytest.approx(max(out["throughput"], out["throughput"] * math.exp(high)))
+    assert out["interval_basis"].startswith("site profile")
 
 
 @pytest.mark.parametrize("text, message", [
