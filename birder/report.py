@@ -2,7 +2,7 @@
 its plots into ``outdir`` and returns its Markdown, or a ``Section`` (Markdown plus a one-line summary for the
 terminal).
 
-The report is built in a temporary directory beside ``--out`` and swapped in whole (``birder.atomic``): an
+The report is built in a temporary directory beside ``--out`` and swapped in whole (``safeio.atomic``): an
 interrupted run leaves the previous report as it was and no stray files. Progress bars go to a terminal only
 and ``--quiet`` silences them.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from birder.atomic import atomic_path
+from safeio.atomic import atomic_path
 
 # "module:function" of each section, in report order: the answer first, then how it was reached.
 SECTIONS = (

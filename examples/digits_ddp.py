@@ -33,7 +33,7 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-from birder.atomic import atomic_path, write_text  # noqa: E402
+from safeio.atomic import atomic_path, write_text  # noqa: E402
 
 METHODS = ("adamw", "fp16", "powersgd", "birder")
 LEARNING_RATES = {"adamw": 1e-2, "fp16": 1e-2, "powersgd": 1e-2, "birder": 3e-3}  # each method's own (trial sweep)

@@ -26,9 +26,9 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from birder.atomic import atomic_path, write_text
 from gpu_validation import comm, launch
 from gpu_validation import torch_birder as tb
+from safeio.atomic import atomic_path, write_text
 from sim.system import BASE_LATENCY_US, HW_LATENCY_US
 
 # Nominal HBM bandwidth (GB/s) of GPUs by name fragment, from the vendors' datasheets.

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from birder.argtypes import positive_int, positive_number
+from safeio.argtypes import positive_int, positive_number
 
 TORCH_MISSING = 'needs torch, which is not installed: pip install -e ".[torch]"'
 

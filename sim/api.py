@@ -216,7 +216,7 @@ def finite_json_value(value):
 def write_cross_validation() -> Path:
     """Measure the group cross-validation on the public rows and store it (with the rows' SHA-256) for
     ``prediction_relative_error`` and ``validation_summary``."""
-    from birder.atomic import write_text
+    from safeio.atomic import write_text
     from sim import validate
 
     cross = validate.group_cross_validation()

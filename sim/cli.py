@@ -21,9 +21,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from birder.argtypes import positive_int, positive_number
-from birder.atomic import write_text
 from birder_ref.schedules import SCHEMES, Layout
+from safeio.argtypes import positive_int, positive_number
+from safeio.atomic import write_text
 from sim.api import MAX_BATCH_PER_GPU, finite_json_value
 from sim.hardware import (
     GPUS,
