@@ -6,9 +6,12 @@
 Where the work happens, and why:
 
 - **During backward**, the hook Birder registers leaves every bucket as it is (``.grad`` holds this rank's own
-  local gradient, as under ``no_sync``) and starts one asynchronous 4-byte MAX all-reduce per bucket: "this
-  bucket holds a NaN or an infinity here". If any rank's does, every rank's bucket is filled with NaN, so
-  ``GradScaler`` sees the same overflow on every rank and backs off everywhere.
+  local gradient, as under ``no_sync``) and starts one asynchronous all-gather per bucket of a 4-word record
+  (``_local_gradient_hook``): this rank's largest |gradient| and a checksum of the bucket's parameters among
+  them. If any rank's gradient is non-finite, every rank's bucket is filled with NaN, so ``GradScaler`` sees the
+  same overflow on every rank and backs off everywhere; if the ranks' parameters differ, step() raises naming
+  them. Since ``.grad`` is local, any other optimizer stepping Birder's parameters is refused
+  (``_refuse_other_optimizers``).
 - **In step()**, the gradients of the trainable parameters are flattened (in ``parameters()`` order: that order
   gives every element its draw index), divided by the ``GradScaler``'s scale when one passed it, and go through
   Birder's 1-bit all-reduce (``comm``'s hierarchical or flat pipeline). The state is updated in place by the
@@ -26,8 +29,9 @@ micro-batch accumulation without ``no_sync`` sums local gradients into one Birde
 
 Faults: every collective has the process group's timeout (``comm.make_topology``); when one fails, the rank
 waits briefly for the others to report the same iteration through the default store and raises one
-``RuntimeError`` naming the ranks that did not (hung or dead). A step skipped for a non-finite gradient names the
-ranks that had one, is counted (``skipped_steps``) and logged; ``max_consecutive_skips`` in a row raise.
+``RuntimeError`` naming the ranks that did not (hung or dead); so does backward when the hook's all-gather fails.
+A step skipped for a non-finite gradient names the ranks that had one, is counted (``skipped_steps``) and
+logged; ``max_consecutive_skips`` in a row raise (a GradScaler's back-offs count only at a scale of at most 1).
 """
 
 from __future__ import annotations
@@ -387,13 +391,16 @@ class Birder(torch.optim.Optimizer):
         seed: the draws' seed, the same on every rank (a non-negative integer below 2**32).
         scheme: "hierarchical" (a worker is a node; Section 4) or "flat" (every rank a worker).
         gpus_per_node: ranks per node; default torchrun's LOCAL_WORLD_SIZE, else one node of all ranks.
-        max_consecutive_skips: this many steps in a row skipped for non-finite gradients raise RuntimeError.
+        param_groups: optional groups of the DDP model's trainable parameters, each with its own "lr" and
+            "weight_decay" (default: the arguments above); parameters no group names form a last group.
+        max_consecutive_skips: this many steps in a row skipped for non-finite gradients raise RuntimeError
+            (skips while a GradScaler's scale is above 1 are its back-offs, not counted).
         overlap: start the intra-node exchange of each bucket during backward (``_Overlap``); step() uses it only
             when .grad is bit-identical to what was sent on every rank of the node, else exchanges again. Off by
             default: on gloo/CPU it measured slower (benchmarks/hook_speed.py --hooks birder birder_no_overlap).
 
-    ``step()`` is collective (every rank calls it once per backward); so are ``state_dict()`` (one all-gather
-    over the default group of every rank's shard) and nothing else.
+    ``step()`` is collective (every rank calls it once per backward); so is ``state_dict()`` (a record, then one
+    all-gather of every rank's shard, over Birder's group of all ranks); nothing else is.
     """
 
     _step_supports_amp_scaling = True  # GradScaler passes grad_scale / found_inf instead of unscaling for us
