@@ -367,7 +367,7 @@ def _refuse_other_optimizers(birder_ref):
         birder = birder_ref()
         if birder is None or optimizer is birder:
             return None
-        mine = {id(p): name for name, p in zip(birder.param_names, birder._params, strict=True)}
+        mine = birder._name_of_id
         shared = [mine[id(p)] for g in optimizer.param_groups for p in g["params"] if id(p) in mine]
         if shared:
             raise ValueError(f"{type(optimizer).__name__}.step(): it holds {len(shared)} parameter(s) that Birder "
@@ -436,6 +436,7 @@ class Birder(torch.optim.Optimizer):
         self._sealed = True
         self.param_names = [name for name, _ in named]  # in element order: the draws' index order
         self._params = params
+        self._name_of_id = {id(p): name for name, p in named}
         group_of = {id(p): i for i, g in enumerate(self.param_groups) for p in g["params"]}
         self._group_of = [group_of[id(p)] for p in params]
         handle = register_optimizer_step_pre_hook(_refuse_other_optimizers(weakref.ref(self)))
