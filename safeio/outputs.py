@@ -5,6 +5,8 @@ dangling one refused), and checked before any long work starts."""
 from __future__ import annotations
 
 import os
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 # The toolkit's packages (pyproject's [tool.setuptools.packages.find]); in a checkout, the folders beside them
@@ -50,8 +52,7 @@ def check_output_file(path: str | Path, flag: str = "--out") -> Path:
         raise ValueError(f"{flag} {path} is not a regular file (a device, a pipe or a socket): refusing to replace it")
     if not resolved.parent.is_dir():
         raise ValueError(f"{flag} {path}: the folder {resolved.parent} does not exist")
-    if not os.access(resolved.parent, os.W_OK):
-        raise ValueError(f"{flag} {path}: the folder {resolved.parent} is not writable")
+    _check_writable(resolved.parent, path, flag)
     return resolved
 
 
@@ -67,15 +68,24 @@ def check_output_dir(path: str | Path, flag: str = "--out") -> Path:
         existing = existing.parent
     if not existing.is_dir():
         raise ValueError(f"{flag} {path}: {existing} is not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"{flag} {path}: {existing} is not writable")
+    _check_writable(existing, path, flag)
     return resolved
 
 
-def check_replaceable_dir(path: str | Path, flag: str = "--out") -> Path:
+def _check_writable(folder: Path, path: str | Path, flag: str) -> None:
+    """Tried, not asked: os.access says yes to root in /proc, on a read-only mount or in an immutable folder."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".birder-probe.", dir=folder))
+    except OSError as error:
+        raise ValueError(f"{flag} {path}: cannot write in {folder} ({error.strerror})") from None
+
+
+def check_replaceable_dir(path: str | Path, flag: str = "--out",
+                          unlisted: Callable[[Path], set[str]] | None = None) -> Path:
     """A folder that a command replaces whole (``birder report``): its resolved path, if it is new, empty, or
     holds only the files its manifest lists (what an earlier run wrote); anything else is refused, so a user's
-    own files are never deleted."""
+    own files are never deleted. ``unlisted(folder)``: for a folder without a manifest, the files the caller can
+    prove an earlier run wrote (a report from before manifests), else an empty set."""
     resolved = check_output_dir(path, flag)
     if not resolved.is_dir():
         return resolved
@@ -83,10 +93,13 @@ def check_replaceable_dir(path: str | Path, flag: str = "--out") -> Path:
     if not present:
         return resolved
     manifest = resolved / MANIFEST_NAME
-    if not manifest.is_file() or manifest.is_symlink():
-        raise ValueError(f"{flag} {path} holds files that no earlier run wrote (it has no {MANIFEST_NAME}): give a "
-                         "new or empty folder, or an earlier report's")
-    written = set(read_manifest(manifest)) | {MANIFEST_NAME}
+    if manifest.is_file() and not manifest.is_symlink():
+        written = set(read_manifest(manifest)) | {MANIFEST_NAME}
+    else:
+        written = unlisted(resolved) if unlisted else set()
+        if not written:
+            raise ValueError(f"{flag} {path} holds files that no earlier run wrote (it has no {MANIFEST_NAME}): "
+                             "give a new or empty folder, or an earlier report's")
     foreign = sorted(present - written)
     if foreign:
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")

@@ -522,7 +522,9 @@ ROWS = [
     row("report-json-with-value", "report --json=1", "--json"),
     row("report-quiet-with-value", "report --quiet=no", "--quiet"),
     row("report-out-is-fifo", "report --quick --out {d}/a_fifo", "a_fifo"),
-    row("report-out-in-proc", "report --quick --out /proc/birder-report", "/proc/birder-report"),
+    row("report-out-in-proc", "report --quick --out /proc/birder-report", "/proc/birder-report", wall_s=HANG_S),
+    row("sweep-out-in-proc", "sweep --nodes 1 --optimizers sgdm --networks 10gbe --out /proc/birder-sweep",
+        "/proc/birder-sweep", wall_s=HANG_S),
     # issue 19: outputs never destroy what we did not write, nor the toolkit's own files
     row("report-out-users-folder-with-report-md", "report --quick --out {d}/users_folder", "users_folder",
         wall_s=HANG_S),

@@ -217,3 +217,18 @@ def test_the_report_leaves_no_hypothesis_folder_in_the_working_directory(tmp_pat
     report.write_report(tmp_path / "r", sections=(hunts,))
     assert sorted(os.listdir(tmp_path)) == ["r"]
     assert used[0].name.startswith("birder-report-hypothesis-") and not used[0].exists()
+
+
+def test_a_report_from_before_manifests_is_replaced_but_not_with_a_users_file_in_it(tmp_path):
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "report.md").write_text("# Birder toolkit report\n\n![a plot](figure8.png)\n")
+    (out / "figure8.png").write_bytes(b"png")
+    report.write_report(out, sections=(lambda outdir, quick: "new",))
+    assert sorted(os.listdir(out)) == [".birder-manifest", "report.md"]
+    (out / ".birder-manifest").unlink()
+    (out / "report.md").write_text("# Birder toolkit report\n")
+    (out / "thesis.png").write_bytes(b"mine, and the report does not show it")
+    with pytest.raises(ValueError, match="no earlier run wrote"):
+        report.write_report(out, sections=())
+    assert (out / "thesis.png").exists()
