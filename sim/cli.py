@@ -13,9 +13,7 @@ import json
 import math
 import os
 import re
-import shutil
 import sys
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,7 +22,7 @@ from tqdm import tqdm
 from birder_ref.registry import simulated_spec
 from birder_ref.schedules import SCHEMES, Layout
 from safeio.argtypes import positive_int, positive_number
-from safeio.atomic import write_text
+from safeio.atomic import staging_dir, write_text
 from safeio.outputs import check_output_dir
 from safeio.text import printable
 from sim.api import MAX_BATCH_PER_GPU, finite_json_value
@@ -411,15 +409,12 @@ def run_sweep(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "sweep.csv", _csv(results, list(SWEEP_FIELDS)))
-    staging = Path(tempfile.mkdtemp(prefix=".sweep-plots.", dir=out))
-    try:  # the plots are drawn beside, then each renamed into place whole
+    with staging_dir(out, "sweep-plots") as staging:  # the plots are drawn beside, then each renamed into place
         drawn = plots.throughput_vs_gpus(results, staging) + plots.time_breakdown(results, staging)
         figures = []
         for path in drawn:
             os.replace(path, out / Path(path).name)
             figures.append(str(out / Path(path).name))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     if args.json:
         print(_strict_json({"csv": str(out / "sweep.csv"), "plots": figures, "results": results}))
     else:
@@ -457,15 +452,10 @@ def run_validate(args) -> int:
     if args.out:
         from sim import plots
 
-        staging = Path(tempfile.mkdtemp(prefix=".validate-plot.", dir=Path(args.out).parent
-                                        if Path(args.out).parent.exists() else None))
-        try:
+        with staging_dir(args.out, "validate-plot") as staging:
             drawn = plots.validation(summary["rows"], staging)
-            Path(args.out).mkdir(parents=True, exist_ok=True)
             os.replace(drawn, Path(args.out) / Path(drawn).name)
             summary["plot"] = str(Path(args.out) / Path(drawn).name)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
     if args.json:
         print(_strict_json(summary))
         return 0
