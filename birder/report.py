@@ -150,12 +150,17 @@ def _terminate(signum, frame):  # SIGTERM unwinds like Ctrl-C, so the temporary 
 
 
 def run(args: argparse.Namespace) -> int:
+    from birder import report_scaling
+
     quiet = getattr(args, "quiet", False)
+    # a bad price file fails here, before anything is built
+    report_scaling.use_prices(report_scaling.load_prices(args.prices) if args.prices else None)
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         report = write_report(Path(args.out), quick=args.quick, progress=show_progress(quiet))
     finally:
         signal.signal(signal.SIGTERM, previous)
+        report_scaling.use_prices(None)
     if args.json:
         print(json.dumps({"report": str(report.path), "directory": str(report.path.parent),
                           "summary": report.summary, "timings_s": report.timings}))
@@ -171,5 +176,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("report", help="the main job: which network and optimizer, checks, plots")
     p.add_argument("--out", default="report", help="directory to write report.md and plots into (default: report)")
     p.add_argument("--quick", action="store_true", help="fewer nodes and steps, for tests")
+    p.add_argument("--prices", default=None, metavar="FILE.toml",
+                   help="price file (node = X; [nic] and [switch_port] tables of network = price; currency): "
+                        "rank the networks by samples/s per unit of cost")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)

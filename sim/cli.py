@@ -1,4 +1,5 @@
-"""`birder predict`, `birder collective`, `birder sweep`, `birder validate`: the simulator on the command line.
+"""`birder predict`, `birder collective`, `birder sweep`, `birder validate`, `birder calibrate`: the simulator on
+the command line.
 
 Arguments are parsed here and handed to the library (``sim.api``, ``sim.collective``, ``sim.validate``), whose
 ValueErrors name parameters; ``birder.cli`` prints them as one line and exits 2.
@@ -27,6 +28,8 @@ from safeio.outputs import check_output_dir
 from safeio.text import printable
 from sim.api import MAX_BATCH_PER_GPU, finite_json_value
 from sim.hardware import (
+    FRAMEWORKS,
+    GENERIC_NETWORKS,
     GPUS,
     INTRA,
     MAX_GPUS,
@@ -160,6 +163,9 @@ def _workload_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
                    help="what full-precision gradients travel as (default fp32; AMP/DeepSpeed setups: fp16, bf16)")
     p.add_argument("--accumulation-steps", type=positive_int, default=1, metavar="K",
                    help="micro-batches per optimizer step, one all-reduce per K (default 1)")
+    p.add_argument("--framework", choices=list(FRAMEWORKS), default=None,
+                   help="training framework: its gradient buckets, overlap with backward and cycle time "
+                        "(sim/presets/frameworks.toml; default ddp, or the TOML's framework)")
     p.add_argument("--hook", choices=("blocking", "overlapped"), default=None,
                    help="whether a 1-bit DDP hook holds up the backward pass until its collectives return "
                         "(blocking: the paper's hook; default) or overlaps it like DDP's all-reduce" + shared)
@@ -184,7 +190,7 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
                          "(sim/README.md)")
     nics = getattr(args, "nics_per_node", None)
     if getattr(args, "cluster", None):
-        c = load_cluster(args.cluster, nodes, args.gpus_per_node, args.gpu, over)
+        c = load_cluster(args.cluster, nodes, args.gpus_per_node, args.gpu, over, getattr(args, "framework", None))
         if nics is not None:
             c = replace(c, nic=replace(c.nic, count=nics),
                         provenance=c.provenance + (("nics per node", f"{nics} (command line)"),))
@@ -195,15 +201,17 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
             raise ValueError(f"--nics-per-node {nics} exceeds --gpus-per-node {args.gpus_per_node or 8}: at most "
                              "one NIC per GPU")
         nic_preset(name)  # an unknown name fails here, naming the flag's choices
+        framework = getattr(args, "framework", None)
         c = cluster(name, nodes or 1, args.gpus_per_node or 8, args.intra, gpu, 1.0 if over is None else over,
-                    nics)
+                    nics, framework or "ddp")
         c = replace(c, provenance=(
             ("network", f"preset {name}" + (" (site profile: FITTED constants)" if c.nic.fitted else "")),
             ("nics per node", f"{c.nic.count} ({'command line' if nics else 'default'})"),
             ("gpu", f"{gpu} ({'command line' if args.gpu else 'default'})"),
             ("intra", f"preset {c.intra.name} ({'command line' if args.intra else 'default for ' + gpu})"),
             ("gpus per node", f"{c.gpus_per_node} ({'command line' if args.gpus_per_node else 'default'})"),
-            ("oversubscription", f"{c.oversubscription:g} ({'command line' if over is not None else 'default'})")))
+            ("oversubscription", f"{c.oversubscription:g} ({'command line' if over is not None else 'default'})"),
+            ("framework", f"{c.framework} ({'command line' if framework else 'default'})")))
     leaf = getattr(args, "nodes_per_leaf", None)
     if leaf is not None:
         c = replace(c, nodes_per_leaf=leaf, provenance=c.provenance + (("nodes per leaf", f"{leaf} (command line)"),))
@@ -309,8 +317,8 @@ def run_predict(args) -> int:
     for line in describe(c):
         _say("  " + line)
     _say(f"  throughput              {result['throughput']:12.1f} samples/s "
-          f"(interval {result['throughput_low']:.0f} - {result['throughput_high']:.0f}, +-"
-          f"{result['relative_error'] * 100:.0f}%: the measured cross-validated error)")
+          f"({result['interval_level']:.0%} interval {result['throughput_low']:.0f} - "
+          f"{result['throughput_high']:.0f}: {result['interval_basis']})")
     _say(f"  iteration               {result['iteration_s'] * 1e3:12.2f} ms")
     _say(f"    compute               {result['compute_s'] * 1e3:12.2f} ms")
     _say(f"    compression           {result['compression_s'] * 1e3:12.2f} ms")
@@ -449,6 +457,8 @@ def run_validate(args) -> int:
             cross = validate.group_cross_validation(args.csv, progress=bar)
         summary["cross_validated_mape"] = cross.mape
         summary["cross_validation"] = cross.as_dict()
+    loso = validate.corpus_validation()
+    summary["corpus_validation"] = loso.as_dict()
     if args.out:
         from sim import plots
 
@@ -487,8 +497,82 @@ def run_validate(args) -> int:
             _say(f"  left out {g.left_out}={g.value}: {g.rows} rows, MAPE {g.mape * 100:.1f}%" + unfitted)
         if cross.untestable_columns:
             _say(f"  not testable on these rows (one value each): {', '.join(cross.untestable_columns)}")
+    _print_corpus_validation(loso)
     if args.out:
         _say(f"plot: {summary['plot']}")
+    return 0
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def _print_corpus_validation(loso) -> None:
+    from sim.validate import REGIMES
+
+    s = loso.summary()
+    print(f"\ncorpus: {s['corpus']}: {s['rows']} multi-node rows predicted, {s['skipped_rows']} skipped; each "
+          "calibrated by its own single-node throughput")
+    print(f"{'group':8} {'name':22} {'rows':>4} {'in-sample':>10} {'left out':>9} {'linear':>8} {'alpha-beta':>10}")
+    for t in loso.table():
+        print(f"{t['group']:8} {t['name']:22} {t['rows']:4d} {_percent(t['mape_in_sample']):>10} "
+              f"{_percent(t['mape_left_out']):>9} {_percent(t['mape_linear']):>8} {_percent(t['mape_alpha_beta']):>10}")
+    skill = "-" if s["skill_communication_bound"] is None else f"{s['skill_communication_bound']:.2f}"
+    overall = "-" if s["skill"] is None else f"{s['skill']:.2f}"
+    print(f"skill (left-out MAPE / linear scaling's): {skill} on communication-bound rows, {overall} overall; "
+          f"left-out MAPE {_percent(s['mape_left_out'])} (in-sample {_percent(s['mape_in_sample'])})")
+    print(f"{s['interval_level']:.0%} intervals, fitted without the row's source: coverage "
+          f"{_percent(s['coverage'])}, median half-width {_percent(s['median_half_width'])}; by the regime an "
+          "alpha-beta ring predicts (what the intervals are keyed on): "
+          + "; ".join(f"{reg} {_percent(s['coverage_by_regime'][reg])} covered, half-width "
+                      f"{_percent(s['median_half_width_by_regime'][reg])}" for reg in REGIMES)
+          + "; by measured regime: " + ", ".join(f"{reg} {_percent(s['coverage_by_measured_regime'][reg])} covered"
+                                                 for reg in REGIMES))
+    for skipped in loso.skipped:
+        print(f"skipped: {skipped.source} {skipped.table} {skipped.model} on {skipped.nodes} nodes: {skipped.reason}")
+
+
+# ----------------------------------------------------------------------------------------------- calibrate
+def run_calibrate(args) -> int:
+    from sim import calibrate
+
+    ops = args.op or [None]
+    if len(ops) not in (1, len(args.outputs)):
+        raise ValueError(f"--op given {len(ops)} times for {len(args.outputs)} files: once for all, or once per file")
+    outputs = [calibrate.read_output(path, ops[i % len(ops)]) for i, path in enumerate(args.outputs)]
+    nodes, per_node = calibrate.layout(outputs, args.nodes, args.gpus_per_node)
+    shown = {o.gpu for o in outputs if o.gpu}
+    gpu = args.gpu or (shown.pop() if len(shown) == 1 else "a100")
+    base, base_name = calibrate.base_cluster(nodes, per_node, gpu, args.network, args.transport,
+                                             args.line_rate_gbps, args.nics_per_node or 1)
+    rows = tuple(m for o in outputs for m in o.rows)
+    fit = calibrate.fit_network(base, rows)
+    sources = [(str(p), calibrate.file_digest(p)) for p in args.outputs]
+    name = args.name or Path(args.out).stem
+    write_text(Path(args.out), calibrate.cluster_toml(fit, base_name, name, sources, len(rows)))
+    errors = fit.row_errors(rows)
+    body = {"cluster_file": str(args.out), "nodes": nodes, "gpus_per_node": per_node, "gpu": gpu, "base": base_name,
+            "constants": fit.constants, "fitted": list(fit.fitted), "rms_log_error": fit.rms_log_error,
+            "max_relative_error": fit.max_relative_error, "warnings": list(fit.warnings),
+            "rows": [{"op": m.op, "bytes": m.nbytes, "measured_time_s": m.time_s,
+                      "simulated_time_s": m.time_s * (1 + e), "relative_error": e} for m, e in zip(rows, errors,
+                                                                                                   strict=True)]}
+    if args.json:
+        print(_strict_json(body))
+        return 0
+    print(f"{len(rows)} rows from {', '.join(map(str, args.outputs))}: {nodes} nodes x {per_node} GPUs ({gpu}), "
+          f"base {base_name}")
+    print(f"{'op':11} {'size (B)':>12} {'measured (us)':>14} {'simulated (us)':>15} {'error':>7}")
+    for r in body["rows"]:
+        print(f"{r['op']:11} {r['bytes']:12d} {r['measured_time_s'] * 1e6:14.1f} {r['simulated_time_s'] * 1e6:15.1f} "
+              f"{r['relative_error'] * 100:+6.1f}%")
+    for key, value in fit.constants.items():
+        print(f"  {key:17} {value:12.4g}  " + ("FITTED" if key in fit.fitted else "not constrained by the table: "
+                                                "the base's value"))
+    for warning in fit.warnings:
+        print(f"warning: {warning}")
+    print(f"rms log error {fit.rms_log_error:.3f}, largest {fit.max_relative_error * 100:.1f}%; wrote {args.out} "
+          f"(birder predict --cluster {args.out})")
     return 0
 
 
@@ -545,3 +629,26 @@ def register(subparsers) -> None:
                    help="skip the group cross-validation (it refits the site profiles once per group left out)")
     v.add_argument("--json", action="store_true", help="print one JSON object")
     v.set_defaults(func=run_validate)
+
+    k = subparsers.add_parser("calibrate", help="fit a cluster's network to your nccl-tests output; write a cluster "
+                                                "TOML for predict --cluster")
+    k.add_argument("outputs", nargs="+", type=_non_empty_path, metavar="FILE",
+                   help="nccl-tests output as printed (all_reduce_perf, all_gather_perf, alltoall_perf tables)")
+    k.add_argument("--out", required=True, type=_non_empty_path, help="the cluster TOML to write")
+    k.add_argument("--op", choices=("all-reduce", "all-gather", "all-to-all"), default=None, action="append",
+                   help="the collective, where the output does not name its binary: once for all files, or once per "
+                        "file in order")
+    k.add_argument("--nodes", type=positive_int, default=None, help="nodes measured (default: the Rank lines')")
+    k.add_argument("--gpus-per-node", type=positive_int, default=None,
+                   help="ranks per node (default: the Rank lines')")
+    k.add_argument("--gpu", choices=list(GPUS), default=None,
+                   help="GPU (default: the Rank lines' device name, else a100)")
+    k.add_argument("--network", choices=list(GENERIC_NETWORKS), default=None,
+                   help="the generic preset whose hardware data the fit starts from")
+    k.add_argument("--transport", choices=("socket", "ib"), default=None,
+                   help="or the transport (socket: NCCL over TCP; ib: verbs, InfiniBand or RoCE) ...")
+    k.add_argument("--line-rate-gbps", type=positive_number, default=None, help="... and one NIC's line rate, Gb/s")
+    k.add_argument("--nics-per-node", type=positive_int, default=None, help="NICs per node NCCL used (default 1)")
+    k.add_argument("--name", default=None, help="the cluster's name (default: the TOML's file name)")
+    k.add_argument("--json", action="store_true", help="print one JSON object")
+    k.set_defaults(func=_flags(run_calibrate))

@@ -60,10 +60,6 @@ def resnet(name: str, blocks: tuple[int, int, int, int]) -> ModelProfile:
     return ModelProfile(name, "cnn", tuple(layers))
 
 
-def resnet50() -> ModelProfile:
-    return resnet("resnet50", (3, 4, 6, 3))
-
-
 def vgg16() -> ModelProfile:
     """VGG-16 (Simonyan & Zisserman 2015, configuration D) as torchvision builds it, 224x224: 13 3x3
     convolutions and three fully connected layers, 138,357,544 parameters."""
@@ -144,7 +140,7 @@ def synthetic(n_params: int, n_layers: int = 12) -> ModelProfile:
 
 
 MODELS = {
-    "resnet50": resnet50,
+    "resnet50": lambda: resnet("resnet50", (3, 4, 6, 3)),
     "resnet101": lambda: resnet("resnet101", (3, 4, 23, 3)),
     "resnet152": lambda: resnet("resnet152", (3, 8, 36, 3)),
     "vgg16": vgg16,

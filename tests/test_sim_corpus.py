@@ -9,22 +9,20 @@ from pathlib import Path
 import pytest
 
 from sim.validate import rows as birder_public_rows
-from sim.validation import COLUMNS, CORPUS_CSV, SOURCES_TOML, PublishedRow, load_corpus, load_sources, regime
+from sim.validation import (
+    COLUMNS,
+    CORPUS_CSV,
+    SOURCES_TOML,
+    PublishedRow,
+    independent_groups,
+    load_corpus,
+    load_sources,
+    regime,
+    totals_line,
+)
+from sim.validation.__main__ import main
 
 README = Path(CORPUS_CSV).parent / "README.md"
-
-
-def independent_groups(sources) -> list[set[str]]:
-    """Sources joined by independent_of (in either direction) form one group: the connected components."""
-    groups: list[set[str]] = []
-    for sid, source in sources.items():
-        linked = {sid, *source.independent_of}
-        touching = [g for g in groups if g & linked]
-        for g in touching:
-            groups.remove(g)
-            linked |= g
-        groups.append(linked)
-    return groups
 
 
 def test_shipped_corpus_loads_and_every_source_has_rows():
@@ -35,17 +33,36 @@ def test_shipped_corpus_loads_and_every_source_has_rows():
 
 
 def test_readme_counts_are_the_corpus_counts():
-    """The README's per-source table (rows, communication-bound rows) and totals are the corpus's."""
-    rows, text = load_corpus(), README.read_text(encoding="utf-8")
+    """The README's per-source table (rows, communication-bound rows) and its totals line are the corpus's."""
+    rows, sources, text = load_corpus(), load_sources(), README.read_text(encoding="utf-8")
     table = dict(re.findall(r"^\| `([a-z0-9.+_-]+)` \| (\d+ \| \d+) \|", text, flags=re.M))
     counted = {s: f"{sum(r.source == s for r in rows)} | "
-                  f"{sum(r.source == s and regime(r) == 'communication-bound' for r in rows)}"
-               for s in load_sources()}
+                  f"{sum(r.source == s and regime(r) == 'communication-bound' for r in rows)}" for s in sources}
     assert table == counted
-    comm = sum(regime(r) == "communication-bound" for r in rows)
-    groups = len(independent_groups(load_sources()))
-    assert f"{len(rows)} rows from {len(counted)} sources in {groups} independent groups" in text
-    assert f"{comm} communication-bound" in text
+    assert totals_line(rows, sources) in text
+
+
+def test_independent_groups_join_sources_that_name_each_other():
+    groups = independent_groups(load_sources())
+    assert ("nvidia-dle-pytorch-bert", "nvidia-dle-paddle-bert", "nvidia-dle-tf-bert", "nvidia-dle-tf2-bert") in groups
+    assert ("birder-neurips2023",) in groups
+    assert sorted(s for g in groups for s in g) == sorted(load_sources())
+
+
+def test_the_summary_command_prints_the_totals_and_draws_the_plot(tmp_path, capsys):
+    assert main(["--plot", str(tmp_path / "efficiency.png")]) == 0
+    out = capsys.readouterr().out
+    assert totals_line(load_corpus(), load_sources()) in out
+    assert (tmp_path / "efficiency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_summary_command_refuses_an_unwritable_plot_path(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    assert main(["--plot", str(blocker / "efficiency.png")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("python -m sim.validation: ") and "\n" not in err
+    assert blocker.read_text() == "not a directory"
 
 
 def test_birder_rows_are_the_public_csv_multi_node_rows():
@@ -122,7 +139,7 @@ def test_bad_header_is_refused(tmp_path, header, message):
     ("params", "1000", r"column params: 1000 is more than 5% away"),
     ("throughput", "-5", r"column throughput: '-5' is not positive"),
     ("throughput", "nan", r"column throughput: 'nan' is not positive and finite"),
-    ("throughput", "1e9", r"column throughput: 1e\+09 is more than 1.25 x linear scaling"),
+    ("throughput", "1e9", r"column throughput: 1e\+09 is more than 1.5 x linear scaling"),
     ("single_node_throughput", "0", r"column single_node_throughput: '0' is not positive"),
     ("nodes", "1", r"column nodes: 1 is not a multi-node measurement"),
     ("nodes", "2.5", r"column nodes: '2.5' is not a positive integer"),
@@ -155,6 +172,22 @@ def test_a_short_record_is_refused(tmp_path):
     records[2] = records[2][:-2]
     with pytest.raises(ValueError, match=r"line 4: 17 cells for 19 columns"):
         load_corpus(write_corpus(tmp_path, COLUMNS, records))
+
+
+@pytest.mark.parametrize("path, message", [
+    ("/dev/zero", "larger than 16 MB"),
+    ("/nonexistent/corpus.csv", "No such file"),
+])
+def test_an_unreadable_corpus_is_refused_without_hanging(path, message):
+    with pytest.raises(ValueError, match=f"cannot read the corpus .*{message}"):
+        load_corpus(path)
+
+
+def test_a_binary_corpus_is_refused(tmp_path):
+    binary = tmp_path / "corpus.csv"
+    binary.write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(ValueError, match="cannot read the corpus"):
+        load_corpus(binary)
 
 
 def test_an_empty_corpus_is_refused(tmp_path):
