@@ -27,6 +27,7 @@ import sim
 BIG = "1" + "0" * 400  # past float range: int() takes it, float() of it overflows
 PACKAGE = Path(sim.__file__).parent  # {pkg}: a package of the toolkit, whose files no command may write
 ROOT = PACKAGE.parent  # {root}: where the toolkit's packages lie (a checkout, or site-packages)
+NCCL_OUTPUTS = Path(__file__).parent / "fixtures" / "nccl_tests"  # {nccl}: real nccl-tests outputs
 HANG_S = 3.0  # wall bound of the rows that hung before issue 12's fixes: a fixed command answers well within it
 
 
@@ -581,6 +582,16 @@ ROWS = [
     row("sweep-warmup-for-none", "sweep --nodes 1 --optimizers sgdm,birder --warmup-fraction 0.2 --out s",
         "--warmup-fraction"),
     row("bench-nccl-on-cpu", "bench --device cpu --backend nccl --sizes 64 --repeats 1", "nccl", "cpu"),
+    row("calibrate-output-fifo", "calibrate {d}/a_fifo --out c.toml", "a_fifo", "FIFO", wall_s=HANG_S),
+    row("calibrate-output-device", "calibrate /dev/zero --out c.toml", "/dev/zero", wall_s=HANG_S),
+    row("calibrate-out-shipped-preset", "calibrate {nccl}/ib100_8x8v100_all_reduce.txt --out {pkg}/presets/gpus.toml",
+        "toolkit", wall_s=HANG_S),
+    row("calibrate-out-directory", "calibrate {nccl}/ib100_8x8v100_all_reduce.txt --out {d}/a_directory.toml",
+        "directory", wall_s=HANG_S),
+    row("calibrate-out-dangling-link", "calibrate {nccl}/ib100_8x8v100_all_reduce.txt --out {d}/dangling",
+        "dangling", wall_s=HANG_S),
+    row("report-prices-fifo", "report --quick --out r --prices {d}/fifo.toml", "fifo.toml", wall_s=HANG_S),
+    row("report-prices-device", "report --quick --out r --prices /dev/urandom", "/dev/urandom", wall_s=HANG_S),
     row("gpu-validate-timeout-1e308", "gpu-validate --timeout 1e308", "--timeout", "86400"),
     row("gpu-validate-timeout-a-microsecond", "gpu-validate --timeout 1e-6", "--timeout"),
 ]
@@ -636,7 +647,8 @@ if HAS_COLLECTIVE:  # the subcommand is being added beside this suite; its rows 
 
 
 def _argv(args: list[str], d: Path) -> list[str]:
-    return [a.replace("{d}", str(d)).replace("{pkg}", str(PACKAGE)).replace("{root}", str(ROOT)) for a in args]
+    return [a.replace("{d}", str(d)).replace("{pkg}", str(PACKAGE)).replace("{root}", str(ROOT))
+            .replace("{nccl}", str(NCCL_OUTPUTS)) for a in args]
 
 
 @pytest.mark.parametrize("args, names, wall_s", ROWS)
