@@ -3,7 +3,9 @@
 Each row runs ``birder.cli.main(argv)`` in-process (bad_input_harness.run_cli) in an empty working directory and
 asserts: exit status 2, exactly one line on stderr naming the offending flag, key or row, no traceback, no file
 created or modified (working directory and input files), stdout empty or strict JSON, an answer within the wall
-bound. ``{d}`` in an argument is the directory of the prepared bad files. No row is marked xfail: every bad input
+bound. ``{d}`` in an argument is the directory of the prepared bad files, ``{pkg}`` a package of the toolkit
+(watched too: no command may write there), ``{root}`` the folder holding the packages, ``{nccl}`` real
+nccl-tests outputs. No row is marked xfail: every bad input
 here is handled. A few rows run the real console script in a subprocess with a timeout; a Hypothesis fuzz of argument
 values and of TOML and CSV contents checks the same invariants for whatever outcome.
 """
