@@ -42,10 +42,15 @@ def resolve_output(path: str | Path, flag: str = "--out") -> Path:
     return resolved
 
 
-def check_output_file(path: str | Path, flag: str = "--out") -> Path:
-    """An output file's resolved path: not a directory, device, pipe or socket; its folder exists and is
+def check_output_file(path: str | Path, flag: str = "--out", inputs: tuple[str | Path, ...] = ()) -> Path:
+    """An output file's resolved path: not a directory, device, pipe or socket; not one of the command's
+    ``inputs`` (a measurement overwritten by what was computed from it is lost); its folder exists and is
     writable; not inside the toolkit (``resolve_output``)."""
     resolved = resolve_output(path, flag)
+    for source in inputs:
+        if Path(source).resolve() == resolved:
+            raise ValueError(f"{flag} {path} is also an input ({source}): writing it would destroy what it is "
+                             "computed from; give another file name")
     if resolved.is_dir():
         raise ValueError(f"{flag} {path} is a directory: give a file path")
     if resolved.exists() and not resolved.is_file():

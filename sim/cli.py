@@ -538,7 +538,8 @@ def _print_corpus_validation(loso) -> None:
 def run_calibrate(args) -> int:
     from sim import calibrate
 
-    check_output_file(args.out)  # before any work: never inside the toolkit, never over a device or a folder
+    check_output_file(args.out, inputs=tuple(args.outputs))  # before any work: never over an input, a device,
+    # a folder or the toolkit's own files
     ops = args.op or [None]
     if len(ops) not in (1, len(args.outputs)):
         raise ValueError(f"--op given {len(ops)} times for {len(args.outputs)} files: once for all, or once per file")

@@ -148,6 +148,8 @@ def files(tmp_path_factory) -> Path:
     os.mkfifo(d / "fifo.toml")  # an input pipe with no writer: opening it for reading would block
     os.mkfifo(d / "fifo.csv")
     (d / "dangling").symlink_to(d / "no_such_target")
+    shutil.copy(NCCL_OUTPUTS / "ib100_8x8v100_all_reduce.txt", d / "measured.txt")  # a user's measurement
+    (d / "link_to_measured").symlink_to(d / "measured.txt")
     (d / "link_to_package").symlink_to(Path(sim.__file__).parent)
     users = d / "users_folder"  # a user's folder that happens to hold a report.md
     users.mkdir()
@@ -588,6 +590,10 @@ ROWS = [
     row("calibrate-output-device", "calibrate /dev/zero --out c.toml", "/dev/zero", wall_s=HANG_S),
     row("calibrate-out-shipped-preset", "calibrate {nccl}/ib100_8x8v100_all_reduce.txt --out {pkg}/presets/gpus.toml",
         "toolkit", wall_s=HANG_S),
+    row("calibrate-out-is-its-input", "calibrate {d}/measured.txt --op all-reduce --nodes 8 --gpus-per-node 8 "
+        "--network 100gbe --out {d}/measured.txt", "input", wall_s=HANG_S),
+    row("calibrate-out-is-a-link-to-its-input", "calibrate {d}/measured.txt --op all-reduce --nodes 8 "
+        "--gpus-per-node 8 --network 100gbe --out {d}/link_to_measured", "input", wall_s=HANG_S),
     row("calibrate-out-directory", "calibrate {nccl}/ib100_8x8v100_all_reduce.txt --out {d}/a_directory.toml",
         "directory", wall_s=HANG_S),
     row("calibrate-out-dangling-link", "calibrate {nccl}/ib100_8x8v100_all_reduce.txt --out {d}/dangling",
