@@ -22,7 +22,7 @@ def protected_paths() -> list[Path]:
     its environment and its top-level project files."""
     root = Path(__file__).resolve().parents[1]
     paths = [root / name for name in TOOLKIT_PACKAGES if (root / name / "__init__.py").is_file()]
-    if (root / "pyproject.toml").is_file() and (root / "safeio").is_dir():  # a checkout, not site-packages
+    if (root / "pyproject.toml").is_file():  # a source checkout (site-packages holds no pyproject.toml)
         paths += [root / name for name in CHECKOUT_FOLDERS] + [root / name for name in CHECKOUT_FILES]
     return paths
 
