@@ -31,9 +31,11 @@ def resolve_output(path: str | Path, flag: str = "--out") -> Path:
     """``path`` with symbolic links followed; ValueError (one line, naming ``flag``) if it is a dangling link or
     lies inside the toolkit's own source (``protected_paths``)."""
     path = Path(path)
-    if path.is_symlink() and not path.exists():
-        raise ValueError(f"{flag} {path} is a dangling symbolic link (to {os.readlink(path)}): give a path that "
-                         "exists or a new one")
+    for part in (path, *path.parents):  # a dangling link anywhere on the way would make its target appear
+        if part.is_symlink() and not part.exists():
+            where = "" if part == path else f" (its part {part})"
+            raise ValueError(f"{flag} {path}{where} is a dangling symbolic link (to {os.readlink(part)}): give a "
+                             "path that exists or a new one")
     resolved = path.resolve()
     for protected in protected_paths():
         if resolved == protected or protected in resolved.parents:

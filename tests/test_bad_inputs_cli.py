@@ -550,6 +550,8 @@ ROWS = [
     row("validate-out-tests", "validate --csv {d}/good.csv --out {root}/tests --no-cross-validation", "toolkit",
         marks=pytest.mark.skipif(not (ROOT / "tests").is_dir(), reason="not a checkout")),
     row("validate-out-package", "validate --csv {d}/good.csv --out {pkg} --no-cross-validation", "toolkit"),
+    row("sweep-out-under-dangling-link", "sweep --nodes 1 --optimizers sgdm --networks 10gbe --out {d}/dangling/s",
+        "dangling"),
     row("validate-out-dangling-link", "validate --csv {d}/good.csv --out {d}/dangling --no-cross-validation",
         "dangling"),
     # issue 19: every input read with a bound
