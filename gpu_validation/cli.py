@@ -12,6 +12,8 @@ from safeio.argtypes import number_between, positive_int
 from safeio.outputs import check_output_file
 from safeio.text import printable_lines
 
+PATHS = ("optimizer", "hook")  # gpu_validation.validate.PATHS (importing it here would need torch)
+
 TORCH_MISSING = 'needs torch, which is not installed: pip install -e ".[torch]"'
 
 
@@ -87,7 +89,7 @@ def run_gpu_validate(args: argparse.Namespace) -> int:
     cfg = Config(backend=args.backend, nodes=args.nodes, gpus_per_node=args.gpus_per_node, steps=args.steps,
                  seed=args.seed, scheme=args.scheme, timeout_s=args.timeout, resume_at=args.resume_at,
                  nonfinite_at=args.nonfinite_at, overflow_at=args.overflow_at, kill_at=args.kill_at,
-                 hang_at=args.hang_at, quiet=getattr(args, "quiet", False))
+                 hang_at=args.hang_at, paths=tuple(args.paths), quiet=getattr(args, "quiet", False))
     if _under_torchrun():
         try:
             result = run_under_torchrun(cfg)
@@ -106,6 +108,10 @@ def run_gpu_validate(args: argparse.Namespace) -> int:
     return 0 if result.passed else 1
 
 
+_PATH_NAMES = {"optimizer": "gpu_validation.Birder (the optimizer, its own hook)",
+               "hook": "birder_hook + BirderUpdate (the expert hook)"}
+
+
 def describe(result) -> str:
     """One human-readable paragraph of a gpu-validate result (``gpu_validation.validate.Comparison`` or
     ``Stopped``)."""
@@ -121,10 +127,13 @@ def describe(result) -> str:
         return f"gpu-validate FAILED ({where}): {result.error}"
     lines = [
         f"gpu-validate {'PASSED' if result.passed else 'FAILED'}: {where}, {result.steps} steps, "
-        f"{result.parameters} parameters in {result.buckets} buckets",
+        f"{result.parameters} parameters" + ("" if result.buckets is None else f" in {result.buckets} buckets"),
+        f"  checked: {', '.join(_PATH_NAMES[p] for p in result.checked)}"
+        f"{'' if result.paths_agree else '; the paths gave DIFFERENT updates'}",
         f"  mismatched elements vs birder_ref (updates, parameters, state): {result.mismatched_elements}",
         f"  max |difference|: {result.max_abs_diff}; ranks identical: {result.ranks_identical}",
-        f"  skipped (non-finite) steps: {result.skipped_steps}; resume identical: {result.resume_identical}",
+        f"  skipped (non-finite) steps: {result.skipped_steps}"
+        + ("" if result.resume_identical is None else f"; resume identical: {result.resume_identical}"),
         f"  {result.seconds} s",
     ]
     return "\n".join(lines)
@@ -151,9 +160,10 @@ def run_bench(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "gpu-validate", help="the torch DDP hook over torch.distributed, bit for bit against birder_ref",
-        description="Train a small model with the Birder DDP hook on N x G local ranks (or under torchrun) and "
-                    "compare every rank's update, parameters and final state with birder_ref, exactly.")
+        "gpu-validate", help="gpu_validation.Birder and the expert DDP hook, bit for bit against birder_ref",
+        description="Train a small model on N x G local ranks (or under torchrun) with gpu_validation.Birder as "
+                    "users adopt it, then with the expert DDP hook, and compare every rank's update, parameters and "
+                    "final state with birder_ref, exactly.")
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
                    help="gloo: CPU tensors (default); nccl: one CUDA GPU per rank")
     p.add_argument("--nodes", type=int, default=2, help="nodes (simulated by process groups when local; default 2)")
@@ -175,14 +185,19 @@ def register(subparsers) -> None:
                    help="make RANK die at STEP (the others must stop with an error)")
     p.add_argument("--hang-at", type=_step_rank, default=None, metavar="STEP:RANK",
                    help="make RANK stall at STEP (the others must time out with an error)")
+    p.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS), metavar="PATH",
+                   help="code paths to check, in order: 'optimizer' (gpu_validation.Birder as users adopt it) and "
+                        "'hook' (the expert birder_hook + BirderUpdate); default both")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run_gpu_validate)
 
     b = subparsers.add_parser(
-        "bench", help="time quantize/pack and the collectives here; write a cluster profile for predict",
-        description="Time quantize+pack+unpack and all-to-all, all-gather, reduce-scatter, all-reduce at several "
-                    "sizes on this backend and device; write a cluster profile TOML for `birder predict --cluster`.")
+        "bench", help="time Birder.step()'s kernels and the collectives here; write a cluster profile for predict",
+        description="Time the kernels gpu_validation.Birder.step() runs (the fused worker and server stages and the "
+                    "packed update, each against the device's peak or copy bandwidth) and all-to-all, all-gather, "
+                    "reduce-scatter, all-reduce at several sizes on this backend and device; write a cluster profile "
+                    "TOML for `birder predict --cluster`.")
     b.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="default gloo")
     b.add_argument("--ranks", type=int, default=2, help="local ranks for the collectives (default 2)")
     b.add_argument("--gpus-per-node", type=positive_int, default=None,
