@@ -26,6 +26,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from safeio.atomic import atomic_path
+from safeio.inputs import read_text_bounded
 from safeio.outputs import check_replaceable_dir, write_manifest
 from safeio.text import printable
 
@@ -86,11 +87,9 @@ def _hypothesis_home_elsewhere():
 def _report_before_manifests(folder: Path) -> set[str]:
     """The files of a report written before reports had manifests: a report.md of ours and the plots it shows,
     each named in it; empty if anything else is there (then the folder is not replaced)."""
-    report = folder / REPORT_NAME
-    try:
-        with report.open("rb") as handle:  # a report.md is tens of kB
-            text = handle.read(1 << 22).decode("utf-8", errors="replace")
-    except OSError:
+    try:  # a report.md is tens of kB
+        text = read_text_bounded(folder / REPORT_NAME, 1 << 22, "report")
+    except ValueError:  # missing, not a regular file, too large or not text: not a report of ours
         return set()
     if not text.startswith("# Birder toolkit report"):
         return set()

@@ -9,6 +9,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from safeio.inputs import read_text_bounded
+
 # The toolkit's packages (pyproject's [tool.setuptools.packages.find]); in a checkout, the folders beside them
 # that hold its source, and the files at its root that describe it.
 TOOLKIT_PACKAGES = ("birder", "birder_ref", "sim", "proofs_checks", "gpu_validation", "safeio")
@@ -116,9 +118,8 @@ def check_replaceable_dir(path: str | Path, flag: str = "--out",
 
 
 def read_manifest(manifest: Path) -> list[str]:
-    """The relative paths a manifest lists (at most 64 kB of it is read: a manifest is a short list)."""
-    with manifest.open("rb") as handle:
-        text = handle.read(1 << 16).decode("utf-8", errors="replace")
+    """The relative paths a manifest lists (a short list: at most 1 MB)."""
+    text = read_text_bounded(manifest, 1 << 20, "manifest")
     return [line for line in text.splitlines() if line and not line.startswith("#")]
 
 
