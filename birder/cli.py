@@ -89,11 +89,21 @@ def add_quiet(subparsers: argparse._SubParsersAction) -> None:
             parser.add_argument("--quiet", action="store_true", help=QUIET_HELP)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("birder-toolkit")
+    except PackageNotFoundError:  # run from a checkout that was not installed
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(
         prog="birder",
         description="Check, simulate and regression-test Birder, a 1-bit adaptive optimizer.",
     )
+    parser.add_argument("--version", action="version", version=f"birder {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineErrorParser)
     subparsers.required = True
     for module in COMMAND_MODULES:

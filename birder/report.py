@@ -26,6 +26,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from safeio.atomic import atomic_path
+from safeio.inputs import read_text_bounded
 from safeio.outputs import check_replaceable_dir, write_manifest
 from safeio.text import printable
 
@@ -83,6 +84,22 @@ def _hypothesis_home_elsewhere():
             configuration.set_hypothesis_home_dir(previous)
 
 
+def _report_before_manifests(folder: Path) -> set[str]:
+    """The files of a report written before reports had manifests: a report.md of ours and the plots it shows,
+    each named in it; empty if anything else is there (then the folder is not replaced)."""
+    try:  # a report.md is tens of kB
+        text = read_text_bounded(folder / REPORT_NAME, 1 << 22, "report")
+    except ValueError:  # missing, not a regular file, too large or not text: not a report of ours
+        return set()
+    if not text.startswith("# Birder toolkit report"):
+        return set()
+    files = {str(p.relative_to(folder)) for p in folder.rglob("*") if not p.is_dir()}
+    plots = files - {REPORT_NAME}
+    if any(not name.endswith(".png") or f"]({name})" not in text for name in plots):
+        return set()
+    return files
+
+
 def timings_table(timings: dict[str, float]) -> str:
     rows = [f"| `{spec}` | {seconds:.1f} |" for spec, seconds in timings.items()]
     return "\n".join(["| section | seconds |", "|---|---:|", *rows,
@@ -93,7 +110,7 @@ def write_report(outdir: Path, quick: bool = False, sections: tuple = SECTIONS, 
     """Build every section (a "module:function" or a callable) into a temporary directory, then replace
     ``outdir`` with it in one swap; on any error ``outdir`` stays as it was."""
     given = Path(outdir)
-    target = check_replaceable_dir(given)  # symbolic links followed: the link stays, its target is replaced
+    target = check_replaceable_dir(given, unlisted=_report_before_manifests)  # links followed, never replaced
     timings: dict[str, float] = {}
     summary: dict[str, str] = {}
     token = _PROGRESS.set(progress)  # the sections' own bars follow the same choice

@@ -294,16 +294,22 @@ PRICE_KEYS = {"currency", "node", "nic", "switch_port"}
 _PRICES: list[Prices] = []  # the price file of this run (``use_prices``), read by the decision section
 
 
+MAX_PRICE_FILE_BYTES = 1 << 20  # a price file is a few lines; a megabyte is the wrong file
+
+
 def load_prices(path: str | Path) -> Prices:
     """A price file: ``node = X`` (one node), ``[nic]`` and ``[switch_port]`` tables of network = price,
     optional ``currency``. ValueError naming the file and key for anything else or a price that is not a
     non-negative number (a node's must be positive)."""
     import tomllib
 
+    from safeio.inputs import read_text_bounded
+
     path = Path(path)
+    text = read_text_bounded(path, MAX_PRICE_FILE_BYTES, "price file")  # a regular file: no FIFO, no device
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
         raise ValueError(f"{path}: cannot read the price file ({error})") from None
     unknown = set(data) - PRICE_KEYS
     if unknown or "node" not in data:

@@ -25,6 +25,7 @@ from tqdm import tqdm
 from proofs_checks.runner import Report, Result, table
 from proofs_checks.runner import select as select_checks
 from proofs_checks.target import DEFAULT_IMPL
+from safeio.text import printable, printable_lines
 
 TEMPLATE = Path(__file__).with_name("template.py")
 DEFAULT_TIMEOUT_S = 300.0
@@ -190,8 +191,8 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({"passed": False, "error": str(stopped), "impl": stopped.target,
                               "checks": Report(stopped.target, stopped.results, 0.0).to_json()["checks"]}))
         said = " ".join(str(stopped).split())
-        print(f"birder check: error: {said if said.startswith('--impl') else f'--impl {stopped.target}: {said}'}",
-              file=sys.stderr)
+        line = said if said.startswith("--impl") else f"--impl {stopped.target}: {said}"
+        print(f"birder check: error: {printable(line)}", file=sys.stderr)  # a name cannot drive the terminal
         return 2
     broken = report.interface_broken
     message = (f"--impl {report.target}: the implementation lacks the interface: {' '.join(broken.split())}"
@@ -199,9 +200,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**report.to_json(), **({"error": message} if message else {})}))
     elif not message:  # an implementation that cannot be judged gets the one error line, not a table of blocks
-        print(table(report))
+        print(printable_lines(table(report)))
     if message:
-        print(f"birder check: error: {message}", file=sys.stderr)
+        print(f"birder check: error: {printable(message)}", file=sys.stderr)
         return 2
     return 0 if report.passed else 1
 

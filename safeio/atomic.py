@@ -87,6 +87,20 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             tmp.unlink()
 
 
+@contextmanager
+def staging_dir(folder: str | Path, name: str) -> Iterator[Path]:
+    """A temporary directory ``.NAME.PID.XXXX.tmp`` in ``folder`` (created if missing), for files drawn there and
+    then renamed into ``folder`` one by one; removed afterwards, and by the next run if this one is killed."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(folder / name)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.{os.getpid()}.", suffix=".tmp", dir=folder))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` to ``path`` atomically."""
     with atomic_path(path) as tmp:

@@ -5,7 +5,11 @@ dangling one refused), and checked before any long work starts."""
 from __future__ import annotations
 
 import os
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
+
+from safeio.inputs import read_text_bounded
 
 # The toolkit's packages (pyproject's [tool.setuptools.packages.find]); in a checkout, the folders beside them
 # that hold its source, and the files at its root that describe it.
@@ -20,7 +24,7 @@ def protected_paths() -> list[Path]:
     its environment and its top-level project files."""
     root = Path(__file__).resolve().parents[1]
     paths = [root / name for name in TOOLKIT_PACKAGES if (root / name / "__init__.py").is_file()]
-    if (root / "pyproject.toml").is_file() and (root / "safeio").is_dir():  # a checkout, not site-packages
+    if (root / "pyproject.toml").is_file():  # a source checkout (site-packages holds no pyproject.toml)
         paths += [root / name for name in CHECKOUT_FOLDERS] + [root / name for name in CHECKOUT_FILES]
     return paths
 
@@ -29,9 +33,11 @@ def resolve_output(path: str | Path, flag: str = "--out") -> Path:
     """``path`` with symbolic links followed; ValueError (one line, naming ``flag``) if it is a dangling link or
     lies inside the toolkit's own source (``protected_paths``)."""
     path = Path(path)
-    if path.is_symlink() and not path.exists():
-        raise ValueError(f"{flag} {path} is a dangling symbolic link (to {os.readlink(path)}): give a path that "
-                         "exists or a new one")
+    for part in (path, *path.parents):  # a dangling link anywhere on the way would make its target appear
+        if part.is_symlink() and not part.exists():
+            where = "" if part == path else f" (its part {part})"
+            raise ValueError(f"{flag} {path}{where} is a dangling symbolic link (to {os.readlink(part)}): give a "
+                             "path that exists or a new one")
     resolved = path.resolve()
     for protected in protected_paths():
         if resolved == protected or protected in resolved.parents:
@@ -40,18 +46,22 @@ def resolve_output(path: str | Path, flag: str = "--out") -> Path:
     return resolved
 
 
-def check_output_file(path: str | Path, flag: str = "--out") -> Path:
-    """An output file's resolved path: not a directory, device, pipe or socket; its folder exists and is
+def check_output_file(path: str | Path, flag: str = "--out", inputs: tuple[str | Path, ...] = ()) -> Path:
+    """An output file's resolved path: not a directory, device, pipe or socket; not one of the command's
+    ``inputs`` (a measurement overwritten by what was computed from it is lost); its folder exists and is
     writable; not inside the toolkit (``resolve_output``)."""
     resolved = resolve_output(path, flag)
+    for source in inputs:
+        if Path(source).resolve() == resolved:
+            raise ValueError(f"{flag} {path} is also an input ({source}): writing it would destroy what it is "
+                             "computed from; give another file name")
     if resolved.is_dir():
         raise ValueError(f"{flag} {path} is a directory: give a file path")
     if resolved.exists() and not resolved.is_file():
         raise ValueError(f"{flag} {path} is not a regular file (a device, a pipe or a socket): refusing to replace it")
     if not resolved.parent.is_dir():
         raise ValueError(f"{flag} {path}: the folder {resolved.parent} does not exist")
-    if not os.access(resolved.parent, os.W_OK):
-        raise ValueError(f"{flag} {path}: the folder {resolved.parent} is not writable")
+    _check_writable(resolved.parent, path, flag)
     return resolved
 
 
@@ -67,15 +77,24 @@ def check_output_dir(path: str | Path, flag: str = "--out") -> Path:
         existing = existing.parent
     if not existing.is_dir():
         raise ValueError(f"{flag} {path}: {existing} is not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"{flag} {path}: {existing} is not writable")
+    _check_writable(existing, path, flag)
     return resolved
 
 
-def check_replaceable_dir(path: str | Path, flag: str = "--out") -> Path:
+def _check_writable(folder: Path, path: str | Path, flag: str) -> None:
+    """Tried, not asked: os.access says yes to root in /proc, on a read-only mount or in an immutable folder."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".birder-probe.", dir=folder))
+    except OSError as error:
+        raise ValueError(f"{flag} {path}: cannot write in {folder} ({error.strerror})") from None
+
+
+def check_replaceable_dir(path: str | Path, flag: str = "--out",
+                          unlisted: Callable[[Path], set[str]] | None = None) -> Path:
     """A folder that a command replaces whole (``birder report``): its resolved path, if it is new, empty, or
     holds only the files its manifest lists (what an earlier run wrote); anything else is refused, so a user's
-    own files are never deleted."""
+    own files are never deleted. ``unlisted(folder)``: for a folder without a manifest, the files the caller can
+    prove an earlier run wrote (a report from before manifests), else an empty set."""
     resolved = check_output_dir(path, flag)
     if not resolved.is_dir():
         return resolved
@@ -83,10 +102,13 @@ def check_replaceable_dir(path: str | Path, flag: str = "--out") -> Path:
     if not present:
         return resolved
     manifest = resolved / MANIFEST_NAME
-    if not manifest.is_file() or manifest.is_symlink():
-        raise ValueError(f"{flag} {path} holds files that no earlier run wrote (it has no {MANIFEST_NAME}): give a "
-                         "new or empty folder, or an earlier report's")
-    written = set(read_manifest(manifest)) | {MANIFEST_NAME}
+    if manifest.is_file() and not manifest.is_symlink():
+        written = set(read_manifest(manifest)) | {MANIFEST_NAME}
+    else:
+        written = unlisted(resolved) if unlisted else set()
+        if not written:
+            raise ValueError(f"{flag} {path} holds files that no earlier run wrote (it has no {MANIFEST_NAME}): "
+                             "give a new or empty folder, or an earlier report's")
     foreign = sorted(present - written)
     if foreign:
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
@@ -96,9 +118,8 @@ def check_replaceable_dir(path: str | Path, flag: str = "--out") -> Path:
 
 
 def read_manifest(manifest: Path) -> list[str]:
-    """The relative paths a manifest lists (at most 64 kB of it is read: a manifest is a short list)."""
-    with manifest.open("rb") as handle:
-        text = handle.read(1 << 16).decode("utf-8", errors="replace")
+    """The relative paths a manifest lists (a short list: at most 1 MB)."""
+    text = read_text_bounded(manifest, 1 << 20, "manifest")
     return [line for line in text.splitlines() if line and not line.startswith("#")]
 
 

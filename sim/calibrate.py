@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from safeio.inputs import read_bytes_bounded, read_text_bounded
 from sim.collective import predict_collective
 from sim.hardware import GENERIC_NETWORKS, GPUS, TRANSPORTS, Cluster, cluster, make_nic
 
@@ -120,17 +121,7 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
 def read_output(path: str | Path, op: str | None = None) -> NcclTestsOutput:
     """``parse_nccl_tests`` of a file; ValueError if it cannot be read as UTF-8 text of bounded size."""
     path = Path(path)
-    try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_OUTPUT_BYTES + 1)
-    except OSError as error:
-        raise ValueError(f"{path}: cannot read the nccl-tests output ({error.strerror})") from None
-    if len(raw) > MAX_OUTPUT_BYTES:
-        raise ValueError(f"{path}: more than {MAX_OUTPUT_BYTES:,} bytes is not one nccl-tests run")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not a UTF-8 text file (byte {error.start})") from None
+    text = read_text_bounded(path, MAX_OUTPUT_BYTES, "nccl-tests output")  # a regular file: no FIFO, no device
     return parse_nccl_tests(text, str(path), op)
 
 
@@ -281,5 +272,5 @@ def cluster_toml(fit: Fit, base_name: str, name: str, sources: list[tuple[str, s
 
 
 def file_digest(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return hashlib.sha256(read_bytes_bounded(path, MAX_OUTPUT_BYTES, "nccl-tests output")).hexdigest()
 

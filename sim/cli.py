@@ -14,9 +14,7 @@ import json
 import math
 import os
 import re
-import shutil
 import sys
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,8 +23,8 @@ from tqdm import tqdm
 from birder_ref.registry import simulated_spec
 from birder_ref.schedules import SCHEMES, Layout
 from safeio.argtypes import positive_int, positive_number
-from safeio.atomic import write_text
-from safeio.outputs import check_output_dir
+from safeio.atomic import staging_dir, write_text
+from safeio.outputs import check_output_dir, check_output_file
 from safeio.text import printable
 from sim.api import MAX_BATCH_PER_GPU, finite_json_value
 from sim.hardware import (
@@ -394,11 +392,13 @@ def sweep(args, nodes: list[int], networks: list[str], optimizers: list[str], pr
         missing = [opt for opt in optimizers if opt not in single]
         if missing:
             raise ValueError(f"--single-node-throughput has no value for {', '.join(missing)}")
+    clusters = {(net, n): make_cluster(args, n, None if getattr(args, "cluster", None) else net)
+                for net in networks for n in nodes}  # every bad value refused before the first prediction
     grid = [(net, opt, n) for net in networks for opt in optimizers for n in nodes]
     out = []
     disable = True if (not progress or _quiet(args)) else None
     for net, opt, n in tqdm(grid, desc="sweep", unit="config", disable=disable, file=sys.stderr):
-        c = make_cluster(args, n, None if getattr(args, "cluster", None) else net)
+        c = clusters[net, n]
         r = predict_on(c, optimizer=opt, single_node_throughput=single[opt] if isinstance(single, dict) else single,
                        **_options(args))
         if getattr(args, "cluster", None):
@@ -419,15 +419,12 @@ def run_sweep(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "sweep.csv", _csv(results, list(SWEEP_FIELDS)))
-    staging = Path(tempfile.mkdtemp(prefix=".sweep-plots.", dir=out))
-    try:  # the plots are drawn beside, then each renamed into place whole
+    with staging_dir(out, "sweep-plots") as staging:  # the plots are drawn beside, then each renamed into place
         drawn = plots.throughput_vs_gpus(results, staging) + plots.time_breakdown(results, staging)
         figures = []
         for path in drawn:
             os.replace(path, out / Path(path).name)
             figures.append(str(out / Path(path).name))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     if args.json:
         print(_strict_json({"csv": str(out / "sweep.csv"), "plots": figures, "results": results}))
     else:
@@ -469,15 +466,10 @@ def run_validate(args) -> int:
     if args.out:
         from sim import plots
 
-        staging = Path(tempfile.mkdtemp(prefix=".validate-plot.", dir=Path(args.out).parent
-                                        if Path(args.out).parent.exists() else None))
-        try:
+        with staging_dir(args.out, "validate-plot") as staging:
             drawn = plots.validation(summary["rows"], staging)
-            Path(args.out).mkdir(parents=True, exist_ok=True)
             os.replace(drawn, Path(args.out) / Path(drawn).name)
             summary["plot"] = str(Path(args.out) / Path(drawn).name)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
     if args.json:
         print(_strict_json(summary))
         return 0
@@ -549,6 +541,8 @@ def _print_corpus_validation(loso) -> None:
 def run_calibrate(args) -> int:
     from sim import calibrate
 
+    check_output_file(args.out, inputs=tuple(args.outputs))  # before any work: never over an input, a device,
+    # a folder or the toolkit's own files
     ops = args.op or [None]
     if len(ops) not in (1, len(args.outputs)):
         raise ValueError(f"--op given {len(ops)} times for {len(args.outputs)} files: once for all, or once per file")
@@ -573,19 +567,19 @@ def run_calibrate(args) -> int:
     if args.json:
         print(_strict_json(body))
         return 0
-    print(f"{len(rows)} rows from {', '.join(map(str, args.outputs))}: {nodes} nodes x {per_node} GPUs ({gpu}), "
-          f"base {base_name}")
-    print(f"{'op':11} {'size (B)':>12} {'measured (us)':>14} {'simulated (us)':>15} {'error':>7}")
+    _say(f"{len(rows)} rows from {', '.join(map(str, args.outputs))}: {nodes} nodes x {per_node} GPUs ({gpu}), "
+         f"base {base_name}")
+    _say(f"{'op':11} {'size (B)':>12} {'measured (us)':>14} {'simulated (us)':>15} {'error':>7}")
     for r in body["rows"]:
-        print(f"{r['op']:11} {r['bytes']:12d} {r['measured_time_s'] * 1e6:14.1f} {r['simulated_time_s'] * 1e6:15.1f} "
-              f"{r['relative_error'] * 100:+6.1f}%")
+        _say(f"{r['op']:11} {r['bytes']:12d} {r['measured_time_s'] * 1e6:14.1f} {r['simulated_time_s'] * 1e6:15.1f} "
+             f"{r['relative_error'] * 100:+6.1f}%")
     for key, value in fit.constants.items():
-        print(f"  {key:17} {value:12.4g}  " + ("FITTED" if key in fit.fitted else "not constrained by the table: "
+        _say(f"  {key:17} {value:12.4g}  " + ("FITTED" if key in fit.fitted else "not constrained by the table: "
                                                 "the base's value"))
     for warning in fit.warnings:
-        print(f"warning: {warning}")
-    print(f"rms log error {fit.rms_log_error:.3f}, largest {fit.max_relative_error * 100:.1f}%; wrote {args.out} "
-          f"(birder predict --cluster {args.out})")
+        _say(f"warning: {warning}")
+    _say(f"rms log error {fit.rms_log_error:.3f}, largest {fit.max_relative_error * 100:.1f}%; wrote {args.out} "
+         f"(birder predict --cluster {args.out})")
     return 0
 
 

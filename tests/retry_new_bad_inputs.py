@@ -27,7 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BIRDER = str(Path(sys.executable).parent / "birder")
-TIMEOUT_S = 20
+TIMEOUT_S = 20  # a bad input is refused before any work
+VALID_TIMEOUT_S = 180  # a valid run (the name cases) may first measure the prediction intervals when not stored
 SOURCES = ("birder", "birder_ref", "sim", "proofs_checks", "gpu_validation", "safeio", "tests", "examples",
            "benchmarks")
 CLUSTER = '[network]\npreset = "10gbe"\n'
@@ -74,6 +75,8 @@ def api(code: str) -> list[str]:
     return ["import numpy as np\nfrom birder_ref import algorithm1, hierarchical, onebit_adam\n" + code]
 
 
+NCCL = ROOT / "tests" / "fixtures" / "nccl_tests"
+CALIBRATE = ["--op", "all-reduce", "--nodes", "8", "--gpus-per-node", "8", "--network", "100gbe"]
 STEP = ("s = algorithm1.init(2, 4); g = np.ones((2, 4), np.float32); U = np.zeros((2, 4), np.float32); "
         "V = np.zeros(4, np.float32)\n")
 CASES = [
@@ -146,6 +149,15 @@ CASES = [
                                   "--out", "s"]),
     Case("bench-cpu-nccl-one-rank", ["bench", "--device", "cpu", "--backend", "nccl", "--ranks", "1",
                                      "--sizes", "64", "--repeats", "1"]),
+    # the newer commands: calibrate's measurements and report's price file
+    Case("calibrate-out-over-its-input-via-dotdot", ["calibrate", "m.txt", *CALIBRATE, "--out", "sub/../m.txt"],
+         {"sub/keep": ""}, lambda d: shutil.copy(NCCL / "ib100_8x8v100_all_reduce.txt", d / "m.txt")),
+    Case("calibrate-out-readme", ["calibrate", "m.txt", *CALIBRATE, "--out", str(ROOT / "README.md")], {},
+         lambda d: shutil.copy(NCCL / "ib100_8x8v100_all_reduce.txt", d / "m.txt")),
+    Case("calibrate-input-socket", ["calibrate", "s.txt", *CALIBRATE, "--out", "c.toml"], {}, unix_socket("s.txt")),
+    Case("report-prices-stdin-pipe", ["report", "--quick", "--out", "r", "--prices", "/dev/stdin"]),
+    Case("report-prices-inside-out", ["report", "--quick", "--out", "R", "--prices", "R/prices.toml"],
+         {"R/prices.toml": "node = 10\n"}),
     # the Python API
     Case("api-state-m-masked", api(STEP + "s = s.__class__(np.ma.masked_array(s.m), s.b_hat, s.b, s.e, "
                                    "s.server_e, s.t)\nalgorithm1.step(s, g, u_worker=U, u_server=V)"), python=True),
@@ -207,7 +219,7 @@ def run(case: Case) -> str:
         process = subprocess.Popen(command, cwd=scratch, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:  # stdin stays open with no writer: /dev/stdin is a pipe that never ends
-            out, err = process.communicate(timeout=TIMEOUT_S)
+            out, err = process.communicate(timeout=TIMEOUT_S if case.expect_exit == 2 else VALID_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.communicate()
@@ -263,13 +275,19 @@ def report_leaves_only_its_folder() -> str:
     """A whole `report --quick` run: the working folder holds the report folder and nothing else (.hypothesis)."""
     scratch = Path(tempfile.mkdtemp(prefix="retry-"))
     try:
-        done = subprocess.run([BIRDER, "report", "--quick", "--out", "R"], cwd=scratch, capture_output=True,
-                              text=True, timeout=300)
+        try:
+            done = subprocess.run([BIRDER, "report", "--quick", "--out", "R"], cwd=scratch, capture_output=True,
+                                  text=True, timeout=600)
+        except subprocess.TimeoutExpired:
+            return "hang"
         left = sorted(x.name for x in scratch.iterdir())
         if done.returncode != 0:
             return "unclear"
-        rerun = subprocess.run([BIRDER, "report", "--quick", "--out", "R"], cwd=scratch, capture_output=True,
-                               text=True, timeout=300)  # an earlier report is replaced
+        try:  # an earlier report is replaced
+            rerun = subprocess.run([BIRDER, "report", "--quick", "--out", "R"], cwd=scratch, capture_output=True,
+                                   text=True, timeout=600)
+        except subprocess.TimeoutExpired:
+            return "hang"
         return "clean" if left == ["R"] and rerun.returncode == 0 else f"left {left} / rerun {rerun.returncode}"
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

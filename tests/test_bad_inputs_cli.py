@@ -3,7 +3,9 @@
 Each row runs ``birder.cli.main(argv)`` in-process (bad_input_harness.run_cli) in an empty working directory and
 asserts: exit status 2, exactly one line on stderr naming the offending flag, key or row, no traceback, no file
 created or modified (working directory and input files), stdout empty or strict JSON, an answer within the wall
-bound. ``{d}`` in an argument is the directory of the prepared bad files. No row is marked xfail: every bad input
+bound. ``{d}`` in an argument is the directory of the prepared bad files, ``{pkg}`` a package of the toolkit
+(watched too: no command may write there), ``{root}`` the folder holding the packages, ``{nccl}`` real
+nccl-tests outputs. No row is marked xfail: every bad input
 here is handled. A few rows run the real console script in a subprocess with a timeout; a Hypothesis fuzz of argument
 values and of TOML and CSV contents checks the same invariants for whatever outcome.
 """
@@ -27,6 +29,7 @@ import sim
 BIG = "1" + "0" * 400  # past float range: int() takes it, float() of it overflows
 PACKAGE = Path(sim.__file__).parent  # {pkg}: a package of the toolkit, whose files no command may write
 ROOT = PACKAGE.parent  # {root}: where the toolkit's packages lie (a checkout, or site-packages)
+NCCL_OUTPUTS = Path(__file__).parent / "fixtures" / "nccl_tests"  # {nccl}: real nccl-tests outputs
 HANG_S = 3.0  # wall bound of the rows that hung before issue 12's fixes: a fixed command answers well within it
 
 
@@ -145,6 +148,8 @@ def files(tmp_path_factory) -> Path:
     os.mkfifo(d / "fifo.toml")  # an input pipe with no writer: opening it for reading would block
     os.mkfifo(d / "fifo.csv")
     (d / "dangling").symlink_to(d / "no_such_target")
+    shutil.copy(NCCL_OUTPUTS / "ib100_8x8v100_all_reduce.txt", d / "measured.txt")  # a user's measurement
+    (d / "link_to_measured").symlink_to(d / "measured.txt")
     (d / "link_to_package").symlink_to(Path(sim.__file__).parent)
     users = d / "users_folder"  # a user's folder that happens to hold a report.md
     users.mkdir()
@@ -522,7 +527,9 @@ ROWS = [
     row("report-json-with-value", "report --json=1", "--json"),
     row("report-quiet-with-value", "report --quiet=no", "--quiet"),
     row("report-out-is-fifo", "report --quick --out {d}/a_fifo", "a_fifo"),
-    row("report-out-in-proc", "report --quick --out /proc/birder-report", "/proc/birder-report"),
+    row("report-out-in-proc", "report --quick --out /proc/birder-report", "/proc/birder-report", wall_s=HANG_S),
+    row("sweep-out-in-proc", "sweep --nodes 1 --optimizers sgdm --networks 10gbe --out /proc/birder-sweep",
+        "/proc/birder-sweep", wall_s=HANG_S),
     # issue 19: outputs never destroy what we did not write, nor the toolkit's own files
     row("report-out-users-folder-with-report-md", "report --quick --out {d}/users_folder", "users_folder",
         wall_s=HANG_S),
@@ -543,6 +550,8 @@ ROWS = [
     row("validate-out-tests", "validate --csv {d}/good.csv --out {root}/tests --no-cross-validation", "toolkit",
         marks=pytest.mark.skipif(not (ROOT / "tests").is_dir(), reason="not a checkout")),
     row("validate-out-package", "validate --csv {d}/good.csv --out {pkg} --no-cross-validation", "toolkit"),
+    row("sweep-out-under-dangling-link", "sweep --nodes 1 --optimizers sgdm --networks 10gbe --out {d}/dangling/s",
+        "dangling"),
     row("validate-out-dangling-link", "validate --csv {d}/good.csv --out {d}/dangling --no-cross-validation",
         "dangling"),
     # issue 19: every input read with a bound
@@ -579,6 +588,20 @@ ROWS = [
     row("sweep-warmup-for-none", "sweep --nodes 1 --optimizers sgdm,birder --warmup-fraction 0.2 --out s",
         "--warmup-fraction"),
     row("bench-nccl-on-cpu", "bench --device cpu --backend nccl --sizes 64 --repeats 1", "nccl", "cpu"),
+    row("calibrate-output-fifo", "calibrate {d}/a_fifo --out c.toml", "a_fifo", "FIFO", wall_s=HANG_S),
+    row("calibrate-output-device", "calibrate /dev/zero --out c.toml", "/dev/zero", wall_s=HANG_S),
+    row("calibrate-out-shipped-preset", "calibrate {nccl}/ib100_8x8v100_all_reduce.txt --out {pkg}/presets/gpus.toml",
+        "toolkit", wall_s=HANG_S),
+    row("calibrate-out-is-its-input", "calibrate {d}/measured.txt --op all-reduce --nodes 8 --gpus-per-node 8 "
+        "--network 100gbe --out {d}/measured.txt", "input", wall_s=HANG_S),
+    row("calibrate-out-is-a-link-to-its-input", "calibrate {d}/measured.txt --op all-reduce --nodes 8 "
+        "--gpus-per-node 8 --network 100gbe --out {d}/link_to_measured", "input", wall_s=HANG_S),
+    row("calibrate-out-directory", "calibrate {nccl}/ib100_8x8v100_all_reduce.txt --out {d}/a_directory.toml",
+        "directory", wall_s=HANG_S),
+    row("calibrate-out-dangling-link", "calibrate {nccl}/ib100_8x8v100_all_reduce.txt --out {d}/dangling",
+        "dangling", wall_s=HANG_S),
+    row("report-prices-fifo", "report --quick --out r --prices {d}/fifo.toml", "fifo.toml", wall_s=HANG_S),
+    row("report-prices-device", "report --quick --out r --prices /dev/urandom", "/dev/urandom", wall_s=HANG_S),
     row("gpu-validate-timeout-1e308", "gpu-validate --timeout 1e308", "--timeout", "86400"),
     row("gpu-validate-timeout-a-microsecond", "gpu-validate --timeout 1e-6", "--timeout"),
 ]
@@ -634,7 +657,8 @@ if HAS_COLLECTIVE:  # the subcommand is being added beside this suite; its rows 
 
 
 def _argv(args: list[str], d: Path) -> list[str]:
-    return [a.replace("{d}", str(d)).replace("{pkg}", str(PACKAGE)).replace("{root}", str(ROOT)) for a in args]
+    return [a.replace("{d}", str(d)).replace("{pkg}", str(PACKAGE)).replace("{root}", str(ROOT))
+            .replace("{nccl}", str(NCCL_OUTPUTS)) for a in args]
 
 
 @pytest.mark.parametrize("args, names, wall_s", ROWS)

@@ -19,6 +19,13 @@ def test_help_lists_the_subcommands():
     assert result.returncode == 0 and "report" in result.stdout
 
 
+def test_version_names_the_installed_release():
+    from importlib.metadata import version
+
+    result = birder("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"birder {version('birder-toolkit')}"
+
+
 @pytest.mark.parametrize("args", [(), ("no-such-command",), ("report", "--bogus")])
 def test_bad_arguments_give_one_line_on_stderr_and_exit_2(args):
     result = birder(*args)

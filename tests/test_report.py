@@ -219,6 +219,21 @@ def test_the_report_leaves_no_hypothesis_folder_in_the_working_directory(tmp_pat
     assert used[0].name.startswith("birder-report-hypothesis-") and not used[0].exists()
 
 
+def test_a_report_from_before_manifests_is_replaced_but_not_with_a_users_file_in_it(tmp_path):
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "report.md").write_text("# Birder toolkit report\n\n![a plot](figure8.png)\n")
+    (out / "figure8.png").write_bytes(b"png")
+    report.write_report(out, sections=(lambda outdir, quick: "new",))
+    assert sorted(os.listdir(out)) == [".birder-manifest", "report.md"]
+    (out / ".birder-manifest").unlink()
+    (out / "report.md").write_text("# Birder toolkit report\n")
+    (out / "thesis.png").write_bytes(b"mine, and the report does not show it")
+    with pytest.raises(ValueError, match="no earlier run wrote"):
+        report.write_report(out, sections=())
+    assert (out / "thesis.png").exists()
+
+
 def test_overlapping_intervals_say_pick_the_cheaper():
     """toy_grid's intervals are +-20%: Birder's 3,900/s on 10gbe overlaps SGDM's 4,000/s on 100gbe, so 10gbe is
     named; with Birder far below, nothing cheaper overlaps and the sentence says so."""

@@ -89,3 +89,16 @@ def test_printable_escapes_controls_and_keeps_letters():
 
     assert printable("a\nb\x1b[2J\x9b\u2028 é 名") == "a\\nb\\x1b[2J\\x9b\\u2028 é 名"
     assert printable_lines("one\x07\ntwo") == "one\\x07\ntwo"
+
+
+def test_a_killed_sweeps_plot_staging_is_removed_by_the_next_sweep(tmp_path):
+    from birder.cli import main
+
+    out = tmp_path / "s"
+    out.mkdir()
+    (out / f".sweep-plots.{2**30}.k1ll3d.tmp").mkdir()  # what SIGKILL while drawing leaves
+    (out / "notes.txt").write_text("the user's, kept")
+    assert main(["sweep", "--nodes", "1", "--optimizers", "sgdm", "--networks", "10gbe", "--out", str(out),
+                 "--json"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "sweep.csv", "throughput_vs_gpus.png",
+                                                     "time_breakdown.png"]
