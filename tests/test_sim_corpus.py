@@ -175,18 +175,18 @@ def test_a_short_record_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("path, message", [
-    ("/dev/zero", "larger than 16 MB"),
-    ("/nonexistent/corpus.csv", "No such file"),
+    ("/dev/zero", "a device or a socket, not a regular file"),
+    ("/nonexistent/corpus.csv", "no such corpus file"),
 ])
 def test_an_unreadable_corpus_is_refused_without_hanging(path, message):
-    with pytest.raises(ValueError, match=f"cannot read the corpus .*{message}"):
+    with pytest.raises(ValueError, match=message):
         load_corpus(path)
 
 
 def test_a_binary_corpus_is_refused(tmp_path):
     binary = tmp_path / "corpus.csv"
     binary.write_bytes(b"\xff\xfe\x00binary")
-    with pytest.raises(ValueError, match="cannot read the corpus"):
+    with pytest.raises(ValueError, match="not a UTF-8 text file"):
         load_corpus(binary)
 
 

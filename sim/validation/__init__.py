@@ -15,6 +15,7 @@ import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from safeio.inputs import read_text_bounded
 from sim.models import MODELS, model_profile
 
 HERE = Path(__file__).resolve().parent
@@ -94,18 +95,6 @@ def regime(row: PublishedRow) -> str | None:
     return "communication-bound" if linear > (1.0 + COMM_BOUND_GAP) * row.throughput else "compute-bound"
 
 
-def _read_text(path: Path, what: str) -> str:
-    """The UTF-8 text of ``path``, read with a bound; ValueError naming the file if it cannot be read."""
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_FILE_BYTES + 1)
-        if len(raw) > MAX_FILE_BYTES:
-            raise ValueError(f"larger than {MAX_FILE_BYTES >> 20} MB")
-        return raw.decode("utf-8")
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise ValueError(f"{path}: cannot read the {what} ({err})") from None
-
-
 def independent_groups(sources: dict[str, Source]) -> list[tuple[str, ...]]:
     """Sources joined by ``independent_of`` (in either direction), as connected groups in file order: the units a
     leave-one-source-out report leaves out together when it wants independent evidence."""
@@ -133,7 +122,7 @@ def load_sources(path: str | Path | None = None) -> dict[str, Source]:
     no entry."""
     path = Path(path) if path is not None else SOURCES_TOML
     try:
-        data = tomllib.loads(_read_text(path, "sources"))
+        data = tomllib.loads(read_text_bounded(path, MAX_FILE_BYTES, "sources file"))
     except tomllib.TOMLDecodeError as err:
         raise ValueError(f"{path}: cannot read the sources ({err})") from None
     tables = data.get("sources")
@@ -234,7 +223,7 @@ def load_corpus(path: str | Path | None = None, sources_path: str | Path | None 
     source without an entry, an unknown model, a non-physical value, or a set-up that a source repeats."""
     path = Path(path) if path is not None else CORPUS_CSV
     sources = load_sources(sources_path)
-    text = _read_text(path, "corpus")
+    text = read_text_bounded(path, MAX_FILE_BYTES, "corpus file")
     reader = csv.reader(text.splitlines())
     header = next(reader, None)
     if header is None:
