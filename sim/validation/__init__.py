@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from safeio.inputs import read_text_bounded
+from sim.hardware import MAX_LINE_RATE_GBPS
 from sim.models import MODELS, model_profile
 
 HERE = Path(__file__).resolve().parent
@@ -34,7 +35,6 @@ TOKEN = re.compile(r"^[a-z0-9][a-z0-9.+_-]*$")  # gpu, framework, comm_library, 
 PARAMS_TOLERANCE = 0.05  # a row's parameter count may differ this much from the simulator's model profile
 MAX_SCALING_EFFICIENCY = 1.5  # above 1.5 x nodes x single-node: refused as a transcription error (the highest
 # published row, DeepSpeed's SQuAD on InfiniBand with 1-bit Adam, is 1.40 x: its single-node point is low)
-MAX_LINE_RATE_GBPS = 3200.0  # 8 x 400 Gb/s: no NIC of a published row is faster
 COMM_BOUND_GAP = 0.15  # linear scaling more than 15% above the measured throughput: communication-bound
 MAX_FILE_BYTES = 16 << 20  # the shipped corpus is ~0.2 MB; a bounded read never hangs on a device such as /dev/zero
 GRAD_ACCUM = re.compile(r"\bgrad_accum=(\d+)\b")  # in notes: micro-batches per all-reduce (absent: 1)
