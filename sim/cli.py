@@ -241,7 +241,7 @@ def applies(option: str, optimizer: str) -> bool:
     raise ValueError(f"unknown optimizer-specific option {option}")
 
 
-def check_options_apply(args, optimizers: list[str]) -> None:
+def check_options_apply(args: argparse.Namespace, optimizers: list[str]) -> None:
     """Refuse an optimizer-specific option given for optimizers it does not apply to (it would be silently
     ignored); with several optimizers (sweep) it must apply to at least one, and is used by those."""
     given = {"--scheme": args.scheme, "--warmup-fraction": args.warmup_fraction,
@@ -538,7 +538,7 @@ def _print_corpus_validation(loso) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- calibrate
-def run_calibrate(args) -> int:
+def run_calibrate(args: argparse.Namespace) -> int:
     from sim import calibrate
 
     check_output_file(args.out, inputs=tuple(args.outputs))  # before any work: never over an input, a device,

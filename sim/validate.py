@@ -22,6 +22,7 @@ import os
 import sys
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from birder_ref import registry
 from safeio.inputs import read_text_bounded
@@ -43,9 +44,14 @@ from sim.hardware import (
 )
 from sim.models import MODELS, model_profile
 from sim.system import burst_bytes, phase_load, step_schedule
-from sim.validation import COMM_BOUND_GAP
+from sim.validation import COMM_BOUND_GAP, PublishedRow
 from sim.validation import regime as corpus_regime
 from sim.workload import GRAD_BITS, OPTIMIZERS, ddp_buckets, policy, predict
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+    from sim import workload
 
 PUBLIC_CSV = Path(__file__).resolve().parent / "presets" / "birder_public.csv"
 SITE_OF = {"10gbe": "birder-paper-10gbe", "ib-hdr": "birder-paper-ib"}  # the paper's rows name its clusters so
@@ -464,7 +470,7 @@ def predicted_regime(scale_efficiency: float) -> str:
     return REGIMES[scale_efficiency * COMM_BOUND_MARGIN < 1]
 
 
-def linear_scaling(row) -> float:
+def linear_scaling(row: PublishedRow) -> float:
     """Naive baseline: nodes x single-node throughput."""
     return row.nodes * row.single_node_throughput
 
@@ -484,7 +490,7 @@ def gradient_bits(optimizer: str, grad_dtype: str) -> int:
     return 1 if registry.get(optimizer).compressed else GRAD_BITS[grad_dtype]
 
 
-def alpha_beta(row) -> float:
+def alpha_beta(row: PublishedRow) -> float:
     """``alpha_beta_throughput`` of a corpus row: its line rate on all its NICs, once per optimizer step
     (``grad_accum`` micro-batches)."""
     bits = gradient_bits(SIMULATED_AS.get(row.optimizer, row.optimizer),
@@ -514,13 +520,13 @@ def _generic_nic(row) -> Nic:
         "transport": transport, "line_rate_gbps": float(row.line_rate_gbps), "count": row.nics_per_node})
 
 
-def framework_of(row) -> str:
+def framework_of(row: PublishedRow) -> str:
     """The training framework a row is simulated with: its own where presets/frameworks.toml has it, else DDP's
     (counted in the summary as ``rows_framework_as_ddp``, never silently)."""
     return row.framework if row.framework in FRAMEWORKS else "ddp"
 
 
-def corpus_cluster(row, fitted: bool) -> Cluster:
+def corpus_cluster(row: PublishedRow, fitted: bool) -> Cluster:
     """The cluster of a row's set-up: its source's site profile when ``fitted`` and one exists, else generic
     hardware data. ValueError (naming what is missing) if the simulator cannot express the set-up."""
     if row.gpu not in GPUS:
@@ -544,7 +550,7 @@ def corpus_cluster(row, fitted: bool) -> Cluster:
     return replace(c, nic=_generic_nic(row))
 
 
-def corpus_predict(row, fitted: bool, measured_node: bool = True):
+def corpus_predict(row: PublishedRow, fitted: bool, measured_node: bool = True) -> workload.Prediction:
     """The simulator's prediction (``sim.workload.Prediction``) for a row, calibrated by its single-node
     throughput (``measured_node``; else compute from the built-in GPU profiles); ValueError if the set-up cannot
     be expressed."""
@@ -757,7 +763,8 @@ def _shipped_corpus_validation(progress=None) -> CorpusValidation:
     return _SHIPPED[0]
 
 
-def corpus_validation(corpus=None, name: str | None = None, progress=None) -> CorpusValidation:
+def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str | None = None,
+                      progress: tqdm | None = None) -> CorpusValidation:
     """Predict every corpus row twice (with the site profiles fitted on its source's rows, and with generic
     hardware data only), leave each source (with those sharing its testbed) out of every fit in turn, and fit
     the intervals' quantiles on the other sources' left-out log ratios. Rows the simulator cannot express are
