@@ -9,7 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+from matplotlib.colors import to_rgb
+from matplotlib.image import imread
 
 from birder import report, report_scaling
 from birder.report_scaling import ModelGrid, Setting, decide, decision_sentence, num, stops_paying_sentence
@@ -292,4 +295,15 @@ def test_the_network_choice_plot_is_drawn(tmp_path):
     rows = [{"nodes": 16, "network": n, "label": lab, "throughput": t, "low": 0.9 * t, "high": 1.05 * t}
             for n, t in (("10gbe", 3900.0), ("100gbe", 4000.0)) for lab in ("best of sgdm", "birder")]
     path = plots.network_choice(rows, tmp_path / "choice.png", "toy")
-    assert path.stat().st_size > 0
+    png = path.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    assert 300 <= width <= 4000 and 300 <= height <= 4000 and 5_000 <= len(png) <= 2_000_000
+    # every network given is drawn: per series, one bar of its colour per network (columns of the image above the
+    # legend, which sits at the bottom, holding that exact colour form one run per bar)
+    pixels = np.rint(imread(path)[: int(0.9 * height), :, :3] * 255).astype(int)
+    for label, style in plots.styles(["best of sgdm", "birder"]).items():
+        rgb = np.rint(np.array(to_rgb(style["color"])) * 255).astype(int)
+        colour = (pixels == rgb).all(axis=2).any(axis=0)
+        bars = int(colour[0]) + int(np.count_nonzero(colour[1:] & ~colour[:-1]))
+        assert bars == 2, (label, bars)
