@@ -558,13 +558,13 @@ def accuracy_words(summary: dict) -> tuple[str, str]:
 def corpus_lines(summary: dict) -> list[str]:
     """The validation corpus with each source left out (``birder validate``), as the READMEs quote it, and its
     per-source table."""
-    from sim.validate import corpus_figures_markdown
+    from sim.validate import EQUAL_BY_CONSTRUCTION, corpus_figures_markdown
 
     corpus = summary.get("corpus_validation")
     if not corpus:
         return []
     lines = [f"- On the validation corpus (`sim/validation/`, published rows of other sources' clusters): "
-             f"{corpus_figures_markdown(corpus['summary'])}", "",
+             f"{corpus_figures_markdown(corpus['summary'])}", "", f"Per source ({EQUAL_BY_CONSTRUCTION}):", "",
              "| group | rows | in-sample | source left out | linear scaling | alpha-beta ring |",
              "|---|---:|---:|---:|---:|---:|"]
 

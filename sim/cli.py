@@ -512,15 +512,18 @@ def _percent(value: float | None) -> str:
 
 
 def _print_corpus_validation(loso) -> None:
-    from sim.validate import REGIMES
+    from sim.validate import EQUAL_BY_CONSTRUCTION, REGIMES
 
     s = loso.summary()
     print(f"\ncorpus: {s['corpus']}: {s['rows']} multi-node rows predicted, {s['skipped_rows']} skipped; each "
           f"calibrated by its own single-node throughput; {s['rows_framework_as_ddp']} rows of frameworks "
           "sim/presets/frameworks.toml lacks simulated with DDP's buckets and overlap")
-    print(f"{'group':8} {'name':22} {'rows':>4} {'in-sample':>10} {'left out':>9} {'linear':>8} {'alpha-beta':>10}")
-    for t in loso.table():
-        print(f"{t['group']:8} {t['name']:22} {t['rows']:4d} {_percent(t['mape_in_sample']):>10} "
+    print(EQUAL_BY_CONSTRUCTION)
+    table = loso.table()
+    wide = max(len("name"), *(len(t["name"]) for t in table))
+    print(f"{'group':8} {'name':{wide}} {'rows':>4} {'in-sample':>10} {'left out':>9} {'linear':>8} {'alpha-beta':>10}")
+    for t in table:
+        print(f"{t['group']:8} {t['name']:{wide}} {t['rows']:4d} {_percent(t['mape_in_sample']):>10} "
               f"{_percent(t['mape_left_out']):>9} {_percent(t['mape_linear']):>8} {_percent(t['mape_alpha_beta']):>10}")
     skill = "-" if s["skill_communication_bound"] is None else f"{s['skill_communication_bound']:.2f}"
     overall = "-" if s["skill"] is None else f"{s['skill']:.2f}"

@@ -446,6 +446,9 @@ INTERVAL_LEVEL = 0.8  # the intervals' nominal coverage
 PAPER_SOURCE = "birder-neurips2023"  # the corpus's id of the Birder paper (its rows are the site profiles' fit)
 # (source, transport, line rate in Gb/s) -> the site profile fitted on that source's rows of that testbed
 SITE_OF_SETUP = {(PAPER_SOURCE, "tcp", 10.0): "birder-paper-10gbe", (PAPER_SOURCE, "ib", 200.0): "birder-paper-ib"}
+FITTED_SOURCES = frozenset(source for source, _, _ in SITE_OF_SETUP)  # the only sources whose rows are fitted on
+EQUAL_BY_CONSTRUCTION = (f"in-sample and left out are equal by construction for every source but "
+                         f"{', '.join(sorted(FITTED_SOURCES))}: only its rows are fitted on")  # the table's caption
 TRANSPORT_OF = {"tcp": "socket", "ib": "ib", "roce": "ib"}
 # alpha-beta baseline: NCCL's own per-message figure for a network hop of a ring (tuning.cc: Simple protocol base
 # latency 8.4 us + NET hardware latency 14 us, the figure SimAI's send_lat tables use; shared/notes/anchor_sim.md 2)

@@ -106,6 +106,11 @@ def test_validate_reports_skill_coverage_and_width_beside_the_baselines(capsys):
     assert main(["validate", "--no-cross-validation", "--quiet"]) == 0  # the second run reuses the first's
     text = capsys.readouterr().out
     assert "skill (left-out MAPE / linear scaling's)" in text and "median half-width" in text
+    assert "in-sample and left out are equal by construction for every source but birder-neurips2023" in text
+    header = next(line for line in text.splitlines() if line.startswith("group "))
+    rows = [line for line in text.splitlines() if line.split(" ", 1)[0] in ("all", "regime", "source")]
+    assert len(rows) == len(out["table"]) and "deepspeed-onebit-adam-blog" in text  # a name longer than "name"'s
+    assert {len(line) for line in rows} == {len(header)}  # every column in line, however long a source's name
 
 
 def test_predict_intervals_follow_the_regime_and_the_measured_node():
