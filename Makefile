@@ -7,7 +7,7 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
 STAMP_TORCH := $(VENV)/.installed-torch
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench retry-bad-inputs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ lint: $(STAMP_TEST)
 
 bench: $(STAMP_TORCH)
 	for f in benchmarks/*.py; do $(BIN)/python $$f || exit 1; done
+
+# bad inputs beyond the suites, each through the real console script (exit 1 unless every case is clean)
+retry-bad-inputs: $(STAMP_TEST)
+	$(BIN)/python tests/retry_new_bad_inputs.py
 
 clean:
 	rm -rf $(VENV) report .pytest_cache .hypothesis
