@@ -115,7 +115,7 @@ class Nic:
 
 
 # Bounds of what the simulator answers, checked where values enter (command line, TOML, Python API).
-MAX_GPUS = 65_536  # sim/README.md: 3.3 s at 65,536 GPUs (benchmarks/sim_scaling.py); past it, minutes
+MAX_GPUS = 65_536  # the largest count benchmarks/sim_scaling.py holds to its target (10 s); past it, minutes
 MAX_OVERSUBSCRIPTION = 64.0  # a spine taper of 64:1 already leaves each node 1/64 of its NIC across the spine;
 # beyond it the fabric is no longer the two-level fat tree the flow model describes (a bound of the model)
 MAX_LINE_RATE_GBPS = 3200.0  # twice 1.6 Tb/s, the fastest Ethernet port standard (IEEE 802.3dj): a larger value is
