@@ -1,13 +1,15 @@
-"""Achieved bandwidth of Birder's element-wise kernels (draws, quantize + pack, unpack) and its share of peak.
+"""Achieved bandwidth of the element-wise kernels Birder.step() runs, and their share of peak.
 
 On a GPU the peak is the device's nominal HBM bandwidth; on CPU the measured bandwidth of a large copy. Sizes
 include the per-GPU shard of ResNet-50 (25.6 M parameters) and BERT-Base (110 M) on 8 GPUs per node, the
 shards the hierarchical hook quantizes; the paper reports 15 ms (ResNet-50) and 8 ms (BERT-Base) of
 compression per iteration on an A100 (Birder paper, Section 5). ``--compile`` also times the draws through
 ``torch.compile`` (integer operations only, so the bits cannot change: checked before timing).
-The fused worker stage the optimizer runs (``worker_step_packed_``) is timed against the copy bandwidth too
-(target: at least 25% of it on CPU). torch.compile of that stage was tried on this CPU: bit-exact, but 3.5x
-slower than the piecewise eager form (50.9 ms against 14.3 ms per 2**20 elements, one thread), so it is not used.
+The kernels are the stages ``Birder.step()`` runs (``bench.stage_timings``: the fused worker stage
+``worker_step_packed_``, the fused server stage, the packed update), each against the peak (target for the
+worker stage: at least 25% of the copy bandwidth on CPU). torch.compile of that stage was tried on this CPU:
+bit-exact, but 3.5x slower than the piecewise eager form (50.9 ms against 14.3 ms per 2**20 elements, one
+thread), so it is not used.
 Usage: .venv/bin/python benchmarks/quantize_bandwidth.py [--device cuda] [--compile]
 """
 
@@ -19,7 +21,8 @@ import torch
 
 from birder_ref.draws import stream_key
 from gpu_validation import torch_birder as tb
-from gpu_validation.bench import _median_seconds, kernel_timings, peak_gbytes_per_s
+from gpu_validation.bench import STAGE_BYTES as STAGES
+from gpu_validation.bench import _median_seconds, peak_gbytes_per_s, stage_timings
 
 SHARDS = {"resnet50 / 8 GPUs": 25_557_032 // 8, "bert-base / 8 GPUs": 110_000_000 // 8}
 
@@ -58,29 +61,6 @@ def compiled_quantize_pack_seconds(n: int, device: torch.device) -> tuple[float,
     return compile_s, _median_seconds(lambda: compiled(y, u), device, 5)
 
 
-def fused_worker_step(n: int, device: torch.device, repeats: int, peak: float) -> dict:
-    """The optimizer's fused worker stage (``torch_birder.worker_step_packed_``: lines 5-9, quantize, error
-    feedback and packing per cache-sized piece, the state updated in place), with its draws, and without them.
-
-    Bytes a fused kernel must move per element: g, m, b_hat, e read (16 B), m, b_hat, e written (12 B), 1/8 B of
-    packed bits out. Compared with the measured copy bandwidth of this device (the "peak" line).
-    """
-    n = -(-n // 8) * 8
-    m, b_hat, e = (torch.zeros(n, device=device) for _ in range(3))
-    g = torch.randn(n, generator=torch.Generator().manual_seed(0)).to(device)
-    key = stream_key(0, 1, 0)
-    seconds = _median_seconds(lambda: tb.worker_step_packed_(m, b_hat, e, g, 0.95, 1e-8, key, 0), device, repeats)
-    ws = tb._Workspace.make(n, device)  # the draws as the stage computes them: in place, per piece
-    draws = _median_seconds(lambda: [tb._grid_into(key, lo, min(tb.PIECE, n - lo), ws)
-                                     for lo in range(0, n, tb.PIECE)], device, repeats)
-    moved = n * (28 + 1 / 8)
-    with_draws, without = moved / seconds / 1e9, moved / max(seconds - draws, 1e-12) / 1e9
-    return {"fused_worker_step_elements": n, "fused_ms": round(1e3 * seconds, 3), "of_which_draws_ms":
-            round(1e3 * draws, 3), "fused_gbytes_per_s": round(with_draws, 2),
-            "fused_share_of_copy_bandwidth": round(with_draws / peak, 4),
-            "fused_without_draws_share_of_copy_bandwidth": round(without / peak, 4)}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -92,15 +72,14 @@ def main() -> None:
         torch.set_num_threads(1)
     peak, source = peak_gbytes_per_s(device)
     print(json.dumps({"device": str(device), "peak_gbytes_per_s": round(peak, 2), "peak_source": source}))
-    sizes = {"1 Mi": 2**20, **SHARDS}
-    for name, row in zip(sizes, kernel_timings(sizes.values(), device, args.repeats), strict=True):
-        compression_ms = 1e3 * (row["draws_s"] + row["quantize_pack_s"] + row["unpack_s"])
+    sizes = {"1 Mi": 2**20, "4 Mi": 2**22, **SHARDS}
+    for name, row in zip(sizes, stage_timings(sizes.values(), device, args.repeats), strict=True):
         print(json.dumps({"size": name, "elements": row["elements"],
-                          "quantize_pack_unpack_gbytes_per_s": round(row["quantize_pack_unpack_gbytes_per_s"], 2),
-                          "share_of_peak": round(row["peak_ratio"], 4),
-                          "draws_ms": round(1e3 * row["draws_s"], 3),
-                          "draws_quantize_pack_unpack_ms": round(compression_ms, 3)}))
-    print(json.dumps(fused_worker_step(2**22, device, args.repeats, peak)))
+                          **{f"{stage}_ms": round(1e3 * row[f"{stage}_s"], 3) for stage in STAGES},
+                          "of_which_worker_draws_ms": round(1e3 * row["draws_s"], 3),
+                          **{f"{stage}_share_of_peak": round(row[f"{stage}_peak_ratio"], 4) for stage in STAGES},
+                          "compression_ms": round(1e3 * (row["worker_s"] + row["server_s"]), 3),
+                          "share_of_peak": round(row["peak_ratio"], 4)}))
     if args.compile:
         n = max(SHARDS.values())
         compile_s, seconds = compiled_draw_seconds(n, device)

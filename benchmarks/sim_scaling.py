@@ -1,7 +1,10 @@
-"""Wall time of one `birder predict` (simulation only, its single-node calibration included, nothing cached)
-against GPU count. Targets (issue 9): one prediction at 4,096 GPUs under 1 s, at 65,536 GPUs under 10 s.
-Prints a table, the ratio to 64 GPUs, and whether each target holds, measured in this run."""
+"""Time of one `birder predict` (simulation only, its single-node calibration included, nothing cached) against
+GPU count. Targets (issues 9, 18): one prediction at 4,096 GPUs under 1 s, at 65,536 GPUs under 10 s.
+Prints a table of CPU seconds of this process (what the prediction costs; wall time on a machine shared with other
+work adds their share), the ratio to 64 GPUs, the wall time of the slowest case beside the load average, and
+whether each target holds, measured in this run."""
 
+import os
 import time
 
 from sim.hardware import cluster
@@ -14,22 +17,27 @@ TARGETS = {4096: 1.0, 65536: 10.0}
 
 
 def main() -> None:
-    print(f"{'model':10} {'optimizer':12} " + " ".join(f"{g:>8d}" for g in GPUS) + "   (seconds per predict, 10gbe)")
+    print(f"{'model':10} {'optimizer':12} " + " ".join(f"{g:>8d}" for g in GPUS)
+          + "   (CPU seconds per predict, 10gbe)")
     worst = {g: 0.0 for g in GPUS}
+    worst_wall = {g: 0.0 for g in GPUS}
     for model, batch, optimizer in CASES:
         times = []
         for gpus in GPUS:
             clear_calibrations()
-            started = time.perf_counter()
+            started, wall = time.process_time(), time.perf_counter()
             predict(cluster("10gbe", gpus // 8), model=model, batch_per_gpu=batch, optimizer=optimizer,
                     single_node_throughput=2000.0 if model == "resnet50" else 200.0)
-            times.append(time.perf_counter() - started)
+            times.append(time.process_time() - started)
             worst[gpus] = max(worst[gpus], times[-1])
+            worst_wall[gpus] = max(worst_wall[gpus], time.perf_counter() - wall)
         print(f"{model:10} {optimizer:12} " + " ".join(f"{t:8.3f}" for t in times)
               + f"   65536/64 GPUs: {times[-1] / times[1]:.1f}x for 1024x the GPUs")
+    load = os.getloadavg()[0]
     for gpus, limit in TARGETS.items():
         verdict = "met" if worst[gpus] < limit else "MISSED"
-        print(f"slowest prediction at {gpus} GPUs: {worst[gpus]:.3f} s (target under {limit:g} s: {verdict})")
+        print(f"slowest prediction at {gpus} GPUs: {worst[gpus]:.3f} CPU s (target under {limit:g} s: {verdict}); "
+              f"slowest wall time {worst_wall[gpus]:.3f} s at load average {load:.1f} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ import importlib
 import os
 import sys
 
+from safeio.text import printable
+
 # Modules that register subcommands, in the order `birder --help` lists them.
 COMMAND_MODULES = (
     "birder.report",
@@ -71,8 +73,9 @@ def conflicting_repeat(parser: argparse.ArgumentParser, args: list[str]) -> str 
 
 
 def one_line(text: str) -> str:
-    """``text`` with every run of whitespace (newlines included) collapsed to one space."""
-    return " ".join(str(text).split())
+    """``text`` with every run of whitespace (newlines included) collapsed to one space, and any other control
+    character (an ANSI escape) written as its escape (``safeio.text.printable``)."""
+    return printable(" ".join(str(text).split()))
 
 
 def add_quiet(subparsers: argparse._SubParsersAction) -> None:

@@ -2,9 +2,11 @@
 its plots into ``outdir`` and returns its Markdown, or a ``Section`` (Markdown plus a one-line summary for the
 terminal).
 
-The report is built in a temporary directory beside ``--out`` and swapped in whole (``birder.atomic``): an
-interrupted run leaves the previous report as it was and no stray files. Progress bars go to a terminal only
-and ``--quiet`` silences them.
+The report is built in a temporary directory beside ``--out`` and swapped in whole (``safeio.atomic``): an
+interrupted run leaves the previous report as it was and no stray files. ``--out`` is checked before any work
+(``safeio.outputs.check_replaceable_dir``): a new or empty folder, or one holding only what an earlier report
+listed in its manifest; never the user's other files nor the toolkit's own. Hypothesis keeps its folder in a
+temporary directory, not the working one. Progress bars go to a terminal only and ``--quiet`` silences them.
 """
 
 from __future__ import annotations
@@ -14,14 +16,18 @@ import importlib
 import json
 import signal
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tqdm import tqdm
 
-from birder.atomic import atomic_path
+from safeio.atomic import atomic_path
+from safeio.outputs import check_replaceable_dir, write_manifest
+from safeio.text import printable
 
 # "module:function" of each section, in report order: the answer first, then how it was reached.
 SECTIONS = (
@@ -60,13 +66,21 @@ def show_progress(quiet: bool = False) -> bool:
     return not quiet and sys.stderr.isatty()
 
 
-def _check_replaceable(outdir: Path) -> None:
-    """Refuse to swap out a directory that is not a report (``--out .`` must not delete the user's files)."""
-    if outdir.exists() and not outdir.is_dir():
-        raise ValueError(f"--out {outdir} exists and is not a directory")
-    if outdir.is_dir() and any(outdir.iterdir()) and not (outdir / REPORT_NAME).is_file():
-        raise ValueError(f"--out {outdir} is a non-empty directory without a {REPORT_NAME}; "
-                         "give a new or an earlier report's directory")
+@contextmanager
+def _hypothesis_home_elsewhere():
+    """Hypothesis writes a ``.hypothesis`` folder into the working directory: point it at a temporary one."""
+    try:
+        from hypothesis import configuration
+    except ImportError:  # a test extra; the checks that need it say so
+        yield
+        return
+    previous = vars(configuration).get("__hypothesis_home_directory")  # no public getter
+    with tempfile.TemporaryDirectory(prefix="birder-report-hypothesis-") as home:
+        configuration.set_hypothesis_home_dir(home)
+        try:
+            yield
+        finally:
+            configuration.set_hypothesis_home_dir(previous)
 
 
 def timings_table(timings: dict[str, float]) -> str:
@@ -78,19 +92,21 @@ def timings_table(timings: dict[str, float]) -> str:
 def write_report(outdir: Path, quick: bool = False, sections: tuple = SECTIONS, progress: bool = False) -> Report:
     """Build every section (a "module:function" or a callable) into a temporary directory, then replace
     ``outdir`` with it in one swap; on any error ``outdir`` stays as it was."""
-    outdir = Path(outdir)
-    _check_replaceable(outdir)
+    given = Path(outdir)
+    target = check_replaceable_dir(given)  # symbolic links followed: the link stays, its target is replaced
+    timings: dict[str, float] = {}
+    summary: dict[str, str] = {}
     token = _PROGRESS.set(progress)  # the sections' own bars follow the same choice
     try:
-        return _build(outdir, quick, sections, progress)
+        with _hypothesis_home_elsewhere():
+            _build(target, quick, sections, progress, timings, summary)
     finally:
         _PROGRESS.reset(token)
+    return Report(given / REPORT_NAME, summary, timings)
 
 
-def _build(outdir: Path, quick: bool, sections: tuple, progress: bool) -> Report:
+def _build(outdir: Path, quick: bool, sections: tuple, progress: bool, timings: dict, summary: dict) -> None:
     parts = ["# Birder toolkit report", ""]
-    summary: dict[str, str] = {}
-    timings: dict[str, float] = {}
     with atomic_path(outdir) as tmp:
         tmp.mkdir(parents=True)
         for spec in tqdm(sections, desc="report sections", unit="section", disable=not progress, file=sys.stderr):
@@ -108,7 +124,7 @@ def _build(outdir: Path, quick: bool, sections: tuple, progress: bool) -> Report
             parts.append(out)
         parts += ["## How long each section took", "", timings_table(timings), ""]
         (tmp / REPORT_NAME).write_text("\n".join(parts))
-    return Report(outdir / REPORT_NAME, summary, timings)
+        write_manifest(tmp, "birder report")
 
 
 def _terminate(signum, frame):  # SIGTERM unwinds like Ctrl-C, so the temporary directory is removed
@@ -116,20 +132,25 @@ def _terminate(signum, frame):  # SIGTERM unwinds like Ctrl-C, so the temporary 
 
 
 def run(args: argparse.Namespace) -> int:
+    from birder import report_scaling
+
     quiet = getattr(args, "quiet", False)
+    # a bad price file fails here, before anything is built
+    report_scaling.use_prices(report_scaling.load_prices(args.prices) if args.prices else None)
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         report = write_report(Path(args.out), quick=args.quick, progress=show_progress(quiet))
     finally:
         signal.signal(signal.SIGTERM, previous)
+        report_scaling.use_prices(None)
     if args.json:
         print(json.dumps({"report": str(report.path), "directory": str(report.path.parent),
                           "summary": report.summary, "timings_s": report.timings}))
         return 0
-    print(f"report written to {report.path} (plots beside it in {report.path.parent}/)")
+    print(printable(f"report written to {report.path} (plots beside it in {report.path.parent}/)"))
     for key in ("checks", "prediction error", "headline"):
         if key in report.summary:
-            print(f"{key}: {report.summary[key]}")
+            print(printable(f"{key}: {report.summary[key]}"))
     return 0
 
 
@@ -137,5 +158,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("report", help="the main job: which network and optimizer, checks, plots")
     p.add_argument("--out", default="report", help="directory to write report.md and plots into (default: report)")
     p.add_argument("--quick", action="store_true", help="fewer nodes and steps, for tests")
+    p.add_argument("--prices", default=None, metavar="FILE.toml",
+                   help="price file (node = X; [nic] and [switch_port] tables of network = price; currency): "
+                        "rank the networks by samples/s per unit of cost")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)

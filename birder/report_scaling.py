@@ -159,7 +159,6 @@ class Grid:
     models: tuple[ModelGrid, ...]
     summary: dict
     networks: tuple[str, ...]
-    error: float  # the relative error a prediction's interval spans
 
 
 _CACHE: dict[bool, Grid] = {}
@@ -183,9 +182,7 @@ def grid(quick: bool = False, progress: bool = False) -> Grid:
                                      batch_per_gpu=setting.batch_per_gpu, gpus_per_node=GPUS_PER_NODE, gpu="a100",
                                      single_node_throughput=single, progress=progress)
         models.append(ModelGrid(setting, words, optimizers, networks, nodes, tuple(predictions)))
-    first = models[0].predictions[0]
-    error = first["throughput_high"] / first["throughput"] - 1 if first.get("throughput_high") else math.nan
-    _CACHE[quick] = Grid(tuple(models), summary, networks, error)
+    _CACHE[quick] = Grid(tuple(models), summary, networks)
     return _CACHE[quick]
 
 
@@ -199,6 +196,12 @@ def speedup(faster: dict, slower: dict) -> tuple[float, float, float]:
     lo_a, hi_a = interval(faster)
     lo_b, hi_b = interval(slower)
     return faster["throughput"] / slower["throughput"], lo_a / hi_b, hi_a / lo_b
+
+
+def overlap(a: dict, b: dict) -> bool:
+    """Whether two predictions' intervals overlap: within the uncertainty, neither is known to be faster."""
+    (lo_a, hi_a), (lo_b, hi_b) = interval(a), interval(b)
+    return lo_a <= hi_b and lo_b <= hi_a
 
 
 def best(g: ModelGrid, network: str, nodes: int, optimizers) -> dict | None:
@@ -269,6 +272,99 @@ def why_not(g: ModelGrid, network: str, nodes: int) -> str:
             f"{1e3 * base['iteration_s']:,.0f} ms")
 
 
+# ------------------------------------------------------------------------------------------ prices
+@dataclass(frozen=True)
+class Prices:
+    """What a cluster costs: per node (its GPUs included), per NIC and per switch port, by network."""
+
+    node: float
+    nic: dict[str, float]
+    switch_port: dict[str, float]
+    currency: str = "units"
+    path: str = ""
+
+    def cluster_cost(self, network: str, nodes: int, nics_per_node: int) -> float | None:
+        """nodes x (node + NICs x (NIC + switch port)); None where the file prices no NIC or port of ``network``."""
+        if network not in self.nic or network not in self.switch_port:
+            return None
+        return nodes * (self.node + nics_per_node * (self.nic[network] + self.switch_port[network]))
+
+
+PRICE_KEYS = {"currency", "node", "nic", "switch_port"}
+_PRICES: list[Prices] = []  # the price file of this run (``use_prices``), read by the decision section
+
+
+def load_prices(path: str | Path) -> Prices:
+    """A price file: ``node = X`` (one node), ``[nic]`` and ``[switch_port]`` tables of network = price,
+    optional ``currency``. ValueError naming the file and key for anything else or a price that is not a
+    non-negative number (a node's must be positive)."""
+    import tomllib
+
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise ValueError(f"{path}: cannot read the price file ({error})") from None
+    unknown = set(data) - PRICE_KEYS
+    if unknown or "node" not in data:
+        raise ValueError(f"{path}: expected node = PRICE, [nic] and [switch_port] tables of network = PRICE and an "
+                         f"optional currency; found {sorted(data)}")
+
+    def price(value, key: str, positive: bool = False) -> float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and (
+            value > 0 if positive else value >= 0)
+        if not ok:
+            raise ValueError(f"{path}: {key} must be a {'positive' if positive else 'non-negative'} number, "
+                             f"got {value!r}")
+        return float(value)
+
+    tables = {}
+    for table in ("nic", "switch_port"):
+        entries = data.get(table, {})
+        if not isinstance(entries, dict):
+            raise ValueError(f"{path}: [{table}] must be a table of network = price")
+        tables[table] = {net: price(v, f"[{table}] {net}") for net, v in entries.items()}
+    currency = data.get("currency", "units")
+    if not isinstance(currency, str) or not currency.strip():
+        raise ValueError(f"{path}: currency must be a non-empty string, got {currency!r}")
+    return Prices(price(data["node"], "node", positive=True), tables["nic"], tables["switch_port"], currency,
+                  str(path))
+
+
+def use_prices(prices: Prices | None) -> None:
+    """Rank by samples/s per unit cost in this run's report (None: no price file)."""
+    _PRICES[:] = [prices] if prices is not None else []
+
+
+def cost_ranking(g: ModelGrid, nodes: int, prices: Prices) -> list[str]:
+    """Markdown: per network, its best set-up's samples/s per 1,000 of cost, best first, with its interval, and
+    whether it is within the uncertainty of the first."""
+    ranked = []
+    for net in g.networks:
+        p = best(g, net, nodes, g.optimizers)
+        cost = None if p is None else prices.cluster_cost(net, nodes, p.get("nics_per_node", 1))
+        if cost:
+            ranked.append((p["throughput"] / cost * 1e3, p, cost))
+    unpriced = [n for n in g.networks if prices.cluster_cost(n, nodes, 1) is None]
+    if not ranked:
+        return [f"No network of this grid is priced in {prices.path}."]
+    ranked.sort(key=lambda item: -item[0])
+    top = ranked[0]
+    lines = [f"Samples/s per 1,000 {prices.currency} of cluster at {nodes} nodes (node {num(prices.node)}, NICs and "
+             f"switch ports per network from {prices.path}), best set-up per network:", "",
+             f"| rank | network | optimizer | samples/s | cluster cost ({prices.currency}) | per 1,000 "
+             f"{prices.currency} | vs the first |", "|---:|---|---|---:|---:|---:|---|"]
+    for i, (value, p, cost) in enumerate(ranked, 1):
+        lo, hi = interval(p)
+        tied = i > 1 and hi / cost >= interval(top[1])[0] / top[2]
+        lines.append(f"| {i} | {p['network']} | {p['optimizer']} | {rate(p)} | {num(cost)} | {num(value)} "
+                     f"({num(lo / cost * 1e3)} to {num(hi / cost * 1e3)}) | "
+                     + ("first" if i == 1 else "within the uncertainty" if tied else "below") + " |")
+    if unpriced:
+        lines += ["", f"Not priced (no NIC or switch port price): {', '.join(unpriced)}."]
+    return lines
+
+
 # ------------------------------------------------------------------------------------------ words
 def num(x: float) -> str:
     """Three significant figures with thousands separators: 61,234 -> 61,200; 4.567 -> 4.57."""
@@ -326,6 +422,7 @@ def decision_sentence(g: ModelGrid, d: Decision) -> str:
         gain = d.speedups.get(need)
         if gain is not None:
             text += f" Birder on {need}: {ratio(gain)} the best baseline there."
+    text += " " + uncertainty_sentence(g, d.nodes)
     alternative = best_alternative(g, d)
     if alternative is not None:
         net, r = alternative
@@ -335,6 +432,18 @@ def decision_sentence(g: ModelGrid, d: Decision) -> str:
     else:
         text += " On no cheaper network does Birder beat the best baseline."
     return text
+
+
+def uncertainty_sentence(g: ModelGrid, nodes: int) -> str:
+    """The cheapest network whose best set-up (any optimizer) is within the uncertainty of the fastest network's:
+    their intervals overlap, so the prediction cannot tell them apart and the cheaper one is the buy."""
+    fastest = best(g, g.networks[-1], nodes, g.optimizers)
+    tied = next((p for n in g.networks if (p := best(g, n, nodes, g.optimizers)) and overlap(p, fastest)), None)
+    if fastest is None or tied is None or tied["network"] == fastest["network"]:
+        return ("No cheaper network's interval reaches the fastest network's: the fastest is faster beyond the "
+                "uncertainty.")
+    return (f"{tied['network']} ({tied['optimizer']} {rate(tied)}) and {fastest['network']} ({fastest['optimizer']} "
+            f"{rate(fastest)}) are within the uncertainty: pick the cheaper, {tied['network']}.")
 
 
 def stops_paying_sentence(g: ModelGrid) -> str:
@@ -402,6 +511,20 @@ def summary_rows(g: ModelGrid) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------ accuracy
+def interval_words(g: Grid) -> str:
+    """How the ranges are made and how wide they are on this grid."""
+    corpus = (g.summary.get("corpus_validation") or {}).get("summary") or {}
+    widths = sorted((p["throughput_high"] - p["throughput_low"]) / 2 / p["throughput"]
+                    for m in g.models for p in m.predictions if p["nodes"] >= 2)
+    coverage = corpus.get("coverage")
+    return (f"A range is an {100 * corpus.get('interval_level', 0.8):.0f}% interval from the errors of rows left out "
+            f"of every fit (the validation corpus, {corpus.get('rows', 0)} published rows, each source left out in "
+            "turn; the Birder paper's testbeds: their group cross-validation), asymmetric where the errors are and "
+            "wider where an alpha-beta ring predicts communication-bound"
+            + (f"; it covered {100 * coverage:.0f}% of the left-out rows" if coverage is not None else "")
+            + (f"; median half-width {100 * widths[len(widths) // 2]:.0f}% here." if widths else "."))
+
+
 def accuracy_words(summary: dict) -> tuple[str, str]:
     """(fit sentence, cross-validation sentence) from ``validation_summary``."""
     rows = summary["rows"]
@@ -424,6 +547,27 @@ def accuracy_words(summary: dict) -> tuple[str, str]:
              "nobody fitted)." if site is not None and generic is not None else "")
     return fit, (f"prediction (cross-validated) {100 * summary['cross_validated_mape']:.1f}% on whole groups of "
                  f"rows left out of the fit ({detail}).{split}")
+
+
+def corpus_lines(summary: dict) -> list[str]:
+    """The validation corpus with each source left out (``birder validate``), as the READMEs quote it, and its
+    per-source table."""
+    from sim.validate import corpus_figures_markdown
+
+    corpus = summary.get("corpus_validation")
+    if not corpus:
+        return []
+    lines = [f"- On the validation corpus (`sim/validation/`, published rows of other sources' clusters): "
+             f"{corpus_figures_markdown(corpus['summary'])}", "",
+             "| group | rows | in-sample | source left out | linear scaling | alpha-beta ring |",
+             "|---|---:|---:|---:|---:|---:|"]
+
+    def pct(x):
+        return "-" if x is None else f"{100 * x:.1f}%"
+
+    lines += [f"| {t['name']} | {t['rows']} | {pct(t['mape_in_sample'])} | {pct(t['mape_left_out'])} | "
+              f"{pct(t['mape_linear'])} | {pct(t['mape_alpha_beta'])} |" for t in corpus["table"]]
+    return lines
 
 
 def fitted_constants_lines(summary: dict) -> list[str]:
@@ -453,6 +597,8 @@ def extrapolated(p: dict) -> bool:
 
 # ------------------------------------------------------------------------------------------ sections
 def decision_section(outdir: Path, quick: bool) -> Section:
+    from sim import plots
+
     g = grid(quick, progress=show_progress())
     fit, cross = accuracy_words(g.summary)
     leaning = sorted({p["network"] for m in g.models for p in m.predictions if extrapolated(p)},
@@ -460,8 +606,8 @@ def decision_section(outdir: Path, quick: bool) -> Section:
     lines = [
         "## The answer first: which network, and does Birder help?",
         "",
-        "Generated from the simulator's predictions (8 A100 GPUs per node; sections below show how). A range is the "
-        f"prediction ± its cross-validated error ({100 * g.error:.0f}%); a speed-up's range combines both ends. "
+        "Generated from the simulator's predictions (8 A100 GPUs per node; sections below show how). "
+        f"{interval_words(g)} A speed-up's range combines both ends. "
         f"Networks from the slowest (taken as the cheapest) to the fastest: {', '.join(g.networks)}. \"Enough\" "
         f"means at least {100 * MATCH_SHARE:.0f}% of the fastest uncompressed set-up.",
         "",
@@ -480,6 +626,19 @@ def decision_section(outdir: Path, quick: bool) -> Section:
                 if not headline:
                     headline = f"{m.setting.label}, " + decision_sentence(m, d).replace("**", "").split(". ")[0] + "."
         lines += [f"- {stops_paying_sentence(m)}", "", *headline_table(m), ""]
+        choice = plots.network_choice(
+            [{"nodes": n, "network": net, "label": label, "throughput": p["throughput"], "low": interval(p)[0],
+              "high": interval(p)[1]}
+             for n in HEADLINE_NODES if n in m.nodes for net in m.networks
+             for label, p in ((f"best of {'/'.join(m.baselines)}", best(m, net, n, m.baselines)),
+                              ("birder", m.get(net, "birder", n))) if p is not None],
+            outdir / f"sim_{m.setting.model}_network_choice.png",
+            f"{m.setting.label}, {m.setting.batch_per_gpu}/GPU: throughput per network, linear from 0 "
+            "(error bars: 80% interval)")
+        lines += [f"![throughput per network, linear axis]({choice.name})", ""]
+        for n in HEADLINE_NODES:
+            if _PRICES and n in m.nodes:
+                lines += [*cost_ranking(m, n, _PRICES[0]), ""]
     lines += [f"Accuracy: {fit}; {cross.rstrip('.')}.", ""]
     for m in g.models:
         lines += [f"Best optimizer per network and node count, {m.title} (Birder / best of "
@@ -487,6 +646,10 @@ def decision_section(outdir: Path, quick: bool) -> Section:
     error = (f"fit {100 * g.summary['fit_mape']:.1f}% (in-sample), cross-validated "
              + (f"{100 * g.summary['cross_validated_mape']:.1f}%" if g.summary.get("cross_validated_mape") is not None
                 else "n/a") + " (rows left out of the fit)")
+    corpus = (g.summary.get("corpus_validation") or {}).get("summary")
+    if corpus:
+        error += (f"; corpus, each source left out: {100 * corpus['mape_left_out']:.1f}% (linear scaling "
+                  f"{100 * corpus['mape_linear']:.1f}%), 80% intervals cover {100 * corpus['coverage']:.0f}%")
     return Section("\n".join(lines), {"prediction error": error, "headline": headline})
 
 
@@ -512,6 +675,7 @@ def scaling_section(outdir: Path, quick: bool) -> str:
         "",
         f"- {fit}.",
         f"- {cross}.",
+        *corpus_lines(summary),
         "",
         "The fit error says how well the constants reproduce the rows they were chosen on; the cross-validated "
         "error is the one to expect of a prediction, and the ranges in this report use it.",
@@ -560,8 +724,8 @@ def _model_section(m: ModelGrid, outdir: Path, plots) -> list[str]:
     prefix = f"sim_{m.setting.model}_"
     title = f"{m.title}: predicted throughput (bands: prediction interval)"
     curve = plots.throughput_vs_gpus(list(m.predictions), outdir, prefix=prefix, title=title)[0]
-    shown = [o for o in (m.baselines[-1:] + ("onebit-adam", "birder")) if o in m.optimizers]
-    multi = [p for p in m.predictions if p["nodes"] >= 2 and p["optimizer"] in shown]
+    shown = list(m.optimizers)  # every optimizer the tables name
+    multi = [p for p in m.predictions if p["nodes"] >= 2]
     bars = plots.time_breakdown(multi, outdir, prefix=prefix, optimizers=shown,
                                 title=f"{m.title}: share of each iteration, 2-{m.nodes[-1]} nodes "
                                       "(the same range as the throughput plot)")[0]

@@ -84,8 +84,8 @@ def check_state(state) -> State:
         x = getattr(state, name)
         if name == "b" and x is state.b_hat:
             continue
-        if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.shape != (n, d):
-            check_array(f"state.{name}", x, (n, d))  # raises the type, dtype or shape error
+        if type(x) is not np.ndarray or x.dtype != np.float32 or x.shape != (n, d):
+            check_array(f"state.{name}", x, (n, d))  # raises the type (or subclass), dtype or shape error
         if name in ("b_hat", "b"):
             if not _nonnegative_finite(x):
                 check_array(f"state.{name}", x, (n, d), worker_axes=1)  # names a non-finite element
@@ -94,7 +94,7 @@ def check_state(state) -> State:
                                  "|g| cannot be negative)")
         elif not _finite_sum(x):
             check_array(f"state.{name}", x, (n, d), worker_axes=1)  # names the first non-finite element
-    if not isinstance(state.server_e, np.ndarray) or state.server_e.shape != (d,) or not _finite_sum(state.server_e):
+    if type(state.server_e) is not np.ndarray or state.server_e.shape != (d,) or not _finite_sum(state.server_e):
         check_array("state.server_e", state.server_e, (d,))
     return state
 

@@ -20,6 +20,7 @@ def check_array(name: str, x, shape: tuple[int, ...] | None = None, worker_axes:
     """A float32 array of the given shape with finite values, or a ValueError saying what is wrong."""
     if not isinstance(x, np.ndarray):
         raise ValueError(f"{name} must be a NumPy float32 array, got {type(x).__name__}")
+    _refuse_subclass(name, x)
     if x.dtype != np.float32:
         raise ValueError(f"{name} must be float32, got {x.dtype}")
     if shape is not None and x.shape != shape:
@@ -30,10 +31,21 @@ def check_array(name: str, x, shape: tuple[int, ...] | None = None, worker_axes:
     return x
 
 
+def _refuse_subclass(name: str, x: np.ndarray) -> None:
+    """np.matrix keeps every result 2-D (u_bar would come back (1, d)) and a masked array's mask would be silently
+    dropped by the arithmetic: neither means what a plain array means."""
+    if isinstance(x, np.ma.MaskedArray):
+        raise ValueError(f"{name} must be a plain NumPy array, got a masked array (its mask would be ignored): "
+                         "fill or drop the masked elements first")
+    if isinstance(x, np.matrix):
+        raise ValueError(f"{name} must be a plain NumPy array, got np.matrix: pass np.asarray(x)")
+
+
 def check_draws(name: str, u, shape: tuple[int, ...], worker_axes: int = 0) -> np.ndarray:
     """Draws: float32 of the given shape, every value in [0, 1)."""
     if not isinstance(u, np.ndarray) or u.dtype != np.float32 or u.shape != shape:
         return check_array(name, u, shape, worker_axes)  # raises the shape or dtype error
+    _refuse_subclass(name, u)
     if u.size and not (u.min() >= 0 and u.max() < 1):  # NaN fails both comparisons
         bad = ~np.isfinite(u) if not np.isfinite(u).all() else (u < 0) | (u >= 1)
         index = _first(bad)

@@ -33,7 +33,7 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-from birder.atomic import atomic_path, write_text  # noqa: E402
+from safeio.atomic import atomic_path, write_text  # noqa: E402
 
 METHODS = ("adamw", "fp16", "powersgd", "birder")
 LEARNING_RATES = {"adamw": 1e-2, "fp16": 1e-2, "powersgd": 1e-2, "birder": 3e-3}  # each method's own (trial sweep)
@@ -51,8 +51,8 @@ def digits(seed: int = 0):
     return (x[order[:cut]], y[order[:cut]]), (x[order[cut:]], y[order[cut:]])
 
 
-def make_cnn() -> nn.Module:
-    torch.manual_seed(0)
+def make_cnn(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
     return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(),
                          nn.MaxPool2d(2), nn.Flatten(), nn.Linear(32 * 4 * 4, 64), nn.ReLU(), nn.Linear(64, 10))
 

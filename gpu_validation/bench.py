@@ -1,9 +1,9 @@
 """`birder bench`: time Birder's kernels and the collectives here, and write a cluster profile for `predict`.
 
-Kernels (one rank, this device): the counter-based draws, quantize + pack, and unpack, at several sizes; the
-achieved bandwidth counts the bytes a fused kernel must move (4 B in and 1/8 B out per element to quantize and
-pack, 1/8 B in and 4 B out to unpack) and is compared with the device's peak: the nominal HBM bandwidth of a
-known GPU, else the measured bandwidth of a large copy (``copy_gbytes_per_s``).
+Kernels (one rank, this device): the stages ``gpu_validation.Birder.step()`` runs on its shard (the fused worker
+stage, the fused server stage, the packed update; ``stage_timings``) at several sizes; the achieved bandwidth
+counts the bytes a fused kernel must move (``STAGE_BYTES``) and is compared with the device's peak: the nominal
+HBM bandwidth of a known GPU, else the measured bandwidth of a large copy (``copy_gbytes_per_s``).
 
 Collectives (spawned ranks, or a torchrun job): all-to-all, all-gather, reduce-scatter and all-reduce of
 float32 tensors in the intra-node group and the inter-node group of ``comm.make_topology("hierarchical")``;
@@ -26,9 +26,10 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from birder.atomic import atomic_path, write_text
+from birder_ref.draws import SERVER_STREAM, stream_key
 from gpu_validation import comm, launch
 from gpu_validation import torch_birder as tb
+from safeio.atomic import atomic_path, write_text
 from sim.system import BASE_LATENCY_US, HW_LATENCY_US
 
 # Nominal HBM bandwidth (GB/s) of GPUs by name fragment, from the vendors' datasheets.
@@ -57,6 +58,9 @@ class BenchConfig:
         g = self.gpus_per_node or self.ranks
         if self.ranks % g:
             raise ValueError(f"{self.ranks} ranks do not split into nodes of {g}")
+        if self.backend == "nccl" and self.device_type != "cuda":
+            raise ValueError(f"backend nccl moves CUDA tensors only, not {self.device_type} ones: use --backend gloo "
+                             "with --device cpu")
         if self.device_type == "cuda" and not torch.cuda.is_available():
             raise ValueError("device cuda asked for, but torch sees no CUDA device")
         needed, available = self.bytes_needed(), available_memory_bytes()
@@ -121,24 +125,72 @@ def copy_gbytes_per_s(device: torch.device, elements: int = 2**24) -> float:
     return 8 * elements / seconds / 1e9
 
 
-def kernel_timings(sizes, device: torch.device, repeats: int, quiet: bool = False) -> list[dict]:
-    """Per size: seconds for the draws, quantize + pack, unpack; achieved GB/s of quantize + pack + unpack."""
+STAGE_BYTES = {  # bytes per element a fused kernel must move in each stage Birder.step() runs (G = 1, W = 2)
+    "worker": 4 + 12 + 12 + 1 / 8,  # g in; m, b_hat, e in and out; u out packed (lines 5-9)
+    "server": 2 / 8 + 4 + 4 + 1 / 8,  # W workers' packed signs in; server error in and out; u_bar out packed
+    "update": 4 + 1 / 8 + 4,  # x in, u_bar's bits in, x out (line 16)
+}
+
+
+def stage_timings(sizes, device: torch.device, repeats: int, quiet: bool = False) -> list[dict]:
+    """Per size: seconds of each stage ``Birder.step()`` runs on one rank's shard, with its achieved GB/s and
+    share of the peak: the fused worker stage (``torch_birder.worker_step_packed_``: node mean, lines 5-9 with
+    their draws, quantization, error feedback, packing), the fused server stage (``server_step_packed_`` over two
+    workers' packed signs: lines 11-13 with their draws) and the packed update (``optimizer._apply_packed_update_``
+    piece by piece, as ``Birder`` applies line 16). ``draws_s`` is the part of the worker stage spent on draws.
+    On CPU everything runs on one thread (intra-op threads on a shared machine made the small update's time jump
+    from 0.07 to 28 ms at 2**16 elements), and the peak (a large copy's bandwidth, also one thread) is measured
+    again right after each size's stages (``peak_gbytes_per_s`` in the row), so that each ratio compares times
+    taken under one load."""
+    threads = torch.get_num_threads()
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    try:
+        return _stage_rows(sizes, device, repeats, quiet)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _stage_rows(sizes, device: torch.device, repeats: int, quiet: bool) -> list[dict]:
+    from gpu_validation.optimizer import _apply_packed_update_
+
     rows = []
-    peak, _ = peak_gbytes_per_s(device)
+    generator = torch.Generator().manual_seed(0)
     for n in tqdm(sizes, desc="bench kernels", unit="size", disable=True if quiet else None):
         n = -(-n // 8) * 8
-        index = torch.arange(n, dtype=torch.int64, device=device)
-        y = torch.linspace(-1.5, 1.5, n, device=device)
-        u = tb.uniforms(0, 1, 0, index)
-        packed = tb.pack_signs(tb.quantize(y, u))
-        draws = _median_seconds(lambda index=index: tb.uniforms(0, 1, 0, index), device, repeats)
-        qpack = _median_seconds(lambda y=y, u=u: tb.pack_signs(tb.quantize(y, u)), device, repeats)
-        unpack = _median_seconds(lambda packed=packed: tb.unpack_signs(packed), device, repeats)
-        moved = n * (4 + 1 / 8) * 2  # quantize+pack: 4 B in, 1/8 B out; unpack: 1/8 B in, 4 B out
-        gbps = moved / (qpack + unpack) / 1e9
-        rows.append({"elements": n, "draws_s": draws, "quantize_pack_s": qpack, "unpack_s": unpack,
-                     "quantize_pack_unpack_gbytes_per_s": gbps, "peak_ratio": gbps / peak,
-                     "with_draws_gbytes_per_s": moved / (draws + qpack + unpack) / 1e9})
+        grad = torch.randn(n, generator=generator).to(device)
+        m, b_hat, e, server_error = (torch.zeros(n, device=device) for _ in range(4))
+        worker_key, server_key = stream_key(0, 1, 0), stream_key(0, 1, SERVER_STREAM)
+        packed = torch.randint(0, 256, (2, n // 8), dtype=torch.uint8, generator=generator).to(device)
+        bits = torch.randint(0, 256, (n // 8,), dtype=torch.uint8, generator=generator).to(device)
+        x = torch.randn(n, generator=generator).to(device)
+        work = (torch.empty(tb.PIECE + 16, device=device), torch.empty(tb.PIECE, device=device),
+                torch.empty(tb.PIECE // 8 + 2, dtype=torch.int64, device=device))
+
+        def update(x=x, bits=bits, work=work, n=n):
+            for lo in range(0, n, tb.PIECE):
+                _apply_packed_update_(x[lo:lo + tb.PIECE], bits, lo, 1e-3, 1e-4, work)
+
+        ws = tb._Workspace.make(n, device)
+        seconds = {
+            "worker": _median_seconds(lambda m=m, b=b_hat, e=e, g=grad, k=worker_key: tb.worker_step_packed_(
+                m, b, e, g, 0.95, 1e-8, k, 0), device, repeats),
+            "server": _median_seconds(lambda p=packed, s=server_error, k=server_key: tb.server_step_packed_(
+                p, s, k, 0, n_workers=2), device, repeats),
+            "update": _median_seconds(update, device, repeats),
+        }
+        draws = _median_seconds(lambda n=n, ws=ws, k=worker_key: [tb._grid_into(k, lo, min(tb.PIECE, n - lo), ws)
+                                                                   for lo in range(0, n, tb.PIECE)], device, repeats)
+        peak, _ = peak_gbytes_per_s(device)
+        row = {"elements": n, **{f"{stage}_s": t for stage, t in seconds.items()}, "draws_s": draws,
+               "peak_gbytes_per_s": peak}
+        for stage, t in seconds.items():
+            row[f"{stage}_gbytes_per_s"] = STAGE_BYTES[stage] * n / t / 1e9
+            row[f"{stage}_peak_ratio"] = row[f"{stage}_gbytes_per_s"] / peak
+        total = sum(seconds.values())
+        row["gbytes_per_s"] = sum(STAGE_BYTES.values()) * n / total / 1e9
+        row["peak_ratio"] = row["gbytes_per_s"] / peak
+        rows.append(row)
     return rows
 
 
@@ -243,7 +295,7 @@ def provenance(fields: dict, result: dict) -> dict[str, list[str]]:
         preset.append(f"gpu = {fields['gpu']!r}: compute profile from sim/presets, matched by device name")
     else:
         preset.append("gpu: the simulator's default compute profile (no GPU here)")
-    measured.append(f"kernels: quantize/pack/unpack on {result['device']} (comments only)")
+    measured.append(f"kernels: Birder.step()'s worker, server and update stages on {result['device']} (comments only)")
     return {"measured": measured, "preset": preset, "assumed": assumed}
 
 
@@ -266,8 +318,9 @@ def write_profile(path: str | Path, fields: dict, result: dict) -> Path:
         lines += [f"# {kind}: {item}" for item in items]
     if result.get("kernels"):
         k = max(result["kernels"], key=lambda r: r["elements"])
-        lines.append(f"# quantize+pack+unpack at {k['elements']} elements: {k['quantize_pack_unpack_gbytes_per_s']:.2f}"
-                     f" GB/s ({100 * k['peak_ratio']:.1f}% of {result['peak_gbytes_per_s']:.1f} GB/s peak)")
+        lines.append(f"# Birder.step()'s stages (worker + server + update) at {k['elements']} elements: "
+                     f"{k['gbytes_per_s']:.2f} GB/s ({100 * k['peak_ratio']:.1f}% of {k['peak_gbytes_per_s']:.1f}"
+                     f" GB/s peak)")
     lines.append("")
     lines += [f'{key} = "{fields[key]}"' if isinstance(fields[key], str) else f"{key} = {fields[key]}"
               for key in ("name", "nodes", "gpus_per_node", "gpu") if key in fields]
@@ -321,7 +374,7 @@ def run(cfg: BenchConfig) -> dict:
     """Kernels here, collectives over spawned ranks (or this torchrun job); writes the profile if ``cfg.out``."""
     cfg.check()
     device = torch.device(cfg.device_type)
-    kernels = kernel_timings(cfg.sizes, device, cfg.repeats, cfg.quiet)
+    kernels = stage_timings(cfg.sizes, device, cfg.repeats, cfg.quiet)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ:  # under torchrun
         world = int(os.environ["WORLD_SIZE"])
         g = int(os.environ.get("LOCAL_WORLD_SIZE", world))
@@ -361,12 +414,12 @@ def plot(result: dict, path: Path) -> Path:
 
     fig, (kernels, collectives) = plt.subplots(1, 2, figsize=(11, 4))
     sizes = [k["elements"] for k in result["kernels"]]
-    kernels.plot(sizes, [k["quantize_pack_unpack_gbytes_per_s"] for k in result["kernels"]], "o-",
-                 label="quantize + pack + unpack")
-    kernels.plot(sizes, [k["with_draws_gbytes_per_s"] for k in result["kernels"]], "s--", label="with the draws")
+    for stage, style in (("worker", "o-"), ("server", "s-"), ("update", "^-")):
+        kernels.plot(sizes, [k[f"{stage}_gbytes_per_s"] for k in result["kernels"]], style, label=f"{stage} stage")
+    kernels.plot(sizes, [k["gbytes_per_s"] for k in result["kernels"]], "k--", label="all three")
     kernels.axhline(result["peak_gbytes_per_s"], color="grey", ls=":", label="peak")
-    kernels.set(xscale="log", yscale="log", xlabel="elements", ylabel="GB/s",
-                title=f"Birder kernels on {result['device']}")
+    kernels.set(xscale="log", yscale="log", xlabel="elements", ylabel="GB/s (bytes a fused kernel must move)",
+                title=f"Birder.step()'s kernels on {result['device']}")
     kernels.legend(loc="center right")
     for group in ("intra", "inter"):
         for op in COLLECTIVES:
@@ -401,11 +454,17 @@ def describe(result: dict) -> str:
     """Human-readable tables of a bench result."""
     lines = [f"birder bench: {result['backend']} on {result['device']}, {result['ranks']} rank(s); peak "
              f"{result['peak_gbytes_per_s']:.1f} GB/s ({result['peak_source']})", "",
-             "kernel sizes    draws ms  quant+pack ms  unpack ms   GB/s (q+p+u)  of peak  GB/s with draws"]
+             "Birder.step()'s kernels (one thread on CPU): fused worker stage (draws included), fused server stage, "
+             "packed update;",
+             "share of the peak as bytes a fused kernel must move / time (on CPU the peak is re-measured per size on "
+             "one thread; sizes that fit in cache can pass 100%)",
+             "    elements   worker ms (of peak)   server ms (of peak)   update ms (of peak)   all: GB/s  of peak"
+             "  (peak GB/s)"]
     for k in result["kernels"]:
-        lines.append(f"{k['elements']:>12}  {1e3 * k['draws_s']:9.3f}  {1e3 * k['quantize_pack_s']:13.3f}  "
-                     f"{1e3 * k['unpack_s']:9.3f}  {k['quantize_pack_unpack_gbytes_per_s']:13.2f}  "
-                     f"{100 * k['peak_ratio']:6.1f}%  {k['with_draws_gbytes_per_s']:15.2f}")
+        stages = "".join(f"  {1e3 * k[f'{s}_s']:9.3f} ({100 * k[f'{s}_peak_ratio']:5.1f}%)"
+                         for s in ("worker", "server", "update"))
+        lines.append(f"{k['elements']:>12}{stages}  {k['gbytes_per_s']:10.2f}  {100 * k['peak_ratio']:6.1f}%"
+                     f"  ({k['peak_gbytes_per_s']:.1f})")
     if result["collectives"]:
         lines += ["", "group  ranks  collective        bytes        ms   algbw GB/s   busbw GB/s"]
         for r in result["collectives"]:

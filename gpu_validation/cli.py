@@ -8,7 +8,11 @@ import os
 import sys
 from pathlib import Path
 
-from birder.argtypes import positive_int, positive_number
+from safeio.argtypes import number_between, positive_int
+from safeio.outputs import check_output_file
+from safeio.text import printable_lines
+
+PATHS = ("optimizer", "hook")  # gpu_validation.validate.PATHS (importing it here would need torch)
 
 TORCH_MISSING = 'needs torch, which is not installed: pip install -e ".[torch]"'
 
@@ -31,7 +35,9 @@ def _step_rank(text: str) -> tuple[int, int]:
     return step, rank
 
 
-_positive_seconds = positive_number("seconds")
+# A stuck collective's limit: below 1 s a healthy collective on a loaded machine already fails (a false FAILED);
+# past a day, no run waits that long (and torch's millisecond C int overflows at 24.8 days).
+_collective_timeout = number_between(1.0, 86400.0, "seconds", "1 s to one day")
 
 
 MAX_STEPS = 10_000  # gpu-validate compares every step element by element: a bound of the tool, far past a validation
@@ -63,15 +69,11 @@ def _profile_path(text: str) -> str:
     """--out is checked before the benchmark runs: a failure after minutes of timing would lose them."""
     if not text.strip():
         raise argparse.ArgumentTypeError("expected a file path for the cluster profile, got ''")
-    path = Path(text)
-    if path.exists() and not (path.is_file() or path.is_dir()):
-        raise argparse.ArgumentTypeError(f"{text} is not a regular file (a device, a pipe or a socket)")
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a directory: give a file path for the cluster profile")
-    if not path.parent.is_dir():
-        raise argparse.ArgumentTypeError(f"{text}: the directory {path.parent} does not exist")
-    if not os.access(path.parent, os.W_OK):
-        raise argparse.ArgumentTypeError(f"{text}: the directory {path.parent} is not writable")
+    try:  # the profile and its plot beside it (same name, .png)
+        for path in (text, Path(text).with_suffix(".png")):
+            check_output_file(path, flag="")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).strip()) from None
     return text
 
 
@@ -87,7 +89,7 @@ def run_gpu_validate(args: argparse.Namespace) -> int:
     cfg = Config(backend=args.backend, nodes=args.nodes, gpus_per_node=args.gpus_per_node, steps=args.steps,
                  seed=args.seed, scheme=args.scheme, timeout_s=args.timeout, resume_at=args.resume_at,
                  nonfinite_at=args.nonfinite_at, overflow_at=args.overflow_at, kill_at=args.kill_at,
-                 hang_at=args.hang_at, quiet=getattr(args, "quiet", False))
+                 hang_at=args.hang_at, paths=tuple(args.paths), quiet=getattr(args, "quiet", False))
     if _under_torchrun():
         try:
             result = run_under_torchrun(cfg)
@@ -102,8 +104,12 @@ def run_gpu_validate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.as_dict()))
     else:
-        print(describe(result))
+        print(printable_lines(describe(result)))
     return 0 if result.passed else 1
+
+
+_PATH_NAMES = {"optimizer": "gpu_validation.Birder (the optimizer, its own hook)",
+               "hook": "birder_hook + BirderUpdate (the expert hook)"}
 
 
 def describe(result) -> str:
@@ -121,10 +127,13 @@ def describe(result) -> str:
         return f"gpu-validate FAILED ({where}): {result.error}"
     lines = [
         f"gpu-validate {'PASSED' if result.passed else 'FAILED'}: {where}, {result.steps} steps, "
-        f"{result.parameters} parameters in {result.buckets} buckets",
+        f"{result.parameters} parameters" + ("" if result.buckets is None else f" in {result.buckets} buckets"),
+        f"  checked: {', '.join(_PATH_NAMES[p] for p in result.checked)}"
+        f"{'' if result.paths_agree else '; the paths gave DIFFERENT updates'}",
         f"  mismatched elements vs birder_ref (updates, parameters, state): {result.mismatched_elements}",
         f"  max |difference|: {result.max_abs_diff}; ranks identical: {result.ranks_identical}",
-        f"  skipped (non-finite) steps: {result.skipped_steps}; resume identical: {result.resume_identical}",
+        f"  skipped (non-finite) steps: {result.skipped_steps}"
+        + ("" if result.resume_identical is None else f"; resume identical: {result.resume_identical}"),
         f"  {result.seconds} s",
     ]
     return "\n".join(lines)
@@ -145,15 +154,16 @@ def run_bench(args: argparse.Namespace) -> int:
     result = run_benchmarks(BenchConfig(backend=args.backend, ranks=args.ranks, sizes=tuple(args.sizes),
                                         repeats=args.repeats, out=args.out, device=args.device,
                                         gpus_per_node=args.gpus_per_node, quiet=getattr(args, "quiet", False)))
-    print(json.dumps(result) if args.json else describe_bench(result))
+    print(json.dumps(result) if args.json else printable_lines(describe_bench(result)))
     return 0
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "gpu-validate", help="the torch DDP hook over torch.distributed, bit for bit against birder_ref",
-        description="Train a small model with the Birder DDP hook on N x G local ranks (or under torchrun) and "
-                    "compare every rank's update, parameters and final state with birder_ref, exactly.")
+        "gpu-validate", help="gpu_validation.Birder and the expert DDP hook, bit for bit against birder_ref",
+        description="Train a small model on N x G local ranks (or under torchrun) with gpu_validation.Birder as "
+                    "users adopt it, then with the expert DDP hook, and compare every rank's update, parameters and "
+                    "final state with birder_ref, exactly.")
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
                    help="gloo: CPU tensors (default); nccl: one CUDA GPU per rank")
     p.add_argument("--nodes", type=int, default=2, help="nodes (simulated by process groups when local; default 2)")
@@ -163,7 +173,8 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=_seed, default=0, help="seed of the model, the data and the draws (default 0)")
     p.add_argument("--scheme", choices=("hierarchical", "flat"), default="hierarchical",
                    help="Section 4's hierarchical 1-bit all-reduce (default), or flat (every GPU a worker)")
-    p.add_argument("--timeout", type=_positive_seconds, default=60.0, help="seconds before a stuck collective fails")
+    p.add_argument("--timeout", type=_collective_timeout, default=60.0,
+                   help="seconds before a stuck collective fails, 1 to 86400 (default 60)")
     p.add_argument("--resume-at", type=int, default=None, metavar="STEP",
                    help="also checkpoint at STEP, resume in a fresh DDP and require a bit-identical end")
     p.add_argument("--nonfinite-at", type=_step_rank, default=None, metavar="STEP:RANK",
@@ -174,14 +185,19 @@ def register(subparsers) -> None:
                    help="make RANK die at STEP (the others must stop with an error)")
     p.add_argument("--hang-at", type=_step_rank, default=None, metavar="STEP:RANK",
                    help="make RANK stall at STEP (the others must time out with an error)")
+    p.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS), metavar="PATH",
+                   help="code paths to check, in order: 'optimizer' (gpu_validation.Birder as users adopt it) and "
+                        "'hook' (the expert birder_hook + BirderUpdate); default both")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run_gpu_validate)
 
     b = subparsers.add_parser(
-        "bench", help="time quantize/pack and the collectives here; write a cluster profile for predict",
-        description="Time quantize+pack+unpack and all-to-all, all-gather, reduce-scatter, all-reduce at several "
-                    "sizes on this backend and device; write a cluster profile TOML for `birder predict --cluster`.")
+        "bench", help="time Birder.step()'s kernels and the collectives here; write a cluster profile for predict",
+        description="Time the kernels gpu_validation.Birder.step() runs (the fused worker and server stages and the "
+                    "packed update, each against the device's peak or copy bandwidth) and all-to-all, all-gather, "
+                    "reduce-scatter, all-reduce at several sizes on this backend and device; write a cluster profile "
+                    "TOML for `birder predict --cluster`.")
     b.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="default gloo")
     b.add_argument("--ranks", type=int, default=2, help="local ranks for the collectives (default 2)")
     b.add_argument("--gpus-per-node", type=positive_int, default=None,

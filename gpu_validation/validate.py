@@ -1,13 +1,18 @@
-"""`birder gpu-validate`'s runner: train a small model with ``birder_hook`` and compare every step with birder_ref.
+"""`birder gpu-validate`'s runner: train a small model with Birder and compare every step with birder_ref.
 
-Ranks are spawned locally (``run``), or, under ``torchrun``, each process runs ``train_and_compare`` itself.
-Every step, rank 0 gathers every rank's local gradients, u_bar and parameters, runs
+Two code paths are checked, one after the other in the same ranks (``PATHS``; the JSON's ``checked`` names them):
+``optimizer`` is ``gpu_validation.Birder`` as users adopt it (``Birder(ddp, lr=..., weight_decay=...)``, its own
+DDP hook, the update applied in ``step()``, no clipping or scaler), ``hook`` the expert path (``birder_hook`` +
+``BirderUpdate``, u_bar in ``.grad``). Ranks are spawned locally (``run``), or, under ``torchrun``, each process
+runs ``train_and_compare`` itself.
+Every step, rank 0 gathers every rank's local gradients, u_bar (hook path only: the optimizer never exposes it)
+and parameters, runs
 ``birder_ref.algorithm1.step`` on the workers' gradients (``schemes.worker_gradients``: node means, or every
 GPU's own) with the same counter-based draws, applies the same update in NumPy, and counts the elements that
 differ. It also runs the scheme's executor, ``birder_ref.schemes.step``, which moves the data along the same
 schedule the hook runs, and reports whether its u_bar agreed (``executor_identical``; required to pass).
-At the end it compares the hook's full state (``BirderState.state_dict``) with the reference's. The
-comparison is exact: there is no tolerance anywhere.
+At the end it compares the full state (``BirderState.state_dict`` on the hook path, ``Birder.state_dict`` on the
+optimizer path) with the reference's. The comparison is exact: there is no tolerance anywhere.
 
 Faults can be injected: a non-finite gradient on one rank at one step (every rank must skip that step, the
 reference skips it too), a rank that dies or stalls at one step (the others must stop with an error, not
@@ -33,6 +38,9 @@ from birder_ref.draws import server_uniforms, worker_uniforms
 from birder_ref.update import apply_update
 from gpu_validation import comm, launch
 from gpu_validation.hook import BirderState, BirderUpdate, birder_hook
+from gpu_validation.optimizer import Birder
+
+PATHS = ("optimizer", "hook")  # gpu_validation.Birder as adopted; the expert birder_hook + BirderUpdate
 
 LOCAL_RANKS_PER_CORE = 8  # more local gloo ranks than this per core is a mistake, not a validation run
 
@@ -61,6 +69,7 @@ class Config:
     kill_at: tuple[int, int] | None = None
     hang_at: tuple[int, int] | None = None
     resume_at: int | None = None
+    paths: tuple[str, ...] = PATHS  # which code paths to check, in this order (a fault stops the first)
     quiet: bool = False  # no progress bar
 
     def check(self) -> None:
@@ -71,6 +80,8 @@ class Config:
         if self.nodes < 1 or self.gpus_per_node < 1 or self.steps < 1:
             raise ValueError(f"need nodes, gpus per node and steps >= 1, got {self.nodes}, {self.gpus_per_node}, "
                              f"{self.steps}")
+        if not self.paths or len(set(self.paths)) != len(self.paths) or not set(self.paths) <= set(PATHS):
+            raise ValueError(f"paths must be distinct names among {', '.join(PATHS)}, got {list(self.paths)}")
         if not 0 <= self.seed < 2**32:
             raise ValueError(f"seed must lie in [0, 2**32), got {self.seed}")
         if self.timeout_s <= 0:
@@ -110,19 +121,23 @@ class Comparison:
 
     passed: bool  # nothing differed, every rank agreed, and a resume (if asked for) ended bit-identical
     steps: int
-    mismatched_elements: int  # elements of u_bar, parameters and final hook state that differ from birder_ref
-    max_abs_diff: float  # the largest |difference| of u_bar or parameters from birder_ref's
-    ranks_identical: bool  # every rank held the same u_bar and parameters at every step
+    mismatched_elements: int  # elements of u_bar (hook path), parameters and final state that differ from
+    # birder_ref, summed over the paths checked
+    max_abs_diff: float  # the largest |difference| of u_bar or parameters from birder_ref's, over the paths
+    ranks_identical: bool  # every rank held the same u_bar and parameters at every step, on every path
     backend: str  # gloo or nccl
     device: str  # "cpu", or the CUDA device's name
+    checked: tuple[str, ...]  # the code paths compared (``PATHS``): "optimizer" (gpu_validation.Birder), "hook"
+    paths: dict  # path -> its own findings (the fields above and below, for that path alone)
+    paths_agree: bool  # every path produced the same updates (the same u_bar digests) from the same data
     scheme: str
     nodes: int
     gpus_per_node: int
     seed: int
     parameters: int  # elements of the model
-    buckets: int  # DDP buckets the hook saw (after DDP's bucket rebuild)
-    skipped_steps: int  # steps with a non-finite gradient or node mean, skipped by birder_ref (and the hook)
-    state_mismatched_elements: int  # of ``mismatched_elements``, those in the final hook state and counters
+    buckets: int | None  # DDP buckets the hook path saw (after DDP's bucket rebuild); None without that path
+    skipped_steps: int  # steps with a non-finite gradient or node mean, skipped by birder_ref (and by Birder)
+    state_mismatched_elements: int  # of ``mismatched_elements``, those in the final state and counters
     resume_identical: bool | None  # with ``resume_at``: the resumed run ended bit-identical; else None
     executor_identical: bool  # birder_ref's scheme executor gave Algorithm 1's u_bar at every step
     phases_as_scheduled: bool  # every rank ran the schedule's collectives, groups and bytes (comm.trace_mismatches)
@@ -131,7 +146,7 @@ class Comparison:
     config: dict | None = None  # the Config without its backend; set with ``seconds``
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "update_digests": list(self.update_digests)}
+        return {**asdict(self), "checked": list(self.checked), "update_digests": list(self.update_digests)}
 
 
 @dataclass(frozen=True)
@@ -186,11 +201,12 @@ def flat(tensors) -> torch.Tensor:
     return torch.cat([t.detach().reshape(-1) for t in tensors])
 
 
-class Trainer:
-    """One rank's DDP model with the Birder hook, recording the local gradients the hook receives."""
+class HookTrainer:
+    """One rank's DDP model with the expert ``birder_hook`` + ``BirderUpdate``, recording the local gradients the
+    hook receives (u_bar comes back in ``.grad``)."""
 
     def __init__(self, cfg: Config, topology: comm.Topology, device: torch.device):
-        self.cfg, self.device = cfg, device
+        self.cfg, self.device, self.topology = cfg, device, topology
         self.model = make_model(cfg.seed).to(device)
         self.params = list(self.model.parameters())
         self.state = BirderState(self.params, topology, cfg.seed, cfg.beta, cfg.eps)
@@ -199,6 +215,7 @@ class Trainer:
         self.ddp.register_comm_hook(self.state, self._recording_hook)
         self.optimizer = BirderUpdate(self.params, cfg.lr, cfg.weight_decay, hook_state=self.state)
         self.local_grad = torch.zeros(self.state.dim, device=device)
+        self.current_step, self.node = 0, 0
 
     def _recording_hook(self, state, bucket):  # no annotations: DDP accepts only real (not string) ones
         if self.cfg.overflow_at == (self.current_step, self.node):
@@ -211,13 +228,24 @@ class Trainer:
 
     def step(self, step: int, rank: int) -> None:
         self.current_step, self.node = step, rank // self.cfg.gpus_per_node
-        x, y = batch(self.cfg.seed, step, rank)
-        if self.cfg.nonfinite_at == (step, rank):
-            x[0, 0] = float("nan")
-        x, y = x.to(self.device), y.to(self.device)
+        x, y = _inputs(self.cfg, step, rank, self.device)
         self.optimizer.zero_grad(set_to_none=False)
         nn.functional.mse_loss(self.ddp(x), y).backward()
         self.optimizer.step()
+
+    def u_bar(self) -> torch.Tensor | None:
+        return flat(p.grad for p in self.params)
+
+    @property
+    def t(self) -> int:
+        return self.state.t
+
+    @property
+    def dim(self) -> int:
+        return self.state.dim
+
+    def buckets(self) -> int:
+        return len(self.state.buckets)
 
     def checkpoint(self) -> dict:
         return {"model": {k: v.clone() for k, v in self.model.state_dict().items()}, "birder": self.state.state_dict()}
@@ -225,6 +253,93 @@ class Trainer:
     def load(self, checkpoint: dict) -> None:
         self.model.load_state_dict(checkpoint["model"])
         self.state.load_state_dict(checkpoint["birder"])
+
+    def final_state(self, world: int) -> dict[str, np.ndarray]:
+        """Every rank's state rows (rank, d) and skipped-step count, gathered on every rank."""
+        sd = self.state.state_dict()
+        out = {name: _gather(sd[name].to(self.device), world) for name in ("m", "b_hat", "b", "e", "server_error")}
+        out["skipped"] = _gather(torch.tensor([sd["skipped_steps"]], device=self.device), world).reshape(-1)
+        return out
+
+
+class OptimizerTrainer:
+    """One rank's DDP model trained by ``gpu_validation.Birder`` as users write it: ``Birder(ddp, lr=...,
+    weight_decay=...)``, then backward, ``step()``, ``zero_grad()``; no clipping, no scaler. ``.grad`` holds this
+    rank's local gradient between backward and step (Birder's hook leaves it), which is recorded."""
+
+    def __init__(self, cfg: Config, device: torch.device):
+        self.cfg, self.device = cfg, device
+        self.model = make_model(cfg.seed).to(device)
+        self.params = list(self.model.parameters())
+        self.ddp = nn.parallel.DistributedDataParallel(
+            self.model, bucket_cap_mb=cfg.bucket_cap_mb, device_ids=[device.index] if device.type == "cuda" else None)
+        self.optimizer = Birder(self.ddp, lr=cfg.lr, weight_decay=cfg.weight_decay, beta=cfg.beta, eps=cfg.eps,
+                                seed=cfg.seed, scheme=cfg.scheme, gpus_per_node=cfg.gpus_per_node)
+        self.topology = self.optimizer.topology
+        self.local_grad = torch.zeros(self.optimizer.dim, device=device)
+        self.current_step, self.node = 0, 0
+        for p in self.params:  # runs before DDP copies the gradient into its bucket
+            p.register_hook(self._overflow)
+
+    def _overflow(self, grad: torch.Tensor) -> torch.Tensor:
+        if self.cfg.overflow_at == (self.current_step, self.node):
+            return torch.full_like(grad, 3.0e38)  # finite on every GPU of the node; their sum is not
+        return grad
+
+    def step(self, step: int, rank: int) -> None:
+        self.current_step, self.node = step, rank // self.cfg.gpus_per_node
+        x, y = _inputs(self.cfg, step, rank, self.device)
+        self.optimizer.zero_grad()
+        nn.functional.mse_loss(self.ddp(x), y).backward()
+        self.local_grad.copy_(flat(p.grad for p in self.params))
+        self.optimizer.step()
+
+    def u_bar(self) -> torch.Tensor | None:
+        return None  # the optimizer applies u_bar itself; the parameters show it
+
+    @property
+    def t(self) -> int:
+        return self.optimizer.t
+
+    @property
+    def dim(self) -> int:
+        return self.optimizer.dim
+
+    def buckets(self) -> None:
+        return None  # Birder flattens the gradients in step(): its buckets only carry the hook's finiteness check
+
+    def checkpoint(self) -> dict:  # collective: every rank calls it, as the README's checkpoint idiom does
+        return {"model": {k: v.clone() for k, v in self.model.state_dict().items()},
+                "birder": self.optimizer.state_dict()}
+
+    def load(self, checkpoint: dict) -> None:
+        self.model.load_state_dict(checkpoint["model"])
+        self.optimizer.load_state_dict(checkpoint["birder"])
+
+    def final_state(self, world: int) -> dict[str, np.ndarray]:
+        """The full state (``Birder.state_dict``, the same on every rank) as the rows of each rank's worker."""
+        state = self.optimizer.state_dict()["state"]
+        workers = [self.topology.worker_of(r) for r in range(world)]
+        rows = {name: state[name][workers].numpy() for name in ("m", "b_hat", "e")}
+        return {**rows, "b": rows["b_hat"],  # T0 off: b is b_hat
+                "server_error": np.tile(state["server_error"].numpy(), (world, 1)),
+                "skipped": np.full(world, state["skipped_steps"])}
+
+
+Trainer = HookTrainer | OptimizerTrainer
+
+
+def _inputs(cfg: Config, step: int, rank: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    x, y = batch(cfg.seed, step, rank)
+    if cfg.nonfinite_at == (step, rank):
+        x[0, 0] = float("nan")
+    return x.to(device), y.to(device)
+
+
+def _trainer(path: str, cfg: Config, device: torch.device) -> Trainer:
+    if path == "optimizer":
+        return OptimizerTrainer(cfg, device)
+    return HookTrainer(cfg, comm.make_topology(cfg.scheme, cfg.nodes, cfg.gpus_per_node), device)
 
 
 def _gather(tensor: torch.Tensor, world: int) -> np.ndarray:
@@ -244,8 +359,9 @@ class Reference:
         self.executor_identical = True
         self.digests: list[str] = []
 
-    def step(self, grads: np.ndarray, u_bars: np.ndarray, params: np.ndarray) -> None:
-        """One reference step on grads (world, d); compare with every rank's u_bar and parameters."""
+    def step(self, grads: np.ndarray, u_bars: np.ndarray | None, params: np.ndarray) -> None:
+        """One reference step on grads (world, d); compare with every rank's u_bar (None: a path that does not
+        expose it) and parameters."""
         cfg, d = self.cfg, self.x.size
         by_node = grads.reshape(cfg.nodes, cfg.gpus_per_node, d)
         with np.errstate(over="ignore"):
@@ -261,12 +377,13 @@ class Reference:
             self.executor_identical &= bool(np.array_equal(executed, u_bar))
             self.x = apply_update(self.x, u_bar, cfg.lr, cfg.weight_decay)
             self.digests.append(hashlib.sha256(np.packbits(u_bar > 0).tobytes()).hexdigest()[:16])
-            self.mismatched += int((u_bars != u_bar).sum())
-            self.max_abs_diff = max(self.max_abs_diff, float(np.abs(u_bars - u_bar).max()))
+            if u_bars is not None:
+                self.mismatched += int((u_bars != u_bar).sum())
+                self.max_abs_diff = max(self.max_abs_diff, float(np.abs(u_bars - u_bar).max()))
         self.mismatched += int((params != self.x).sum())
         self.max_abs_diff = max(self.max_abs_diff, float(np.abs(params.astype(np.float64) - self.x).max()))
         self.ranks_identical &= bool((params == params[0]).all())
-        if u_bar is not None:
+        if u_bar is not None and u_bars is not None:
             self.ranks_identical &= bool((u_bars == u_bars[0]).all())
 
     def compare_state(self, states: dict[str, np.ndarray], workers: list[int], t: int, skipped: np.ndarray) -> int:
@@ -290,80 +407,101 @@ def _device(cfg: Config, gpu: int, needed: int) -> torch.device:
     return torch.device("cuda", gpu)
 
 
-def _final_state(trainer: Trainer, world: int) -> dict[str, np.ndarray]:
-    sd = trainer.state.state_dict()
-    out = {name: _gather(sd[name].to(trainer.device), world) for name in ("m", "b_hat", "b", "e", "server_error")}
-    out["skipped"] = _gather(torch.tensor([sd["skipped_steps"]], device=trainer.device), world).reshape(-1)
-    return out
+def _check_path(path: str, cfg: Config, rank: int, device: torch.device) -> dict | None:
+    """Train ``cfg.steps`` steps on one code path, every step compared with birder_ref; rank 0 returns the
+    path's findings (``PathCheck`` fields), other ranks None."""
+    world = cfg.world
+    trainer = _trainer(path, cfg, device)
+    reference = Reference(cfg, flat(trainer.params).cpu().numpy()) if rank == 0 else None
+    checkpoint, trace = None, []
+    for step in tqdm(range(1, cfg.steps + 1), desc=f"gpu-validate {path} steps", unit="step",
+                     disable=True if rank != 0 or cfg.quiet else None):
+        if cfg.kill_at == (step, rank):
+            os._exit(KILLED_EXIT_STATUS)  # a crash: no clean-up, no goodbye to the other ranks
+        if cfg.hang_at == (step, rank):
+            time.sleep(1e6)  # a deadlock: alive, silent, holding its connections open
+        try:
+            taken = trainer.t
+            with comm.record_phases() as records:  # every collective Birder runs, checked against the schedule
+                trainer.step(step, rank)
+            if trainer.t > taken:  # a skipped step may stop after its first phase (a node sum that overflowed)
+                trace += records
+            grads = _gather(trainer.local_grad, world)
+            u_bar = trainer.u_bar()
+            u_bars = None if u_bar is None else _gather(u_bar, world)
+            params = _gather(flat(trainer.params), world)
+        except RuntimeError as error:  # a collective failed: a peer died, or hung past the timeout
+            raise RuntimeError(f"stopped at step {step} ({path} path), a collective failed: {error}") from error
+        if reference is not None:
+            reference.step(grads, u_bars, params)
+        if step == cfg.resume_at:
+            checkpoint = trainer.checkpoint()
+    off_schedule = len(comm.trace_mismatches(trace, trainer.topology))
+    phases_as_scheduled = not _gather(torch.tensor([off_schedule], device=device), world).any()
+    final = trainer.final_state(world)
+    resume_identical = None
+    if checkpoint is not None:  # a fresh model, DDP and Birder state, resumed from the checkpoint
+        resumed = _trainer(path, cfg, device)
+        resumed.load(checkpoint)
+        for step in range(cfg.resume_at + 1, cfg.steps + 1):
+            resumed.step(step, rank)
+        same = torch.equal(flat(resumed.params), flat(trainer.params))
+        after = resumed.final_state(world)
+        same &= all(np.array_equal(after[k], final[k]) for k in final) and resumed.t == trainer.t
+        resume_identical = bool(_gather(torch.tensor([int(same)], device=device), world).all())
+    if reference is None:
+        return None
+    topology = trainer.topology
+    state_mismatches = reference.compare_state(final, [topology.worker_of(r) for r in range(world)], trainer.t,
+                                               final["skipped"])
+    return {"path": path,
+            "passed": reference.mismatched == 0 and state_mismatches == 0 and reference.ranks_identical
+            and reference.executor_identical and bool(phases_as_scheduled) and resume_identical is not False,
+            "mismatched_elements": reference.mismatched + state_mismatches, "max_abs_diff": reference.max_abs_diff,
+            "ranks_identical": reference.ranks_identical, "skipped_steps": reference.skipped,
+            "state_mismatched_elements": state_mismatches, "resume_identical": resume_identical,
+            "executor_identical": reference.executor_identical, "phases_as_scheduled": bool(phases_as_scheduled),
+            "compared_updates": u_bars is not None, "parameters": trainer.dim, "buckets": trainer.buckets(),
+            "update_digests": tuple(reference.digests)}
 
 
 def train_and_compare(cfg: Config, rank: int, one_machine: bool = True) -> Comparison | None:
-    """The body of every rank (process group already initialised); rank 0 returns the result, others None.
+    """The body of every rank (process group already initialised): each path of ``cfg.paths`` in turn; rank 0
+    returns the result, others None.
 
     ``one_machine``: all ranks run here (GPU = rank), else one node per machine (GPU = local rank).
     """
     world = cfg.world
     device = _device(cfg, rank, world) if one_machine else _device(cfg, rank % cfg.gpus_per_node, cfg.gpus_per_node)
-    topology = comm.make_topology(cfg.scheme, cfg.nodes, cfg.gpus_per_node)
-    trainer = Trainer(cfg, topology, device)
-    reference = Reference(cfg, flat(trainer.params).cpu().numpy()) if rank == 0 else None
-    checkpoint = None
-    with comm.record_phases() as trace:  # every collective the hook runs for Birder, checked against the schedule
-        for step in tqdm(range(1, cfg.steps + 1), desc="gpu-validate steps", unit="step",
-                         disable=True if rank != 0 or cfg.quiet else None):
-            if cfg.kill_at == (step, rank):
-                os._exit(KILLED_EXIT_STATUS)  # a crash: no clean-up, no goodbye to the other ranks
-            if cfg.hang_at == (step, rank):
-                time.sleep(1e6)  # a deadlock: alive, silent, holding its connections open
-            try:
-                trainer.step(step, rank)
-                grads = _gather(trainer.local_grad, world)
-                u_bars = _gather(flat(p.grad for p in trainer.params), world)
-                params = _gather(flat(trainer.params), world)
-            except RuntimeError as error:  # a collective failed: a peer died, or hung past the timeout
-                raise RuntimeError(f"stopped at step {step}, a collective failed: {error}") from error
-            if reference is not None:
-                reference.step(grads, u_bars, params)
-            if step == cfg.resume_at:
-                checkpoint = trainer.checkpoint()
-    off_schedule = len(comm.trace_mismatches(trace, topology))
-    phases_as_scheduled = not _gather(torch.tensor([off_schedule], device=device), world).any()
-    final = _final_state(trainer, world)
-    resume_identical = None
-    if checkpoint is not None:  # a fresh model, DDP and hook state, resumed from the checkpoint
-        resumed = Trainer(cfg, topology, device)
-        resumed.load(checkpoint)
-        for step in range(cfg.resume_at + 1, cfg.steps + 1):
-            resumed.step(step, rank)
-        same = torch.equal(flat(resumed.params), flat(trainer.params))
-        after = _final_state(resumed, world)
-        same &= all(np.array_equal(after[k], final[k]) for k in final) and resumed.state.t == trainer.state.t
-        resume_identical = bool(_gather(torch.tensor([int(same)], device=device), world).all())
-    if reference is None:
+    checks = [_check_path(path, cfg, rank, device) for path in cfg.paths]
+    if rank != 0:
         return None
-    state_mismatches = reference.compare_state(
-        final, [topology.worker_of(r) for r in range(world)], trainer.state.t, final["skipped"])
+    first = checks[0]
+    same_updates = all(c["update_digests"] == first["update_digests"] for c in checks)
     return Comparison(
-        passed=reference.mismatched == 0 and state_mismatches == 0 and reference.ranks_identical
-        and reference.executor_identical and phases_as_scheduled and resume_identical is not False,
+        passed=all(c["passed"] for c in checks) and same_updates,
         steps=cfg.steps,
-        mismatched_elements=reference.mismatched + state_mismatches,
-        max_abs_diff=reference.max_abs_diff,
-        ranks_identical=reference.ranks_identical,
+        mismatched_elements=sum(c["mismatched_elements"] for c in checks),
+        max_abs_diff=max(c["max_abs_diff"] for c in checks),
+        ranks_identical=all(c["ranks_identical"] for c in checks),
         backend=cfg.backend,
         device=device.type if device.type == "cpu" else torch.cuda.get_device_name(device),
+        checked=tuple(cfg.paths),
+        paths={c["path"]: {k: (list(v) if k == "update_digests" else v) for k, v in c.items() if k != "path"}
+               for c in checks},
+        paths_agree=same_updates,
         scheme=cfg.scheme,
         nodes=cfg.nodes,
         gpus_per_node=cfg.gpus_per_node,
         seed=cfg.seed,
-        parameters=trainer.state.dim,
-        buckets=len(trainer.state.buckets),
-        skipped_steps=reference.skipped,
-        state_mismatched_elements=state_mismatches,
-        resume_identical=resume_identical,
-        executor_identical=reference.executor_identical,
-        phases_as_scheduled=bool(phases_as_scheduled),
-        update_digests=tuple(reference.digests),
+        parameters=first["parameters"],
+        buckets=max((c["buckets"] for c in checks if c["buckets"] is not None), default=None),
+        skipped_steps=first["skipped_steps"],
+        state_mismatched_elements=sum(c["state_mismatched_elements"] for c in checks),
+        resume_identical=None if cfg.resume_at is None else all(c["resume_identical"] for c in checks),
+        executor_identical=all(c["executor_identical"] for c in checks),
+        phases_as_scheduled=all(c["phases_as_scheduled"] for c in checks),
+        update_digests=first["update_digests"],
     )
 
 

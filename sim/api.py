@@ -2,8 +2,11 @@
 
 Each prediction is a dict with the keys of ``birder predict --json`` (``throughput``, ``iteration_s``, ...,
 ``throughput_low``, ``throughput_high``, ``extrapolated``) plus the configuration (``model``,
-``batch_per_gpu``, ``network``, ``optimizer``, ``nodes``, ``gpus``). The interval spans the group
-cross-validated error (``prediction_relative_error``), which is measured once and stored
+``batch_per_gpu``, ``network``, ``optimizer``, ``nodes``, ``gpus``). The interval (``prediction_interval``) is
+an 80% interval from the quantiles of log(measured / predicted) on rows left out of every fit: for a site
+profile, the group cross-validation of its public rows; otherwise the validation corpus with each source left
+out, per predicted regime (compute- or communication-bound) and apart for predictions calibrated on a measured
+node and those from built-in compute profiles. They are measured once and stored
 (``presets/cross_validation.json``, written by ``python -m sim.api --write-cross-validation``) so that no
 prediction pays a refit. ``validation_summary`` gives the fit (in-sample) and the cross-validated errors apart.
 """
@@ -21,7 +24,9 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
-from sim.hardware import PRESETS, Cluster, cluster, load_cluster
+from sim.hardware import PRESETS, SITES, Cluster, cluster, load_cluster
+from sim.models import model_profile
+from sim.validate import INTERVAL_LEVEL, alpha_beta_throughput, gradient_bits, predicted_regime
 from sim.workload import predict
 
 if TYPE_CHECKING:
@@ -34,16 +39,74 @@ def _rows_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@lru_cache(maxsize=4)
-def prediction_relative_error(site_profile: bool | None = None) -> float:
-    """The relative error a prediction's interval spans, measured by the group cross-validation of the public
-    rows (groups left out of the fit): for a site profile (``site_profile=True``) the MAPE of the groups its fit
-    did not see (an optimizer, a GPU count); for a generic preset (False) the MAPE of a network left out and
-    predicted with its unfitted generic preset (a cluster nobody fitted); None: all groups. Read from the stored
-    measurement when it was taken on the same rows, else measured now (once per process)."""
+def _corpus_digest(corpus) -> str:
+    return hashlib.sha256(repr(tuple(corpus)).encode()).hexdigest()
 
-    key = {None: "mape", True: "site_mape", False: "generic_mape"}[site_profile]
-    return float(_split(_cross_validation())[key])
+
+@lru_cache(maxsize=1)
+def interval_quantiles() -> dict:
+    """The intervals' bounds on log(measured / predicted), 80% nominal: ``site_profile`` (the group
+    cross-validation's rows of the site profiles), ``measured_node`` and ``unmeasured_node`` (per interval
+    regime, ``validate.interval_regime``, the corpus left out source by source; ``all`` pools the regimes). Read
+    from the stored measurement when it was taken on the same rows and corpus, else measured now (once per
+    process)."""
+    from sim import validate
+
+    corpus, _ = validate.corpus_rows()
+    if CROSS_VALIDATION_FILE.exists():
+        stored = json.loads(CROSS_VALIDATION_FILE.read_text()).get("intervals", {})
+        if stored.get("corpus_sha256") == _corpus_digest(corpus) and stored.get("rows_sha256") == _rows_digest(
+                validate.PUBLIC_CSV):
+            return _inflate(stored)
+    return _intervals(validate.corpus_validation(), _cross_validation())
+
+
+def _inflate(stored: dict) -> dict:
+    """JSON's nulls back to infinite bounds (a regime with too few rows to bound)."""
+    def bounds(pair):
+        return (-math.inf if pair[0] is None else pair[0], math.inf if pair[1] is None else pair[1])
+
+    out = dict(stored)
+    out["summary"] = finite_json_value(stored["summary"])
+    out["site_profile"] = bounds(stored["site_profile"])
+    for key in ("measured_node", "unmeasured_node"):
+        out[key] = {k: bounds(v) for k, v in stored[key].items()}
+    return out
+
+
+def _intervals(corpus_validation, cross: CrossValidation) -> dict:
+    from sim import validate
+
+    corpus, _ = validate.corpus_rows()
+    site = [math.log(r.published / r.predicted) for r in cross.rows if not r.left_out.startswith("network=")]
+    return {"corpus": corpus_validation.corpus, "summary": corpus_validation.summary(),
+            "table": corpus_validation.table(), "corpus_sha256": _corpus_digest(corpus),
+            "rows_sha256": _rows_digest(validate.PUBLIC_CSV), "level": validate.INTERVAL_LEVEL,
+            "site_profile": validate.log_ratio_quantiles(site), "measured_node": dict(corpus_validation.quantiles),
+            "unmeasured_node": dict(corpus_validation.quantiles_unmeasured_node)}
+
+
+def prediction_interval(throughput: float, alpha_beta_efficiency: float, site_profile: bool,
+                        measured_node: bool) -> tuple[float, float, str]:
+    """(low, high, basis) of a prediction's 80% interval: the quantiles of log(measured / predicted) on rows left
+    out of every fit that match it (a site profile; else the regime a plain alpha-beta ring predicts,
+    ``validate.interval_regime``, calibrated on a measured node or not). A regime whose rows are too few to bound
+    takes the regimes pooled; with no bound at all, the interval is (0, inf) and says so."""
+    from sim import validate
+
+    q = interval_quantiles()
+    if site_profile:
+        bounds, basis = q["site_profile"], "site profile: its public rows, groups left out of the fit"
+    else:
+        key = "measured_node" if measured_node else "unmeasured_node"
+        reg = validate.interval_regime(alpha_beta_efficiency)
+        bounds, basis = q[key][reg], (f"{reg} by an alpha-beta ring, {key.replace('_', ' ')}: {q['corpus']}, "
+                                      "each source left out")
+        if not all(map(math.isfinite, bounds)):
+            bounds, basis = q[key]["all"], basis + " (regimes pooled: too few rows of this regime)"
+    if not all(map(math.isfinite, bounds)):
+        basis += "; too few left-out rows to bound the interval"
+    return (*validate.interval_around(throughput, bounds), basis)
 
 
 def _split(cross: CrossValidation) -> dict:
@@ -61,7 +124,7 @@ def extrapolation(c: Cluster, model: str | None, batch_per_gpu: int, grad_dtype:
     """Why a prediction leans on a site's fitted constants outside the range they were fitted on (empty: it does
     not, or the network is a generic preset with no fitted constant)."""
     nic = c.nic
-    if not nic.fitted:
+    if not nic.fitted or not nic.fitted_on:  # a file fitted by birder calibrate records no such range
         return []
     seen = dict(nic.fitted_on)
     reasons = []
@@ -115,14 +178,21 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                   single_node_throughput=single_node_throughput, warmup_fraction=warmup_fraction,
                   marsit_period=marsit_period, grad_dtype=grad_dtype, accumulation_steps=accumulation_steps,
                   hook_blocks_backward=hook_blocks_backward).as_dict()
-    error = prediction_relative_error(c.nic.fitted)
+    site = c.nic.name in SITES
+    n_params = params if model is None else model_profile(model).n_params
+    samples = c.gpus_per_node * batch_per_gpu * accumulation_steps
+    naive = alpha_beta_throughput(n_params, gradient_bits(optimizer, grad_dtype), c.n_nodes, samples,
+                                  out["single_node_throughput"], c.nic.line_rate * c.nic.count / 8)
+    low, high, basis = prediction_interval(out["throughput"], naive / (c.n_nodes * out["single_node_throughput"]),
+                                           site, single_node_throughput is not None)
     reasons = extrapolation(c, model, batch_per_gpu, grad_dtype, accumulation_steps)
     out.update({"model": model if model is not None else f"params-{params}", "batch_per_gpu": batch_per_gpu,
-                "network": c.nic.name, "cluster": c.name or c.nic.name, "site_profile": c.nic.fitted,
+                "network": c.nic.name, "cluster": c.name or c.nic.name, "site_profile": site,
                 "optimizer": optimizer, "nodes": c.n_nodes, "gpus": c.n_gpus, "gpus_per_node": c.gpus_per_node,
                 "nics_per_node": c.nic.count, "grad_dtype": grad_dtype, "accumulation_steps": accumulation_steps,
-                "relative_error": error, "throughput_low": out["throughput"] * (1 - error),
-                "throughput_high": out["throughput"] * (1 + error), "extrapolated": bool(reasons),
+                "relative_error": (high - low) / 2 / out["throughput"], "throughput_low": low,
+                "throughput_high": high, "interval_level": INTERVAL_LEVEL, "interval_basis": basis,
+                "regime": predicted_regime(out["scale_efficiency"]), "extrapolated": bool(reasons),
                 "extrapolation_reasons": reasons, "provenance": [f"{k}: {v}" for k, v in c.provenance]})
     return out
 
@@ -173,8 +243,9 @@ def sweep_grid(model: str, nodes: list[int], networks: list[str] | None, optimiz
 def validation_summary(cross_validate: bool = True) -> dict:
     """The public rows predicted with the site profiles: ``fit_mape`` (in-sample: the sites' constants were fitted
     on these rows), ``cross_validated_mape`` (groups left out of the fit: an optimizer, a GPU count, a network),
-    ``cross_validation`` (its detail per group; the stored measurement of these rows when there is one) and
-    ``rows``, as plain dicts (``as_dict()`` of ``sim.validate``'s results)."""
+    ``cross_validation`` (its detail per group; the stored measurement of these rows when there is one),
+    ``corpus_validation`` (the corpus with each source left out: ``summary`` and per-group ``table``, as
+    ``birder validate`` prints them) and ``rows``, as plain dicts (``as_dict()`` of ``sim.validate``'s results)."""
     from sim import validate
 
     results = validate.compare(validate.rows())
@@ -185,6 +256,8 @@ def validation_summary(cross_validate: bool = True) -> dict:
         split = _split(cross)
         out.update({"cross_validated_mape": cross.mape, "cross_validated_mape_site": split["site_mape"],
                     "cross_validated_mape_generic": split["generic_mape"], "cross_validation": cross.as_dict()})
+        q = interval_quantiles()
+        out["corpus_validation"] = {"summary": q["summary"], "table": q["table"]}  # each source left out
     return out
 
 
@@ -214,14 +287,15 @@ def finite_json_value(value):
 
 
 def write_cross_validation() -> Path:
-    """Measure the group cross-validation on the public rows and store it (with the rows' SHA-256) for
-    ``prediction_relative_error`` and ``validation_summary``."""
-    from birder.atomic import write_text
+    """Measure the group cross-validation on the public rows and the corpus's intervals and store them (with the
+    rows' and the corpus's SHA-256) for ``prediction_interval`` and ``validation_summary``."""
+    from safeio.atomic import write_text
     from sim import validate
 
     cross = validate.group_cross_validation()
     body = {"command": "python -m sim.api --write-cross-validation",
-            "rows_sha256": _rows_digest(validate.PUBLIC_CSV), **_split(cross), "cross_validation": cross.as_dict()}
+            "rows_sha256": _rows_digest(validate.PUBLIC_CSV), **_split(cross), "cross_validation": cross.as_dict(),
+            "intervals": _intervals(validate.corpus_validation(), cross)}
     return write_text(CROSS_VALIDATION_FILE, json.dumps(finite_json_value(body), indent=1, allow_nan=False) + "\n")
 
 

@@ -1,4 +1,5 @@
-"""`birder predict`, `birder collective`, `birder sweep`, `birder validate`: the simulator on the command line.
+"""`birder predict`, `birder collective`, `birder sweep`, `birder validate`, `birder calibrate`: the simulator on
+the command line.
 
 Arguments are parsed here and handed to the library (``sim.api``, ``sim.collective``, ``sim.validate``), whose
 ValueErrors name parameters; ``birder.cli`` prints them as one line and exits 2.
@@ -21,11 +22,16 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from birder.argtypes import positive_int, positive_number
-from birder.atomic import write_text
+from birder_ref.registry import simulated_spec
 from birder_ref.schedules import SCHEMES, Layout
+from safeio.argtypes import positive_int, positive_number
+from safeio.atomic import write_text
+from safeio.outputs import check_output_dir
+from safeio.text import printable
 from sim.api import MAX_BATCH_PER_GPU, finite_json_value
 from sim.hardware import (
+    FRAMEWORKS,
+    GENERIC_NETWORKS,
     GPUS,
     INTRA,
     MAX_GPUS,
@@ -140,25 +146,31 @@ def _cluster_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
                         "TOML's [switch] nodes_per_leaf)")
 
 
-def _workload_args(p: argparse.ArgumentParser) -> None:
+def _workload_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     model = p.add_mutually_exclusive_group()
     model.add_argument("--model", type=_model_name,
                        help="resnet50, bert-base, bert-large, gpt2 or vit-b16 (default resnet50)")
     model.add_argument("--params", type=positive_int, help="a synthetic model of N parameters")
     p.add_argument("--batch-per-gpu", type=_batch_per_gpu, default=32,
                    help=f"samples per GPU per step, at most {MAX_BATCH_PER_GPU:,} (default 32)")
-    p.add_argument("--scheme", choices=SCHEMES, default="hierarchical", help="Birder's scheme (default hierarchical)")
+    shared = (" (with several --optimizers: used by those it applies to)" if sweep else "") + "; refused for an "\
+        "optimizer it does not apply to"
+    p.add_argument("--scheme", choices=SCHEMES, default=None,
+                   help="Birder's scheme (default hierarchical)" + shared)
     p.add_argument("--warmup-fraction", type=_fraction, default=None,
-                   help="1-bit Adam's uncompressed share of steps (default 0.2 for BERT, 0.15 otherwise)")
+                   help="1-bit Adam's uncompressed share of steps (default 0.2 for BERT, 0.15 otherwise)" + shared)
     p.add_argument("--marsit-period", type=positive_int, default=None, metavar="K",
-                   help="Marsit's full-precision round every K steps (default: none after the first)")
+                   help="Marsit's full-precision round every K steps (default: none after the first)" + shared)
     p.add_argument("--grad-dtype", choices=list(GRAD_BITS), default="fp32",
                    help="what full-precision gradients travel as (default fp32; AMP/DeepSpeed setups: fp16, bf16)")
     p.add_argument("--accumulation-steps", type=positive_int, default=1, metavar="K",
                    help="micro-batches per optimizer step, one all-reduce per K (default 1)")
-    p.add_argument("--hook", choices=("blocking", "overlapped"), default="blocking",
+    p.add_argument("--framework", choices=list(FRAMEWORKS), default=None,
+                   help="training framework: its gradient buckets, overlap with backward and cycle time "
+                        "(sim/presets/frameworks.toml; default ddp, or the TOML's framework)")
+    p.add_argument("--hook", choices=("blocking", "overlapped"), default=None,
                    help="whether a 1-bit DDP hook holds up the backward pass until its collectives return "
-                        "(blocking: the paper's hook; default) or overlaps it like DDP's all-reduce")
+                        "(blocking: the paper's hook; default) or overlaps it like DDP's all-reduce" + shared)
 
 
 def _short(number: int) -> str:
@@ -180,7 +192,7 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
                          "(sim/README.md)")
     nics = getattr(args, "nics_per_node", None)
     if getattr(args, "cluster", None):
-        c = load_cluster(args.cluster, nodes, args.gpus_per_node, args.gpu, over)
+        c = load_cluster(args.cluster, nodes, args.gpus_per_node, args.gpu, over, getattr(args, "framework", None))
         if nics is not None:
             c = replace(c, nic=replace(c.nic, count=nics),
                         provenance=c.provenance + (("nics per node", f"{nics} (command line)"),))
@@ -191,15 +203,17 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
             raise ValueError(f"--nics-per-node {nics} exceeds --gpus-per-node {args.gpus_per_node or 8}: at most "
                              "one NIC per GPU")
         nic_preset(name)  # an unknown name fails here, naming the flag's choices
+        framework = getattr(args, "framework", None)
         c = cluster(name, nodes or 1, args.gpus_per_node or 8, args.intra, gpu, 1.0 if over is None else over,
-                    nics)
+                    nics, framework or "ddp")
         c = replace(c, provenance=(
             ("network", f"preset {name}" + (" (site profile: FITTED constants)" if c.nic.fitted else "")),
             ("nics per node", f"{c.nic.count} ({'command line' if nics else 'default'})"),
             ("gpu", f"{gpu} ({'command line' if args.gpu else 'default'})"),
             ("intra", f"preset {c.intra.name} ({'command line' if args.intra else 'default for ' + gpu})"),
             ("gpus per node", f"{c.gpus_per_node} ({'command line' if args.gpus_per_node else 'default'})"),
-            ("oversubscription", f"{c.oversubscription:g} ({'command line' if over is not None else 'default'})")))
+            ("oversubscription", f"{c.oversubscription:g} ({'command line' if over is not None else 'default'})"),
+            ("framework", f"{c.framework} ({'command line' if framework else 'default'})")))
     leaf = getattr(args, "nodes_per_leaf", None)
     if leaf is not None:
         c = replace(c, nodes_per_leaf=leaf, provenance=c.provenance + (("nodes per leaf", f"{leaf} (command line)"),))
@@ -212,11 +226,41 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
     return c
 
 
+def applies(option: str, optimizer: str) -> bool:
+    """Whether an optimizer-specific option changes what ``optimizer``'s prediction means, read from the
+    registry: ``--scheme`` if it runs Birder's schemes, ``--warmup-fraction`` and ``--marsit-period`` if they change
+    its kinds of steps, ``--hook`` if it has 1-bit steps inside DDP's backward (sim.workload's blocking rule)."""
+    spec = simulated_spec(optimizer)
+    default = spec.step_kinds("resnet50", None, None)
+    if option == "--scheme":
+        return spec.takes_scheme
+    if option == "--warmup-fraction":
+        return spec.step_kinds("resnet50", 0.5, None) != default
+    if option == "--marsit-period":
+        return spec.step_kinds("resnet50", None, 2) != default
+    if option == "--hook":
+        return any(kind.comm == "bucketed" and not kind.full_precision for kind in default)
+    raise ValueError(f"unknown optimizer-specific option {option}")
+
+
+def check_options_apply(args, optimizers: list[str]) -> None:
+    """Refuse an optimizer-specific option given for optimizers it does not apply to (it would be silently
+    ignored); with several optimizers (sweep) it must apply to at least one, and is used by those."""
+    given = {"--scheme": args.scheme, "--warmup-fraction": args.warmup_fraction,
+             "--marsit-period": args.marsit_period, "--hook": getattr(args, "hook", None)}
+    for option, value in given.items():
+        if value is not None and not any(applies(option, opt) for opt in optimizers):
+            takers = [opt for opt in OPTIMIZERS if applies(option, opt)]
+            raise ValueError(f"{option} does not apply to {', '.join(optimizers)} (it would be ignored); it applies "
+                             f"to {', '.join(takers)}")
+
+
 def _options(args) -> dict:
-    out = {"batch_per_gpu": args.batch_per_gpu, "scheme": args.scheme, "warmup_fraction": args.warmup_fraction,
-           "marsit_period": args.marsit_period, "grad_dtype": getattr(args, "grad_dtype", "fp32"),
+    out = {"batch_per_gpu": args.batch_per_gpu, "scheme": args.scheme or "hierarchical",
+           "warmup_fraction": args.warmup_fraction, "marsit_period": args.marsit_period,
+           "grad_dtype": getattr(args, "grad_dtype", "fp32"),
            "accumulation_steps": getattr(args, "accumulation_steps", 1),
-           "hook_blocks_backward": getattr(args, "hook", "blocking") == "blocking"}
+           "hook_blocks_backward": (getattr(args, "hook", None) or "blocking") == "blocking"}
     if getattr(args, "params", None) is not None:
         out["params"] = args.params
     else:
@@ -249,6 +293,12 @@ def _flags(run):
     return wrapped
 
 
+def _say(line: str) -> None:
+    """One line of human output; names from users' files (a cluster's name, a path) cannot forge lines or drive the
+    terminal (``safeio.text.printable``)."""
+    print(printable(line))
+
+
 def _quiet(args) -> bool:
     return bool(getattr(args, "quiet", False))
 
@@ -257,28 +307,29 @@ def _quiet(args) -> bool:
 def run_predict(args) -> int:
     from sim.api import predict_on
 
+    check_options_apply(args, [args.optimizer])
     c = make_cluster(args, args.nodes)
     result = predict_on(c, optimizer=args.optimizer, single_node_throughput=args.single_node_throughput,
                         **_options(args))
     if args.json:
         print(_strict_json(result))
         return 0
-    print(f"{c.n_gpus} GPUs ({c.n_nodes} x {c.gpus_per_node}) on {c.nic.name}, {args.optimizer}"
-          + (f" ({args.scheme})" if args.optimizer == "birder" else ""))
+    _say(f"{c.n_gpus} GPUs ({c.n_nodes} x {c.gpus_per_node}) on {c.nic.name}, {args.optimizer}"
+          + (f" ({args.scheme or 'hierarchical'})" if args.optimizer == "birder" else ""))
     for line in describe(c):
-        print("  " + line)
-    print(f"  throughput              {result['throughput']:12.1f} samples/s "
-          f"(interval {result['throughput_low']:.0f} - {result['throughput_high']:.0f}, +-"
-          f"{result['relative_error'] * 100:.0f}%: the measured cross-validated error)")
-    print(f"  iteration               {result['iteration_s'] * 1e3:12.2f} ms")
-    print(f"    compute               {result['compute_s'] * 1e3:12.2f} ms")
-    print(f"    compression           {result['compression_s'] * 1e3:12.2f} ms")
-    print(f"    exposed communication {result['exposed_communication_s'] * 1e3:12.2f} ms")
-    print(f"  bytes per GPU per step  {result['intra_node_bytes_per_gpu'] / 1e6:12.2f} MB intra, "
+        _say("  " + line)
+    _say(f"  throughput              {result['throughput']:12.1f} samples/s "
+          f"({result['interval_level']:.0%} interval {result['throughput_low']:.0f} - "
+          f"{result['throughput_high']:.0f}: {result['interval_basis']})")
+    _say(f"  iteration               {result['iteration_s'] * 1e3:12.2f} ms")
+    _say(f"    compute               {result['compute_s'] * 1e3:12.2f} ms")
+    _say(f"    compression           {result['compression_s'] * 1e3:12.2f} ms")
+    _say(f"    exposed communication {result['exposed_communication_s'] * 1e3:12.2f} ms")
+    _say(f"  bytes per GPU per step  {result['intra_node_bytes_per_gpu'] / 1e6:12.2f} MB intra, "
           f"{result['inter_node_bytes_per_gpu'] / 1e6:.2f} MB inter")
-    print(f"  scale efficiency        {result['scale_efficiency'] * 100:12.1f} %")
+    _say(f"  scale efficiency        {result['scale_efficiency'] * 100:12.1f} %")
     if result["extrapolated"]:
-        print("  note: extrapolated beyond the site's fit: " + "; ".join(result["extrapolation_reasons"]))
+        _say("  note: extrapolated beyond the site's fit: " + "; ".join(result["extrapolation_reasons"]))
     return 0
 
 
@@ -286,6 +337,8 @@ def run_predict(args) -> int:
 def run_collective(args) -> int:
     from sim.collective import parse_size, predict_collective, sweep_sizes
 
+    if args.out:
+        check_output_dir(args.out)
     c = make_cluster(args, args.nodes)
     low, sep, high = args.bytes.partition(":")
     try:
@@ -307,13 +360,13 @@ def run_collective(args) -> int:
         print(_strict_json(body))
         return 0
     for line in describe(c):
-        print(line)
-    print(f"{'size (B)':>12} {'time (us)':>12} {'algbw (GB/s)':>13} {'busbw (GB/s)':>13}  algorithm/protocol")
+        _say(line)
+    _say(f"{'size (B)':>12} {'time (us)':>12} {'algbw (GB/s)':>13} {'busbw (GB/s)':>13}  algorithm/protocol")
     for r in results:
-        print(f"{r['bytes']:12d} {r['time_s'] * 1e6:12.2f} {r['algbw_gbytes_per_s']:13.3f} "
+        _say(f"{r['bytes']:12d} {r['time_s'] * 1e6:12.2f} {r['algbw_gbytes_per_s']:13.3f} "
               f"{r['busbw_gbytes_per_s']:13.3f}  {r['algorithm']}/{r['protocol']}")
     if plot:
-        print(f"table: {Path(args.out) / 'collective.csv'}; plot: {plot}")
+        _say(f"table: {Path(args.out) / 'collective.csv'}; plot: {plot}")
     return 0
 
 
@@ -349,7 +402,7 @@ def sweep(args, nodes: list[int], networks: list[str], optimizers: list[str], pr
         r = predict_on(c, optimizer=opt, single_node_throughput=single[opt] if isinstance(single, dict) else single,
                        **_options(args))
         if getattr(args, "cluster", None):
-            r["network"] = c.name or net
+            r["network"] = printable(c.name or net)  # a label in the CSV and the plots
         out.append({k: r[k] for k in SWEEP_FIELDS})
     return out
 
@@ -357,6 +410,8 @@ def sweep(args, nodes: list[int], networks: list[str], optimizers: list[str], pr
 def run_sweep(args) -> int:
     if args.cluster and args.networks:
         raise ValueError("--cluster and --networks conflict: a cluster file names its own network; give one")
+    check_output_dir(args.out)
+    check_options_apply(args, args.optimizers)
     networks = args.networks or ([Path(args.cluster).stem] if args.cluster else ["10gbe", "ib-hdr"])
     results = sweep(args, args.nodes, networks, args.optimizers)
     from sim import plots  # matplotlib only when plotting: keeps `birder predict` fast
@@ -377,8 +432,8 @@ def run_sweep(args) -> int:
         print(_strict_json({"csv": str(out / "sweep.csv"), "plots": figures, "results": results}))
     else:
         for net in networks:
-            print(describe(make_cluster(args, args.nodes[0], None if args.cluster else net))[0])
-        print(f"{len(results)} configurations written to {out / 'sweep.csv'}; plots: {', '.join(figures)}")
+            _say(describe(make_cluster(args, args.nodes[0], None if args.cluster else net))[0])
+        _say(f"{len(results)} configurations written to {out / 'sweep.csv'}; plots: {', '.join(figures)}")
     return 0
 
 
@@ -386,6 +441,8 @@ def run_sweep(args) -> int:
 def run_validate(args) -> int:
     from sim import validate
 
+    if args.out:
+        check_output_dir(args.out)
     table = validate.rows(args.csv)
     with tqdm(total=len(table), desc="validate", unit="row", file=sys.stderr,
               disable=True if (args.json or _quiet(args)) else None) as bar:
@@ -405,6 +462,8 @@ def run_validate(args) -> int:
             cross = validate.group_cross_validation(args.csv, progress=bar)
         summary["cross_validated_mape"] = cross.mape
         summary["cross_validation"] = cross.as_dict()
+    loso = validate.corpus_validation()
+    summary["corpus_validation"] = loso.as_dict()
     if args.out:
         from sim import plots
 
@@ -420,17 +479,17 @@ def run_validate(args) -> int:
     if args.json:
         print(_strict_json(summary))
         return 0
-    print(f"{'model':9} {'batch':>5} {'network':8} {'profile':19} {'optimizer':13} {'gpus':>4} {'published':>10} "
+    _say(f"{'model':9} {'batch':>5} {'network':8} {'profile':19} {'optimizer':13} {'gpus':>4} {'published':>10} "
           f"{'predicted':>10} {'error':>7}")
     for r in results:
-        print(f"{r.model:9} {r.batch_per_gpu:5d} {r.network:8} {r.profile:19} {r.optimizer:13} "
+        _say(f"{r.model:9} {r.batch_per_gpu:5d} {r.network:8} {r.profile:19} {r.optimizer:13} "
               f"{r.gpus:4d} {r.published:10.0f} {r.predicted:10.0f} {r.error * 100:+6.1f}%")
-    print(f"fit (in-sample) MAPE {summary['mape'] * 100:.1f}% over {len(results)} rows "
+    _say(f"fit (in-sample) MAPE {summary['mape'] * 100:.1f}% over {len(results)} rows "
           f"({summary['mape_multi_node'] * 100:.1f}% over the multi-node rows; single-node rows are the calibration)"
           f" with the site profiles {', '.join(profiles)}")
     for o in orders:
         mark = "same" if o.same else "DIFFERENT"
-        print(f"order {o.network:8} {o.gpus:3d} GPUs: published {' > '.join(o.published_order)}; "
+        _say(f"order {o.network:8} {o.gpus:3d} GPUs: published {' > '.join(o.published_order)}; "
               f"predicted {' > '.join(o.predicted_order)} ({mark})")
     lines: dict[tuple, list[validate.Speedup]] = {}
     for t in trend:
@@ -439,17 +498,91 @@ def run_validate(args) -> int:
         ts = [t for t in ts if t.gpus > validate.GPUS_PER_NODE]
         published = ", ".join(f"{t.published:.2f}" for t in ts)
         predicted = ", ".join(f"{t.predicted:.2f}" for t in ts)
-        print(f"speed-up over sgdm, {model} {batch}/GPU {network:8} {optimizer:13} at "
+        _say(f"speed-up over sgdm, {model} {batch}/GPU {network:8} {optimizer:13} at "
               f"{', '.join(str(t.gpus) for t in ts)} GPUs: published {published}; predicted {predicted}")
     if cross is not None:
-        print(f"group cross-validation MAPE {cross.mape * 100:.1f}% (refit without each group, predict it):")
+        _say(f"group cross-validation MAPE {cross.mape * 100:.1f}% (refit without each group, predict it):")
         for g in cross.groups:
             unfitted = f"; {', '.join(g.unfitted_sites)} unfitted (generic base preset)" if g.unfitted_sites else ""
-            print(f"  left out {g.left_out}={g.value}: {g.rows} rows, MAPE {g.mape * 100:.1f}%" + unfitted)
+            _say(f"  left out {g.left_out}={g.value}: {g.rows} rows, MAPE {g.mape * 100:.1f}%" + unfitted)
         if cross.untestable_columns:
-            print(f"  not testable on these rows (one value each): {', '.join(cross.untestable_columns)}")
+            _say(f"  not testable on these rows (one value each): {', '.join(cross.untestable_columns)}")
+    _print_corpus_validation(loso)
     if args.out:
-        print(f"plot: {summary['plot']}")
+        _say(f"plot: {summary['plot']}")
+    return 0
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def _print_corpus_validation(loso) -> None:
+    from sim.validate import REGIMES
+
+    s = loso.summary()
+    print(f"\ncorpus: {s['corpus']}: {s['rows']} multi-node rows predicted, {s['skipped_rows']} skipped; each "
+          "calibrated by its own single-node throughput")
+    print(f"{'group':8} {'name':22} {'rows':>4} {'in-sample':>10} {'left out':>9} {'linear':>8} {'alpha-beta':>10}")
+    for t in loso.table():
+        print(f"{t['group']:8} {t['name']:22} {t['rows']:4d} {_percent(t['mape_in_sample']):>10} "
+              f"{_percent(t['mape_left_out']):>9} {_percent(t['mape_linear']):>8} {_percent(t['mape_alpha_beta']):>10}")
+    skill = "-" if s["skill_communication_bound"] is None else f"{s['skill_communication_bound']:.2f}"
+    overall = "-" if s["skill"] is None else f"{s['skill']:.2f}"
+    print(f"skill (left-out MAPE / linear scaling's): {skill} on communication-bound rows, {overall} overall; "
+          f"left-out MAPE {_percent(s['mape_left_out'])} (in-sample {_percent(s['mape_in_sample'])})")
+    print(f"{s['interval_level']:.0%} intervals, fitted without the row's source: coverage "
+          f"{_percent(s['coverage'])}, median half-width {_percent(s['median_half_width'])}; by the regime an "
+          "alpha-beta ring predicts (what the intervals are keyed on): "
+          + "; ".join(f"{reg} {_percent(s['coverage_by_regime'][reg])} covered, half-width "
+                      f"{_percent(s['median_half_width_by_regime'][reg])}" for reg in REGIMES)
+          + "; by measured regime: " + ", ".join(f"{reg} {_percent(s['coverage_by_measured_regime'][reg])} covered"
+                                                 for reg in REGIMES))
+    for skipped in loso.skipped:
+        print(f"skipped: {skipped.source} {skipped.table} {skipped.model} on {skipped.nodes} nodes: {skipped.reason}")
+
+
+# ----------------------------------------------------------------------------------------------- calibrate
+def run_calibrate(args) -> int:
+    from sim import calibrate
+
+    ops = args.op or [None]
+    if len(ops) not in (1, len(args.outputs)):
+        raise ValueError(f"--op given {len(ops)} times for {len(args.outputs)} files: once for all, or once per file")
+    outputs = [calibrate.read_output(path, ops[i % len(ops)]) for i, path in enumerate(args.outputs)]
+    nodes, per_node = calibrate.layout(outputs, args.nodes, args.gpus_per_node)
+    shown = {o.gpu for o in outputs if o.gpu}
+    gpu = args.gpu or (shown.pop() if len(shown) == 1 else "a100")
+    base, base_name = calibrate.base_cluster(nodes, per_node, gpu, args.network, args.transport,
+                                             args.line_rate_gbps, args.nics_per_node or 1)
+    rows = tuple(m for o in outputs for m in o.rows)
+    fit = calibrate.fit_network(base, rows)
+    sources = [(str(p), calibrate.file_digest(p)) for p in args.outputs]
+    name = args.name or Path(args.out).stem
+    write_text(Path(args.out), calibrate.cluster_toml(fit, base_name, name, sources, len(rows)))
+    errors = fit.row_errors(rows)
+    body = {"cluster_file": str(args.out), "nodes": nodes, "gpus_per_node": per_node, "gpu": gpu, "base": base_name,
+            "constants": fit.constants, "fitted": list(fit.fitted), "rms_log_error": fit.rms_log_error,
+            "max_relative_error": fit.max_relative_error, "warnings": list(fit.warnings),
+            "rows": [{"op": m.op, "bytes": m.nbytes, "measured_time_s": m.time_s,
+                      "simulated_time_s": m.time_s * (1 + e), "relative_error": e} for m, e in zip(rows, errors,
+                                                                                                   strict=True)]}
+    if args.json:
+        print(_strict_json(body))
+        return 0
+    print(f"{len(rows)} rows from {', '.join(map(str, args.outputs))}: {nodes} nodes x {per_node} GPUs ({gpu}), "
+          f"base {base_name}")
+    print(f"{'op':11} {'size (B)':>12} {'measured (us)':>14} {'simulated (us)':>15} {'error':>7}")
+    for r in body["rows"]:
+        print(f"{r['op']:11} {r['bytes']:12d} {r['measured_time_s'] * 1e6:14.1f} {r['simulated_time_s'] * 1e6:15.1f} "
+              f"{r['relative_error'] * 100:+6.1f}%")
+    for key, value in fit.constants.items():
+        print(f"  {key:17} {value:12.4g}  " + ("FITTED" if key in fit.fitted else "not constrained by the table: "
+                                                "the base's value"))
+    for warning in fit.warnings:
+        print(f"warning: {warning}")
+    print(f"rms log error {fit.rms_log_error:.3f}, largest {fit.max_relative_error * 100:.1f}%; wrote {args.out} "
+          f"(birder predict --cluster {args.out})")
     return 0
 
 
@@ -481,7 +614,7 @@ def register(subparsers) -> None:
     c.set_defaults(func=_flags(run_collective))
 
     s = subparsers.add_parser("sweep", help="a grid of predictions (nodes x networks x optimizers) to CSV and plots")
-    _workload_args(s)
+    _workload_args(s, sweep=True)
     _cluster_args(s, sweep=True)
     s.add_argument("--nodes", type=_int_list, default=[1, 2, 4, 8, 16, 32, 64],
                    help="comma-separated node counts (each once)")
@@ -506,3 +639,26 @@ def register(subparsers) -> None:
                    help="skip the group cross-validation (it refits the site profiles once per group left out)")
     v.add_argument("--json", action="store_true", help="print one JSON object")
     v.set_defaults(func=run_validate)
+
+    k = subparsers.add_parser("calibrate", help="fit a cluster's network to your nccl-tests output; write a cluster "
+                                                "TOML for predict --cluster")
+    k.add_argument("outputs", nargs="+", type=_non_empty_path, metavar="FILE",
+                   help="nccl-tests output as printed (all_reduce_perf, all_gather_perf, alltoall_perf tables)")
+    k.add_argument("--out", required=True, type=_non_empty_path, help="the cluster TOML to write")
+    k.add_argument("--op", choices=("all-reduce", "all-gather", "all-to-all"), default=None, action="append",
+                   help="the collective, where the output does not name its binary: once for all files, or once per "
+                        "file in order")
+    k.add_argument("--nodes", type=positive_int, default=None, help="nodes measured (default: the Rank lines')")
+    k.add_argument("--gpus-per-node", type=positive_int, default=None,
+                   help="ranks per node (default: the Rank lines')")
+    k.add_argument("--gpu", choices=list(GPUS), default=None,
+                   help="GPU (default: the Rank lines' device name, else a100)")
+    k.add_argument("--network", choices=list(GENERIC_NETWORKS), default=None,
+                   help="the generic preset whose hardware data the fit starts from")
+    k.add_argument("--transport", choices=("socket", "ib"), default=None,
+                   help="or the transport (socket: NCCL over TCP; ib: verbs, InfiniBand or RoCE) ...")
+    k.add_argument("--line-rate-gbps", type=positive_number, default=None, help="... and one NIC's line rate, Gb/s")
+    k.add_argument("--nics-per-node", type=positive_int, default=None, help="NICs per node NCCL used (default 1)")
+    k.add_argument("--name", default=None, help="the cluster's name (default: the TOML's file name)")
+    k.add_argument("--json", action="store_true", help="print one JSON object")
+    k.set_defaults(func=_flags(run_calibrate))

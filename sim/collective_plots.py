@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from birder.atomic import atomic_path  # noqa: E402
+from safeio.atomic import atomic_path  # noqa: E402
 
 
 def size_sweep(results: list[dict], path: Path) -> Path:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from birder_ref.schedules import Layout, OnLayout
+from safeio.inputs import read_text_bounded
 
 PRESETS = Path(__file__).with_name("presets")
 
@@ -39,6 +40,23 @@ class Intra:
 
 
 @dataclass(frozen=True)
+class Framework:
+    """How a data-parallel framework hands gradients to the collective library (presets/frameworks.toml)."""
+
+    name: str
+    bucket_cap_bytes: float  # gradient bytes (fp32) fused into one all-reduce
+    first_bucket_bytes: float  # ... into the first (the last layers' gradients)
+    overlaps_backward: bool  # an all-reduce may start while the backward pass runs
+    cycle: float = 0.0  # s: a background loop launches what is ready once per cycle (0: at once)
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        _positive(f"framework {self.name!r}", bucket_cap_bytes=self.bucket_cap_bytes,
+                  first_bucket_bytes=self.first_bucket_bytes)
+        _non_negative(f"framework {self.name!r}", cycle=self.cycle)
+
+
+@dataclass(frozen=True)
 class Nic:
     """The network interfaces of one node; GPU i uses NIC i * count // gpus_per_node (rail-aligned)."""
 
@@ -55,6 +73,12 @@ class Nic:
     incast_onset_bytes: float = math.inf  # burst into one port (bytes, see system.burst_bytes) that never times out
     incast_certain_bytes: float = math.inf  # ... from which every burst loses one retransmission timeout
     retransmission_timeout: float = 0.0  # s one such timeout costs (Linux TCP_RTO_MIN)
+    # Hardware limits of the path behind the NIC (presets/transports.toml, networks.toml, gpus.toml):
+    host_bandwidth: float = math.inf  # bytes/s one NIC's host-staged socket path moves (NCCL over TCP)
+    share_at_8_gpus: float = 1.0  # share of that left when 8 GPUs' proxies share one socket NIC (1 GPU: all)
+    pcie_bandwidth: float = math.inf  # bytes/s of the GPU-NIC PCIe path (inf: the GPU's, gpus.toml)
+    switch_buffer_bytes: float = math.inf  # shared packet buffer of the Ethernet switch the NICs plug into
+    buffer_alpha: float = 1.0  # its dynamic-threshold factor: one queue may hold alpha x the free buffer
     fitted: bool = False  # True for a site profile: some constants were fitted to that site's rows
     fitted_on: tuple[tuple[str, tuple], ...] = ()  # (what, values) the fit saw: models, batches, gpus
     source: str = ""
@@ -63,7 +87,10 @@ class Nic:
         if self.transport not in ("socket", "ib"):
             raise ValueError(f"network {self.name!r}: transport must be 'socket' or 'ib', got {self.transport!r}")
         _positive(self.name, line_rate=self.line_rate, efficiency=self.efficiency,
-                  incast_onset_bytes=self.incast_onset_bytes, incast_certain_bytes=self.incast_certain_bytes)
+                  incast_onset_bytes=self.incast_onset_bytes, incast_certain_bytes=self.incast_certain_bytes,
+                  host_bandwidth=self.host_bandwidth, share_at_8_gpus=self.share_at_8_gpus,
+                  pcie_bandwidth=self.pcie_bandwidth, switch_buffer_bytes=self.switch_buffer_bytes,
+                  buffer_alpha=self.buffer_alpha)
         _count(self.name, "count", self.count)
         if self.incast_certain_bytes < self.incast_onset_bytes:
             raise ValueError(f"network {self.name!r}: incast_certain_bytes must be >= incast_onset_bytes")
@@ -75,8 +102,16 @@ class Nic:
 
     @property
     def bandwidth(self) -> float:
-        """Payload bytes/s of one NIC per direction."""
+        """Payload bytes/s of one NIC per direction at the wire (before the limits of the path behind it)."""
         return self.line_rate * self.efficiency / 8
+
+    def socket_share(self, gpus_per_nic: float) -> float:
+        """Share of one GPU's socket throughput left when ``gpus_per_nic`` GPUs' proxies share the NIC: 1 for
+        one GPU, ``share_at_8_gpus`` from 8 on, linear in log2 between (NCCL's socket threads and host
+        staging contend; the two ends are published, the curve between is an interpolation)."""
+        if gpus_per_nic <= 1:
+            return 1.0
+        return 1.0 - (1.0 - self.share_at_8_gpus) * min(math.log2(gpus_per_nic) / 3.0, 1.0)
 
 
 # Bounds of what the simulator answers, checked where values enter (command line, TOML, Python API).
@@ -86,6 +121,10 @@ MAX_OVERSUBSCRIPTION = 64.0  # a spine taper of 64:1 already leaves each node 1/
 MAX_LINE_RATE_GBPS = 3200.0  # twice 1.6 Tb/s, the fastest Ethernet port standard (IEEE 802.3dj): a larger value is
 # bits/s typed into the Gb/s key
 MAX_CLUSTER_FILE_BYTES = 1 << 20  # a cluster TOML is a few hundred bytes; a larger file is the wrong file
+MAX_TIME_US = 1e6  # 1 s per message or step: light in fibre (2e8 m/s) crosses half the Earth (20,000 km) in 0.1 s;
+# a larger latency or overhead is no cluster network (often seconds typed as microseconds' digits)
+MAX_RETRANSMISSION_TIMEOUT_S = 120.0  # Linux's TCP_RTO_MAX (include/net/tcp.h): no TCP stack waits longer
+MAX_INTRA_GBYTES_PER_S = 3600.0  # twice NVLink 5's 1.8 TB/s per GPU (NVIDIA B200 datasheet), as MAX_LINE_RATE_GBPS
 MIN_NONZERO_LATENCY_US = 0.01  # 10 ns: light covers 2 m of fibre in that time; a smaller nonzero latency is
 # seconds typed into the us key
 
@@ -111,6 +150,7 @@ class Cluster(OnLayout):
     name: str = ""
     provenance: tuple[tuple[str, str], ...] = field(default=(), compare=False)  # (figure, where it came from)
     nodes_per_leaf: int = 1  # nodes under one leaf switch; traffic between them never crosses the spine
+    framework: str = "ddp"  # the training framework (presets/frameworks.toml): its buckets, overlap and cycle
 
     def __post_init__(self) -> None:
         if not isinstance(self.layout, Layout):
@@ -125,6 +165,8 @@ class Cluster(OnLayout):
             raise ValueError(f"switch oversubscription must be a number >= 1 and <= {MAX_OVERSUBSCRIPTION:g}, "
                              f"got {self.oversubscription!r}")
         _count("cluster", "nodes_per_leaf", self.nodes_per_leaf)
+        if self.framework not in FRAMEWORKS:
+            raise ValueError(f"unknown framework {self.framework!r}; choose one of {', '.join(FRAMEWORKS)}")
         if self.nic.count > self.gpus_per_node:
             raise ValueError(f"[network] count = {self.nic.count} NICs for {self.gpus_per_node} GPUs per node: "
                              "at most one NIC per GPU (count <= gpus_per_node)")
@@ -132,6 +174,24 @@ class Cluster(OnLayout):
     @property
     def n_gpus(self) -> int:
         return self.layout.n_ranks
+
+    def nic_limits(self) -> dict[str, float]:
+        """Bytes/s one NIC moves per direction under each limit of its path: the wire (line rate x payload
+        share), the sockets shared by the GPUs behind it (socket transport), the host-staged socket path, the
+        GPU-NIC PCIe link."""
+        nic = self.nic
+        gpus_per_nic = self.gpus_per_node / nic.count
+        pcie = nic.pcie_bandwidth if math.isfinite(nic.pcie_bandwidth) else GPUS[self.gpu]["pcie_gbytes_per_s"] * 1e9
+        limits = {"wire": nic.bandwidth, "pcie": pcie}
+        if nic.transport == "socket":
+            limits["sockets"] = nic.bandwidth * nic.socket_share(gpus_per_nic)
+            limits["host"] = nic.host_bandwidth
+        return limits
+
+    @property
+    def nic_bandwidth(self) -> float:
+        """Payload bytes/s one NIC of this cluster moves per direction: the least of its path's limits."""
+        return min(self.nic_limits().values())
 
     def with_nodes(self, n_nodes: int) -> Cluster:
         """The same cluster with ``n_nodes`` nodes (a new layout of as many GPUs per node)."""
@@ -166,6 +226,7 @@ SITES = _load("sites.toml")
 TRANSPORTS = _load("transports.toml")
 INTRA = _load("intra.toml")
 GPUS = _load("gpus.toml")
+FRAMEWORKS = _load("frameworks.toml")
 NETWORKS = {**GENERIC_NETWORKS, **SITES}  # every --network name: generic presets, then site profiles
 
 # TOML key -> (Nic field, factor to SI). The units of every key are in its name.
@@ -173,10 +234,15 @@ NIC_KEYS = {"line_rate_gbps": ("line_rate", 1e9), "efficiency": ("efficiency", 1
             "latency_us": ("latency", 1e-6), "peer_overhead_us": ("peer_overhead", 1e-6), "count": ("count", 1),
             "message_overhead_us": ("message_overhead", 1e-6), "step_overhead_us": ("step_overhead", 1e-6),
             "incast_onset_bytes": ("incast_onset_bytes", 1.0), "incast_certain_bytes": ("incast_certain_bytes", 1.0),
-            "retransmission_timeout_s": ("retransmission_timeout", 1.0)}
+            "retransmission_timeout_s": ("retransmission_timeout", 1.0),
+            "host_gbytes_per_s": ("host_bandwidth", 1e9), "share_at_8_gpus": ("share_at_8_gpus", 1.0),
+            "pcie_gbytes_per_s": ("pcie_bandwidth", 1e9), "switch_buffer_bytes": ("switch_buffer_bytes", 1.0),
+            "buffer_alpha": ("buffer_alpha", 1.0)}
 UNITS = {"line_rate_gbps": "Gb/s", "efficiency": "share of line rate", "latency_us": "us", "peer_overhead_us": "us",
          "count": "NICs per node", "message_overhead_us": "us", "step_overhead_us": "us",
          "incast_onset_bytes": "bytes", "incast_certain_bytes": "bytes", "retransmission_timeout_s": "s",
+         "host_gbytes_per_s": "GB/s", "share_at_8_gpus": "share", "pcie_gbytes_per_s": "GB/s",
+         "switch_buffer_bytes": "bytes", "buffer_alpha": "factor",
          "port_gbytes_per_s": "GB/s", "fabric_gbytes_per_s": "GB/s", "oversubscription": "factor >= 1",
          "nodes": "nodes", "gpus_per_node": "GPUs", "nodes_per_leaf": "nodes under one leaf switch"}
 SITE_ONLY_KEYS = ("message_overhead_us", "step_overhead_us", "incast_onset_bytes", "incast_certain_bytes")
@@ -194,7 +260,12 @@ def network_spec(name: str) -> dict[str, Any]:
 
 
 NIC_RANGES = {"line_rate_gbps": "positive", "efficiency": "share", "count": "count", "incast_onset_bytes": "positive",
-              "incast_certain_bytes": "positive"}  # every other NIC key: a non-negative number
+              "incast_certain_bytes": "positive", "host_gbytes_per_s": "positive", "share_at_8_gpus": "share",
+              "pcie_gbytes_per_s": "positive", "switch_buffer_bytes": "positive",
+              "buffer_alpha": "positive"}  # every other NIC key: a non-negative number
+
+
+INFINITE_OK = ("incast_onset_bytes", "incast_certain_bytes", "switch_buffer_bytes")  # inf: no such limit
 
 
 def make_nic(name: str, spec: dict[str, Any], owner: str | None = None) -> Nic:
@@ -207,7 +278,7 @@ def make_nic(name: str, spec: dict[str, Any], owner: str | None = None) -> Nic:
             continue
         value, kind = spec[key], NIC_RANGES.get(key, "non-negative")
         number = isinstance(value, int | float) and not isinstance(value, bool)
-        finite_ok = number and (math.isfinite(value) or (key.startswith("incast") and value == math.inf))
+        finite_ok = number and (math.isfinite(value) or (key in INFINITE_OK and value == math.inf))
         if kind == "count":
             ok, wanted = isinstance(value, int) and not isinstance(value, bool) and value >= 1, "a positive integer"
         elif kind == "share":
@@ -221,6 +292,12 @@ def make_nic(name: str, spec: dict[str, Any], owner: str | None = None) -> Nic:
         if key == "line_rate_gbps" and value > MAX_LINE_RATE_GBPS:
             raise ValueError(f"{owner} line_rate_gbps = {value!r} Gb/s exceeds {MAX_LINE_RATE_GBPS:g} Gb/s per NIC "
                              "(the key is in Gb/s, not bits/s)")
+        if UNITS[key] == "us" and value > MAX_TIME_US:
+            raise ValueError(f"{owner} {key} = {value!r} us exceeds {MAX_TIME_US:g} us (1 s), longer than light takes "
+                             "around the Earth: no cluster network (the key is in microseconds)")
+        if key == "retransmission_timeout_s" and value > MAX_RETRANSMISSION_TIMEOUT_S:
+            raise ValueError(f"{owner} {key} = {value!r} s exceeds {MAX_RETRANSMISSION_TIMEOUT_S:g} s, Linux's "
+                             "largest TCP retransmission timeout")
         if key == "latency_us" and 0 < value < MIN_NONZERO_LATENCY_US:
             raise ValueError(f"{owner} latency_us = {value!r} us is below {MIN_NONZERO_LATENCY_US:g} us (10 ns) "
                              "and not 0 (the key is in microseconds, not seconds)")
@@ -248,6 +325,15 @@ def intra_preset(name: str) -> Intra:
                  spec["latency_us"] * 1e-6, spec.get("kind", "nvlink"), spec.get("source", ""))
 
 
+def framework_preset(name: str) -> Framework:
+    """A training framework by name (presets/frameworks.toml), its figures converted to bytes and seconds."""
+    if name not in FRAMEWORKS:
+        raise ValueError(f"unknown framework {name!r}; choose one of {', '.join(FRAMEWORKS)}")
+    spec = FRAMEWORKS[name]
+    return Framework(name, spec["bucket_cap_mb"] * 2**20, spec["first_bucket_mb"] * 2**20,
+                     bool(spec["overlaps_backward"]), spec["cycle_ms"] * 1e-3, spec.get("source", ""))
+
+
 def default_intra(gpu: str) -> str:
     if gpu not in GPUS:
         raise ValueError(f"unknown GPU {gpu!r}; choose one of {', '.join(GPUS)}")
@@ -255,22 +341,25 @@ def default_intra(gpu: str) -> str:
 
 
 def cluster(network: str, n_nodes: int, gpus_per_node: int = 8, intra: str | None = None, gpu: str = "a100",
-            oversubscription: float = 1.0, nic_count: int | None = None) -> Cluster:
-    """A cluster from preset names (``network``: a generic preset or a site profile)."""
+            oversubscription: float = 1.0, nic_count: int | None = None, framework: str = "ddp") -> Cluster:
+    """A cluster from preset names (``network``: a generic preset or a site profile; ``framework``: a training
+    framework of presets/frameworks.toml)."""
     nic = nic_preset(network) if nic_count is None else nic_preset(network, count=nic_count)
     intra_name = intra or default_intra(gpu)
     prov = (("network", f"preset {network}" + (" (site profile, FITTED)" if nic.fitted else "")),
-            ("intra", f"preset {intra_name}"), ("gpu", gpu), ("nodes", "argument"))
+            ("intra", f"preset {intra_name}"), ("gpu", gpu), ("nodes", "argument"), ("framework", framework))
     fabric = intra_preset(intra_name)
-    return Cluster(layout_of(n_nodes, gpus_per_node), nic, fabric, oversubscription, gpu, network, prov)
+    return Cluster(layout_of(n_nodes, gpus_per_node), nic, fabric, oversubscription, gpu, network, prov,
+                   framework=framework)
 
 
-CLUSTER_KEYS = {"nodes", "gpus_per_node", "gpu", "network", "intra", "switch", "name"}
+CLUSTER_KEYS = {"nodes", "gpus_per_node", "gpu", "network", "intra", "switch", "name", "framework"}
 INTRA_KEYS = {"preset", "port_gbytes_per_s", "fabric_gbytes_per_s", "latency_us", "kind"}
 
 
 def load_cluster(path: str | Path, n_nodes: int | None = None, gpus_per_node: int | None = None,
-                 gpu: str | None = None, oversubscription: float | None = None) -> Cluster:
+                 gpu: str | None = None, oversubscription: float | None = None,
+                 framework: str | None = None) -> Cluster:
     """A cluster described by a TOML file (``sim/presets/example_cluster.toml``); one ValueError naming the file,
     the key and its unit if malformed. The arguments given (the command line's) win over the file's values.
 
@@ -278,31 +367,25 @@ def load_cluster(path: str | Path, n_nodes: int | None = None, gpus_per_node: in
     and/or ``transport``, ``line_rate_gbps``, ``efficiency``, ``latency_us``, ``peer_overhead_us``, ``count``
     (and a site's ``message_overhead_us``, ``step_overhead_us``, ``incast_*_bytes``); ``[intra]`` with ``preset``
     and/or ``port_gbytes_per_s``, ``fabric_gbytes_per_s``, ``latency_us``; ``[switch]`` with
-    ``oversubscription``. A file without ``[network] preset`` takes its transport's hardware constants, never a
-    site's fit. ``Cluster.provenance`` says which figure came from a preset, the file, the command line or a default.
+    ``oversubscription``; ``framework`` (presets/frameworks.toml, default ddp). A file without
+    ``[network] preset`` takes its transport's hardware constants, never a site's fit. ``Cluster.provenance`` says
+    which figure came from a preset, the file, the command line or a default.
     """
     path = Path(path)
+    text = read_text_bounded(path, MAX_CLUSTER_FILE_BYTES, "cluster file")  # a regular file; no FIFO, no device
     try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_CLUSTER_FILE_BYTES + 1)  # bounded: a device such as /dev/zero never ends
-        if len(raw) > MAX_CLUSTER_FILE_BYTES:
-            raise ValueError(f"{path}: more than {MAX_CLUSTER_FILE_BYTES:,} bytes is no cluster description")
-        data = tomllib.loads(raw.decode("utf-8"))
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ValueError(f"{path}: malformed TOML: {error}") from None
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not a UTF-8 text file (byte {error.start}): a cluster TOML is text") from None
-    except OSError as error:
-        raise ValueError(f"{path}: cannot read the cluster file ({error.strerror})") from None
     try:
-        return _cluster_from(data, path, n_nodes, gpus_per_node, gpu, oversubscription)
+        return _cluster_from(data, path, n_nodes, gpus_per_node, gpu, oversubscription, framework)
     except ValueError as error:
         raise ValueError(f"{path}: {error}") from None
     except (TypeError, KeyError, AttributeError) as error:
         raise ValueError(f"{path}: malformed cluster description ({error})") from None
 
 
-def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubscription) -> Cluster:
+def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubscription, framework) -> Cluster:
     if not data:
         raise ValueError("the cluster file is empty: describe at least [network] (sim/presets/example_cluster.toml)")
     unknown = set(data) - CLUSTER_KEYS
@@ -314,10 +397,11 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
     prov: list[tuple[str, str]] = []
     net = dict(data.get("network", {"preset": "10gbe"}))  # no [network] table: the default preset
     preset = net.pop("preset", None)
-    extra = set(net) - set(NIC_KEYS) - {"transport"}
+    marks = {"transport", "fitted", "source"}  # fitted/source: a file whose constants were fitted says so
+    extra = set(net) - set(NIC_KEYS) - marks
     if extra:
         raise ValueError(f"[network] has unknown keys {sorted(extra)}; expected some of "
-                         f"{sorted(set(NIC_KEYS) | {'preset', 'transport'})}")
+                         f"{sorted(set(NIC_KEYS) | marks | {'preset'})}")
     name = data.get("name", path.stem)
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"name must be a non-empty string, got {name!r}")
@@ -354,6 +438,10 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
             if not ok:
                 kind = "non-negative" if key == "latency_us" else "positive"
                 raise ValueError(f"[intra] {key} must be a {kind} number ({UNITS.get(key, 'us')}), got {value!r}")
+            bound = MAX_TIME_US if key == "latency_us" else MAX_INTRA_GBYTES_PER_S
+            if value > bound:
+                raise ValueError(f"[intra] {key} = {value!r} {UNITS.get(key, 'us')} exceeds {bound:g}: no "
+                                 "intra-node fabric is that " + ("slow" if key == "latency_us" else "fast"))
     intra = Intra(base.name, intra_spec.pop("port_gbytes_per_s", base.port_bandwidth / 1e9) * 1e9,
                   intra_spec.pop("fabric_gbytes_per_s", base.fabric_bandwidth / 1e9) * 1e9,
                   intra_spec.pop("latency_us", base.latency * 1e6) * 1e-6, intra_spec.pop("kind", base.kind),
@@ -387,8 +475,18 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
             raise ValueError(f"{key} must be a positive integer ({UNITS[key]}), got {value!r}")
         counts[key] = value
         prov.append((key, f"{value} ({'command line' if given is not None else 'file' if key in data else 'default'})"))
+    framework_from = "command line" if framework else ("file" if "framework" in data else "default")
+    framework = framework or data.get("framework", "ddp")
+    if not isinstance(framework, str) or framework not in FRAMEWORKS:
+        raise ValueError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
+    prov.append(("framework", f"{framework} ({framework_from})"))
     return Cluster(layout_of(counts["nodes"], counts["gpus_per_node"]), nic, intra, oversubscription, gpu, str(name),
-                   tuple(prov), leaf)
+                   tuple(prov), leaf, framework)
+
+
+def _binding(c: Cluster) -> str:
+    limits = c.nic_limits()
+    return min(limits, key=limits.get)
 
 
 def describe(c: Cluster) -> list[str]:
@@ -397,10 +495,13 @@ def describe(c: Cluster) -> list[str]:
     nodes = f"{c.n_nodes} node{'s' if c.n_nodes != 1 else ''}"
     lines = [f"cluster {c.name or nic.name}: {nodes} x {c.gpus_per_node} {c.gpu.upper()}, "
              f"{nic.count} x {nic.line_rate / 1e9:g} Gb/s {nic.transport} NIC per node "
-             f"({nic.bandwidth / 1e9:.2f} GB/s payload each), intra {c.intra.name} "
+             f"({c.nic_bandwidth / 1e9:.2f} GB/s payload each, limited by {_binding(c)}), intra {c.intra.name} "
              f"{c.intra.port_bandwidth / 1e9:g} GB/s per GPU, oversubscription {c.oversubscription:g}"
              + (f" above leaves of {c.nodes_per_leaf} nodes" if c.nodes_per_leaf > 1 else "")]
-    if nic.fitted:
+    if nic.fitted and not nic.fitted_on:  # a cluster file written by birder calibrate
+        lines.append(f"  FITTED network constants (efficiency {nic.efficiency:.3g}, latency "
+                     f"{nic.latency * 1e6:.3g} us, per peer {nic.peer_overhead * 1e6:.3g} us): {nic.source}")
+    elif nic.fitted:
         lines.append(f"  site profile {nic.name}: FITTED constants (message {nic.message_overhead * 1e6:.0f} us, "
                      f"step {nic.step_overhead * 1e6:.1f} us, efficiency {nic.efficiency:.3g}); fitted on "
                      + "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in nic.fitted_on))

@@ -32,8 +32,10 @@ class ModelProfile:
         return sum(layer.flops for layer in self.layers)
 
 
-def resnet50() -> ModelProfile:
-    """torchvision ResNet-50 v1.5 (He et al. 2016; stride on the 3x3 conv): 25,557,032 parameters, 224x224."""
+def resnet(name: str, blocks: tuple[int, int, int, int]) -> ModelProfile:
+    """torchvision ResNet v1.5 (He et al. 2016; stride on the 3x3 conv) with ``blocks`` bottlenecks per stage,
+    224x224: ResNet-50 (3, 4, 6, 3) 25,557,032 parameters; ResNet-101 (3, 4, 23, 3) 44,549,160; ResNet-152
+    (3, 8, 36, 3) 60,192,808 (torchvision's model summaries)."""
     layers: list[Layer] = []
 
     def conv(name: str, cin: int, cout: int, k: int, out_hw: int) -> None:
@@ -42,8 +44,9 @@ def resnet50() -> ModelProfile:
 
     conv("conv1", 3, 64, 7, 112)
     inplanes, hw = 64, 56
-    for stage, (width, blocks, stride) in enumerate([(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)], start=1):
-        for b in range(blocks):
+    for stage, (width, n_blocks, stride) in enumerate(zip((64, 128, 256, 512), blocks, (1, 2, 2, 2), strict=True),
+                                                      start=1):
+        for b in range(n_blocks):
             s = stride if b == 0 else 1
             out_hw = hw // s
             prefix = f"layer{stage}.{b}"
@@ -54,7 +57,23 @@ def resnet50() -> ModelProfile:
                 conv(f"{prefix}.downsample", inplanes, 4 * width, 1, out_hw)
             inplanes, hw = 4 * width, out_hw
     layers.append(Layer("fc", (2048 * 1000, 1000), 2.0 * 2048 * 1000))
-    return ModelProfile("resnet50", "cnn", tuple(layers))
+    return ModelProfile(name, "cnn", tuple(layers))
+
+
+def vgg16() -> ModelProfile:
+    """VGG-16 (Simonyan & Zisserman 2015, configuration D) as torchvision builds it, 224x224: 13 3x3
+    convolutions and three fully connected layers, 138,357,544 parameters."""
+    layers: list[Layer] = []
+    cin, hw = 3, 224
+    for i, cout in enumerate((64, 64, 0, 128, 128, 0, 256, 256, 256, 0, 512, 512, 512, 0, 512, 512, 512, 0)):
+        if cout == 0:  # 2x2 max pooling
+            hw //= 2
+            continue
+        layers.append(Layer(f"features.{i}", (9 * cin * cout, cout), 2.0 * 9 * cin * cout * hw * hw))
+        cin = cout
+    for i, (fin, fout) in enumerate(((512 * 7 * 7, 4096), (4096, 4096), (4096, 1000))):
+        layers.append(Layer(f"classifier.{i}", (fin * fout, fout), 2.0 * fin * fout))
+    return ModelProfile("vgg16", "cnn", tuple(layers))
 
 
 def _transformer_blocks(prefix: str, hidden: int, ffn: int, n_layers: int, tokens: int) -> list[Layer]:
@@ -75,6 +94,20 @@ def bert(name: str, hidden: int, n_layers: int, tokens: int = 384, vocab: int = 
     layers = [Layer("embeddings", (vocab * h, 512 * h, 2 * h, h, h), 0.0)]
     layers += _transformer_blocks("encoder", h, 4 * h, n_layers, tokens)
     layers.append(Layer("qa_outputs", (2 * h, 2), tokens * 2.0 * 2 * h))
+    return ModelProfile(name, "transformer", tuple(layers))
+
+
+def bert_pretraining(name: str, hidden: int, n_layers: int, tokens: int, vocab: int = 30522) -> ModelProfile:
+    """BERT pre-training (Devlin et al. 2019) as Google's and NVIDIA's scripts build it: the encoder with its
+    pooler, the masked-LM head (a dense layer, a LayerNorm, an output bias; its weight tied to the word
+    embedding) and the 2-way next-sentence head; ``tokens`` per sequence (128 in phase 1, 512 in phase 2).
+    BERT-Large: 336,226,108 parameters (the paper's "340M"); BERT-Base: 110,106,428 ("110M")."""
+    h = hidden
+    layers = [Layer("embeddings", (vocab * h, 512 * h, 2 * h, h, h), 0.0)]
+    layers += _transformer_blocks("encoder", h, 4 * h, n_layers, tokens)
+    layers.append(Layer("pooler", (h * h, h), 2.0 * h * h))
+    layers.append(Layer("mlm_head", (h * h, h, h, h, vocab), tokens * 2.0 * (h * h + h * vocab)))
+    layers.append(Layer("nsp_head", (2 * h, 2), 2.0 * 2 * h))
     return ModelProfile(name, "transformer", tuple(layers))
 
 
@@ -107,9 +140,15 @@ def synthetic(n_params: int, n_layers: int = 12) -> ModelProfile:
 
 
 MODELS = {
-    "resnet50": resnet50,
+    "resnet50": lambda: resnet("resnet50", (3, 4, 6, 3)),
+    "resnet101": lambda: resnet("resnet101", (3, 4, 23, 3)),
+    "resnet152": lambda: resnet("resnet152", (3, 8, 36, 3)),
+    "vgg16": vgg16,
     "bert-base": lambda: bert("bert-base", 768, 12),
     "bert-large": lambda: bert("bert-large", 1024, 24),
+    "bert-base-pretrain-seq128": lambda: bert_pretraining("bert-base-pretrain-seq128", 768, 12, 128),
+    "bert-large-pretrain-seq128": lambda: bert_pretraining("bert-large-pretrain-seq128", 1024, 24, 128),
+    "bert-large-pretrain-seq512": lambda: bert_pretraining("bert-large-pretrain-seq512", 1024, 24, 512),
     "gpt2": gpt2,
     "vit-b16": vit_b16,
 }

@@ -94,6 +94,8 @@ class RoundLoad:
     gpu_net_rx: int = 0  # ... receives
     intra_total: int = 0  # intra-node messages sent by GPUs in the whole cluster
     inter_total: int = 0  # inter-node messages sent by GPUs (not the parameter server) in the whole cluster
+    pcie_tx: float = 0  # messages, intra- and inter-node, the busiest GPU sends through its own link
+    pcie_rx: float = 0  # ... receives
 
     @property
     def empty(self) -> bool:
@@ -113,6 +115,7 @@ class _Counts:
         self.gpu_tx, self.gpu_rx, self.fabric = Counter(), Counter(), Counter()
         self.nic_tx, self.nic_rx, self.node_tx, self.node_rx = Counter(), Counter(), Counter(), Counter()
         self.gpu_net_tx, self.gpu_net_rx = Counter(), Counter()
+        self.pcie_tx, self.pcie_rx = Counter(), Counter()
         self.intra_total = self.inter_total = 0
 
     def nic(self, endpoint: int) -> tuple[int, int]:
@@ -122,6 +125,8 @@ class _Counts:
         """One message (of ``weight``: 1, or its bytes); ``spread``: a ring edge that NCCL's channels spread over
         all NICs of both nodes."""
         src_node, dst_node = self.layout.node_of(src), self.layout.node_of(dst)
+        self.pcie_tx[src] += weight
+        self.pcie_rx[dst] += weight
         if src_node == dst_node:
             self.gpu_tx[src] += weight
             self.gpu_rx[dst] += weight
@@ -153,6 +158,8 @@ class _Counts:
             far = q - on_leaf[node // self.leaf]
             self.gpu_tx[ep] += local * weight
             self.gpu_rx[ep] += local * weight
+            self.pcie_tx[ep] += (q - 1) * weight
+            self.pcie_rx[ep] += (q - 1) * weight
             self.fabric[node] += local * weight
             self.intra_total += local
             self.nic_tx[self.nic(ep)] += remote * weight
@@ -169,7 +176,7 @@ class _Counts:
 
         return RoundLoad(top(self.gpu_tx), top(self.gpu_rx), top(self.fabric), top(self.nic_tx), top(self.nic_rx),
                          top(self.node_tx), top(self.node_rx), top(self.gpu_net_tx), top(self.gpu_net_rx),
-                         self.intra_total, self.inter_total)
+                         self.intra_total, self.inter_total, top(self.pcie_tx), top(self.pcie_rx))
 
 
 def ring_spreads(group: tuple[int, ...], layout: Layout) -> bool:
@@ -195,20 +202,20 @@ def _count_into(counts: _Counts, phase: Phase, layout: Layout, weight: float = 1
             counts.send(src, dst, spread, weight)
 
 
-def _count(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> RoundLoad:
-    counts = _Counts(layout, nic_count, leaf)
-    _count_into(counts, phase, layout)
-    return counts.load()
-
-
-LINK_KINDS = ("gpu_tx", "gpu_rx", "fabric", "nic_tx", "nic_rx", "node_tx", "node_rx")
+LINK_KINDS = ("gpu_tx", "gpu_rx", "fabric", "nic_tx", "nic_rx", "node_tx", "node_rx", "pcie_tx", "pcie_rx")
 
 
 @lru_cache(maxsize=1024)
-def _link_counters(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> dict[str, Counter]:
-    """Messages of one phase (structure only) on every link of every kind, by link."""
+def _phase_counts(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> _Counts:
+    """Messages of one phase (structure only) on every link of every kind, by link: counted once, read by the
+    joint byte load of an operation and by the phase's own load."""
     counts = _Counts(layout, nic_count, leaf)
     _count_into(counts, phase, layout)
+    return counts
+
+
+def _link_counters(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> dict[str, Counter]:
+    counts = _phase_counts(phase, layout, nic_count, leaf)
     return {kind: getattr(counts, kind) for kind in LINK_KINDS}
 
 
@@ -232,15 +239,14 @@ def byte_load(phases: tuple[Phase, ...], layout: Layout, nic_count: int, leaf: i
     live = tuple(ph for ph in phases if ph.n_rounds)
     if len(live) == 1:  # one phase: its message counts (cached by structure) times its edge bytes
         load, nbytes = phase_load(live[0], layout, nic_count, leaf), edge_bytes(live[0])
-        return RoundLoad(*(getattr(load, f) * nbytes for f in ("gpu_tx", "gpu_rx", "fabric", "nic_tx", "nic_rx",
-                                                                 "node_tx", "node_rx")))
+        return RoundLoad(**{kind: getattr(load, kind) * nbytes for kind in LINK_KINDS})
     structure = tuple(_structure_key(ph) for ph in live)
     return _joint_bytes(structure, tuple(edge_bytes(ph) for ph in live), layout, nic_count, leaf)
 
 
 @lru_cache(maxsize=4096)
 def _phase_load(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> RoundLoad:
-    return _count(phase, layout, nic_count, leaf) if phase.n_rounds else RoundLoad()
+    return _phase_counts(phase, layout, nic_count, leaf).load() if phase.n_rounds else RoundLoad()
 
 
 def _structure_key(phase: Phase) -> Phase:
@@ -287,8 +293,10 @@ class NodeLinks:
         intra, nic = cluster.intra, cluster.nic
         self.gpu_tx, self.gpu_rx = Link("gpu_tx", intra.port_bandwidth), Link("gpu_rx", intra.port_bandwidth)
         self.fabric = Link("fabric", intra.fabric_bandwidth) if math.isfinite(intra.fabric_bandwidth) else None
-        self.nic_tx, self.nic_rx = Link("nic_tx", nic.bandwidth), Link("nic_rx", nic.bandwidth)
-        spine = cluster.nodes_per_leaf * nic.count * nic.bandwidth / cluster.oversubscription
+        bw = cluster.nic_bandwidth
+        self.nic_tx, self.nic_rx = Link("nic_tx", bw), Link("nic_rx", bw)
+        spine = cluster.nodes_per_leaf * nic.count * bw / cluster.oversubscription
+        self.shared_pcie = intra.kind == "pci"  # a PCIe node: a GPU's own link carries its NIC traffic too
         oversubscribed = cluster.oversubscription > 1
         self.up = Link("switch_uplink", spine) if oversubscribed else None
         self.down = Link("switch_downlink", spine) if oversubscribed else None
@@ -302,6 +310,11 @@ class NodeLinks:
             out.append((nbytes, path))
         if load.nic_tx or load.nic_rx:
             path = {self.nic_tx: load.nic_tx, self.nic_rx: load.nic_rx}
+            if self.shared_pcie:  # what the busiest GPU's link carries beyond its intra-node messages
+                for port, extra in ((self.gpu_tx, load.pcie_tx - load.gpu_tx),
+                                    (self.gpu_rx, load.pcie_rx - load.gpu_rx)):
+                    if extra > 0:
+                        path[port] = extra
             if self.up is not None:
                 path[self.up], path[self.down] = load.node_tx, load.node_rx
             out.append((nbytes, path))
@@ -318,16 +331,16 @@ def flow_time(phases: tuple[Phase, ...], layout: Layout, cluster: Cluster) -> fl
 def expanded_flow_time(phases: tuple[Phase, ...], layout: Layout, cluster: Cluster) -> float:
     """The same as ``flow_time`` with every link of every node and every message of the cluster (for tests at
     small sizes: the representative node is exact where the schedule is symmetric)."""
-    k, nic = cluster.nic.count, cluster.nic
+    k, nic_bw = cluster.nic.count, cluster.nic_bandwidth
     links: dict[tuple, Link] = {}
 
     def link(*key) -> Link:
         if key not in links:
             kind = key[0]
             bw = {"gpu_tx": cluster.intra.port_bandwidth, "gpu_rx": cluster.intra.port_bandwidth,
-                  "fabric": cluster.intra.fabric_bandwidth, "nic_tx": nic.bandwidth, "nic_rx": nic.bandwidth,
-                  "up": cluster.nodes_per_leaf * k * nic.bandwidth / cluster.oversubscription,
-                  "down": cluster.nodes_per_leaf * k * nic.bandwidth / cluster.oversubscription}[kind]
+                  "fabric": cluster.intra.fabric_bandwidth, "nic_tx": nic_bw, "nic_rx": nic_bw,
+                  "up": cluster.nodes_per_leaf * k * nic_bw / cluster.oversubscription,
+                  "down": cluster.nodes_per_leaf * k * nic_bw / cluster.oversubscription}[kind]
             links[key] = Link(str(key), bw)
         return links[key]
 
@@ -349,6 +362,8 @@ def expanded_flow_time(phases: tuple[Phase, ...], layout: Layout, cluster: Clust
                 rails = [(j, j) for j in range(k)] if spread else [(rail(layout, src, k), rail(layout, dst, k))]
                 for ja, jb in rails:
                     path = {link("nic_tx", a, ja): 1, link("nic_rx", b, jb): 1}
+                    if cluster.intra.kind == "pci":  # the GPUs' own PCIe links carry it to and from the NICs
+                        path[link("gpu_tx", src)], path[link("gpu_rx", dst)] = 1, 1
                     leaf_a, leaf_b = a // cluster.nodes_per_leaf, b // cluster.nodes_per_leaf
                     if cluster.oversubscription > 1 and leaf_a != leaf_b:
                         path[link("up", leaf_a)], path[link("down", leaf_b)] = 1, 1
@@ -416,6 +431,21 @@ def incast_timeouts(burst: float, onset: float, certain: float) -> float:
     return (burst - onset) / (certain - onset)
 
 
+def incast_bracket(cluster: Cluster) -> tuple[float, float]:
+    """(onset, certain) burst bytes into one switch port: a site's fitted bracket where it has one; else the
+    switch's shared buffer under dynamic thresholds (Choudhury and Hahne, 1998): with N ports congested at
+    once each queue may grow to alpha B / (1 + N alpha). In a point-to-point phase every NIC of the job
+    receives at once, so N is the job's NICs on one switch (a leaf's where leaves are given). A burst up to
+    that threshold never loses a packet; from twice it every burst loses one (linear between, as a site's)."""
+    nic = cluster.nic
+    if math.isfinite(nic.incast_onset_bytes) or not math.isfinite(nic.switch_buffer_bytes):
+        return nic.incast_onset_bytes, nic.incast_certain_bytes
+    nodes = cluster.n_nodes if cluster.nodes_per_leaf == 1 else min(cluster.n_nodes, cluster.nodes_per_leaf)
+    ports = nodes * nic.count
+    onset = nic.buffer_alpha * nic.switch_buffer_bytes / (1 + ports * nic.buffer_alpha)
+    return onset, 2 * onset
+
+
 # ------------------------------------------------------------------------------------------------ operations
 @dataclass(frozen=True)
 class OpTime:
@@ -463,8 +493,8 @@ def op_time(kind: str, phases: tuple[Phase, ...], layout: Layout, cluster: Clust
             t_bytes = t_flow / RING_FACTOR[proto]
             if nic.message_overhead > 0 and posts:  # a site's per-message cost, posted one peer after another
                 t_bytes = max(nic.message_overhead + t_bytes, posts * nic.message_overhead + t_bytes / posts)
-            timeouts = incast_timeouts(burst_bytes(load, edge_bytes(ph)), nic.incast_onset_bytes,
-                                       nic.incast_certain_bytes) if load.nic_rx else 0.0
+            timeouts = incast_timeouts(burst_bytes(load, edge_bytes(ph)), *incast_bracket(cluster)) \
+                if load.nic_rx else 0.0
             t = p2p_latency(cluster, proto, load.nic_tx > 0, int(posts)) + t_bytes
             t += timeouts * nic.retransmission_timeout
             algorithm = "p2p"
@@ -513,7 +543,7 @@ def nccl_model_time(cluster: Cluster, nbytes: float, algorithm: str, protocol: s
     """NCCL's own estimate (ncclTopoGetAlgoTime) of an all-reduce of ``nbytes``, in us, fed the achieved NIC
     bandwidth (the paper's NCCL 2.10.3: no two-node tree preference)."""
     n, p = cluster.n_nodes, cluster.n_gpus
-    bus = min(cluster.nic.count * cluster.nic.bandwidth, cluster.intra.port_bandwidth) / 1e9 if n > 1 \
+    bus = min(cluster.nic.count * cluster.nic_bandwidth, cluster.intra.port_bandwidth) / 1e9 if n > 1 \
         else cluster.intra.port_bandwidth / 1e9  # GB/s = bytes per ns
     if algorithm == "ring":
         bw = bus * RING_FACTOR[protocol] * p / (2 * (p - 1))

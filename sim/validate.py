@@ -17,15 +17,36 @@ from __future__ import annotations
 
 import argparse
 import csv
+import inspect
 import math
+import os
 import sys
 from dataclasses import asdict, dataclass, fields, replace
+from functools import lru_cache
 from pathlib import Path
 
-from sim.hardware import MAX_GPUS, NETWORKS, SITES, Cluster, cluster, network_spec
-from sim.models import model_profile
+from birder_ref import registry
+from safeio.inputs import read_text_bounded
+from sim.hardware import (
+    GENERIC_NETWORKS,
+    GPUS,
+    INTRA,
+    MAX_GPUS,
+    NETWORKS,
+    SITES,
+    TRANSPORTS,
+    Cluster,
+    Nic,
+    cluster,
+    default_intra,
+    make_nic,
+    network_spec,
+)
+from sim.models import MODELS, model_profile
 from sim.system import burst_bytes, phase_load, step_schedule
-from sim.workload import ddp_buckets, policy, predict
+from sim.validation import COMM_BOUND_GAP
+from sim.validation import regime as corpus_regime
+from sim.workload import GRAD_BITS, OPTIMIZERS, ddp_buckets, policy, predict
 
 PUBLIC_CSV = Path(__file__).resolve().parent / "presets" / "birder_public.csv"
 SITE_OF = {"10gbe": "birder-paper-10gbe", "ib-hdr": "birder-paper-ib"}  # the paper's rows name its clusters so
@@ -54,24 +75,24 @@ def rows(path: str | Path | None = None) -> list[Row]:
     rows, lacks a column, or holds a throughput that is not a positive finite number, an unknown network or a GPU
     count that is not a whole number of nodes, or repeats a configuration."""
     path = Path(path) if path is not None else PUBLIC_CSV
-    if not path.exists():
+    if not os.path.lexists(path):
         raise ValueError(f"no published measurements at {path}; pass --csv FILE")
-    with path.open("rb") as f:
-        raw = f.read(MAX_CSV_BYTES + 1)  # bounded: a device such as /dev/zero never ends
-    if len(raw) > MAX_CSV_BYTES:
-        raise ValueError(f"{path}: more than {MAX_CSV_BYTES:,} bytes is too large for a table of measurements")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not a UTF-8 text file (byte {error.start})") from None
+    text = read_text_bounded(path, MAX_CSV_BYTES, "table of measurements")  # a regular file; no FIFO, no device
     numbered = [(i, line) for i, line in enumerate(text.splitlines(), 1)
                 if line.strip() and not line.lstrip().startswith("#")]
     if not numbered:
         raise ValueError(f"{path}: no measurements (empty file)")
     reader = csv.DictReader(line for _, line in numbered)
-    missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
+    header = list(reader.fieldnames or ())
+    missing = [c for c in COLUMNS if c not in header]
     if missing:
         raise ValueError(f"{path}: missing columns {', '.join(missing)}; expected {','.join(COLUMNS)}")
+    repeated = sorted({c for c in header if header.count(c) > 1})
+    if repeated:  # csv.DictReader would silently keep the last one
+        raise ValueError(f"{path}: column {', '.join(repeated)} given twice in the header; keep one")
+    unknown = [c for c in header if c not in COLUMNS]
+    if unknown:
+        raise ValueError(f"{path}: unknown columns {', '.join(map(repr, unknown))}; expected {','.join(COLUMNS)}")
     out = []
     seen: dict[tuple, int] = {}
     for (lineno, _), rec in zip(numbered[1:], reader, strict=False):
@@ -101,6 +122,9 @@ def rows(path: str | Path | None = None) -> list[Row]:
         out.append(row)
     if not out:
         raise ValueError(f"{path}: no measurements (only a header or comments)")
+    if all(row.gpus <= GPUS_PER_NODE for row in out):
+        raise ValueError(f"{path}: only single-node rows ({GPUS_PER_NODE} GPUs or fewer), which calibrate compute "
+                         "time and are matched by construction: add multi-node measurements to validate against")
     return out
 
 
@@ -403,6 +427,371 @@ def group_cross_validation(path: str | Path | None = None, progress=None) -> Cro
 
 def cross_validation_groups(path: str | Path | None = None) -> int:
     return len(_groups(rows(path)))
+
+
+# ------------------------------------------------------------------------ the corpus: leave one source out
+# Published multi-node rows of several sources (sim/validation/corpus.csv, its schema in
+# sim/validation/README.md). Every prediction is calibrated by the row's own single-node throughput and
+# runs on a cluster built from the row's set-up. The only constants fitted to rows are the site profiles'
+# (fitted on one source's rows) and the intervals' quantiles (fitted on every row): leaving a source out removes
+# it from both. Two naive baselines are computed on the same rows.
+COMM_BOUND_MARGIN = 1 + COMM_BOUND_GAP  # the corpus's line: linear scaling 15% above the throughput
+REGIMES = ("compute-bound", "communication-bound")
+INTERVAL_LEVEL = 0.8  # the intervals' nominal coverage
+PAPER_SOURCE = "birder-neurips2023"  # the corpus's id of the Birder paper (its rows are the site profiles' fit)
+# (source, transport, line rate in Gb/s) -> the site profile fitted on that source's rows of that testbed
+SITE_OF_SETUP = {(PAPER_SOURCE, "tcp", 10.0): "birder-paper-10gbe", (PAPER_SOURCE, "ib", 200.0): "birder-paper-ib"}
+TRANSPORT_OF = {"tcp": "socket", "ib": "ib", "roce": "ib"}
+# alpha-beta baseline: NCCL's own per-message figure for a network hop of a ring (tuning.cc: Simple protocol base
+# latency 8.4 us + NET hardware latency 14 us, the figure SimAI's send_lat tables use; shared/notes/anchor_sim.md 2)
+ALPHA_BETA_LATENCY_S = 22.4e-6
+# optimizers of the corpus that the simulator runs as another that communicates the same way: LAMB all-reduces
+# full-precision gradients as Adam does (You et al. 2020, Algorithm 2: a per-layer trust ratio on the same
+# moments), plain SGD as SGD with momentum; their step's compute is in the measured single-node throughput
+SIMULATED_AS = {"lamb": "adam", "sgd": "sgdm"}
+GRAD_DTYPE_OF_PRECISION = {"fp32": "fp32", "amp": "fp32", "fp16": "fp16", "bf16": "bf16"}  # amp: fp32 gradients
+
+
+def corpus_rows() -> tuple[tuple, str]:
+    """The validation corpus (``sim.validation.load_corpus``) and where it comes from."""
+    from sim.validation import load_corpus
+
+    return tuple(load_corpus()), "sim/validation/corpus.csv"
+
+
+def predicted_regime(scale_efficiency: float) -> str:
+    """The same line drawn on a prediction (what is known before measuring): predicted throughput more than 15%
+    below linear scaling."""
+    return REGIMES[scale_efficiency * COMM_BOUND_MARGIN < 1]
+
+
+def linear_scaling(row) -> float:
+    """Naive baseline: nodes x single-node throughput."""
+    return row.nodes * row.single_node_throughput
+
+
+def alpha_beta_throughput(params: int, bits: int, nodes: int, samples_per_node: int, single_node_throughput: float,
+                          bandwidth: float) -> float:
+    """Naive baseline: one node's step (``samples_per_node`` at its measured throughput) plus a ring all-reduce
+    of ``params`` x ``bits`` among ``nodes`` at ``bandwidth`` bytes/s per node, 2(n-1) messages of
+    ``ALPHA_BETA_LATENCY_S`` each, no overlap with compute (Thakur et al. 2005's ring)."""
+    one_node_s = samples_per_node / single_node_throughput
+    allreduce_s = 2 * (nodes - 1) * ALPHA_BETA_LATENCY_S + 2 * (nodes - 1) / nodes * params * bits / 8 / bandwidth
+    return nodes * samples_per_node / (one_node_s + allreduce_s)
+
+
+def gradient_bits(optimizer: str, grad_dtype: str) -> int:
+    """Bits per gradient element a step sends: 1 for an optimizer that compresses, else the gradient dtype's."""
+    return 1 if registry.get(optimizer).compressed else GRAD_BITS[grad_dtype]
+
+
+def alpha_beta(row) -> float:
+    """``alpha_beta_throughput`` of a corpus row: its line rate on all its NICs, once per optimizer step
+    (``grad_accum`` micro-batches)."""
+    bits = gradient_bits(SIMULATED_AS.get(row.optimizer, row.optimizer),
+                         GRAD_DTYPE_OF_PRECISION.get(row.precision, "fp32"))
+    return alpha_beta_throughput(row.params, bits, row.nodes, row.gpus_per_node * row.batch_per_gpu * row.grad_accum,
+                                 row.single_node_throughput, row.line_rate_gbps * 1e9 * row.nics_per_node / 8)
+
+
+def interval_regime(alpha_beta_efficiency: float) -> str:
+    """The regime an interval is keyed on: the one a plain alpha-beta ring predicts (``predicted_regime`` of its
+    scale efficiency), known before measuring and, unlike the simulator's own, not optimistic where the
+    simulator is."""
+    return predicted_regime(alpha_beta_efficiency)
+
+
+def _generic_nic(row) -> Nic:
+    """The NIC of a row's set-up from generic hardware data only: the preset of its transport and line rate if
+    there is one, else its transport's constants at its line rate."""
+    transport = TRANSPORT_OF[row.transport]
+    prefix = {"ib": "ib-", "roce": "roce-"}.get(row.transport)
+    for name in GENERIC_NETWORKS:
+        full = network_spec(name)
+        if (full["transport"] == transport and float(full["line_rate_gbps"]) == float(row.line_rate_gbps)
+                and (prefix is None or name.startswith(prefix))):
+            return make_nic(name, full | {"count": row.nics_per_node})
+    return make_nic(f"{row.transport}-{row.line_rate_gbps:g}g", TRANSPORTS[transport] | {
+        "transport": transport, "line_rate_gbps": float(row.line_rate_gbps), "count": row.nics_per_node})
+
+
+def corpus_cluster(row, fitted: bool) -> Cluster:
+    """The cluster of a row's set-up: its source's site profile when ``fitted`` and one exists, else generic
+    hardware data. ValueError (naming what is missing) if the simulator cannot express the set-up."""
+    if row.gpu not in GPUS:
+        raise ValueError(f"GPU {row.gpu!r} has no entry in sim/presets/gpus.toml")
+    if row.transport not in TRANSPORT_OF:
+        raise ValueError(f"transport {row.transport!r} is not one of {', '.join(TRANSPORT_OF)}")
+    if row.nics_per_node > row.gpus_per_node:
+        raise ValueError(f"{row.nics_per_node} NICs per node for {row.gpus_per_node} GPUs")
+    if row.intra == "nvlink":
+        intra = default_intra(row.gpu)
+        if INTRA[intra].get("kind", "nvlink") != "nvlink":
+            raise ValueError(f"no NVLink fabric preset for {row.gpu}")
+    elif f"{row.gpu}-pcie" in INTRA:
+        intra = f"{row.gpu}-pcie"
+    else:
+        raise ValueError(f"no {row.intra} fabric preset for {row.gpu} in sim/presets/intra.toml")
+    site = SITE_OF_SETUP.get((row.source, row.transport, float(row.line_rate_gbps))) if fitted else None
+    if site is not None and row.nics_per_node == 1:
+        return cluster(site, row.nodes, row.gpus_per_node, intra, row.gpu)
+    c = cluster("10gbe", row.nodes, row.gpus_per_node, intra, row.gpu)
+    return replace(c, nic=_generic_nic(row))
+
+
+def corpus_predict(row, fitted: bool, measured_node: bool = True):
+    """The simulator's prediction (``sim.workload.Prediction``) for a row, calibrated by its single-node
+    throughput (``measured_node``; else compute from the built-in GPU profiles); ValueError if the set-up cannot
+    be expressed."""
+    optimizer = SIMULATED_AS.get(row.optimizer, row.optimizer)
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer {row.optimizer!r} is not simulated")
+    if row.precision not in GRAD_DTYPE_OF_PRECISION:
+        raise ValueError(f"precision {row.precision!r} is not one of {', '.join(GRAD_DTYPE_OF_PRECISION)}")
+    c = corpus_cluster(row, fitted)
+    known = row.model in MODELS
+    options = {}
+    if "framework" in inspect.signature(predict).parameters:  # the framework as data, where the model has it
+        options["framework"] = row.framework
+    p = predict(c, model=row.model if known else None, params=None if known else int(row.params),
+                batch_per_gpu=int(row.batch_per_gpu), optimizer=optimizer,
+                single_node_throughput=float(row.single_node_throughput) if measured_node else None,
+                grad_dtype=GRAD_DTYPE_OF_PRECISION[row.precision], accumulation_steps=row.grad_accum, **options)
+    return p
+
+
+@dataclass(frozen=True)
+class CorpusPrediction:
+    """One corpus row: measured, the simulator in-sample (site profiles fitted on every row) and with its source
+    left out of every fit, the two baselines, and the interval fitted without its source."""
+
+    source: str
+    table: str
+    model: str
+    gpu: str
+    nodes: int
+    gpus_per_node: int
+    transport: str
+    line_rate_gbps: float
+    nics_per_node: int
+    framework: str
+    optimizer: str
+    regime: str  # from the measurement (the corpus schema's)
+    interval_regime: str  # the alpha-beta baseline's regime, which the interval is keyed on (known beforehand)
+    measured: float
+    in_sample: float
+    left_out: float
+    linear: float
+    alpha_beta: float
+    low: float  # the interval fitted on the other sources' rows
+    high: float
+
+    def error(self, predicted: float) -> float:
+        return (predicted - self.measured) / self.measured
+
+    @property
+    def covered(self) -> bool:
+        return self.low <= self.measured <= self.high
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        out.update({"error_in_sample": self.error(self.in_sample), "error_left_out": self.error(self.left_out),
+                    "error_linear": self.error(self.linear), "error_alpha_beta": self.error(self.alpha_beta),
+                    "covered": self.covered})
+        return out
+
+
+def _held_out_groups(corpus) -> dict[str, frozenset[str]]:
+    """Per source, the sources left out with it: itself and every source it is not independent of (a shared
+    testbed or authors: the corpus schema's ``independent_of`` list in sources.toml, read both ways)."""
+    from sim.validation import load_sources
+
+    sources = sorted({r.source for r in corpus})
+    linked = {s: {s} for s in sources}
+    entries = load_sources()
+    for s in sources:
+        for other in entries[s].independent_of if s in entries else ():
+            if other in linked:
+                linked[s].add(other)
+                linked[other].add(s)
+    return {s: frozenset(v) for s, v in linked.items()}
+
+
+def log_ratio_quantiles(log_ratios: list[float], level: float = INTERVAL_LEVEL) -> tuple[float, float]:
+    """Split-conformal bounds on log(measured / predicted): the k-th smallest with k = floor((n+1)(1-level)/2)
+    below and its mirror above, so that a new exchangeable row falls inside with probability >= ``level``
+    (Vovk et al. 2005; Lei et al. 2018); infinite where n is too small to say."""
+    xs = sorted(log_ratios)
+    n = len(xs)
+    tail = (1 - level) / 2
+    k_low = math.floor(round((n + 1) * tail, 9))  # rounded: (1 - 0.8) / 2 is 0.0999... in binary
+    k_high = math.ceil(round((n + 1) * (1 - tail), 9))
+    low = xs[k_low - 1] if k_low >= 1 else -math.inf
+    high = xs[k_high - 1] if k_high <= n else math.inf
+    return low, high
+
+
+def interval_around(predicted: float, bounds: tuple[float, float]) -> tuple[float, float]:
+    """The interval of a prediction from bounds on log(measured / predicted), stretched to hold the prediction
+    itself (where every left-out row lay on one side of its prediction, the bounds alone would exclude it)."""
+    return min(predicted, predicted * math.exp(bounds[0])), max(predicted, predicted * math.exp(bounds[1]))
+
+
+def interval_quantiles(predictions: list[tuple[str, float]]) -> dict[str, tuple[float, float]]:
+    """Per interval regime (and ``all``, the regimes pooled), the conformal bounds of log(measured / predicted)
+    over (regime, log ratio) pairs."""
+    return {reg: log_ratio_quantiles([x for r, x in predictions if reg in (r, "all")]) for reg in (*REGIMES, "all")}
+
+
+@dataclass(frozen=True)
+class SkippedRow:
+    source: str
+    table: str
+    model: str
+    nodes: int
+    reason: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CorpusValidation:
+    """The corpus predicted in-sample and source by source left out, beside the two baselines."""
+
+    corpus: str
+    rows: tuple[CorpusPrediction, ...]
+    skipped: tuple[SkippedRow, ...]
+    quantiles: dict[str, tuple[float, float]]  # per interval regime, from every row's left-out prediction
+    # the same for predictions whose compute comes from the built-in GPU profiles (no node measured), on the rows
+    # whose model and GPU the simulator knows
+    quantiles_unmeasured_node: dict[str, tuple[float, float]]
+
+    def mape(self, which: str, regime: str | None = None, source: str | None = None) -> float | None:
+        chosen = [r for r in self.rows if (regime is None or r.regime == regime)
+                  and (source is None or r.source == source)]
+        if not chosen:
+            return None
+        return sum(abs(r.error(getattr(r, which))) for r in chosen) / len(chosen)
+
+    def skill(self, regime: str | None = None) -> float | None:
+        ours, linear = self.mape("left_out", regime), self.mape("linear", regime)
+        return None if ours is None or not linear else ours / linear
+
+    def coverage(self, regime: str | None = None, measured: bool = False) -> float | None:
+        """Share of rows inside their interval: all, or those of one interval regime (or measured regime)."""
+        chosen = [r for r in self.rows if regime is None or (r.regime if measured else r.interval_regime) == regime]
+        return sum(r.covered for r in chosen) / len(chosen) if chosen else None
+
+    def median_half_width(self, regime: str | None = None) -> float | None:
+        widths = sorted((r.high - r.low) / 2 / r.left_out for r in self.rows
+                        if regime is None or r.interval_regime == regime)
+        if not widths:
+            return None
+        mid = len(widths) // 2
+        return widths[mid] if len(widths) % 2 else (widths[mid - 1] + widths[mid]) / 2
+
+    def table(self) -> list[dict]:
+        """Per source, per regime and overall: rows and the MAPE of in-sample, left-out, linear and alpha-beta."""
+        out = []
+        groups = [("all", None, None)] + [("regime", reg, None) for reg in REGIMES] + [
+            ("source", None, s) for s in sorted({r.source for r in self.rows})]
+        for kind, reg, source in groups:
+            n = sum(1 for r in self.rows if (reg is None or r.regime == reg) and (source is None or r.source == source))
+            out.append({"group": kind, "name": reg or source or "all", "rows": n,
+                        **{f"mape_{w}": self.mape(w, reg, source)
+                           for w in ("in_sample", "left_out", "linear", "alpha_beta")}})
+        return out
+
+    def summary(self) -> dict:
+        comm = REGIMES[1]
+        return {"corpus": self.corpus, "rows": len(self.rows), "skipped_rows": len(self.skipped),
+                "skill": self.skill(), "skill_communication_bound": self.skill(comm),
+                "mape_left_out": self.mape("left_out"), "mape_in_sample": self.mape("in_sample"),
+                "mape_linear": self.mape("linear"), "mape_alpha_beta": self.mape("alpha_beta"),
+                "interval_level": INTERVAL_LEVEL, "coverage": self.coverage(),
+                "coverage_by_regime": {reg: self.coverage(reg) for reg in REGIMES},
+                "coverage_by_measured_regime": {reg: self.coverage(reg, measured=True) for reg in REGIMES},
+                "median_half_width": self.median_half_width(),
+                "median_half_width_by_regime": {reg: self.median_half_width(reg) for reg in REGIMES}}
+
+    def as_dict(self) -> dict:
+        return {**self.summary(), "table": self.table(), "quantiles": {k: list(v) for k, v in self.quantiles.items()},
+                "quantiles_unmeasured_node": {k: list(v) for k, v in self.quantiles_unmeasured_node.items()},
+                "predictions": [r.as_dict() for r in self.rows], "skipped": [s.as_dict() for s in self.skipped]}
+
+
+def corpus_figures_markdown(summary: dict) -> str:
+    """The headline figures of ``CorpusValidation.summary()`` as the READMEs quote them (a test checks that they
+    do, word for word, against the stored run)."""
+    def pct(x):
+        return f"{100 * x:.1f}%"
+
+    comm, comp = "communication-bound", "compute-bound"
+    return (f"{summary['rows']} published multi-node rows predicted ({summary['skipped_rows']} skipped, each listed "
+            f"with its reason): leave-one-source-out MAPE **{pct(summary['mape_left_out'])}** (in-sample "
+            f"{pct(summary['mape_in_sample'])}), against {pct(summary['mape_linear'])} for linear scaling and "
+            f"{pct(summary['mape_alpha_beta'])} for an alpha-beta ring; skill (our error / linear scaling's) "
+            f"**{summary['skill_communication_bound']:.2f}** on communication-bound rows, {summary['skill']:.2f} "
+            f"overall. The {summary['interval_level']:.0%} intervals, fitted without each row's source, cover "
+            f"**{pct(summary['coverage'])}** of the rows left out with a median half-width of "
+            f"**{pct(summary['median_half_width'])}** ({pct(summary['coverage_by_regime'][comp])} and "
+            f"{pct(summary['median_half_width_by_regime'][comp])} where an alpha-beta ring predicts compute-bound, "
+            f"{pct(summary['coverage_by_regime'][comm])} and {pct(summary['median_half_width_by_regime'][comm])} "
+            f"where it predicts communication-bound; {pct(summary['coverage_by_measured_regime'][comm])} of the "
+            "rows measured communication-bound).")
+
+
+@lru_cache(maxsize=1)
+def _shipped_corpus_validation() -> CorpusValidation:
+    """The shipped corpus's validation, once per process (the command line, the stored intervals and the report
+    read the same run)."""
+    return corpus_validation(*corpus_rows())
+
+
+def corpus_validation(corpus=None, name: str | None = None, progress=None) -> CorpusValidation:
+    """Predict every corpus row twice (with the site profiles fitted on its source's rows, and with generic
+    hardware data only), leave each source (with those sharing its testbed) out of every fit in turn, and fit
+    the intervals' quantiles on the other sources' left-out log ratios. Rows the simulator cannot express are
+    returned as skipped with the reason."""
+    if corpus is None:
+        return _shipped_corpus_validation()
+    done, skipped, unmeasured = [], [], []
+    for row in corpus:
+        try:
+            if row.single_node_throughput is None:
+                raise ValueError("the source gives no single-node throughput")
+            fitted = corpus_predict(row, True)
+            generic = corpus_predict(row, False) if (
+                row.source, row.transport, float(row.line_rate_gbps)) in SITE_OF_SETUP else fitted
+            done.append((row, fitted, generic))
+            if row.model in MODELS:
+                p = corpus_predict(row, False, measured_node=False)
+                shown = replace(row, single_node_throughput=p.single_node_throughput)
+                unmeasured.append((interval_regime(alpha_beta(shown) / linear_scaling(shown)),
+                                   math.log(row.throughput / p.throughput)))
+        except ValueError as error:
+            skipped.append(SkippedRow(row.source, row.table, row.model, row.nodes, str(error)))
+        if progress is not None:
+            progress.update(1)
+    groups = _held_out_groups(corpus)
+    # with a source out, its site profiles have no rows to fit on: its rows take the generic prediction; every
+    # other source's rows are predicted alike whether or not the site was fitted
+    ratios = {id(row): (interval_regime(alpha_beta(row) / linear_scaling(row)),
+                        math.log(row.throughput / generic.throughput)) for row, _, generic in done}
+    out = []
+    for row, fitted, generic in done:
+        held = groups[row.source]
+        q = interval_quantiles([ratios[id(r)] for r, _, _ in done if r.source not in held])
+        reg = ratios[id(row)][0]
+        low, high = interval_around(generic.throughput, q[reg] if all(map(math.isfinite, q[reg])) else q["all"])
+        out.append(CorpusPrediction(
+            row.source, row.table, row.model, row.gpu, row.nodes, row.gpus_per_node, row.transport,
+            float(row.line_rate_gbps), row.nics_per_node, row.framework, row.optimizer, corpus_regime(row), reg,
+            row.throughput, fitted.throughput, generic.throughput, linear_scaling(row), alpha_beta(row),
+            low, high))
+    return CorpusValidation(name or "corpus", tuple(out), tuple(skipped), interval_quantiles(list(ratios.values())),
+                            interval_quantiles(unmeasured))
 
 
 def main(argv: list[str] | None = None) -> int:

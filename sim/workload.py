@@ -24,7 +24,7 @@ import simpy
 
 from birder_ref.registry import SIMULATED, StepKind, simulated_spec
 from birder_ref.schedules import SCHEMES
-from sim.hardware import GPUS, Cluster, Nic
+from sim.hardware import GPUS, Cluster, Nic, framework_preset
 from sim.models import ModelProfile, model_profile, synthetic
 from sim.system import Fabric, step_schedule, traffic
 
@@ -56,10 +56,12 @@ class Bucket:
     ready_layer: int  # index (in backward order) of the layer whose backward completes the bucket
 
 
-def ddp_buckets(model: ModelProfile, bytes_per_element: int = 4) -> tuple[Bucket, ...]:
+def ddp_buckets(model: ModelProfile, bytes_per_element: int = 4, cap_bytes: float = BUCKET_CAP_BYTES,
+                first_bytes: float = FIRST_BUCKET_BYTES) -> tuple[Bucket, ...]:
     """DDP's bucket assignment: tensors in reverse registration order, a bucket closes once it reaches its cap
-    (1 MB for the first, 25 MB after), tensors are never split (torch/csrc/distributed/c10d/reducer.cpp)."""
-    buckets, size, elements, cap = [], 0, 0, FIRST_BUCKET_BYTES
+    (1 MB for the first, 25 MB after), tensors are never split (torch/csrc/distributed/c10d/reducer.cpp). Other
+    frameworks fuse the same way with their own caps (``framework_preset``)."""
+    buckets, size, elements, cap = [], 0, 0, first_bytes
     backward = list(reversed(model.layers))
     for index, layer in enumerate(backward):
         for tensor in reversed(layer.tensors):
@@ -67,7 +69,7 @@ def ddp_buckets(model: ModelProfile, bytes_per_element: int = 4) -> tuple[Bucket
             elements += tensor
             if size >= cap:
                 buckets.append(Bucket(elements, index))
-                size, elements, cap = 0, 0, BUCKET_CAP_BYTES
+                size, elements, cap = 0, 0, cap_bytes
     if elements:
         buckets.append(Bucket(elements, len(backward) - 1))
     return tuple(buckets)
@@ -148,7 +150,8 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float) ->
     n_params = model.n_params
     spec = simulated_spec(work.optimizer)
     opt_s = _kernel_seconds(cluster.gpu, n_params, spec.step_bytes_per_element, 4)
-    buckets = ddp_buckets(model)
+    framework = framework_preset(cluster.framework)
+    buckets = ddp_buckets(model, 4, framework.bucket_cap_bytes, framework.first_bucket_bytes)
     layer_done = [env.event() for _ in layers]
     compressed = not kind.full_precision
     scheme = work.scheme if spec.takes_scheme else ""
@@ -191,8 +194,12 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float) ->
 
     def comm_stream():
         if kind.comm == "bucketed" and not blocking:
+            start = env.now  # the backward pass starts; a framework's cycles tick from here
             for bucket in buckets:
-                yield layer_done[bucket.ready_layer]
+                yield layer_done[bucket.ready_layer if framework.overlaps_backward else -1]
+                if framework.cycle > 0:  # launched at the framework loop's next cycle
+                    ticks = math.ceil((env.now - start) / framework.cycle - 1e-12)
+                    yield env.timeout(max(0.0, start + ticks * framework.cycle - env.now))
                 yield from communicate(bucket.elements)
 
     def iteration():

@@ -415,6 +415,25 @@ ROWS = [
     api("sim-nic-rate-in-bits", lambda: call(make_nic, "x", {"line_rate_gbps": 1e11}), "line_rate_gbps"),
     api("sim-nic-latency-in-seconds", lambda: call(make_nic, "x", {"line_rate_gbps": 10, "latency_us": 4e-5}),
         "latency_us"),
+    # issue 19: array subclasses whose meaning differs from a plain array, and values outside physical ranges
+    api("step-grads-matrix", lambda: step_call(g=grads().view(np.matrix)), "grads", "np.matrix"),
+    api("step-grads-masked", lambda: step_call(g=np.ma.masked_array(grads(), mask=np.eye(N, D, dtype=bool))),
+        "grads", "masked"),
+    api("step-grads-masked-nothing-masked", lambda: step_call(g=np.ma.masked_array(grads())), "grads", "masked"),
+    api("step-u-worker-matrix", lambda: step_call(u_worker=U().view(np.matrix)), "u_worker", "np.matrix"),
+    api("step-u-server-masked", lambda: step_call(u_server=np.ma.masked_array(V())), "u_server", "masked"),
+    api("step-state-e-matrix", lambda: step_call(with_field("e", good_state().e.view(np.matrix))), "e", "np.matrix"),
+    api("hier-step-grads-masked", lambda: hier_call(g=np.ma.masked_array(np.zeros((2, 2, D), np.float32))),
+        "grads", "masked"),
+    api("quantize-y-matrix", lambda: call(quantize, grads().view(np.matrix), U()), "np.matrix"),
+    api("sim-nic-latency-1e308", lambda: call(make_nic, "x", {"line_rate_gbps": 10, "latency_us": 1e308}),
+        "latency_us"),
+    api("sim-nic-peer-overhead-an-hour", lambda: call(make_nic, "x", {"line_rate_gbps": 10,
+                                                                      "peer_overhead_us": 3.6e9}),
+        "peer_overhead_us"),
+    api("sim-nic-retransmission-timeout-a-day", lambda: call(make_nic, "x", {"line_rate_gbps": 10,
+                                                                             "retransmission_timeout_s": 86400}),
+        "retransmission_timeout_s"),
 
 ]
 

@@ -22,7 +22,11 @@ from bad_input_harness import assert_answered, assert_rejected, run_cli, strict_
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+import sim
+
 BIG = "1" + "0" * 400  # past float range: int() takes it, float() of it overflows
+PACKAGE = Path(sim.__file__).parent  # {pkg}: a package of the toolkit, whose files no command may write
+ROOT = PACKAGE.parent  # {root}: where the toolkit's packages lie (a checkout, or site-packages)
 HANG_S = 3.0  # wall bound of the rows that hung before issue 12's fixes: a fixed command answers well within it
 
 
@@ -78,6 +82,14 @@ TOML = {
     "name_table.toml": '[name]\nx = 1\n[network]\npreset = "10gbe"\n',
     "too_large.toml": "# padding\n" * 120_000 + '[network]\npreset = "10gbe"\n',
     "good.toml": '[network]\npreset = "10gbe"\n',  # a valid file, for rows where something else is wrong
+    # issue 19: values outside physical ranges
+    "latency_1e308.toml": '[network]\npreset = "10gbe"\nlatency_us = 1e308\n',
+    "latency_two_seconds.toml": '[network]\ntransport = "ib"\nline_rate_gbps = 100\nlatency_us = 2000000\n',
+    "peer_overhead_huge.toml": '[network]\npreset = "10gbe"\npeer_overhead_us = 1e12\n',
+    "retransmission_timeout_a_day.toml": '[network]\npreset = "10gbe"\nretransmission_timeout_s = 86400\n',
+    "intra_port_absurd.toml": '[network]\npreset = "10gbe"\n[intra]\nport_gbytes_per_s = 1e300\n',
+    "intra_port_in_bits.toml": '[network]\npreset = "10gbe"\n[intra]\nport_gbytes_per_s = 900000000000\n',
+    "intra_latency_huge.toml": '[network]\npreset = "10gbe"\n[intra]\nlatency_us = 1e9\n',
 }
 HEADER = "model,batch_per_gpu,network,optimizer,gpus,throughput\n"
 GOOD_ROW = "resnet50,32,10gbe,sgdm,8,3693\n"
@@ -95,14 +107,21 @@ CSV = {
     "gpus_fraction.csv": HEADER + "resnet50,32,10gbe,sgdm,8.5,3693\n",
     "gpus_not_multiple.csv": HEADER + GOOD_ROW + "resnet50,32,10gbe,sgdm,12,5000\n",
     "batch_zero.csv": HEADER + "resnet50,0,10gbe,sgdm,8,3693\n",
-    "unknown_model.csv": HEADER + "resnet5000,32,10gbe,sgdm,8,3693\n",
+    "unknown_model.csv": HEADER + "resnet5000,32,10gbe,sgdm,8,3693\nresnet5000,32,10gbe,sgdm,16,2959\n",
     "unknown_network.csv": HEADER + "resnet50,32,carrier-pigeon,sgdm,8,3693\n",
-    "unknown_optimizer.csv": HEADER + "resnet50,32,10gbe,lion,8,3693\n",
+    "unknown_optimizer.csv": HEADER + "resnet50,32,10gbe,lion,8,3693\nresnet50,32,10gbe,lion,16,2959\n",
     "short_row.csv": HEADER + "resnet50,32,10gbe\n",
     "duplicate_row.csv": HEADER + GOOD_ROW + GOOD_ROW,
     "gpus_past_bound.csv": HEADER + GOOD_ROW + "resnet50,32,10gbe,sgdm,1000000,3693\n",
     "batch_past_bound.csv": HEADER + GOOD_ROW + "resnet50,99999999999,10gbe,sgdm,16,3693\n",
-    "good.csv": HEADER + GOOD_ROW,  # a valid file, for rows where something else is wrong
+    "good.csv": HEADER + GOOD_ROW + "resnet50,32,10gbe,sgdm,16,2959\n",  # valid, for rows where something else is
+    # issue 19: columns repeated or unknown, and tables without a row to validate
+    "duplicate_column.csv": HEADER.strip() + ",throughput\n" + GOOD_ROW.strip() + ",1\n"
+                            + "resnet50,32,10gbe,sgdm,16,2959,1\n",
+    "unknown_column.csv": HEADER.strip() + ",thruput\n" + GOOD_ROW.strip() + ",1\n"
+                          + "resnet50,32,10gbe,sgdm,16,2959,1\n",
+    "calibration_only.csv": HEADER + GOOD_ROW + "resnet50,32,10gbe,birder,8,3462\n",
+    "header_repeated.csv": HEADER + GOOD_ROW + HEADER + "resnet50,32,10gbe,sgdm,16,2959\n",
 }
 IMPLS = {
     "impl_raises.py": "raise RuntimeError('broken on import')\n",
@@ -123,6 +142,19 @@ def files(tmp_path_factory) -> Path:
     (d / "a_directory.csv").mkdir()
     (d / "a_file").write_text("a file where a directory is expected\n")
     os.mkfifo(d / "a_fifo")  # a special file: renaming an output over it would replace it (as over /dev/full)
+    os.mkfifo(d / "fifo.toml")  # an input pipe with no writer: opening it for reading would block
+    os.mkfifo(d / "fifo.csv")
+    (d / "dangling").symlink_to(d / "no_such_target")
+    (d / "link_to_package").symlink_to(Path(sim.__file__).parent)
+    users = d / "users_folder"  # a user's folder that happens to hold a report.md
+    users.mkdir()
+    (users / "report.md").write_text("my notes")
+    (users / "thesis.tex").write_text("months of work")
+    earlier = d / "earlier_report_and_more"  # an earlier report, then a file of the user's added to it
+    earlier.mkdir()
+    (earlier / "report.md").write_text("# Birder toolkit report")
+    (earlier / ".birder-manifest").write_text("# files written by birder report\nreport.md\n")
+    (earlier / "mine.txt").write_text("added by the user")
     unreadable = d / "unreadable.toml"
     unreadable.write_text('[network]\npreset = "10gbe"\n')
     unreadable.chmod(0)
@@ -491,6 +523,64 @@ ROWS = [
     row("report-quiet-with-value", "report --quiet=no", "--quiet"),
     row("report-out-is-fifo", "report --quick --out {d}/a_fifo", "a_fifo"),
     row("report-out-in-proc", "report --quick --out /proc/birder-report", "/proc/birder-report"),
+    # issue 19: outputs never destroy what we did not write, nor the toolkit's own files
+    row("report-out-users-folder-with-report-md", "report --quick --out {d}/users_folder", "users_folder",
+        wall_s=HANG_S),
+    row("report-out-earlier-report-plus-users-file", "report --quick --out {d}/earlier_report_and_more",
+        "mine.txt", wall_s=HANG_S),
+    row("report-out-dangling-link", "report --quick --out {d}/dangling", "dangling", wall_s=HANG_S),
+    row("report-out-package", "report --quick --out {pkg}", "toolkit", wall_s=HANG_S),
+    row("report-out-inside-package", "report --quick --out {pkg}/new_report", "toolkit", wall_s=HANG_S),
+    row("report-out-through-link-into-package", "report --quick --out {d}/link_to_package/r", "toolkit",
+        wall_s=HANG_S),
+    row("bench-out-shipped-preset", "bench --sizes 64 --repeats 1 --out {pkg}/presets/networks.toml", "toolkit"),
+    row("bench-out-new-file-in-package", "bench --sizes 64 --repeats 1 --out {pkg}/mine.toml", "toolkit"),
+    row("bench-out-dangling-link", "bench --sizes 64 --repeats 1 --out {d}/dangling", "dangling"),
+    row("sweep-out-package", "sweep --nodes 1 --optimizers sgdm --networks 10gbe --out {pkg}", "toolkit"),
+    row("sweep-out-presets", "sweep --nodes 1 --optimizers sgdm --networks 10gbe --out {pkg}/presets", "toolkit"),
+    row("sweep-out-through-link", "sweep --nodes 1 --optimizers sgdm --networks 10gbe --out {d}/link_to_package",
+        "toolkit"),
+    row("validate-out-tests", "validate --csv {d}/good.csv --out {root}/tests --no-cross-validation", "toolkit",
+        marks=pytest.mark.skipif(not (ROOT / "tests").is_dir(), reason="not a checkout")),
+    row("validate-out-package", "validate --csv {d}/good.csv --out {pkg} --no-cross-validation", "toolkit"),
+    row("validate-out-dangling-link", "validate --csv {d}/good.csv --out {d}/dangling --no-cross-validation",
+        "dangling"),
+    # issue 19: every input read with a bound
+    row("predict-cluster-fifo", "predict --cluster {d}/fifo.toml", "fifo.toml", "FIFO", wall_s=HANG_S),
+    row("sweep-cluster-fifo", "sweep --cluster {d}/fifo.toml --nodes 1 --optimizers sgdm --out s", "fifo.toml",
+        wall_s=HANG_S),
+    row("validate-csv-fifo", "validate --csv {d}/fifo.csv --no-cross-validation", "fifo.csv", wall_s=HANG_S),
+    row("predict-cluster-tty-device", "predict --cluster /dev/tty", "/dev/tty", wall_s=HANG_S),
+    row("validate-csv-null-device", "validate --csv /dev/null --no-cross-validation", "/dev/null", wall_s=HANG_S),
+    row("cluster-latency-1e308", "predict --cluster {d}/latency_1e308.toml --nodes 2 --json", "latency_us"),
+    row("cluster-latency-two-seconds", "predict --cluster {d}/latency_two_seconds.toml --nodes 2", "latency_us"),
+    row("cluster-peer-overhead-huge", "predict --cluster {d}/peer_overhead_huge.toml --nodes 2", "peer_overhead_us"),
+    row("cluster-retransmission-timeout-a-day", "predict --cluster {d}/retransmission_timeout_a_day.toml --nodes 2",
+        "retransmission_timeout_s"),
+    row("cluster-intra-port-absurd", "predict --cluster {d}/intra_port_absurd.toml", "port_gbytes_per_s"),
+    row("cluster-intra-port-in-bits", "predict --cluster {d}/intra_port_in_bits.toml", "port_gbytes_per_s"),
+    row("cluster-intra-latency-huge", "predict --cluster {d}/intra_latency_huge.toml", "latency_us"),
+    row("validate-csv-duplicate-column", "validate --csv {d}/duplicate_column.csv --no-cross-validation --json",
+        "throughput", "twice"),
+    row("validate-csv-unknown-column", "validate --csv {d}/unknown_column.csv --no-cross-validation", "thruput"),
+    row("validate-csv-calibration-only", "validate --csv {d}/calibration_only.csv --no-cross-validation --json",
+        "single-node"),
+    row("validate-csv-header-repeated", "validate --csv {d}/header_repeated.csv --no-cross-validation", "line 3"),
+    row("predict-scheme-for-sgdm", "predict --scheme ring --json", "--scheme", "sgdm"),
+    row("predict-scheme-for-onebit-adam", "predict --optimizer onebit-adam --scheme flat", "--scheme"),
+    row("predict-hook-for-sgdm", "predict --hook overlapped", "--hook"),
+    row("predict-hook-for-onebit-adam", "predict --optimizer onebit-adam --hook overlapped", "--hook"),
+    row("predict-warmup-for-birder", "predict --optimizer birder --warmup-fraction 0.1", "--warmup-fraction"),
+    row("predict-warmup-for-zero-one-adam", "predict --optimizer zero-one-adam --warmup-fraction 0.3",
+        "--warmup-fraction"),
+    row("predict-marsit-period-for-sgdm", "predict --marsit-period 3", "--marsit-period"),
+    row("predict-marsit-period-for-birder", "predict --optimizer birder --marsit-period 3", "--marsit-period"),
+    row("sweep-scheme-for-none", "sweep --nodes 1 --optimizers sgdm,adam --scheme ring --out s", "--scheme"),
+    row("sweep-warmup-for-none", "sweep --nodes 1 --optimizers sgdm,birder --warmup-fraction 0.2 --out s",
+        "--warmup-fraction"),
+    row("bench-nccl-on-cpu", "bench --device cpu --backend nccl --sizes 64 --repeats 1", "nccl", "cpu"),
+    row("gpu-validate-timeout-1e308", "gpu-validate --timeout 1e308", "--timeout", "86400"),
+    row("gpu-validate-timeout-a-microsecond", "gpu-validate --timeout 1e-6", "--timeout"),
 ]
 
 if HAS_COLLECTIVE:  # the subcommand is being added beside this suite; its rows run once it is there
@@ -544,12 +634,13 @@ if HAS_COLLECTIVE:  # the subcommand is being added beside this suite; its rows 
 
 
 def _argv(args: list[str], d: Path) -> list[str]:
-    return [a.replace("{d}", str(d)) for a in args]
+    return [a.replace("{d}", str(d)).replace("{pkg}", str(PACKAGE)).replace("{root}", str(ROOT)) for a in args]
 
 
 @pytest.mark.parametrize("args, names, wall_s", ROWS)
 def test_bad_input_cli(args, names, wall_s, files, tmp_path):
-    outcome = run_cli(_argv(args, files), tmp_path, (files,), wall_s=wall_s)
+    watched = (files, PACKAGE) if any("{pkg}" in a or "{root}" in a or "link_to" in a for a in args) else (files,)
+    outcome = run_cli(_argv(args, files), tmp_path, watched, wall_s=wall_s)
     assert_rejected(outcome, names)
 
 
@@ -836,3 +927,39 @@ def test_fuzz_validate_csv(rows, tmp_path_factory):
         for r in rows:
             throughput = float(r["throughput"])
             assert 0 < throughput < float("inf"), f"exit 0 with a throughput of {r['throughput']!r}"
+
+
+# ------------------------------------------------------------------------------------- names printed safely
+EVIL_NAME = "x\\nthroughput 999999999 samples/s\\u001b[2J\\u001b]0;owned\\u0007"  # TOML escapes: \n, ESC, BEL
+
+
+def _controls(text: str) -> list[str]:
+    return [c for line in text.split("\n") for c in line if not c.isprintable()]
+
+
+@pytest.mark.parametrize("command", [["predict", "--nodes", "2"], ["collective", "--op", "all-reduce", "--bytes", "8"],
+                                     ["sweep", "--nodes", "1", "--optimizers", "sgdm", "--out", "s"]])
+def test_a_cluster_name_cannot_forge_lines_or_drive_the_terminal(command, tmp_path):
+    (tmp_path / "evil.toml").write_text(f'name = "{EVIL_NAME}"\n[network]\npreset = "10gbe"\n')
+    outcome = run_cli([*command, "--cluster", "evil.toml"], tmp_path)
+    assert outcome.status == 0, outcome.stderr
+    assert not _controls(outcome.stdout + outcome.stderr), repr(outcome.stdout)
+    assert not any(line.startswith("throughput 999999999") for line in outcome.stdout.splitlines())
+
+
+def test_a_path_with_control_characters_is_escaped_in_the_error_line(tmp_path):
+    outcome = run_cli(["predict", "--cluster", "no\x1b[2Jsuch\nfile.toml"], tmp_path)
+    assert_rejected(outcome, ("no\\x1b[2Jsuch",))
+    assert not _controls(outcome.stderr.rstrip("\n"))
+
+
+@settings(max_examples=25, phases=(Phase.explicit, Phase.reuse, Phase.generate),
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(name=st.text(min_size=1, max_size=12))
+def test_fuzz_cluster_names_print_without_control_characters(name, tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("fuzz")
+    escaped = "".join(f"\\U{ord(c):08X}" for c in name)  # every character as a TOML escape
+    (cwd / "c.toml").write_text(f'name = "{escaped}"\n[network]\npreset = "10gbe"\n')
+    outcome = run_cli(["predict", "--cluster", "c.toml", "--gpus-per-node", "2"], cwd, wall_s=10)
+    assert_answered(outcome, json_expected=False)
+    assert not _controls(outcome.stdout + outcome.stderr.rstrip("\n")), repr(outcome.stdout + outcome.stderr)

@@ -6,7 +6,14 @@ import pytest
 import torch
 
 from birder.cli import main
-from gpu_validation.bench import COLLECTIVES, BenchConfig, kernel_timings, profile_fields, write_profile
+from gpu_validation.bench import (
+    COLLECTIVES,
+    STAGE_BYTES,
+    BenchConfig,
+    profile_fields,
+    stage_timings,
+    write_profile,
+)
 from sim.network import load_cluster
 from sim.system import ring_latency
 
@@ -62,9 +69,47 @@ def test_one_node_profile_measures_intra_and_names_a_network_preset(tmp_path):
     assert cluster.gpu == "h100"
 
 
-def test_kernel_timings_report_bandwidth_and_its_share_of_peak():
-    (row,) = kernel_timings([1000], torch.device("cpu"), repeats=1)
-    assert row["elements"] == 1000 and row["quantize_pack_unpack_gbytes_per_s"] > 0 and 0 < row["peak_ratio"]
+def test_bench_times_the_kernels_birder_step_runs(monkeypatch, tmp_path):
+    """The three functions one Birder.step() calls (one rank, in this process) are the ones bench times; each
+    stage's GB/s is the bytes it must move over its median time, and its share of the peak follows."""
+    import torch.distributed as dist
+    from torch import nn
+
+    from gpu_validation import optimizer
+    from gpu_validation import torch_birder as tb
+
+    calls: dict[str, int] = {}
+
+    def counting(module, name):
+        real = getattr(module, name)
+
+        def wrapper(*args, **kwargs):
+            calls[name] = calls.get(name, 0) + 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, wrapper)
+
+    for module, name in ((tb, "worker_step_packed_"), (tb, "server_step_packed_"),
+                         (optimizer, "_apply_packed_update_")):
+        counting(module, name)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        ddp = nn.parallel.DistributedDataParallel(nn.Linear(8, 4))
+        opt = optimizer.Birder(ddp, lr=1e-3)
+        ddp(torch.ones(2, 8)).sum().backward()
+        opt.step()
+    finally:
+        dist.destroy_process_group()
+    stepped, calls = dict(calls), {}
+    assert set(stepped) == {"worker_step_packed_", "server_step_packed_", "_apply_packed_update_"}, stepped
+    (row,) = stage_timings([1000], torch.device("cpu"), repeats=1)
+    assert set(calls) == set(stepped), calls
+    peak = row["peak_gbytes_per_s"]
+    assert row["peak_ratio"] == pytest.approx(row["gbytes_per_s"] / peak)
+    for stage, moved in STAGE_BYTES.items():
+        assert row[f"{stage}_gbytes_per_s"] == pytest.approx(moved * 1000 / row[f"{stage}_s"] / 1e9)
+        assert row[f"{stage}_peak_ratio"] == pytest.approx(row[f"{stage}_gbytes_per_s"] / peak)
+    assert row["elements"] == 1000 and 0 < row["draws_s"] and 0 < row["peak_ratio"]
 
 
 def test_bad_bench_arguments_exit_2(capsys):

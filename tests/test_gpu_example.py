@@ -20,3 +20,85 @@ def test_digits_example_trains_birder_and_adamw_and_plots(tmp_path):
         assert r["steps"] == 3 and r["median_step_ms"] > 0
         assert 0.0 <= r["history"][-1]["test_accuracy"] <= 1.0 and r["history"][-1]["train_loss"] > 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+STUDY = EXAMPLE.with_name("convergence_study.py")
+
+
+def _study_module():
+    import importlib.util
+
+    if "convergence_study" not in sys.modules:  # its dataclasses look their module up there
+        spec = importlib.util.spec_from_file_location("convergence_study", STUDY)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["convergence_study"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["convergence_study"]
+
+
+def test_convergence_study_smoke_runs_every_method_on_both_tasks(tmp_path):
+    """The study script end to end at its smoke budget (3 steps a run): every phase, method and task recorded,
+    the ranks identical, the table and the plot made. Nothing is concluded from these figures."""
+    out = tmp_path / "study.png"
+    done = subprocess.run([sys.executable, str(STUDY), "--smoke", "--out", str(out)], capture_output=True,
+                          text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.with_suffix(".json").read_text())
+    study = _study_module()
+    runs = {(r["phase"], r["task"], r["method"]) for r in result["records"]}
+    assert runs == {(phase, task, method) for phase in ("sweep", "final") for task in study.TASKS
+                    for method in study.METHODS} | {("ablation", task, "birder") for task in study.TASKS}
+    assert all(r["ranks_identical"] and r["failure"] is None and r["steps"] == 3 for r in result["records"])
+    assert result["tasks"]["lm"]["source"].startswith("scikit-learn") and result["tasks"]["lm"]["bytes"]["test"] > 0
+    assert "| byte LM, 3 steps | gpu_validation.Birder (2 x 1) |" in done.stdout
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_lr_schedules_warm_up_then_hold_or_decay_to_zero():
+    study = _study_module()
+    factors = [study.lr_factor("cosine", s, 100, 5) for s in range(100)]
+    assert factors[:5] == [0.2, 0.4, 0.6, 0.8, 1.0] and factors[5] == 1.0
+    assert all(a >= b for a, b in zip(factors[4:], factors[5:], strict=False)) and factors[-1] < 1e-3
+    assert {study.lr_factor("constant", s, 100, 5) for s in range(4, 100)} == {1.0}
+    assert study.lr_factor("cosine", 0, 100, 0) == 1.0
+
+
+
+def test_readme_convergence_figures_are_the_committed_studys():
+    """The README's table and recipe lines are ``readme_block`` of the committed JSON, and the JSON is the full
+    study (its budget, every run's ranks identical), not a smoke run."""
+    study = _study_module()
+    result = json.loads(STUDY.with_suffix(".json").read_text())
+    assert result["budget"]["steps"] == study.STUDY.steps and len(result["budget"]["seeds"]) == 3
+    assert all(r["ranks_identical"] for r in result["records"])
+    readme = (STUDY.parents[1] / "README.md").read_text()
+    assert study.readme_block(result) in readme
+
+
+def test_readme_convergence_sentences_hold_for_the_committed_study():
+    """Each qualitative sentence of the README's reading and recipe, checked on the committed JSON."""
+    result = json.loads(STUDY.with_suffix(".json").read_text())
+    rows = {(r["phase"], r["task"], r["method"]): r for r in result["summary"]}
+
+    def loss(task, method, phase="final"):
+        return rows[(phase, task, method)]["test_loss"]
+
+    birder, adamw = loss("digits", "birder"), loss("digits", "adamw")  # digits: within the seeds' spread
+    assert abs(birder["mean"] - adamw["mean"]) < birder["std"] + adamw["std"]
+    lm = {m: loss("lm", m)["mean"] for m in ("adamw", "fp16", "powersgd", "birder")}  # the LM: behind
+    assert lm["birder"] > lm["powersgd"] > lm["fp16"] and lm["birder"] - max(lm["adamw"], lm["fp16"]) > 0.1
+    curves = {m: [r["curve"] for r in result["records"] if (r["phase"], r["task"], r["method"]) == ("final", "lm", m)]
+              for m in ("adamw", "birder")}
+    gaps = [sum(b[i]["loss"] - a[i]["loss"] for a, b in zip(curves["adamw"], curves["birder"], strict=True))
+            for i in (0, -1)]
+    assert gaps[1] >= 0.9 * gaps[0] > 0  # the gap does not shrink over the run
+    for task in ("digits", "lm"):  # lr: about a third of AdamW's
+        assert 0.25 <= rows[("final", task, "birder")]["lr"] / rows[("final", task, "adamw")]["lr"] <= 0.4
+    sweep = {(r["lr"], r["schedule"]): r["validation"]["loss"] for r in result["records"]
+             if (r["phase"], r["task"], r["method"]) == ("sweep", "digits", "birder")}
+    chosen = rows[("final", "digits", "birder")]
+    assert chosen["schedule"] == "cosine" and sweep[(chosen["lr"], "constant")] > 2 * sweep[(chosen["lr"], "cosine")]
+    assert {rows[("final", "lm", m)]["schedule"] for m in ("adamw", "fp16", "birder")} == {"constant"}
+    digits_off, lm_off = loss("digits", "birder", "ablation"), loss("lm", "birder", "ablation")  # warm-up
+    assert abs(digits_off["mean"] - birder["mean"]) < digits_off["std"] + birder["std"]
+    assert lm_off["mean"] < lm["birder"]

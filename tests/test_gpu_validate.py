@@ -14,9 +14,16 @@ CONTRACT_KEYS = ["passed", "steps", "mismatched_elements", "max_abs_diff", "rank
 
 
 def test_2x2_is_bit_exact_skips_a_nonfinite_step_everywhere_and_resumes_bit_identically():
+    """Both code paths: gpu_validation.Birder as users adopt it, then the expert hook, each against birder_ref."""
     result = run(Config(nodes=2, gpus_per_node=2, steps=5, seed=1, resume_at=2, nonfinite_at=(3, 1)))
     assert list(result.as_dict())[:len(CONTRACT_KEYS)] == CONTRACT_KEYS
     assert result.passed, result
+    assert result.checked == ("optimizer", "hook") and result.as_dict()["checked"] == ["optimizer", "hook"]
+    for path, found in result.paths.items():  # each path on its own: exact, skipped the NaN step, resumed
+        assert found["passed"] and found["mismatched_elements"] == 0 and found["skipped_steps"] == 1, path
+        assert found["resume_identical"] is True and found["phases_as_scheduled"], path
+    assert result.paths["hook"]["compared_updates"] and not result.paths["optimizer"]["compared_updates"]
+    assert result.paths_agree and result.paths["optimizer"]["update_digests"] == list(result.update_digests)
     assert result.mismatched_elements == 0 and result.max_abs_diff == 0.0 and result.ranks_identical
     assert result.skipped_steps == 1 and result.state_mismatched_elements == 0
     assert result.resume_identical is True
@@ -35,6 +42,46 @@ def test_a_node_sum_that_overflows_is_skipped_everywhere_like_a_nan():
     assert result.skipped_steps == 1
 
 
+def test_the_optimizer_path_catches_a_changed_update(monkeypatch, tmp_path):
+    """Negative control, in this process (one rank): a Birder whose step() moves one parameter element by one
+    ulp more than Algorithm 1 says must fail the comparison; the unchanged Birder passes it."""
+    import torch
+    import torch.distributed as dist
+
+    from gpu_validation import validate
+    from gpu_validation.optimizer import Birder
+
+    class OneUlpOff(Birder):
+        def step(self, closure=None):
+            loss = super().step(closure)
+            with torch.no_grad():
+                first = self.param_groups[0]["params"][0].view(-1)
+                first[0] = torch.nextafter(first[0], torch.tensor(float("inf")))
+            return loss
+
+    cfg = Config(nodes=1, gpus_per_node=1, steps=3, paths=("optimizer",), quiet=True)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        honest = validate.train_and_compare(cfg, 0)
+        monkeypatch.setattr(validate, "Birder", OneUlpOff)
+        changed = validate.train_and_compare(cfg, 0)
+    finally:
+        dist.destroy_process_group()
+    assert honest.passed and honest.mismatched_elements == 0 and honest.checked == ("optimizer",)
+    assert not changed.passed and changed.mismatched_elements >= 1 and 0 < changed.max_abs_diff < 1e-6
+
+
+def test_paths_must_be_known_and_distinct():
+    with pytest.raises(ValueError, match="paths must be"):
+        Config(paths=("optimizer", "optimizer")).check()
+    with pytest.raises(ValueError, match="paths must be"):
+        Config(paths=()).check()
+    from gpu_validation.cli import PATHS as CLI_PATHS
+    from gpu_validation.validate import PATHS
+
+    assert CLI_PATHS == PATHS
+
+
 def test_local_runs_refuse_missing_gpus_and_absurd_rank_counts():
     with pytest.raises(ValueError, match="nccl needs one CUDA GPU per rank"):
         Config(backend="nccl", nodes=64, gpus_per_node=8).check_local()
@@ -49,7 +96,7 @@ def test_3x2_command_line_is_bit_exact():
                          timeout=240)
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout)
-    assert list(result)[:len(CONTRACT_KEYS)] == CONTRACT_KEYS
+    assert list(result)[:len(CONTRACT_KEYS)] == CONTRACT_KEYS and result["checked"] == ["optimizer", "hook"]
     assert result["passed"] and result["mismatched_elements"] == 0 and result["ranks_identical"]
     assert (result["backend"], result["device"], result["steps"]) == ("gloo", "cpu", 4)
 
@@ -94,6 +141,7 @@ def test_a_stalled_rank_makes_the_others_time_out_with_an_error():
     ["gpu-validate", "--steps", "3", "--resume-at", "3"],
     ["gpu-validate", "--kill-at", "two"],
     ["gpu-validate", "--backend", "mpi"],
+    ["gpu-validate", "--paths", "update"],
 ])
 def test_bad_arguments_are_one_line_and_exit_2(argv, capsys):
     try:

@@ -95,10 +95,16 @@ def test_the_first_screen_cites_the_simulators_predictions(tmp_path):
     assert set(section.summary) == {"prediction error", "headline"}
 
 
+def _earlier_report(out):
+    """A report directory as an earlier run leaves it: report.md and the manifest of what it wrote."""
+    report.write_report(out, sections=(lambda outdir, quick: "old",))
+    (out / "report.md").write_text("old")
+    return sorted(os.listdir(out))
+
+
 def test_a_failing_section_leaves_the_old_report_and_no_stray_files(tmp_path):
     out = tmp_path / "report"
-    out.mkdir()
-    (out / "report.md").write_text("old")
+    before = _earlier_report(out)
 
     def fine(outdir, quick):
         (outdir / "new.png").write_bytes(b"png")
@@ -110,7 +116,7 @@ def test_a_failing_section_leaves_the_old_report_and_no_stray_files(tmp_path):
     with pytest.raises(ValueError, match="a section failed"):
         report.write_report(out, quick=True, sections=(fine, boom))
     assert (out / "report.md").read_text() == "old" and sorted(os.listdir(tmp_path)) == ["report"]
-    assert sorted(os.listdir(out)) == ["report.md"]
+    assert sorted(os.listdir(out)) == before == [".birder-manifest", "report.md"]
     written = report.write_report(out, quick=True, sections=(fine,))
     assert written.path.read_text().startswith("# Birder toolkit report") and (out / "new.png").exists()
     assert "| section | seconds |" in written.path.read_text()
@@ -118,15 +124,21 @@ def test_a_failing_section_leaves_the_old_report_and_no_stray_files(tmp_path):
 
 def test_a_directory_that_is_not_a_report_is_never_replaced(tmp_path):
     (tmp_path / "precious.txt").write_text("mine")
-    with pytest.raises(ValueError, match="without a report.md"):
+    with pytest.raises(ValueError, match="no earlier run wrote"):
         report.write_report(tmp_path, quick=True, sections=())
     assert (tmp_path / "precious.txt").read_text() == "mine"
+    out = tmp_path / "report"
+    _earlier_report(out)
+    (out / "report.md").write_text("the user's own notes, kept in the report folder")
+    (out / "thesis.tex").write_text("mine")
+    with pytest.raises(ValueError, match="thesis.tex"):
+        report.write_report(out, quick=True, sections=())
+    assert (out / "thesis.tex").read_text() == "mine"
 
 
 def test_an_interrupted_report_run_leaves_the_old_report_whole(tmp_path):
     out = tmp_path / "report"
-    out.mkdir()
-    (out / "report.md").write_text("old")
+    before = _earlier_report(out)
     proc = subprocess.Popen([sys.executable, "-m", "birder.cli", "report", "--quick", "--out", str(out)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -138,7 +150,7 @@ def test_an_interrupted_report_run_leaves_the_old_report_whole(tmp_path):
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, stderr
-    assert sorted(os.listdir(tmp_path)) == ["report"] and sorted(os.listdir(out)) == ["report.md"]
+    assert sorted(os.listdir(tmp_path)) == ["report"] and sorted(os.listdir(out)) == before
     assert (out / "report.md").read_text() == "old"
 
 
@@ -173,3 +185,96 @@ def test_sections_follow_the_reports_progress_choice(tmp_path):
     report.write_report(tmp_path / "a", sections=(records,), progress=False)
     report.write_report(tmp_path / "b", sections=(records,), progress=True)
     assert seen == [False, True]
+
+
+def test_a_symlinked_out_is_followed_and_a_killed_runs_leftovers_are_cleaned(tmp_path):
+    real = tmp_path / "real"
+    _earlier_report(real)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    dead_pid = 2**30  # beyond any pid_max: no such process
+    (tmp_path / f".real.{dead_pid}.abcd1234.tmp").mkdir()  # what SIGKILL during a run leaves
+    report.write_report(link, sections=(lambda outdir, quick: "new",))
+    assert link.is_symlink() and link.resolve() == real
+    assert "new" in (real / "report.md").read_text()
+    assert sorted(os.listdir(tmp_path)) == ["link", "real"]
+
+
+def test_the_report_leaves_no_hypothesis_folder_in_the_working_directory(tmp_path, monkeypatch):
+    """Hypothesis's folder goes to a temporary directory, removed after the report (its default is the working
+    directory at import time)."""
+    monkeypatch.chdir(tmp_path)
+    used = []
+
+    def hunts(outdir, quick):
+        from hypothesis import configuration
+
+        storage = configuration.storage_directory("constants")
+        storage.create_if_missing()  # what a Hypothesis run does
+        used.append(storage.home_directory)
+        return ""
+
+    report.write_report(tmp_path / "r", sections=(hunts,))
+    assert sorted(os.listdir(tmp_path)) == ["r"]
+    assert used[0].name.startswith("birder-report-hypothesis-") and not used[0].exists()
+
+
+def test_overlapping_intervals_say_pick_the_cheaper():
+    """toy_grid's intervals are +-20%: Birder's 3,900/s on 10gbe overlaps SGDM's 4,000/s on 100gbe, so 10gbe is
+    named; with Birder far below, nothing cheaper overlaps and the sentence says so."""
+    sentence = decision_sentence(toy_grid(3900.0), decide(toy_grid(3900.0), 16))
+    assert "10gbe (birder 3,900/s (3,120 to 4,680)) and 100gbe (sgdm 4,000/s (3,200 to 4,800)) are within the " \
+           "uncertainty: pick the cheaper, 10gbe." in sentence
+    apart = toy_grid(100.0, birder_elsewhere=0.1)
+    apart = ModelGrid(apart.setting, apart.calibration, apart.optimizers, apart.networks, apart.nodes, tuple(
+        p if p["network"] == "100gbe" or p["optimizer"] == "birder" else {**p, "throughput": p["throughput"] / 4,
+                                                                           "throughput_low": p["throughput_low"] / 4,
+                                                                           "throughput_high": p["throughput_high"] / 4}
+        for p in apart.predictions))
+    assert "No cheaper network's interval reaches the fastest network's" in decision_sentence(apart, decide(apart, 16))
+
+
+def test_a_price_file_ranks_networks_by_samples_per_unit_cost(tmp_path):
+    """Cost = nodes x (node + NICs x (NIC + switch port)); the ranking follows samples/s per 1,000 of cost, and
+    a network the file does not price is listed apart."""
+    path = tmp_path / "prices.toml"
+    path.write_text('currency = "EUR"\nnode = 1000\n[nic]\n10gbe = 0\n100gbe = 3000\n'
+                    '[switch_port]\n10gbe = 0\n100gbe = 1000\n')
+    prices = report_scaling.load_prices(path)
+    assert prices.cluster_cost("100gbe", 16, 1) == 16 * (1000 + 4000)
+    lines = report_scaling.cost_ranking(toy_grid(3900.0), 16, prices)
+    table = [line for line in lines if line.startswith("| 1 ") or line.startswith("| 2 ")]
+    assert "| 1 | 10gbe | birder |" in table[0] and "| 2 | 100gbe | sgdm |" in table[1]
+    assert num(3900 / 16000 * 1e3) in table[0]  # 3,900 samples/s for 16 nodes x 1,000 EUR
+    assert lines[-1] == "Not priced (no NIC or switch port price): 25gbe."
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[nic]\n10gbe = 1\n", "expected node = PRICE"),
+    ("node = 0\n", "node must be a positive number"),
+    ("node = 10\n[nic]\n10gbe = -1\n", r"\[nic\] 10gbe must be a non-negative number"),
+    ("node = 10\nnic = 3\n", r"\[nic\] must be a table"),
+    ("node = 10\nbogus = 1\n", "expected node = PRICE"),
+    ("node = [\n", "cannot read the price file"),
+])
+def test_bad_price_files_are_one_error(tmp_path, text, message):
+    path = tmp_path / "p.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        report_scaling.load_prices(path)
+
+
+def test_a_bad_price_file_stops_the_report_before_it_starts(tmp_path):
+    bad = tmp_path / "p.toml"
+    bad.write_text("node = -5\n")
+    run = subprocess.run([sys.executable, "-m", "birder.cli", "report", "--quick", "--out", str(tmp_path / "r"),
+                          "--prices", str(bad)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "node must be a positive number" in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and not (tmp_path / "r").exists()
+
+
+def test_the_network_choice_plot_is_drawn(tmp_path):
+    rows = [{"nodes": 16, "network": n, "label": lab, "throughput": t, "low": 0.9 * t, "high": 1.05 * t}
+            for n, t in (("10gbe", 3900.0), ("100gbe", 4000.0)) for lab in ("best of sgdm", "birder")]
+    path = plots.network_choice(rows, tmp_path / "choice.png", "toy")
+    assert path.stat().st_size > 0

@@ -26,6 +26,7 @@ from sim.system import (
     expanded_flow_time,
     flow_time,
     fp32_allreduce,
+    incast_bracket,
     nccl_allreduce_algorithm,
     op_time,
     ring_latency,
@@ -90,9 +91,11 @@ def test_flows_finish_at_huge_simulated_times():
                                              (8, 2, 1, 3.0, 4)])
 @pytest.mark.parametrize("which", ["allreduce", "tree", "hierarchical", "flat", "ring", "allgather",
                                    "onebit-adam", "marsit"])
-def test_representative_node_equals_the_full_expansion(n, g, k, over, leaf, which):
+@pytest.mark.parametrize("intra", ["a100-nvlink", "a100-pcie"])
+def test_representative_node_equals_the_full_expansion(n, g, k, over, leaf, which, intra):
     """Every link of every node, every message of the cluster, max-min shared: the same time as the
-    representative node's counted flows (the symmetry shortcut is exact for these schedules)."""
+    representative node's counted flows (the symmetry shortcut is exact for these schedules). On a PCIe node
+    a GPU's own link carries its intra- and inter-node messages at once (they share it)."""
     layout = Layout(n, g)
     if which == "allreduce":
         sched = allreduce(layout, 10**5)
@@ -102,7 +105,7 @@ def test_representative_node_equals_the_full_expansion(n, g, k, over, leaf, whic
         sched = optimizer_schedule(which, layout, 10**5)
     else:
         sched = schedule(which, layout, 10**5)
-    base = cluster("25gbe", n, g, oversubscription=over)
+    base = cluster("25gbe", n, g, intra=intra, oversubscription=over)
     c = replace(base, nic=replace(base.nic, count=k), nodes_per_leaf=leaf)
     for phase in sched.phases:
         assert flow_time((phase,), layout, c) == pytest.approx(expanded_flow_time((phase,), layout, c), rel=1e-9)
@@ -123,7 +126,7 @@ def test_large_ring_allreduce_is_latency_plus_bytes_over_every_nic(n, g, k, mbyt
     sched = allreduce(Layout(n, g), dim)
     p = n * g
     size = 4 * sched.padded_dim
-    bandwidth = min(k * c.nic.bandwidth, c.intra.port_bandwidth)
+    bandwidth = min(k * c.nic_bandwidth, c.intra.port_bandwidth)
     expected = ring_latency(c, "Simple", 2 * (p - 1), 2 * (n - 1), True) + 2 * (p - 1) / p * size / bandwidth
     op = op_time("ring_allreduce", sched.phases, sched.layout, c, "Simple")
     assert op.seconds == pytest.approx(expected, rel=1e-9)
@@ -230,17 +233,23 @@ def test_nccl_picks_ring_for_large_buckets_and_tree_at_scale_or_small_sizes():
     assert nccl_allreduce_algorithm(cluster("10gbe", 1), 1e3) == "ring"
 
 
-def test_incast_is_a_sites_fitted_behaviour_not_a_generic_presets():
+def test_incast_comes_from_a_sites_fit_or_the_switch_buffer_of_an_ethernet_preset():
     """Flat's all-to-all over 64 nodes bursts window-sized messages into each NIC: on the paper's 10 GbE site it
-    loses one retransmission timeout, and its ring all-gather (one flow into each NIC) none; the generic presets
-    carry no fitted incast onset."""
+    loses one retransmission timeout (its fitted bracket), and so it does on the generic 10 GbE preset, whose
+    switch (12 MB shared, alpha 1.27: Arista 7050X) leaves each of 64 congested ports 12 MB x 1.27 / (1 + 64 x
+    1.27) = 0.185 MB; its ring all-gather (one flow into each NIC) loses none. Verbs (lossless) never time out."""
     sched = schedule("flat", Layout(64, 8), 10**8)
-    site = cluster("birder-paper-10gbe", 64)
-    no_incast = replace(site, nic=replace(site.nic, incast_onset_bytes=math.inf, incast_certain_bytes=math.inf))
-    extra = collective_time(sched, site) - collective_time(sched, no_incast)
-    assert extra == pytest.approx(site.nic.retransmission_timeout)
-    for net in ("10gbe", "100gbe", "ib-ndr"):
-        assert math.isinf(cluster(net, 64).nic.incast_onset_bytes)
+    for net in ("birder-paper-10gbe", "10gbe"):
+        c = cluster(net, 64)
+        no_incast = replace(c, nic=replace(c.nic, incast_onset_bytes=math.inf, incast_certain_bytes=math.inf,
+                                           switch_buffer_bytes=math.inf))
+        extra = collective_time(sched, c) - collective_time(sched, no_incast)
+        assert extra == pytest.approx(c.nic.retransmission_timeout)
+    onset, certain = incast_bracket(cluster("10gbe", 64))
+    assert onset == pytest.approx(12e6 * 1.27 / (1 + 64 * 1.27)) and certain == 2 * onset
+    assert incast_bracket(cluster("10gbe", 2))[0] > incast_bracket(cluster("10gbe", 64))[0]  # fewer ports congested
+    for net in ("roce-100gbe", "ib-ndr"):
+        assert incast_bracket(cluster(net, 64)) == (math.inf, math.inf)
 
 
 def test_parameter_server_waits_for_its_incast():
@@ -248,7 +257,7 @@ def test_parameter_server_waits_for_its_incast():
     c = cluster("ib-ndr", 8, 8)
     sched = collective_schedule("parameter-server", Layout(8, 8), 10**7, bits=1)
     p, nbytes = 64, sched.padded_dim // 8
-    bandwidth_only = 2 * p * nbytes / c.nic.bandwidth
+    bandwidth_only = 2 * p * nbytes / c.nic_bandwidth
     per_peer = 2 * p * c.nic.peer_overhead  # the server posts to every worker, in each phase
     assert bandwidth_only + per_peer < collective_time(sched, c) < bandwidth_only + per_peer + 100e-6
 
@@ -280,7 +289,8 @@ def test_incast_depends_on_the_burst_not_only_on_the_flow_count():
     bucket/8 at any n, so no timeout even at 512 nodes on the paper's 10 GbE site."""
     for n in (38, 512):
         c = cluster("birder-paper-10gbe", n)
-        no_incast = replace(c, nic=replace(c.nic, incast_onset_bytes=math.inf, incast_certain_bytes=math.inf))
+        no_incast = replace(c, nic=replace(c.nic, incast_onset_bytes=math.inf, incast_certain_bytes=math.inf,
+                                           switch_buffer_bytes=math.inf))
         sched = schedule("hierarchical", Layout(n, 8), 6_553_600)
         assert collective_time(sched, c) == collective_time(sched, no_incast)
 
@@ -305,3 +315,24 @@ def test_a_cluster_holds_the_one_layout_its_schedules_run_on():
 
 def test_transfer_time_of_nothing_is_zero():
     assert transfer_time([]) == 0.0
+
+
+@pytest.mark.parametrize("which", ["allreduce", "tree", "flat", "hierarchical", "onebit-adam"])
+def test_on_a_pcie_node_a_gpus_link_is_shared_by_its_intra_and_inter_node_messages(which):
+    """PCIe-only nodes (A100 PCIe Gen4, 25.6 GB/s per GPU) behind HDR NICs (24 GB/s each): a GPU's x16 link
+    carries what it sends inside the node and what it sends to its NIC, so the flows share it max-min fairly;
+    the representative node equals the full expansion, and sharing never makes an operation faster."""
+    layout = Layout(3, 4)
+    sched = {"allreduce": lambda: allreduce(layout, 10**6), "tree": lambda: tree_allreduce(layout, 10**6),
+             "onebit-adam": lambda: optimizer_schedule("onebit-adam", layout, 10**6)}.get(
+        which, lambda: schedule(which, layout, 10**6))()
+    c = cluster("ib-hdr", 3, 4, intra="a100-pcie", nic_count=4)
+    for phase in sched.phases:
+        shared = flow_time((phase,), layout, c)
+        assert shared == pytest.approx(expanded_flow_time((phase,), layout, c), rel=1e-9)
+        alone = flow_time((phase,), layout, replace(c, intra=replace(c.intra, kind="nvlink")))
+        assert shared >= alone * (1 - 1e-12)
+    if which == "flat":  # every GPU sends to 3 local and 8 remote peers through one link: sharing binds
+        (all_to_all, *_) = sched.phases
+        assert flow_time((all_to_all,), layout, c) > 1.2 * flow_time(
+            (all_to_all,), layout, replace(c, intra=replace(c.intra, kind="nvlink")))

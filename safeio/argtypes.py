@@ -33,3 +33,19 @@ def positive_number(unit: str = "") -> Callable[[str], float]:
         return value
 
     return parse
+
+
+def number_between(low: float, high: float, unit: str, why: str = "") -> Callable[[str], float]:
+    """A parser of numbers in [low, high] (``unit`` names what they count; ``why`` says where the bounds come from)."""
+    expected = f"a number of {unit} in [{low:g}, {high:g}]" + (f" ({why})" if why else "")
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text[:24]!r}") from None
+        if not low <= value <= high:  # NaN fails too
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text[:24]!r}")
+        return value
+
+    return parse

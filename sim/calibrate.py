@@ -1,0 +1,270 @@
+"""`birder calibrate`: fit a cluster's network constants to the user's own nccl-tests output and write a cluster
+TOML that `birder predict --cluster` and `birder collective --cluster` read.
+
+nccl-tests prints one table per run (all_reduce_perf, all_gather_perf, alltoall_perf): `#` comment lines (the
+parameters, one `Rank ... on HOST device D [bus] NAME` line per rank, the column headers) and one row per size:
+size, count, type, [redop], [root], then out-of-place time (us), algbw, busbw, error and the same in place.
+``parse_nccl_tests`` reads such a paste as users copy it (MPI rank prefixes such as ``[1,0]<stdout>:``, NCCL INFO
+log lines and shell prompts around it are ignored; a table row that cannot be read is an error, never skipped).
+
+``fit_network`` fits what the simulator's collective model takes from the network (``sim.system``): the payload
+share of the line rate (``efficiency``: the bandwidth term), the transport's own latency per inter-node hop
+(``latency_us``: the latency term) and, when the table holds all-to-all rows, the cost per remote peer
+(``peer_overhead_us``). It minimises the mean squared log ratio of simulated to measured out-of-place times with
+Nelder-Mead in log space. A constant the table does not constrain (halving the efficiency or adding 10 us of latency
+changes no row's time by 1%) keeps its preset value and is reported as such, not as fitted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from sim.collective import predict_collective
+from sim.hardware import GENERIC_NETWORKS, GPUS, TRANSPORTS, Cluster, cluster, make_nic
+
+OPS = {"all_reduce_perf": "all-reduce", "all_gather_perf": "all-gather", "alltoall_perf": "all-to-all"}
+MAX_OUTPUT_BYTES = 16 << 20  # a sweep of nccl-tests is a few kB, with NCCL INFO logs a few MB
+UNCONSTRAINED = 0.01  # a constant whose probe moves no row's simulated time by 1% is not fitted
+PLATEAU_BYTES = 256 << 20  # busbw on InfiniBand and RoCE flattens by a few hundred MB (nccl-tests issues 119, 290)
+_PREFIX = re.compile(r"^\s*(\[[^\]]*\](<\w+>)?:?\s*)+")  # mpirun --tag-output and similar rank prefixes
+_RANK = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s*(.*)")
+_REDOPS = {"sum", "prod", "min", "max", "avg", "none", "mulsum"}
+GPU_NAMES = {"A100": "a100", "H100": "h100", "H200": "h200", "V100": "v100"}  # nccl-tests device name -> gpus.toml
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One row of an nccl-tests table: its size column (bytes) and out-of-place time and bus bandwidth."""
+
+    op: str  # birder collective's name: all-reduce, all-gather, all-to-all
+    nbytes: int
+    time_s: float
+    busbw_gbytes_per_s: float
+    line: int  # where in the file
+
+
+@dataclass(frozen=True)
+class NcclTestsOutput:
+    """What one paste of nccl-tests output holds: its rows and, where it prints them, the ranks' hosts and GPU."""
+
+    rows: tuple[Measurement, ...]
+    hosts: tuple[str, ...]  # distinct host names of the Rank lines, in order (empty: none printed)
+    ranks: int  # Rank lines seen (0: none printed)
+    gpu: str | None  # gpus.toml name of the ranks' device, where the name says it
+
+
+def _number(token: str) -> float:
+    value = float(token)
+    if not math.isfinite(value):
+        raise ValueError(token)
+    return value
+
+
+def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTestsOutput:
+    """The rows of one nccl-tests run pasted as ``text`` (``source`` names it in errors). ``op``: the collective
+    when the paste does not name its binary (all_reduce_perf, all_gather_perf, alltoall_perf). ValueError if
+    there is no row, the op is unknown or ambiguous, or a row cannot be read."""
+    rows, ranks, gpus = [], {}, set()
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = _PREFIX.sub("", raw).strip()
+        rank = _RANK.match(line)
+        if rank:
+            ranks[(rank.group(2), int(rank.group(3)), int(rank.group(1)))] = True
+            gpus.add(next((v for k, v in GPU_NAMES.items() if k in rank.group(4)), None))
+            continue
+        tokens = line.split()
+        if line.startswith("#") or len(tokens) < 3 or not (tokens[0].isdigit() and tokens[1].isdigit()
+                                                            and tokens[2].isalpha()):
+            continue  # comments, NCCL logs, prompts: only lines of a size, a count and a type are rows
+        rest = tokens[3:]
+        if rest and rest[0] in _REDOPS:
+            rest = rest[1:]
+        if len(rest) == 9:  # the root column (-1 where the collective has none)
+            rest = rest[1:]
+        try:
+            if len(rest) != 8:
+                raise ValueError(f"{len(rest)} columns after the type, expected time, algbw, busbw, error twice")
+            time_us, busbw = _number(rest[0]), _number(rest[2])
+        except ValueError as error:
+            raise ValueError(f"{source}, line {lineno}: not an nccl-tests row ({error}): {line[:80]!r}") from None
+        nbytes = int(tokens[0])
+        if nbytes == 0:
+            continue  # nccl-tests' empty sizes time only the launch
+        if time_us <= 0:
+            raise ValueError(f"{source}, line {lineno}: a time of {time_us} us is not a measurement")
+        rows.append((nbytes, time_us * 1e-6, busbw, lineno))
+    if not rows:
+        raise ValueError(f"{source}: no nccl-tests rows (lines of size, count, type, ..., time, algbw, busbw)")
+    named = {OPS[b] for b in OPS if b in text}
+    if op is None:
+        if len(named) != 1:
+            found = ", ".join(sorted(named)) or "none"
+            raise ValueError(f"{source}: cannot tell which collective the table measures (binaries named: {found}); "
+                             "pass --op all-reduce|all-gather|all-to-all")
+        op = named.pop()
+    elif named and named != {op}:
+        raise ValueError(f"{source}: --op {op} but the output is of {', '.join(sorted(named))}")
+    hosts = tuple(dict.fromkeys(h for h, _, _ in ranks))
+    gpu = next(iter(gpus)) if len(gpus) == 1 else None
+    return NcclTestsOutput(tuple(Measurement(op, *row) for row in rows), hosts, len({r for _, _, r in ranks}), gpu)
+
+
+def read_output(path: str | Path, op: str | None = None) -> NcclTestsOutput:
+    """``parse_nccl_tests`` of a file; ValueError if it cannot be read as UTF-8 text of bounded size."""
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_OUTPUT_BYTES + 1)
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read the nccl-tests output ({error.strerror})") from None
+    if len(raw) > MAX_OUTPUT_BYTES:
+        raise ValueError(f"{path}: more than {MAX_OUTPUT_BYTES:,} bytes is not one nccl-tests run")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not a UTF-8 text file (byte {error.start})") from None
+    return parse_nccl_tests(text, str(path), op)
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The fitted network: its constants (TOML units), which of them the table constrained, and the error."""
+
+    cluster: Cluster
+    constants: dict[str, float]  # efficiency, latency_us, peer_overhead_us as the cluster now holds them
+    fitted: tuple[str, ...]  # those the table constrained (the rest keep their preset value)
+    rms_log_error: float  # over the rows, of simulated / measured time
+    max_relative_error: float
+    warnings: tuple[str, ...] = ()
+
+    def row_errors(self, rows: tuple[Measurement, ...]) -> list[float]:
+        return [predict_collective(m.op, m.nbytes, self.cluster)["time_s"] / m.time_s - 1 for m in rows]
+
+
+def _with(c: Cluster, values: dict[str, float]) -> Cluster:
+    fields = {"efficiency": min(1.0, values["efficiency"]), "latency": values["latency_us"] * 1e-6,
+              "peer_overhead": values["peer_overhead_us"] * 1e-6}
+    return replace(c, nic=replace(c.nic, **fields))
+
+
+def _log_errors(c: Cluster, rows: tuple[Measurement, ...]) -> list[float]:
+    return [math.log(predict_collective(m.op, m.nbytes, c)["time_s"] / m.time_s) for m in rows]
+
+
+def fit_network(base: Cluster, rows: tuple[Measurement, ...]) -> Fit:
+    """Fit the network constants of ``base`` (a cluster of the measured layout) to the rows."""
+    from scipy.optimize import minimize
+
+    start = {"efficiency": base.nic.efficiency, "latency_us": base.nic.latency * 1e6,
+             "peer_overhead_us": base.nic.peer_overhead * 1e6}
+    names = ["efficiency", "latency_us"] + (["peer_overhead_us"] if any(m.op == "all-to-all" for m in rows) else [])
+    # a constant is constrained when a probe (half the efficiency; 10 us more latency or per-peer cost, about an
+    # inter-node hop of NCCL's model) moves some row's simulated time by more than 1%
+    probe = {"efficiency": start["efficiency"] / 2, "latency_us": start["latency_us"] + 10,
+             "peer_overhead_us": start["peer_overhead_us"] + 10}
+    floor = {"efficiency": 1e-4, "latency_us": 1.0, "peer_overhead_us": 1.0}  # log space needs a positive start
+    reference = _log_errors(base, rows)
+    constrained = []
+    for name in names:
+        moved = _log_errors(_with(base, start | {name: probe[name]}), rows)
+        if max(abs(a - b) for a, b in zip(moved, reference, strict=True)) > math.log1p(UNCONSTRAINED):
+            constrained.append(name)
+
+    def values_of(x) -> dict[str, float]:
+        return start | {n: math.exp(v) for n, v in zip(constrained, x, strict=True)}
+
+    def loss(x) -> float:
+        values = values_of(x)
+        if values["efficiency"] > 1:
+            return math.inf
+        errors = _log_errors(_with(base, values), rows)
+        return sum(e * e for e in errors) / len(errors)
+
+    best = start
+    if constrained:
+        x0 = [math.log(max(start[n], floor[n])) for n in constrained]
+        result = minimize(loss, x0, method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-8, "maxiter": 400})
+        best = values_of(result.x)
+    fitted = _with(base, best)
+    errors = _log_errors(fitted, rows)
+    warnings = []
+    largest = max(m.nbytes for m in rows)
+    if "efficiency" in constrained and largest < PLATEAU_BYTES:
+        warnings.append(f"the largest size measured is {largest:,} bytes: the efficiency fitted is that of mid-size "
+                        f"messages, below the large-message plateau; measure up to {PLATEAU_BYTES >> 20} MB or more")
+    return Fit(fitted, {n: best[n] for n in ("efficiency", "latency_us", "peer_overhead_us")}, tuple(constrained),
+               math.sqrt(sum(e * e for e in errors) / len(errors)), max(abs(math.expm1(e)) for e in errors),
+               tuple(warnings))
+
+
+def base_cluster(nodes: int, gpus_per_node: int, gpu: str, network: str | None, transport: str | None,
+                 line_rate_gbps: float | None, nics_per_node: int) -> tuple[Cluster, str]:
+    """The cluster of the measured layout before the fit, and the name of its hardware base (a generic preset, or
+    a transport's constants at a line rate)."""
+    if gpu not in GPUS:
+        raise ValueError(f"unknown GPU {gpu!r}; choose one of {', '.join(GPUS)}")
+    if network is not None:
+        if network not in GENERIC_NETWORKS:
+            raise ValueError(f"--network {network!r} must be a generic preset ({', '.join(GENERIC_NETWORKS)}): a "
+                             "site profile's fit belongs to its own cluster")
+        if transport is not None or line_rate_gbps is not None:
+            raise ValueError("--network conflicts with --transport and --line-rate-gbps: give one or the other")
+        c = cluster(network, nodes, gpus_per_node, None, gpu, 1.0, nics_per_node)
+        return c, network
+    if transport not in TRANSPORTS or line_rate_gbps is None:
+        raise ValueError("name the network: --network PRESET, or --transport socket|ib with --line-rate-gbps")
+    c = cluster("10gbe", nodes, gpus_per_node, None, gpu)
+    nic = make_nic("calibrated", TRANSPORTS[transport] | {"transport": transport, "line_rate_gbps": line_rate_gbps,
+                                                          "count": nics_per_node})
+    return replace(c, nic=nic), transport
+
+
+def layout(outputs: list[NcclTestsOutput], nodes: int | None, gpus_per_node: int | None) -> tuple[int, int]:
+    """Nodes and GPUs per node: from the Rank lines (distinct hosts, ranks per host) where the output prints them,
+    else from the options; ValueError where they disagree or neither says."""
+    seen = {(len(o.hosts), o.ranks // len(o.hosts)) for o in outputs if o.hosts and o.ranks % len(o.hosts) == 0}
+    if len(seen) > 1:
+        raise ValueError(f"the outputs were measured on different layouts {sorted(seen)}: calibrate one at a time")
+    if seen:
+        shown_nodes, shown_per_node = seen.pop()
+        for flag, given, shown in (("--nodes", nodes, shown_nodes), ("--gpus-per-node", gpus_per_node,
+                                                                       shown_per_node)):
+            if given is not None and given != shown:
+                raise ValueError(f"{flag} {given} but the output's Rank lines show {shown}")
+        return shown_nodes, shown_per_node
+    if nodes is None or gpus_per_node is None:
+        raise ValueError("the output prints no Rank lines: give --nodes and --gpus-per-node")
+    return nodes, gpus_per_node
+
+
+def cluster_toml(fit: Fit, base_name: str, name: str, sources: list[tuple[str, str]], n_rows: int) -> str:
+    """The cluster TOML of a fit (``sim.hardware.load_cluster``'s keys): the base's hardware data, the fitted
+    constants marked FITTED with the files they came from."""
+    c = fit.cluster
+    files = ", ".join(f"{path} (sha256 {digest[:12]})" for path, digest in sources)
+    lines = [f"# Written by `birder calibrate` from nccl-tests output: {files}.",
+             f"# {n_rows} rows; simulated / measured time: rms log error {fit.rms_log_error:.3f}, largest "
+             f"{fit.max_relative_error * 100:.1f}%. Constants marked FITTED belong to this cluster only.",
+             *(f"# warning: {w}" for w in fit.warnings),
+             f'name = "{name}"', f"nodes = {c.n_nodes}", f"gpus_per_node = {c.gpus_per_node}", f'gpu = "{c.gpu}"', "",
+             "[network]"]
+    if base_name in GENERIC_NETWORKS:
+        lines.append(f'preset = "{base_name}"  # hardware data; the keys below override it')
+    else:
+        lines += [f'transport = "{base_name}"', f"line_rate_gbps = {c.nic.line_rate / 1e9:g}"]
+    lines.append(f"count = {c.nic.count}")
+    for key in ("efficiency", "latency_us", "peer_overhead_us"):
+        note = f"FITTED to {files}" if key in fit.fitted else "not fitted (the table does not constrain it)"
+        lines.append(f"{key} = {fit.constants[key]:.6g}  # {note}")
+    lines += ["fitted = true", f'source = "birder calibrate: {", ".join(fit.fitted) or "nothing"} fitted to '
+                                f'{files.replace(chr(34), "")}"', ""]
+    return "\n".join(lines)
+
+
+def file_digest(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+

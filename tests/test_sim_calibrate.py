@@ -1,0 +1,111 @@
+"""`birder calibrate`: real nccl-tests pastes (tests/fixtures/nccl_tests, sources in SOURCES.md) read as users
+paste them, the network fitted, and the cluster TOML it writes reproducing the measured table through
+`birder collective --cluster`."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from birder.cli import main
+from sim import calibrate
+from sim.hardware import load_cluster
+
+FIXTURES = Path(__file__).parent / "fixtures" / "nccl_tests"
+ALL_REDUCE_8X8 = FIXTURES / "ib100_8x8v100_all_reduce.txt"
+ALL_TO_ALL_8X8 = FIXTURES / "ib100_8x8v100_alltoall.txt"
+GB10_SMALL = FIXTURES / "roce200_2x1gb10_all_reduce_partial.txt"
+
+
+def test_pastes_are_read_with_their_layout():
+    small = calibrate.read_output(GB10_SMALL)
+    assert [m.nbytes for m in small.rows] == [8192, 16384, 32768, 65536]
+    assert small.rows[0].op == "all-reduce" and small.rows[0].time_s == pytest.approx(27.82e-6)
+    assert small.hosts == ("spark-d708", "spark-dbf4") and small.ranks == 2 and small.gpu is None  # GB10: unknown
+    a2a = calibrate.read_output(ALL_TO_ALL_8X8, "all-to-all")  # no redop column, no Rank lines
+    assert [(m.nbytes, m.busbw_gbytes_per_s) for m in a2a.rows] == [(268435456, 0.51), (536870912, 0.51)]
+    assert a2a.hosts == () and a2a.ranks == 0
+
+
+def test_mpi_prefixes_and_logs_around_the_table_are_ignored():
+    text = GB10_SMALL.read_text().splitlines()
+    noisy = ["$ mpirun -np 2 ./build/all_reduce_perf -b 8K -e 64K",
+             "spark-d708:1:1 [0] NCCL INFO Bootstrap : Using enp1s0f0np0:10.0.0.1<0>"]
+    noisy += [f"[1,0]<stdout>:{line}" for line in text]
+    parsed = calibrate.parse_nccl_tests("\n".join(noisy), "noisy")
+    assert parsed.rows[-1].nbytes == 65536 and len(parsed.rows) == 4 and parsed.ranks == 2
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "no nccl-tests rows"),
+    ("# all_reduce_perf\n# nothing measured\n", "no nccl-tests rows"),
+    ("all_reduce_perf\n  8192  2048  float  sum  -1  nan  0.29  0.29  0  28.5  0.29  0.29  0\n", "line 2"),
+    ("all_reduce_perf\n  8192  2048  float  sum  -1  27.8  0.29\n", "line 2: not an nccl-tests row"),
+    ("all_reduce_perf all_gather_perf\n8192 2048 float sum -1 27.8 0.29 0.29 0 28.5 0.29 0.29 0\n",
+     "cannot tell which collective"),
+    ("8192 2048 float sum -1 27.8 0.29 0.29 0 28.5 0.29 0.29 0\n", "pass --op"),
+])
+def test_bad_pastes_are_refused_with_one_error(text, message):
+    with pytest.raises(ValueError, match=message):
+        calibrate.parse_nccl_tests(text, "paste")
+
+
+def _calibrate(tmp_path, capsys, *args) -> dict:
+    out = tmp_path / "cluster.toml"
+    assert main(["calibrate", *map(str, args), "--out", str(out), "--json"]) == 0
+    return json.loads(capsys.readouterr().out) | {"path": out}
+
+
+def test_calibrated_cluster_reproduces_the_measured_all_reduce(tmp_path, capsys):
+    """8 nodes x 8 V100 on 100 Gb/s InfiniBand (nccl-tests issue 78): busbw 4.33 GB/s, a third of what the
+    hardware preset assumes. After the fit, `birder collective --cluster` gives both sizes within 2%."""
+    fit = _calibrate(tmp_path, capsys, ALL_REDUCE_8X8, "--op", "all-reduce", "--nodes", 8, "--gpus-per-node", 8,
+                     "--gpu", "v100", "--network", "ib-edr")
+    assert fit["fitted"] == ["efficiency"] and 0.3 < fit["constants"]["efficiency"] < 0.4
+    text = fit["path"].read_text()
+    assert "efficiency = " in text and "# FITTED to" in text and str(ALL_REDUCE_8X8) in text
+    assert load_cluster(fit["path"]).nic.fitted
+    measured = {m.nbytes: m.time_s for m in calibrate.read_output(ALL_REDUCE_8X8, "all-reduce").rows}
+    for nbytes, seconds in measured.items():
+        assert main(["collective", "--cluster", str(fit["path"]), "--op", "all-reduce", "--bytes", str(nbytes),
+                     "--json"]) == 0
+        simulated = json.loads(capsys.readouterr().out)["time_s"]
+        assert simulated == pytest.approx(seconds, rel=0.02)
+    assert main(["predict", "--cluster", str(fit["path"]), "--model", "resnet50", "--nodes", "64",
+                 "--single-node-throughput", "2500", "--json"]) == 0
+    predicted = json.loads(capsys.readouterr().out)
+    assert predicted["nodes"] == 64 and not predicted["site_profile"]
+    assert predicted["throughput_low"] <= predicted["throughput"] <= predicted["throughput_high"]
+
+
+def test_latency_is_fitted_where_the_table_holds_small_messages(tmp_path, capsys):
+    """Two DGX Sparks over 200 Gb/s RoCE (dgx-spark-playbooks 103), 8 to 64 KB: the layout comes from the Rank
+    lines, the latency is fitted, every row within 15%, and the table's stopping short of the plateau is said."""
+    fit = _calibrate(tmp_path, capsys, GB10_SMALL, "--network", "roce-200gbe")
+    assert (fit["nodes"], fit["gpus_per_node"]) == (2, 1)
+    assert set(fit["fitted"]) == {"efficiency", "latency_us"}
+    assert all(abs(r["relative_error"]) < 0.15 for r in fit["rows"])
+    assert fit["warnings"] and "plateau" in fit["warnings"][0]
+
+
+def test_two_tables_of_one_cluster_fit_together(tmp_path, capsys):
+    """The same cluster's all-reduce and all-to-all (issue 78) share one efficiency: both within 12%."""
+    fit = _calibrate(tmp_path, capsys, ALL_REDUCE_8X8, ALL_TO_ALL_8X8, "--op", "all-reduce", "--op", "all-to-all",
+                     "--nodes", 8, "--gpus-per-node", 8, "--gpu", "v100", "--network", "ib-edr")
+    assert {r["op"] for r in fit["rows"]} == {"all-reduce", "all-to-all"}
+    assert all(abs(r["relative_error"]) < 0.12 for r in fit["rows"])
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--network", "ib-edr"], "no Rank lines: give --nodes and --gpus-per-node"),
+    (["--nodes", "8", "--gpus-per-node", "8"], "name the network"),
+    (["--nodes", "8", "--gpus-per-node", "8", "--network", "ib-edr", "--op", "all-gather"], "--op given 2 times"),
+])
+def test_bad_calibrate_input_is_one_line_and_exit_2(tmp_path, extra, message):
+    out = tmp_path / "c.toml"
+    run = subprocess.run([sys.executable, "-m", "birder.cli", "calibrate", str(ALL_REDUCE_8X8), "--op", "all-reduce",
+                          *extra, "--out", str(out)], capture_output=True, text=True)
+    assert run.returncode == 2 and message in run.stderr and len(run.stderr.strip().splitlines()) == 1
+    assert not out.exists()

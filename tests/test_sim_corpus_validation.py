@@ -1,0 +1,147 @@
+"""`birder validate` on the corpus: each source left out of every fit, the two naive baselines on the same rows,
+skipped rows listed, and intervals whose quantiles never see the row's own source."""
+
+import json
+import math
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from birder.cli import main
+from sim import api, validate
+from sim.hardware import cluster
+from sim.validation import load_corpus
+from sim.workload import predict
+
+
+@pytest.fixture(scope="module")
+def public():
+    """The Birder paper's rows of the corpus (its public tables)."""
+    return tuple(r for r in load_corpus() if r.source == validate.PAPER_SOURCE)
+
+
+def test_the_papers_rows_are_the_site_profiles_rows(public):
+    """18 multi-node rows whose single-node throughput is the public CSV's 8-GPU row of the same optimizer."""
+    assert len(public) == 18 and {r.nodes for r in public} == {2, 4, 8}
+    table = validate.rows()
+    for r in public:
+        one = [t for t in table if (t.network, t.optimizer, t.gpus) == (
+            {"tcp": "10gbe", "ib": "ib-hdr"}[r.transport], r.optimizer, 8)]
+        assert r.single_node_throughput == one[0].throughput
+        assert (r.source, r.transport, float(r.line_rate_gbps)) in validate.SITE_OF_SETUP
+    sgdm_64_tcp = next(r for r in public if (r.transport, r.optimizer, r.nodes) == ("tcp", "sgdm", 8))
+    assert validate.linear_scaling(sgdm_64_tcp) == 8 * 3693
+
+
+def test_alpha_beta_baseline_by_hand(public):
+    """SGDM, 4 nodes over 10 GbE: one node's 256 samples in 256/3693 s, then a ring all-reduce of 25,557,032
+    fp32 gradients among 4 nodes at 1.25 GB/s with 6 messages of 22.4 us."""
+    row = next(r for r in public if (r.transport, r.optimizer, r.nodes) == ("tcp", "sgdm", 4))
+    allreduce = 6 * 22.4e-6 + 2 * 3 / 4 * 25_557_032 * 4 / 1.25e9
+    assert validate.alpha_beta(row) == pytest.approx(4 * 256 / (256 / 3693 + allreduce))
+    one_bit = replace(row, optimizer="birder", single_node_throughput=3462)
+    assert validate.alpha_beta(one_bit) > validate.alpha_beta(replace(one_bit, optimizer="sgdm"))
+    accumulating = replace(row, notes="grad_accum=4")  # one all-reduce per four micro-batches
+    assert validate.alpha_beta(accumulating) > validate.alpha_beta(row)
+
+
+def test_a_source_left_out_loses_its_site_fit_and_its_interval_never_sees_it(public):
+    """The paper's rows left out are predicted with generic hardware data (its site profiles were fitted on
+    them); another source's intervals come from the other sources' rows only: changing one source's measurements
+    moves the other's interval, never its own."""
+    ib = [r for r in public if r.transport == "ib"]
+    other = [replace(r, source="other") for r in public if r.transport == "tcp"]
+    cv = validate.corpus_validation(tuple(ib + other), "test")
+    paper = [p for p in cv.rows if p.source == validate.PAPER_SOURCE]
+    row = ib[0]
+    site = predict(cluster("birder-paper-ib", row.nodes), model="resnet50", optimizer=row.optimizer,
+                   single_node_throughput=row.single_node_throughput).throughput
+    generic = predict(cluster("ib-hdr", row.nodes), model="resnet50", optimizer=row.optimizer,
+                      single_node_throughput=row.single_node_throughput).throughput
+    assert paper[0].in_sample == pytest.approx(site) and paper[0].left_out == pytest.approx(generic)
+    assert all(p.in_sample == p.left_out for p in cv.rows if p.source == "other")  # nothing of theirs was fitted
+    halved = validate.corpus_validation(tuple(ib + [replace(r, throughput=r.throughput / 2) for r in other]), "test")
+    for before, after in zip(cv.rows, halved.rows, strict=True):
+        if before.source == validate.PAPER_SOURCE:
+            assert after.left_out == before.left_out and (after.low, after.high) != (before.low, before.high)
+        else:
+            assert (after.low, after.high) == (before.low, before.high)
+    assert cv.mape("left_out", source="other") == pytest.approx(
+        sum(abs(p.left_out - p.measured) / p.measured for p in cv.rows if p.source == "other") / len(other))
+
+
+def test_rows_the_simulator_cannot_express_are_listed_as_skipped(public):
+    k80 = replace(public[0], gpu="k80", source="other")
+    no_single = replace(public[1], single_node_throughput=None, source="other")
+    cv = validate.corpus_validation((*public, k80, no_single), "test")
+    assert len(cv.rows) == 18 and len(cv.skipped) == 2
+    assert "k80" in cv.skipped[0].reason and "single-node" in cv.skipped[1].reason
+    assert cv.summary()["skipped_rows"] == 2
+
+
+def test_conformal_bounds_are_order_statistics():
+    """n = 99 values 1..99 at 80%: k = floor(100 x 0.1) = 10 from either end; n = 5 is too few to bound."""
+    values = [math.log(x) for x in range(1, 100)]
+    assert validate.log_ratio_quantiles(values) == (math.log(10), math.log(90))
+    assert validate.log_ratio_quantiles(values[:5]) == (-math.inf, math.inf)
+
+
+def test_validate_reports_skill_coverage_and_width_beside_the_baselines(capsys):
+    """The whole corpus (the same run as the stored intervals): each row predicted or listed as skipped; the
+    80% intervals, fitted without each row's source, cover at least 80% of the rows left out."""
+    assert main(["validate", "--json", "--no-cross-validation"]) == 0
+    out = json.loads(capsys.readouterr().out)["corpus_validation"]
+    assert out["rows"] + out["skipped_rows"] == len(load_corpus())
+    assert len({p["source"] for p in out["predictions"]}) >= 5
+    assert out["coverage"] >= 0.8 and all(c >= 0.8 for c in out["coverage_by_regime"].values())
+    stored = json.loads(api.CROSS_VALIDATION_FILE.read_text())["intervals"]["summary"]
+    assert validate.corpus_figures_markdown(out) == validate.corpus_figures_markdown(stored)  # the READMEs' too
+    assert out["skill"] == pytest.approx(out["mape_left_out"] / out["mape_linear"])
+    groups = {(t["group"], t["name"]) for t in out["table"]}
+    assert {("all", "all"), ("regime", "compute-bound"), ("regime", "communication-bound")} <= groups
+    assert all({"mape_in_sample", "mape_left_out", "mape_linear", "mape_alpha_beta"} <= set(t) for t in out["table"])
+    assert 0 <= out["coverage"] <= 1
+    assert main(["validate", "--no-cross-validation", "--quiet"]) == 0  # the second run reuses the first's
+    text = capsys.readouterr().out
+    assert "skill (left-out MAPE / linear scaling's)" in text and "median half-width" in text
+
+
+def test_predict_intervals_follow_the_regime_and_the_measured_node():
+    """A prediction on a fast network and one on a slow network take their regime's bounds (the slow one's
+    wider, as the corpus's left-out rows are); the interval always holds the prediction."""
+    fast = api.predict_config("resnet50", 4, "ib-ndr", single_node_throughput=3693)
+    slow = api.predict_config("gpt2", 8, "10gbe", single_node_throughput=300)
+    unmeasured = api.predict_config("gpt2", 8, "10gbe")
+    assert fast["interval_basis"].startswith("compute-bound by an alpha-beta ring, measured node")
+    assert slow["interval_basis"].startswith("communication-bound by an alpha-beta ring, measured node")
+    assert "unmeasured node" in unmeasured["interval_basis"]
+    for out in (fast, slow, unmeasured):
+        assert out["throughput_low"] <= out["throughput"] <= out["throughput_high"]
+        assert out["interval_level"] == 0.8
+    assert slow["relative_error"] > fast["relative_error"]
+    low, _ = api.interval_quantiles()["measured_node"]["compute-bound"]
+    assert fast["throughput_low"] == pytest.approx(min(fast["throughput"], fast["throughput"] * math.exp(low)))
+
+
+@pytest.mark.parametrize("readme", ["README.md", "sim/README.md"])
+def test_readme_figures_are_the_stored_runs(readme):
+    """The READMEs quote the corpus figures as sim.validate.corpus_figures_markdown writes them from the stored
+    run (which test_validate_reports_skill_coverage_and_width_beside_the_baselines checks against a fresh one)."""
+    root = Path(__file__).resolve().parents[1]
+    text = (root / readme).read_text()
+    block = text.split("tests/test_sim_corpus_validation.py -->\n", 1)[1].split("\n<!-- end corpus figures -->")[0]
+    stored = json.loads(api.CROSS_VALIDATION_FILE.read_text())["intervals"]["summary"]
+    assert block == validate.corpus_figures_markdown(stored)
+
+
+def test_the_site_constants_table_is_sites_toml():
+    """sim/README.md's table of fitted constants against sim/presets/sites.toml, value by value."""
+    from sim.hardware import SITES
+
+    text = (Path(__file__).resolve().parents[1] / "sim" / "README.md").read_text()
+    rows = re.findall(r"^\| `(\w+)` \| `\[([\w-]+)\]` \| ([\d.]+) (?:us)? ?\|", text, flags=re.M)
+    assert len(rows) >= 3
+    for key, site, value in rows:
+        assert float(value) == pytest.approx(SITES[site][key], rel=1e-3), (key, site)
