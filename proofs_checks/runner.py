@@ -69,8 +69,9 @@ def select(names: list[str] | None = None, parity: bool = False) -> list[Check]:
 
 
 def _cause(message: str) -> str:
-    """An implementation error without where it happened (trajectory, step), to recognise a repeated cause."""
-    return re.sub(r" \((trajectory|first at)[^)]*\)$", "", message)
+    """An implementation error without where it happened (trajectory, step) or the sizes it met (a shape, init's
+    arguments), to recognise a repeated cause."""
+    return re.sub(r"\(\d+(, \d+)*,?\)", "(sizes)", re.sub(r" \((trajectory|first at)[^)]*\)$", "", message))
 
 
 def run_one(ctx: Context, chk: Check) -> Result:
