@@ -144,10 +144,11 @@ def layouts(a: np.ndarray) -> dict[str, np.ndarray]:
 
 @check(
     "contract_input_layouts",
-    "Interface: step reads any float32 array the caller passes: Fortran-ordered, strided, sliced, reversed or "
-    "read-only gradients and draws give the same u_bar and state as C-contiguous ones",
-    f"{len(CASES)} sampled cases x 3 steps x 5 layouts of grads, u_worker and u_server together, each against the "
-    "call with C-contiguous copies, bit for bit",
+    "Interface: step and quantize read any float32 array the caller passes: Fortran-ordered, strided, sliced, "
+    "reversed or read-only gradients and draws give the same u_bar and state (and quantize the same output) as "
+    "C-contiguous ones",
+    f"{len(CASES)} sampled cases x 3 steps x 5 layouts of grads, u_worker and u_server together, and quantize's y "
+    "and u in the same 5 layouts, each against the call with C-contiguous copies, bit for bit",
     kind="contract",
     after=("contract_shapes", "contract_purity"),
 )
@@ -175,8 +176,20 @@ def input_layouts(ctx: Context) -> Outcome:
                                           "step reads the memory, not the array", "layout changes the result")
                 compared += 1
             state = new
-    return verdict(True, f"{compared} calls with Fortran-ordered, strided, sliced, reversed and read-only inputs "
-                         "equal the C-contiguous calls", "layouts agree")
+        y = (rng.uniform(-1.5, 1.5, (n, d))).astype(np.float32)
+        u = rng.random((n, d), dtype=np.float32)
+        want_q = target.run_quantize(y.copy(), u.copy())
+        for (name, y_view), u_view in zip(layouts(y).items(), layouts(u).values(), strict=True):
+            try:
+                q = target.run_quantize(y_view, u_view)
+            except ImplError as error:
+                return verdict(False, f"quantize with {name} inputs ({n} x {d}): {error}", "layout fails")
+            if not same_bits(q, want_q):
+                return verdict(False, f"quantize gives other outputs for {name} y and u than for C-contiguous copies "
+                                      f"({n} x {d}): it reads the memory, not the array", "layout changes the result")
+            compared += 1
+    return verdict(True, f"{compared} calls of step and quantize with Fortran-ordered, strided, sliced, reversed and "
+                         "read-only inputs equal the C-contiguous calls", "layouts agree")
 
 
 TWO_STATES = ((3, 9), (3, 9), (2, 5))  # two of one shape, one of another
