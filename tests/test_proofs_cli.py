@@ -115,7 +115,7 @@ def test_impl_as_a_module_of_the_current_directory_a_file_path_and_a_package(tmp
     (tmp_path / "pkg" / "__init__.py").write_text("from .core import init, quantize, step\n")
     monkeypatch.chdir(tmp_path)
     for impl in ("mybirder", "mybirder.py", str(tmp_path / "mybirder.py"), "pkg/__init__.py", "pkg"):
-        assert main(["check", "--impl", impl, "--only", "interface,line9_worker_error"]) == 0, impl
+        assert main(["check", "--impl", impl, "--only", "interface,contract_calls"]) == 0, impl
     assert "2 pass" in capsys.readouterr().out
 
 
