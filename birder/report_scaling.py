@@ -677,8 +677,9 @@ def scaling_section(outdir: Path, quick: bool) -> str:
         f"- {cross}.",
         *corpus_lines(summary),
         "",
-        "The fit error says how well the constants reproduce the rows they were chosen on; the cross-validated "
-        "error is the one to expect of a prediction, and the ranges in this report use it.",
+        "The fit error says how well the constants reproduce the rows they were chosen on; the errors of rows left "
+        "out of the fit are the ones to expect of a prediction, and the ranges in this report come from them (the "
+        "corpus's for generic presets, the group cross-validation's for the Birder paper's site profiles).",
         "",
         "| network | GPUs | optimizer | published | predicted (fit) | error |",
         "|---|---:|---|---:|---:|---:|",

@@ -324,6 +324,10 @@ class BirderUpdate(torch.optim.Optimizer):
     """Line 16 with decoupled weight decay, x -= lr * (u_bar + weight_decay * x), u_bar in p.grad (the expert
     path: ``gpu_validation.Birder`` keeps the update out of ``.grad``).
 
+    ``.grad`` must still hold the hook's +-1 when step() runs: anything that rescaled it (``clip_grad_norm_``
+    that clipped, ``GradScaler``'s unscaling) is refused with one RuntimeError, before any parameter moves. A
+    clip that did not bite (factor 1) or a scale of 1 leaves the +-1 as they are and the step exact.
+
     With ``hook_state``, a step the hook skipped (non-finite gradient somewhere) leaves every parameter as is.
     The float32 operations of ``birder_ref.update.apply_update``, never fused, so NumPy reproduces them bit for bit.
     """
@@ -352,6 +356,14 @@ class BirderUpdate(torch.optim.Optimizer):
         self._iterations_seen = done
         if self.hook_state.last_iteration_skipped:
             return None
+        changed = [p for group in self.param_groups for p in group["params"]
+                   if p.grad is not None and not bool((p.grad.abs() == 1).all())]
+        if changed:  # checked before any parameter moves: all or nothing
+            raise RuntimeError("BirderUpdate.step(): .grad no longer holds the +-1 u_bar that birder_hook wrote "
+                               f"({len(changed)} parameter(s) changed after backward: clip_grad_norm_, a GradScaler, "
+                               "or other code scaling .grad); on the expert hook path that would silently shrink "
+                               "the update. Step without clipping or a scaler, or use gpu_validation.Birder, which "
+                               "handles both exactly")
         for group in self.param_groups:
             lr, decay = group["lr"], group["weight_decay"]
             for p in group["params"]:

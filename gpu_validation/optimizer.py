@@ -6,9 +6,12 @@
 Where the work happens, and why:
 
 - **During backward**, the hook Birder registers leaves every bucket as it is (``.grad`` holds this rank's own
-  local gradient, as under ``no_sync``) and starts one asynchronous 4-byte MAX all-reduce per bucket: "this
-  bucket holds a NaN or an infinity here". If any rank's does, every rank's bucket is filled with NaN, so
-  ``GradScaler`` sees the same overflow on every rank and backs off everywhere.
+  local gradient, as under ``no_sync``) and starts one asynchronous all-gather per bucket of a 4-word record
+  (``_local_gradient_hook``): this rank's largest |gradient| and a checksum of the bucket's parameters among
+  them. If any rank's gradient is non-finite, every rank's bucket is filled with NaN, so ``GradScaler`` sees the
+  same overflow on every rank and backs off everywhere; if the ranks' parameters differ, step() raises naming
+  them. Since ``.grad`` is local, any other optimizer stepping Birder's parameters is refused
+  (``_refuse_other_optimizers``).
 - **In step()**, the gradients of the trainable parameters are flattened (in ``parameters()`` order: that order
   gives every element its draw index), divided by the ``GradScaler``'s scale when one passed it, and go through
   Birder's 1-bit all-reduce (``comm``'s hierarchical or flat pipeline). The state is updated in place by the
@@ -26,8 +29,9 @@ micro-batch accumulation without ``no_sync`` sums local gradients into one Birde
 
 Faults: every collective has the process group's timeout (``comm.make_topology``); when one fails, the rank
 waits briefly for the others to report the same iteration through the default store and raises one
-``RuntimeError`` naming the ranks that did not (hung or dead). A step skipped for a non-finite gradient names the
-ranks that had one, is counted (``skipped_steps``) and logged; ``max_consecutive_skips`` in a row raise.
+``RuntimeError`` naming the ranks that did not (hung or dead); so does backward when the hook's all-gather fails.
+A step skipped for a non-finite gradient names the ranks that had one, is counted (``skipped_steps``) and
+logged; ``max_consecutive_skips`` in a row raise (a GradScaler's back-offs count only at a scale of at most 1).
 """
 
 from __future__ import annotations
@@ -37,10 +41,12 @@ import math
 import numbers
 import os
 import time
+import weakref
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from birder_ref.draws import MASK32, SERVER_STREAM, stream_key
 from gpu_validation import comm
@@ -112,24 +118,72 @@ def _layout(scheme: str, gpus_per_node) -> tuple[int, int]:
     return (world // g, g) if scheme == "hierarchical" else (1, world)
 
 
-class _HookState:
-    """What the comm hook shares with the optimizer: whether a backward ran since the last step."""
+_HOOK, _STATE_DICT = 1, 2  # what a rank is doing when it joins the record all-gather on Birder's world group
+_CALLS = {_HOOK: "backward", _STATE_DICT: "state_dict()"}
+_RECORD = 4  # int64 words per rank: (what it is doing, Birder step, largest |gradient| as float32 bits, checksum)
 
-    def __init__(self, world: int):
+
+def bits_checksum(tensors) -> torch.Tensor:
+    """An int64 0-dim tensor: the tensors' bit patterns summed as integer words (modulo 2**32 per tensor), the
+    i-th tensor's sum weighted by i + 1. Identical tensors give the same value on every rank and device; a change
+    to one element always changes it (its words change by a nonzero amount below 2**32). One read pass, about as
+    fast as copying; no host synchronisation."""
+    sums = []
+    for x in tensors:
+        flat = x.detach().reshape(-1)
+        word = {4: torch.int32, 2: torch.int16, 8: torch.int32}.get(flat.element_size(), torch.uint8)
+        sums.append(flat.view(word).sum(dtype=torch.int32).to(torch.int64))
+    if not sums:
+        return torch.zeros((), dtype=torch.int64)
+    weights = torch.arange(1, len(sums) + 1, dtype=torch.int64, device=sums[0].device)
+    return (torch.stack(sums) * weights).sum()
+
+
+class _HookState:
+    """What the comm hook shares with the optimizer: whether a backward ran since the last step, what the ranks'
+    records said, and how to name the ranks when the hook's collective fails."""
+
+    def __init__(self, world: int, group, step_of, fault_message):
         self.world = world
+        self.group = group  # Birder's own group of all ranks (None: one rank)
+        self.step_of = step_of  # () -> the Birder step the next step() computes
+        self.fault_message = fault_message  # (phase, group, error) -> Birder's one-line fault message
         self.backward_ran = False
         self.nonfinite_ranks: set[int] = set()  # ranks whose local gradient was NaN/inf since the last step
-        self.largest: dict[int, torch.Tensor] = {}  # bucket index -> every rank's max |gradient| (last backward)
+        self.largest: dict[int, float] = {}  # bucket index -> max |gradient| over every rank (last backward)
+        self.drifted: set[int] = set()  # buckets whose parameters' checksums differed between ranks
         self.on_bucket = None  # Birder's overlap: starts the bucket's share of the intra-node exchange
+
+
+def check_records(rows: torch.Tensor, doing: int, step: int) -> None:
+    """Raise one RuntimeError if the ranks' records (world, _RECORD) say that they are not all doing ``doing`` at
+    Birder step ``step`` (one rank called state_dict() while the others ran backward, or the ranks are steps
+    apart). Every rank gathered the same rows, so every rank raises the same error, at once."""
+    calls, steps = rows[:, 0].tolist(), rows[:, 1].tolist()
+    if all(c == doing for c in calls) and all(s == step for s in steps):
+        return
+    by_call = {_CALLS.get(c, f"code {c}"): [r for r, x in enumerate(calls) if x == c] for c in dict.fromkeys(calls)}
+    if len(by_call) > 1:
+        who = "; ".join(f"rank(s) {ranks} called {call}" for call, ranks in by_call.items())
+        raise RuntimeError(f"Birder step {step}: {who}. state_dict() is collective: call it on every rank (before "
+                           f"`if rank == 0: torch.save(...)`), or save sharded_state_dict() on each rank")
+    by_step = {s: [r for r, x in enumerate(steps) if x == s] for s in dict.fromkeys(steps)}
+    raise RuntimeError("Birder: the ranks are at different steps (" + "; ".join(
+        f"rank(s) {ranks} at step {s}" for s, ranks in by_step.items()) + "): every rank must call step() once per "
+        "backward (and load the same checkpoint)")
 
 
 def _local_gradient_hook(state, bucket):  # DDP accepts only real (not string) annotations: none here
     """Birder's DDP hook: keep this rank's gradient; poison the bucket everywhere if any rank's is non-finite.
 
-    One asynchronous all-gather per bucket of this rank's largest |gradient| (NaN or inf if one is): every rank
-    learns which ranks had a non-finite gradient, and a bound on every node sum, so step() needs no collective
-    of its own to decide whether the step counts. DDP waits for it at the end of backward, so it overlaps the
-    backward of the following buckets.
+    One asynchronous all-gather per bucket, over Birder's own group of all ranks, of a 4-word record: "in
+    backward", the step, this rank's largest |gradient| (NaN or inf if one is) and a checksum of the bucket's
+    parameters (``bits_checksum``). Every rank learns which ranks had a non-finite gradient, a bound on every node
+    sum (so step() needs no collective of its own to decide whether the step counts), and whether the ranks'
+    parameters still agree (something other than Birder moved them if not). A rank that called state_dict() alone
+    meets this record with its own and both sides raise at once. If the all-gather fails (a peer died, raised or
+    stalled), backward raises Birder's fault message naming the ranks that never reported. DDP waits for it at
+    the end of backward, so it overlaps the backward of the following buckets.
     """
     state.backward_ran = True
     buffer = bucket.buffer()
@@ -141,25 +195,38 @@ def _local_gradient_hook(state, bucket):  # DDP accepts only real (not string) a
         largest = torch.maximum(-low, high).to(torch.float32).reshape(1)
     else:
         largest = torch.zeros(1, dtype=torch.float32, device=buffer.device)
-    if state.world == 1:
+    step = state.step_of()
+    if state.group is None:
         if not bool(torch.isfinite(largest).all()):
             state.nonfinite_ranks.add(0)
-        state.largest[index] = largest
+        state.largest[index] = float(largest)
         done = torch.futures.Future()
         done.set_result(buffer)
         return done
-    every = torch.empty(state.world, dtype=torch.float32, device=buffer.device)
-    work = comm._all_gather(every, largest, async_op=True)
+    record = torch.cat([torch.tensor([_HOOK, step], dtype=torch.int64, device=buffer.device),
+                        largest.view(torch.int32).to(torch.int64), bits_checksum(bucket.parameters()).reshape(1)])
+    every = torch.empty(state.world * _RECORD, dtype=torch.int64, device=buffer.device)
+    work = comm._all_gather(every, record, group=state.group, async_op=True)
 
-    def poison(_):
-        state.largest[index] = every
-        bad = (~torch.isfinite(every)).nonzero().reshape(-1).tolist()
+    def finish(done):
+        try:
+            done.value()
+        except Exception as error:  # the rows were never filled: name the ranks from who reported failing
+            raise RuntimeError(state.fault_message("all-gather in backward (Birder's hook)", state.group, error)) \
+                from None
+        rows = every.view(state.world, _RECORD).cpu()
+        check_records(rows, _HOOK, step)
+        largest_of = rows[:, 2].to(torch.int32).view(torch.float32)
+        bad = (~torch.isfinite(largest_of)).nonzero().reshape(-1).tolist()
+        state.largest[index] = float(largest_of.max()) if not bad else float("inf")
+        if bool((rows[:, 3] != rows[0, 3]).any()):
+            state.drifted.add(index)
         if bad:
             state.nonfinite_ranks.update(bad)
             buffer.fill_(float("nan"))
         return buffer
 
-    return work.get_future().then(poison)
+    return work.get_future().then(finish)
 
 
 class _Overlap:
@@ -177,7 +244,7 @@ class _Overlap:
 
     def __init__(self, opt: Birder):
         self.opt = opt
-        self.spans = {id(p): (start, p.numel()) for p, start in zip(opt.param_groups[0]["params"], opt.offsets,
+        self.spans = {id(p): (start, p.numel()) for p, start in zip(opt._params, opt.offsets,
                                                                     strict=True)}
         self.pending: list[tuple[object, torch.Tensor, int, int]] = []  # (work, received, start, stop in shard)
         self.frontier = opt.length
@@ -235,7 +302,7 @@ class _Overlap:
         if scale is not None:
             return False
         grad = self.opt._buffer("grad")
-        for p, start in zip(self.opt.param_groups[0]["params"], self.opt.offsets, strict=True):
+        for p, start in zip(self.opt._params, self.opt.offsets, strict=True):
             sent = grad[start:start + p.numel()]
             if p.grad is None:
                 if bool(sent.any()):
@@ -257,6 +324,62 @@ class _Overlap:
         return rows
 
 
+def _param_groups(given, named: list[tuple[str, torch.Tensor]], lr: float, weight_decay: float) -> list[dict]:
+    """torch's param groups from Birder's ``param_groups`` argument: each given group (its trainable parameters,
+    its own lr / weight_decay or the defaults), then one group of the trainable parameters no group named."""
+    if given is None:
+        return [{"params": [p for _, p in named], "lr": lr, "weight_decay": weight_decay}]
+    if not isinstance(given, (list, tuple)) or not all(isinstance(g, dict) for g in given):
+        raise ValueError("param_groups must be a list of dicts, each with 'params' and optionally 'lr', "
+                         "'weight_decay'")
+    name_of = {id(p): name for name, p in named}
+    groups, taken = [], set()
+    for i, group in enumerate(given):
+        unknown = sorted(set(group) - {"params", "lr", "weight_decay"})
+        if "params" not in group or unknown:
+            raise ValueError(f"param_groups[{i}] needs 'params' and takes only 'lr' and 'weight_decay' besides; "
+                             f"got {sorted(group)}")
+        members = [group["params"]] if isinstance(group["params"], torch.Tensor) else list(group["params"])
+        for p in members:
+            if id(p) not in name_of:
+                raise ValueError(f"param_groups[{i}] holds a tensor that is not a trainable parameter of the DDP "
+                                 f"model (frozen, or another model's)")
+            if id(p) in taken:
+                raise ValueError(f"parameter {name_of[id(p)]!r} is in two of param_groups")
+            taken.add(id(p))
+        if not members:
+            raise ValueError(f"param_groups[{i}] holds no parameters")
+        groups.append({"params": members, "lr": _check_real(f"param_groups[{i}]['lr']", group.get("lr", lr), 0.0,
+                                                             True),
+                       "weight_decay": _check_real(f"param_groups[{i}]['weight_decay']",
+                                                   group.get("weight_decay", weight_decay), 0.0, False)})
+    rest = [p for _, p in named if id(p) not in taken]
+    if rest:
+        groups.append({"params": rest, "lr": lr, "weight_decay": weight_decay})
+    return groups
+
+
+def _refuse_other_optimizers(birder_ref):
+    """A pre-step hook for every torch optimizer: one that holds parameters of a live Birder raises, naming them.
+    .grad holds each rank's local gradient under Birder, so any other optimizer's step on those parameters
+    would move each rank's copy differently."""
+    def pre_step(optimizer, args, kwargs):
+        birder = birder_ref()
+        if birder is None or optimizer is birder:
+            return None
+        mine = birder._name_of_id
+        shared = [mine[id(p)] for g in optimizer.param_groups for p in g["params"] if id(p) in mine]
+        if shared:
+            raise ValueError(f"{type(optimizer).__name__}.step(): it holds {len(shared)} parameter(s) that Birder "
+                             f"also updates ({', '.join(shared[:4])}{', ...' if len(shared) > 4 else ''}); under "
+                             "Birder .grad holds each rank's LOCAL gradient, so this step would make the ranks "
+                             "drift apart. Give those parameters to Birder (param_groups=[...] for their own lr), "
+                             "or wrap them in a separate DDP model for the other optimizer")
+        return None
+
+    return pre_step
+
+
 class Birder(torch.optim.Optimizer):
     """Birder (Algorithm 1 with Section 4's hierarchical 1-bit all-reduce) for a ``DistributedDataParallel`` model.
 
@@ -268,20 +391,24 @@ class Birder(torch.optim.Optimizer):
         seed: the draws' seed, the same on every rank (a non-negative integer below 2**32).
         scheme: "hierarchical" (a worker is a node; Section 4) or "flat" (every rank a worker).
         gpus_per_node: ranks per node; default torchrun's LOCAL_WORLD_SIZE, else one node of all ranks.
-        max_consecutive_skips: this many steps in a row skipped for non-finite gradients raise RuntimeError.
+        param_groups: optional groups of the DDP model's trainable parameters, each with its own "lr" and
+            "weight_decay" (default: the arguments above); parameters no group names form a last group.
+        max_consecutive_skips: this many steps in a row skipped for non-finite gradients raise RuntimeError
+            (skips while a GradScaler's scale is above 1 are its back-offs, not counted).
         overlap: start the intra-node exchange of each bucket during backward (``_Overlap``); step() uses it only
             when .grad is bit-identical to what was sent on every rank of the node, else exchanges again. Off by
             default: on gloo/CPU it measured slower (benchmarks/hook_speed.py --hooks birder birder_no_overlap).
 
-    ``step()`` is collective (every rank calls it once per backward); so are ``state_dict()`` (one all-gather
-    over the default group of every rank's shard) and nothing else.
+    ``step()`` is collective (every rank calls it once per backward); so is ``state_dict()`` (a record, then one
+    all-gather of every rank's shard, over Birder's group of all ranks); nothing else is.
     """
 
     _step_supports_amp_scaling = True  # GradScaler passes grad_scale / found_inf instead of unscaling for us
 
     def __init__(self, ddp_model: nn.parallel.DistributedDataParallel, lr: float = 1e-3, weight_decay: float = 0.0,
                  beta: float = 0.95, eps: float = 1e-8, seed: int = 0, scheme: str = "hierarchical",
-                 gpus_per_node: int | None = None, *, max_consecutive_skips: int = 20, overlap: bool = False):
+                 gpus_per_node: int | None = None, *, param_groups: list[dict] | None = None,
+                 max_consecutive_skips: int = 20, overlap: bool = False):
         if not isinstance(ddp_model, nn.parallel.DistributedDataParallel):
             raise ValueError(f"ddp_model must be a torch.nn.parallel.DistributedDataParallel, got "
                              f"{type(ddp_model).__name__}")
@@ -297,14 +424,23 @@ class Birder(torch.optim.Optimizer):
         self.max_consecutive_skips = _check_count("max_consecutive_skips", max_consecutive_skips, 1)
         if not isinstance(overlap, bool):
             raise ValueError(f"overlap must be True or False, got {overlap!r}")
-        params = [p for p in ddp_model.module.parameters() if p.requires_grad]
+        named = [(name, p) for name, p in ddp_model.module.named_parameters() if p.requires_grad]
+        params = [p for _, p in named]
         if not params:
             raise ValueError("ddp_model has no trainable parameters (none with requires_grad)")
         if any(p.is_sparse for p in params) or len({p.device for p in params}) != 1:
             raise ValueError("Birder needs dense parameters on one device")
+        groups = _param_groups(param_groups, named, lr, weight_decay)
         n_nodes, gpus = _layout(scheme, gpus_per_node)
-        super().__init__(params, {"lr": lr, "weight_decay": weight_decay})
+        super().__init__(groups, {"lr": lr, "weight_decay": weight_decay})
         self._sealed = True
+        self.param_names = [name for name, _ in named]  # in element order: the draws' index order
+        self._params = params
+        self._name_of_id = {id(p): name for name, p in named}
+        group_of = {id(p): i for i, g in enumerate(self.param_groups) for p in g["params"]}
+        self._group_of = [group_of[id(p)] for p in params]
+        handle = register_optimizer_step_pre_hook(_refuse_other_optimizers(weakref.ref(self)))
+        weakref.finalize(self, handle.remove)
         self.device = params[0].device
         self.offsets = []
         offset = 0
@@ -328,7 +464,8 @@ class Birder(torch.optim.Optimizer):
         self.last_skipped_ranks: list[int] = []
         self.overlapped_steps = 0  # steps whose intra-node exchange started during backward and was used
         self.overlap_fallbacks = 0  # steps whose .grad changed after backward (clip, unscale_): exchanged again
-        self._hook_state = _HookState(dist.get_world_size())
+        self._hook_state = _HookState(dist.get_world_size(), self.topology.world_group, lambda: self.t + 1,
+                                      self._fault_message)
         self._overlap = _Overlap(self) if overlap and self.topology.worker_group is not None else None
         if self._overlap is not None:
             self._hook_state.on_bucket = self._overlap.on_bucket
@@ -337,7 +474,8 @@ class Birder(torch.optim.Optimizer):
 
     def add_param_group(self, param_group: dict) -> None:
         if getattr(self, "_sealed", False):
-            raise ValueError("Birder's parameters are the DDP model's trainable ones: add_param_group is refused")
+            raise ValueError("Birder's parameters are the DDP model's trainable ones: add_param_group is refused; "
+                             "give per-group lr / weight_decay as Birder(ddp_model, param_groups=[...])")
         super().add_param_group(param_group)
 
     # ---- the step ----
@@ -354,9 +492,13 @@ class Birder(torch.optim.Optimizer):
                                "communication hook did not run); call loss.backward() on the DDP model's output first")
         self._hook_state.backward_ran = False
         hook_bad = sorted(self._hook_state.nonfinite_ranks)
-        largest = max((float(v.max()) for v in self._hook_state.largest.values()), default=0.0)
+        largest = max(self._hook_state.largest.values(), default=0.0)
+        drifted = bool(self._hook_state.drifted)
         self._hook_state.nonfinite_ranks.clear()
         self._hook_state.largest.clear()
+        self._hook_state.drifted.clear()
+        if drifted:  # every rank saw the same records: all raise here, together
+            raise RuntimeError(self._drift_message())
         scale = getattr(self, "grad_scale", None)  # set by GradScaler.step: the scale still in .grad
         found_inf = getattr(self, "found_inf", None)
         grad = self._buffer("grad")  # reused: a fresh 4 B/element allocation each step costs page faults
@@ -374,7 +516,7 @@ class Birder(torch.optim.Optimizer):
             self.overlap_fallbacks += 1
             overlap.drain()
             overlap.frontier, overlap.sent = self.length, False
-        for p, start in zip(self.param_groups[0]["params"], self.offsets, strict=True):
+        for p, start in zip(self._params, self.offsets, strict=True):
             if p.grad is None:
                 grad[start:start + p.numel()] = 0.0
             elif p.grad.is_sparse:
@@ -385,7 +527,10 @@ class Birder(torch.optim.Optimizer):
             grad.div_(scale.to(device=self.device, dtype=torch.float32))  # exact for powers of two
         local_bad = bool(found_inf is not None and float(found_inf) > 0)
         if hook_bad:  # every rank knows it from the hook: all skip, no collective needed
-            self._skip(hook_bad)
+            # a GradScaler backs off after this step: its skips count towards the limit only once its scale is at
+            # most 1 (then the gradient itself overflows); after unscale_ the scale is unknown and none count
+            backoff = found_inf is not None and (scale is None or float(scale) > 1.0)
+            self._skip(hook_bad, backoff=backoff)
             return loss
         if local_bad:
             raise RuntimeError("Birder.step(): GradScaler found a non-finite gradient on this rank that was finite "
@@ -401,10 +546,9 @@ class Birder(torch.optim.Optimizer):
         del grad
         if bits is None:
             return loss
-        group = self.param_groups[0]
-        lr, decay = group["lr"], group["weight_decay"]
         work = self.__dict__.setdefault("_update_work", {})
-        for p, start in zip(group["params"], self.offsets, strict=True):
+        for p, start, g in zip(self._params, self.offsets, self._group_of, strict=True):
+            lr, decay = self.param_groups[g]["lr"], self.param_groups[g]["weight_decay"]
             if p.is_contiguous():  # piece by piece, so the temporaries stay in cache (element-wise: same bits)
                 if p.dtype not in work:  # (signs, decay term, byte indices), reused for every piece and step
                     work[p.dtype] = (torch.empty(tb.PIECE + 16, dtype=p.dtype, device=p.device),
@@ -468,15 +612,37 @@ class Birder(torch.optim.Optimizer):
             buffers[name] = torch.zeros(self.length, dtype=torch.float32, device=self.device)
         return buffers[name]
 
-    def _skip(self, bad_ranks: list[int], why: str = "a non-finite gradient on") -> None:
+    def _skip(self, bad_ranks: list[int], why: str = "a non-finite gradient on", backoff: bool = False) -> None:
+        """Count a step every rank skips; ``backoff``: a GradScaler's (not counted towards the limit)."""
         self.skipped_steps += 1
-        self.consecutive_skips += 1
+        self.consecutive_skips += 0 if backoff else 1
         self.last_skipped_ranks = bad_ranks
-        log.warning("Birder: step %d skipped on every rank: %s rank(s) %s (%d skipped in all, %d in a row)",
-                    self.t + 1, why, bad_ranks, self.skipped_steps, self.consecutive_skips)
+        log.warning("Birder: step %d skipped on every rank: %s rank(s) %s (%d skipped in all, %d in a row%s)",
+                    self.t + 1, why, bad_ranks, self.skipped_steps, self.consecutive_skips,
+                    "; a GradScaler back-off, not counted towards max_consecutive_skips" if backoff else "")
         if self.consecutive_skips >= self.max_consecutive_skips:
             raise RuntimeError(f"Birder: {self.consecutive_skips} consecutive steps skipped (limit "
-                               f"max_consecutive_skips={self.max_consecutive_skips}): {why} rank(s) {bad_ranks}")
+                               f"max_consecutive_skips={self.max_consecutive_skips}): {why} rank(s) {bad_ranks} "
+                               "(a GradScaler's back-offs count only once its scale is at most 1)")
+
+    def _drift_message(self) -> str:
+        """The parameters whose copies differ between ranks (one all-gather of per-parameter checksums, every rank
+        taking part: every rank saw the same records), named with the ranks that agree with each other."""
+        world, group = dist.get_world_size(), self.topology.world_group
+        mine = torch.stack([bits_checksum([p]) for p in self._params])
+        rows = self._collective("parameter checksum all-gather", group,
+                                lambda: comm.all_gather_rows(mine, group, world)).cpu()
+        differ = []
+        for i, name in enumerate(self.param_names):
+            column = rows[:, i].tolist()
+            if len(set(column)) > 1:
+                sides = {v: [r for r, x in enumerate(column) if x == v] for v in dict.fromkeys(column)}
+                differ.append(f"{name} (ranks {' | '.join(str(r) for r in sides.values())})")
+        what = ", ".join(differ[:6]) + (", ..." if len(differ) > 6 else "") if differ else "(changed since backward)"
+        return (f"Birder step {self.t + 1}: the ranks' copies of {len(differ) or 'some'} parameter(s) differ: "
+                f"{what}. Something other than Birder.step() changed them: under Birder .grad holds each rank's "
+                "LOCAL gradient, so a second optimizer on these parameters, or code updating them from .grad, "
+                "makes the ranks drift apart; give them to Birder (param_groups=[...]) or to a separate DDP model")
 
     def _collective(self, phase: str, group, run):
         """Run one collective; on failure (timeout, dead peer) raise one error naming the ranks that went silent."""
@@ -508,8 +674,9 @@ class Birder(torch.optim.Optimizer):
         cause = " ".join(str(error).split())[:200]
         who = (f"rank(s) {silent} did not reach it (hung or dead)" if silent
                else "no rank is silent" if silent == [] else "the store could not tell which rank is missing")
+        hint = " (state_dict() is collective: every rank must call it)" if phase.startswith("state_dict") else ""
         return (f"Birder step {step}: the {phase} over ranks {members} failed on rank {rank} within the "
-                f"{self.timeout_s:g} s process-group timeout; {who}. Cause: {cause}")
+                f"{self.timeout_s:g} s process-group timeout; {who}{hint}. Cause: {cause}")
 
     # ---- checkpoints ----
 
@@ -519,8 +686,10 @@ class Birder(torch.optim.Optimizer):
                 "beta": self.beta, "eps": self.eps}
 
     def _groups(self) -> list[dict]:
-        g = self.param_groups[0]
-        return [{"lr": g["lr"], "weight_decay": g["weight_decay"], "params": list(range(len(g["params"])))}]
+        """Each group's lr, weight_decay and parameters (as positions in element order), as torch saves them."""
+        position = {id(p): i for i, p in enumerate(self._params)}
+        return [{"lr": g["lr"], "weight_decay": g["weight_decay"], "params": [position[id(p)] for p in g["params"]]}
+                for g in self.param_groups]
 
     def _counters(self) -> dict:
         return {"t": self.t, "skipped_steps": self.skipped_steps, "consecutive_skips": self.consecutive_skips}
@@ -528,14 +697,21 @@ class Birder(torch.optim.Optimizer):
     def state_dict(self) -> dict:
         """The full state: every worker's m, b_hat, e and the whole server error, in element order (collective).
 
-        Issues one all-gather over the default group (every rank's shards, concatenated); every rank must call it
+        Issues two all-gathers over Birder's group of all ranks (a record saying "state_dict()", then every rank's
+        shards, concatenated); every rank must call it. If only some do (``if rank == 0: opt.state_dict()``), the
+        record meets the others' backward record and every rank raises one clear error at once;
         and every rank gets the same dict, so rank 0 can save it and every rank can load that one file. Loads on
         any layout with the same number of workers (nodes in hierarchical, ranks in flat).
         """
-        topo, world = self.topology, dist.get_world_size()
+        topo, world, group = self.topology, dist.get_world_size(), self.topology.world_group
+        if group is not None:  # first the hook's record: a rank in backward meets it and both sides raise at once
+            record = torch.tensor([_STATE_DICT, self.t + 1, 0, 0], dtype=torch.int64, device=self.device)
+            rows = self._collective("state_dict() record all-gather", group,
+                                    lambda: comm.all_gather_rows(record, group, world))
+            check_records(rows.cpu(), _STATE_DICT, self.t + 1)
         mine = torch.cat([self.m, self.b_hat, self.e, self.server_error])
-        rows = self._collective("state_dict all-gather", dist.group.WORLD if world > 1 else None,
-                                lambda: comm.all_gather_rows(mine, dist.group.WORLD, world)).cpu()
+        rows = self._collective("state_dict all-gather", group,
+                                lambda: comm.all_gather_rows(mine, group, world)).cpu()
         n_shard = self.m.numel()
         full = {name: torch.zeros(topo.n_workers, self.length) for name in _VECTORS}
         server = torch.zeros(self.length)
@@ -627,14 +803,18 @@ class Birder(torch.optim.Optimizer):
         state, groups = state_dict["state"], state_dict["param_groups"]
         if not isinstance(state, dict):
             raise ValueError(f"Birder state_dict['state'] must be a dict, got {type(state).__name__}")
-        if not isinstance(groups, list) or len(groups) != 1 or not isinstance(groups[0], dict):
-            raise ValueError("Birder state_dict['param_groups'] must be a list of one dict")
-        group = groups[0]
-        if set(group) != {"lr", "weight_decay", "params"}:
-            raise ValueError(f"Birder param group keys must be lr, weight_decay, params; got {sorted(group)}")
-        _check_real("param_groups[0]['lr']", group["lr"], 0.0, True)
-        _check_real("param_groups[0]['weight_decay']", group["weight_decay"], 0.0, False)
-        if group["params"] != list(range(len(self.param_groups[0]["params"]))):
-            raise ValueError(f"Birder state holds {len(group['params']) if isinstance(group['params'], list) else '?'}"
-                             f" parameters, this model has {len(self.param_groups[0]['params'])} trainable ones")
+        mine = self._groups()
+        if not isinstance(groups, list) or not groups or not all(isinstance(g, dict) for g in groups):
+            raise ValueError("Birder state_dict['param_groups'] must be a non-empty list of dicts")
+        for i, group in enumerate(groups):
+            if set(group) != {"lr", "weight_decay", "params"}:
+                raise ValueError(f"Birder param group keys must be lr, weight_decay, params; got {sorted(group)}")
+            _check_real(f"param_groups[{i}]['lr']", group["lr"], 0.0, True)
+            _check_real(f"param_groups[{i}]['weight_decay']", group["weight_decay"], 0.0, False)
+        saved = [g["params"] for g in groups]
+        if saved != [g["params"] for g in mine]:
+            count = sum(len(p) for p in saved if isinstance(p, list))
+            raise ValueError(f"Birder state holds {count} parameters in {len(saved)} group(s) {saved}; this model "
+                             f"has {len(self._params)} trainable ones in {len(mine)} group(s) "
+                             f"{[g['params'] for g in mine]}")
         return state, groups

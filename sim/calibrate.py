@@ -10,9 +10,10 @@ log lines and shell prompts around it are ignored; a table row that cannot be re
 ``fit_network`` fits what the simulator's collective model takes from the network (``sim.system``): the payload
 share of the line rate (``efficiency``: the bandwidth term), the transport's own latency per inter-node hop
 (``latency_us``: the latency term) and, when the table holds all-to-all rows, the cost per remote peer
-(``peer_overhead_us``). It minimises the mean squared log ratio of simulated to measured out-of-place times with
-Nelder-Mead in log space. A constant the table does not constrain (halving the efficiency or adding 10 us of latency
-changes no row's time by 1%) keeps its preset value and is reported as such, not as fitted.
+(``peer_overhead_us``). It minimises the mean squared log ratio of simulated to measured out-of-place times:
+a log-spaced grid per constant, then Nelder-Mead in log space. A constant the table does not constrain (halving
+the efficiency or adding 10 us of latency changes no row's time by 1%) keeps its preset value and is reported as
+such, not as fitted.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from sim.hardware import GENERIC_NETWORKS, GPUS, TRANSPORTS, Cluster, cluster, m
 OPS = {"all_reduce_perf": "all-reduce", "all_gather_perf": "all-gather", "alltoall_perf": "all-to-all"}
 MAX_OUTPUT_BYTES = 16 << 20  # a sweep of nccl-tests is a few kB, with NCCL INFO logs a few MB
 UNCONSTRAINED = 0.01  # a constant whose probe moves no row's simulated time by 1% is not fitted
+GRID_POINTS = 25  # per constant, log-spaced over GRID_RANGE, before Nelder-Mead
+GRID_RANGE = {"efficiency": (0.005, 1.0), "latency_us": (0.1, 1000.0), "peer_overhead_us": (0.1, 1000.0)}
+TOO_FAST = 0.05  # a table 5% faster than the line rate allows is another network than the one named
 PLATEAU_BYTES = 256 << 20  # busbw on InfiniBand and RoCE flattens by a few hundred MB (nccl-tests issues 119, 290)
 _PREFIX = re.compile(r"^\s*(\[[^\]]*\](<\w+>)?:?\s*)+")  # mpirun --tag-output and similar rank prefixes
 _RANK = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s*(.*)")
@@ -187,10 +191,21 @@ def fit_network(base: Cluster, rows: tuple[Measurement, ...]) -> Fit:
     best = start
     if constrained:
         x0 = [math.log(max(start[n], floor[n])) for n in constrained]
+        # the simulated times are piecewise in the constants (a protocol or algorithm switch, the sockets'
+        # host-staging cap): each constant first takes the best of a grid of GRID_POINTS over its range, one after
+        # another, then Nelder-Mead refines them together
+        for i, name in enumerate(constrained):
+            low, high = (math.log(m) for m in GRID_RANGE[name])
+            grid = [low + (high - low) * k / (GRID_POINTS - 1) for k in range(GRID_POINTS)]
+            x0[i] = min(grid + [x0[i]], key=lambda v, i=i: loss(x0[:i] + [v] + x0[i + 1:]))
         result = minimize(loss, x0, method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-8, "maxiter": 400})
         best = values_of(result.x)
     fitted = _with(base, best)
     errors = _log_errors(fitted, rows)
+    if best["efficiency"] >= 0.999 and max(map(abs, errors)) > math.log1p(TOO_FAST):
+        raise ValueError(f"the table is faster than {base.nic.count} x {base.nic.line_rate / 1e9:g} Gb/s per node can "
+                         f"carry (at the full line rate the simulated times are still {math.expm1(max(errors)):.0%} "
+                         "longer): check --network or --line-rate-gbps and --nics-per-node")
     warnings = []
     largest = max(m.nbytes for m in rows)
     if "efficiency" in constrained and largest < PLATEAU_BYTES:

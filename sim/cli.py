@@ -462,7 +462,9 @@ def run_validate(args) -> int:
             cross = validate.group_cross_validation(args.csv, progress=bar)
         summary["cross_validated_mape"] = cross.mape
         summary["cross_validation"] = cross.as_dict()
-    loso = validate.corpus_validation()
+    with tqdm(total=len(validate.corpus_rows()[0]), desc="corpus", unit="row", file=sys.stderr,
+              disable=True if (args.json or _quiet(args)) else None) as bar:
+        loso = validate.corpus_validation(progress=bar)
     summary["corpus_validation"] = loso.as_dict()
     if args.out:
         from sim import plots
@@ -522,7 +524,8 @@ def _print_corpus_validation(loso) -> None:
 
     s = loso.summary()
     print(f"\ncorpus: {s['corpus']}: {s['rows']} multi-node rows predicted, {s['skipped_rows']} skipped; each "
-          "calibrated by its own single-node throughput")
+          f"calibrated by its own single-node throughput; {s['rows_framework_as_ddp']} rows of frameworks "
+          "sim/presets/frameworks.toml lacks simulated with DDP's buckets and overlap")
     print(f"{'group':8} {'name':22} {'rows':>4} {'in-sample':>10} {'left out':>9} {'linear':>8} {'alpha-beta':>10}")
     for t in loso.table():
         print(f"{t['group']:8} {t['name']:22} {t['rows']:4d} {_percent(t['mape_in_sample']):>10} "
@@ -657,7 +660,8 @@ def register(subparsers) -> None:
                    help="the generic preset whose hardware data the fit starts from")
     k.add_argument("--transport", choices=("socket", "ib"), default=None,
                    help="or the transport (socket: NCCL over TCP; ib: verbs, InfiniBand or RoCE) ...")
-    k.add_argument("--line-rate-gbps", type=positive_number, default=None, help="... and one NIC's line rate, Gb/s")
+    k.add_argument("--line-rate-gbps", type=positive_number("Gb/s"), default=None,
+                   help="... and one NIC's line rate, Gb/s")
     k.add_argument("--nics-per-node", type=positive_int, default=None, help="NICs per node NCCL used (default 1)")
     k.add_argument("--name", default=None, help="the cluster's name (default: the TOML's file name)")
     k.add_argument("--json", action="store_true", help="print one JSON object")

@@ -484,9 +484,13 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
                    tuple(prov), leaf, framework)
 
 
+LIMIT_NAMES = {"wire": "the wire", "pcie": "the GPU-NIC PCIe link", "sockets": "sockets shared by its GPUs",
+               "host": "the host-staged socket path"}
+
+
 def _binding(c: Cluster) -> str:
     limits = c.nic_limits()
-    return min(limits, key=limits.get)
+    return LIMIT_NAMES[min(limits, key=limits.get)]
 
 
 def describe(c: Cluster) -> list[str]:

@@ -16,7 +16,7 @@ from torch import nn
 from birder_ref import algorithm1
 from birder_ref.draws import server_uniforms, worker_uniforms
 from birder_ref.update import apply_update
-from gpu_validation import Birder, launch, scenarios
+from gpu_validation import Birder, guards, launch, scenarios
 from gpu_validation.validate import batch, make_model
 
 
@@ -85,13 +85,14 @@ def test_flat_scheme_on_two_ranks_is_bit_exact():
 
 
 def test_a_rank_stalled_inside_birders_collectives_ends_every_rank_naming_it():
-    """Rank 1 hangs before the inter-node all-to-all (a group of ranks 1 and 3, not WORLD); timeout 2 s."""
-    timeout = 2.0
+    """Rank 1 hangs before the inter-node all-to-all (a group of ranks 1 and 3, not WORLD); timeout 5 s (2 s timed
+    out healthy ranks on this 2-core machine at a load of 20)."""
+    timeout = 5.0
     outcome = launch.launch(scenarios.stall, ("hierarchical", 2, 1, "inter-node all-to-all"), 4, "gloo", timeout, 60)
     assert outcome.killed == (1,)
     assert sorted(outcome.errors) == [0, 2, 3]
     for message in outcome.errors.values():
-        assert "rank(s) [1] did not reach it" in message and "2 s process-group timeout" in message
+        assert "rank(s) [1] did not reach it" in message and "5 s process-group timeout" in message
         seconds = float(message.split("after ")[1].split(" s")[0])
         assert seconds < timeout + 1.0 + 1.5  # the timeout, the 1 s report window, scheduling on 2 cores
 
@@ -299,3 +300,166 @@ def test_the_overlapped_exchange_equals_the_plain_one_under_ddp_options():
     assert not outcome.describe_failures(), outcome.describe_failures()
     for name, row in outcome.reports[0]["result"].items():
         assert row == {"equal": True, "overlapped_steps": 4}, name
+
+
+# ---- nothing outside Birder acts on local gradients; faults name the failed rank; rank-0 state_dict ----
+
+def test_ranks_whose_parameters_drift_apart_raise_on_every_rank_naming_the_parameters():
+    """Each rank moves the last layer by its own local .grad (a hand-written SGD step no hook sees): the next
+    step raises on every rank, from the parameter checksums the ranks exchange in backward."""
+    outcome = launch.launch(guards.drift, (), 2, "gloo", 30, 120)
+    assert not outcome.describe_failures(), outcome.describe_failures()
+    for report in outcome.reports.values():
+        message = report["result"]["raised"]
+        assert "the ranks' copies of 2 parameter(s) differ: 4.weight (ranks [0] | [1]), 4.bias" in message
+
+
+@pytest.mark.parametrize("kind, timeout", [("raise", 30.0), ("exit", 30.0), ("stall", 5.0)])
+def test_a_peer_that_fails_before_backward_is_named_by_every_survivor(kind, timeout):
+    """Rank 1 of 3 raises, exits or stalls before its forward pass: the survivors' backward raises Birder's own
+    message naming rank 1 (from who reported failing, never from the unfilled all-gather buffer): at once after
+    a crash, within the timeout (+ the 1 s report window) after a stall."""
+    outcome = launch.launch(guards.peer_fault, (kind, 1), 3, "gloo", timeout, 120)
+    survivors = {r: m for r, m in outcome.errors.items() if r != 1}
+    assert sorted(survivors) == [0, 2], outcome.describe_failures()
+    for message in survivors.values():
+        assert "Birder step 3: the all-gather in backward (Birder's hook)" in message, message
+        assert "rank(s) [1] did not reach it (hung or dead)" in message and "grew after backward" not in message
+        seconds = float(message.split("after ")[1].split(" s")[0])
+        assert seconds < (timeout if kind == "stall" else 0.0) + 1.0 + 2.0  # + report window, 2-core scheduling
+
+
+def test_state_dict_on_rank_0_alone_fails_at_once_on_every_rank_with_one_line():
+    outcome = launch.launch(guards.rank0_state_dict, (), 2, "gloo", 30, 120)
+    assert sorted(outcome.errors) == [0, 1], outcome.describe_failures()
+    for message in outcome.errors.values():
+        assert "rank(s) [0] called state_dict(); rank(s) [1] called backward. state_dict() is collective" in message
+        assert float(message.split("after ")[1].split(" s")[0]) < 3.0
+
+
+def test_a_second_optimizer_on_birders_parameters_is_refused_naming_them(one_rank):
+    model = make_model(0)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = Birder(ddp, lr=0.01, seed=3)
+    head = torch.optim.AdamW(model[-1].parameters(), lr=1e-3)
+    elsewhere = torch.optim.AdamW(make_model(1).parameters(), lr=1e-3)  # another model's: no refusal
+    x, y = batch(3, 1, 0)
+    nn.functional.mse_loss(ddp(x), y).backward()
+    opt.step()
+    elsewhere.step()
+    before = model[-1].weight.detach().clone()
+    with pytest.raises(ValueError, match=r"AdamW.step\(\): it holds 2 parameter\(s\) that Birder also updates "
+                                         r"\(4.weight, 4.bias\).*LOCAL gradient"):
+        head.step()
+    assert torch.equal(model[-1].weight, before)  # refused before it moved anything
+
+
+def _expert(clip: float | None = None, scaler: bool = False, steps: int = 2):
+    from gpu_validation.comm import make_topology
+    from gpu_validation.hook import BirderState, BirderUpdate, birder_hook
+
+    model = make_model(0)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    state = BirderState(model.parameters(), make_topology("hierarchical", 1, 1), seed=3)
+    ddp.register_comm_hook(state, birder_hook)
+    opt = BirderUpdate(model.parameters(), lr=0.01, hook_state=state)
+    amp = torch.amp.GradScaler("cpu") if scaler else None
+    for step in range(1, steps + 1):
+        x, y = batch(3, step, 0)
+        loss = nn.functional.mse_loss(ddp(x), y)
+        (amp.scale(loss) if amp else loss).backward()
+        if clip is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), clip)
+        if amp:
+            amp.step(opt)
+            amp.update()
+        else:
+            opt.step()
+        opt.zero_grad()
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def test_the_expert_hook_path_refuses_clipping_and_grad_scaler_and_keeps_a_clip_that_does_not_bite(one_rank):
+    for options in ({"clip": 1.0}, {"scaler": True}):
+        with pytest.raises(RuntimeError, match=r"\.grad no longer holds the \+-1 u_bar that birder_hook wrote"):
+            _expert(**options)
+    assert torch.equal(_expert(clip=1e9), _expert())
+
+
+def test_param_groups_follow_their_own_lr_and_weight_decay_exactly(one_rank):
+    """Weights at lr 0.01 with decay 1e-3, biases (a group of their own) at lr 0.02 without decay: Algorithm 1
+    and line 16 per group, bit for bit; a scheduler with one lambda per group; the groups survive a checkpoint."""
+    model = make_model(0)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    biases = [p for name, p in model.named_parameters() if name.endswith("bias")]
+    opt = Birder(ddp, lr=0.01, weight_decay=1e-3, seed=3, param_groups=[{"params": biases, "lr": 0.02,
+                                                                          "weight_decay": 0.0}])
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, [lambda s: 0.5 ** s, lambda s: 1.0])
+    x = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
+    ref = algorithm1.init(1, opt.dim)
+    for step in range(1, 4):
+        inputs, targets = batch(3, step, 0)
+        nn.functional.mse_loss(ddp(inputs), targets).backward()
+        grad = np.concatenate([p.grad.reshape(-1).numpy() for p in model.parameters()])
+        rates = [(g["lr"], g["weight_decay"]) for g in opt.param_groups]
+        opt.step()
+        opt.zero_grad()
+        schedule.step()
+        u_bar, ref = algorithm1.step(ref, grad[None], 0.95, 1e-8, worker_uniforms(3, step, 1, opt.dim),
+                                     server_uniforms(3, step, opt.dim))
+        start = 0
+        for name, p in model.named_parameters():
+            lr, decay = rates[0] if name.endswith("bias") else rates[1]  # the given group first, then the rest
+            part = slice(start, start + p.numel())
+            x[part] = apply_update(x[part], u_bar[part], lr, decay)
+            start += p.numel()
+        np.testing.assert_array_equal(torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy(), x)
+    assert [g["lr"] for g in opt.param_groups] == [0.02 * 0.5 ** 3, 0.01]
+    saved = opt.state_dict()
+    fresh = Birder(nn.parallel.DistributedDataParallel(model), lr=0.5, seed=3,
+                   param_groups=[{"params": biases}])
+    fresh.load_state_dict(saved)
+    assert [(g["lr"], g["weight_decay"]) for g in fresh.param_groups] == [(0.02 * 0.5 ** 3, 0.0), (0.01, 1e-3)]
+    with pytest.raises(ValueError, match="1 group"):
+        Birder(nn.parallel.DistributedDataParallel(make_model(0)), lr=0.01, seed=3).load_state_dict(saved)
+
+
+@pytest.mark.parametrize("groups, message", [
+    (lambda w: "weights", "param_groups must be a list of dicts"),
+    (lambda w: [{"lr": 0.1}], "needs 'params'"),
+    (lambda w: [{"params": [w], "momentum": 0.9}], "takes only 'lr' and 'weight_decay'"),
+    (lambda w: [{"params": []}], "holds no parameters"),
+    (lambda w: [{"params": [torch.zeros(2, requires_grad=True)]}], "not a trainable parameter of the DDP model"),
+    (lambda w: [{"params": [w]}, {"params": [w]}], "'0.weight' is in two of param_groups"),
+    (lambda w: [{"params": [w], "lr": -1.0}], r"param_groups\[0\]\['lr'\] must be > 0"),
+])
+def test_bad_param_groups_are_one_value_error(one_rank, groups, message):
+    model = make_model(0)
+    with pytest.raises(ValueError, match=message):
+        Birder(nn.parallel.DistributedDataParallel(model), lr=0.01, param_groups=groups(model[0].weight))
+
+
+def test_grad_scaler_back_offs_do_not_count_towards_the_skip_limit(one_rank):
+    """A loss of about 2**40 at a scale of 2**100 overflows float32 for many steps: the GradScaler backs off each
+    time and training goes
+    on past max_consecutive_skips=3. A gradient that is NaN whatever the scale still raises, once the scale has
+    fallen to 1: at scales 4 and 2 the skips are back-offs, at 1, 0.5, 0.25 they count."""
+    model, ddp, opt = _trained(0, max_consecutive_skips=3)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**100)
+    for step in range(1, 25):
+        x, y = batch(3, step, 0)
+        scaler.scale(nn.functional.mse_loss(ddp(x), y) * 2.0**40).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+    assert opt.skipped_steps >= 10 and opt.t == 24 - opt.skipped_steps > 0
+    scaler = torch.amp.GradScaler("cpu", init_scale=4.0)
+    with pytest.raises(RuntimeError, match="3 consecutive steps skipped.*GradScaler") as raised:
+        for step in range(1, 10):
+            x, y = batch(3, step, 0)
+            x[0, 0] = float("nan")
+            scaler.scale(nn.functional.mse_loss(ddp(x), y)).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+    assert scaler.get_scale() == 0.25 and "rank(s) [0]" in str(raised.value)

@@ -90,6 +90,16 @@ def test_latency_is_fitted_where_the_table_holds_small_messages(tmp_path, capsys
     assert fit["warnings"] and "plateau" in fit["warnings"][0]
 
 
+def test_a_network_given_by_transport_and_line_rate(tmp_path, capsys):
+    """No preset: sockets at 100 Gb/s, their transport's constants as the start; the file says transport and rate."""
+    fit = _calibrate(tmp_path, capsys, ALL_REDUCE_8X8, "--op", "all-reduce", "--nodes", 8, "--gpus-per-node", 8,
+                     "--transport", "socket", "--line-rate-gbps", "100")
+    text = fit["path"].read_text()
+    assert 'transport = "socket"' in text and "line_rate_gbps = 100" in text and fit["base"] == "socket"
+    assert load_cluster(fit["path"]).nic.line_rate == 100e9
+    assert all(abs(r["relative_error"]) < 0.02 for r in fit["rows"])
+
+
 def test_two_tables_of_one_cluster_fit_together(tmp_path, capsys):
     """The same cluster's all-reduce and all-to-all (issue 78) share one efficiency: both within 12%."""
     fit = _calibrate(tmp_path, capsys, ALL_REDUCE_8X8, ALL_TO_ALL_8X8, "--op", "all-reduce", "--op", "all-to-all",
@@ -102,6 +112,7 @@ def test_two_tables_of_one_cluster_fit_together(tmp_path, capsys):
     (["--network", "ib-edr"], "no Rank lines: give --nodes and --gpus-per-node"),
     (["--nodes", "8", "--gpus-per-node", "8"], "name the network"),
     (["--nodes", "8", "--gpus-per-node", "8", "--network", "ib-edr", "--op", "all-gather"], "--op given 2 times"),
+    (["--nodes", "8", "--gpus-per-node", "8", "--network", "10gbe"], "the table is faster than 1 x 10 Gb/s"),
 ])
 def test_bad_calibrate_input_is_one_line_and_exit_2(tmp_path, extra, message):
     out = tmp_path / "c.toml"
