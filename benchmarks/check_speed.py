@@ -3,7 +3,8 @@
 Times the command a user runs, `birder check` (the checks in their child process included), on the reference, and
 the in-process suite on the reference and on proofs_checks.independent with each check's seconds; prints the
 ratio of each wall time to the 60 s budget (below 1 is within it). On a shared machine run it under nice and say
-so: wall time then includes waiting for the CPU, so CPU seconds are printed beside it.
+so: wall time then includes waiting for the CPU, so CPU seconds are printed beside it, and the load average before
+and after (a quiet 2-core machine has a load below 2).
 
 Run: nice python benchmarks/check_speed.py
 """
@@ -28,7 +29,8 @@ def child_cpu_s() -> float:
 
 
 def main() -> None:
-    print(f"{os.cpu_count()} CPUs visible, niceness {os.nice(0)}; budget {BUDGET_S:.0f} s for the whole suite")
+    print(f"{os.cpu_count()} CPUs visible, niceness {os.nice(0)}; budget {BUDGET_S:.0f} s for the whole suite; load "
+          f"average {os.getloadavg()[0]:.2f} (1 min) before")
     command = [sys.executable, "-m", "birder.cli", "check", "--json"]
     started, cpu_started = time.perf_counter(), child_cpu_s()
     done = subprocess.run(command, capture_output=True, text=True)
@@ -46,6 +48,7 @@ def main() -> None:
               f"{'all hold' if report.passed else 'FAILED'}")
         print("  slowest (a shared run counts for the first check that needs it): "
               + ", ".join(f"{r.name} {r.seconds:.1f} s" for r in slowest))
+    print(f"load average {os.getloadavg()[0]:.2f} (1 min) after")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,10 @@ determinism, the convergence bound), never by comparison with ``birder_ref``, wh
 others here. Each check is a claim of the paper (``kind="paper"``) or a clause of the interface
 (``kind="contract"``: dtypes, shapes, purity, aliasing, the eps convention, float32 |m| <= b), and each root
 cause is reported once (a check resting on a failed one is "not judged"). ``template.py`` is a minimal correct
-implementation (``birder check --template``); ``mutants.py`` and ``mutants_regimes.py`` are wrong ones the suite
-must reject, and correct alternatives it must accept.
+implementation (``birder check --template``); ``mutants.py``, ``mutants_regimes.py`` and ``mutants_sampled.py``
+are wrong ones the suite must reject, and correct alternatives it must accept. The checks of Algorithm 1's lines
+run over fixed regimes and a seeded, stratified sample of the settings space (``trajectories.SETTINGS``); the
+contract's call conventions, input layouts and independent states are checked in ``conventions.py``.
 
 Use it from the command line (``birder check [--impl MODULE[:OBJECT] | path/to/impl.py] [--json]``), from Python::
 

@@ -29,6 +29,8 @@ from safeio.text import printable, printable_lines
 
 TEMPLATE = Path(__file__).with_name("template.py")
 DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_IMPORT_TIMEOUT_S = 20.0  # importing an implementation (and this suite) in the child: far below a check's limit
+MAX_TIMEOUT_S = 86400.0  # a day: longer limits are a typo (1e308 would overflow select's timeout)
 EXIT_GRACE_S = 30.0  # after the last check, how long the child may take to exit before it is stopped
 INTERFACE_HELP = """\
 The interface (arrays are float32 NumPy arrays, or anything numpy.asarray reads, e.g. CPU/CUDA tensors):
@@ -47,13 +49,16 @@ The interface (arrays are float32 NumPy arrays, or anything numpy.asarray reads,
                                 z = mean over workers of u + server_e
                                 u_bar = quantize(z, u_server);  server_e = z - u_bar
                               grads, u_worker (n, d); u_server, u_bar (d,); the given state is left unchanged
-                              and what step returns is never overwritten by a later call
+                              and what step returns is never overwritten by a later call; inputs may be
+                              strided, sliced, Fortran-ordered or read-only; positional and keyword calls agree;
+                              several states may be alive at once; eps down to the smallest normal float32
 
 Paper claims (kind "paper") are the paper's equations, lemmas and Theorem 1; contract clauses (kind "contract")
 are the interface's own rules: float32 dtypes, shapes, purity, no aliasing, r = m / (b + eps), |m| <= b in float32
 (m and b with the same operations in the same order). `birder check --template` prints a minimal correct
-implementation to copy. Exit status: 0 every check holds, 1 a check fails, 2 the implementation cannot be judged
-(it cannot be imported, exits, raises at import, hangs past --timeout, prints to stdout, lacks the interface).
+implementation to copy. Exit status: 0 every check holds, 1 a check fails (a wrong value, dtype or shape, a t that
+never advances, a step that raises), 2 the implementation cannot be judged (it cannot be imported, exits, raises at
+import, hangs past --import-timeout or --timeout, prints to stdout, lacks the interface).
 """
 
 
@@ -88,8 +93,10 @@ def _stop(process: subprocess.Popen) -> None:
     process.wait()
 
 
-def run_isolated(impl: str | None, names: list[str] | None, parity: bool, timeout: float, quiet: bool) -> Report:
-    """Run the checks in a child process; raise Unjudgeable when the implementation cannot be judged."""
+def run_isolated(impl: str | None, names: list[str] | None, parity: bool, timeout: float, quiet: bool,
+                 import_timeout: float = DEFAULT_IMPORT_TIMEOUT_S) -> Report:
+    """Run the checks in a child process; raise Unjudgeable when the implementation cannot be judged. The child
+    has ``import_timeout`` seconds to import the implementation and ``timeout`` seconds for each check."""
     options = {"impl": impl, "only": names, "parity": parity}
     total = len(select_checks(names, parity))
     read_fd, write_fd = os.pipe()
@@ -107,13 +114,17 @@ def run_isolated(impl: str | None, names: list[str] | None, parity: bool, timeou
         bar = tqdm(total=total, desc="birder check", unit="check", disable=True if quiet else None)
         try:
             with os.fdopen(read_fd, "rb", buffering=0) as channel:
-                deadline = time.monotonic() + timeout
+                deadline, loaded = time.monotonic() + import_timeout, False
                 while not done and error is None:
                     ready, _, _ = select.select([channel], [], [], max(0.0, deadline - time.monotonic()))
                     if not ready:
-                        what = f"check {current}" if current else "importing the implementation"
-                        error = (f"{what} did not finish within {timeout:g} s: the implementation hangs or is too "
-                                 "slow (raise the limit with --timeout)")
+                        if not loaded:
+                            error = (f"importing the implementation did not finish within {import_timeout:g} s: its "
+                                     "import hangs or is too slow (raise the limit with --import-timeout)")
+                        else:
+                            what = f"check {current}" if current else "the checks"
+                            error = (f"{what} did not finish within {timeout:g} s: the implementation hangs or is "
+                                     "too slow (raise the limit with --timeout)")
                         break
                     chunk = channel.read(65536)
                     if not chunk:
@@ -124,7 +135,8 @@ def run_isolated(impl: str | None, names: list[str] | None, parity: bool, timeou
                         message = json.loads(line)
                         event = message["event"]
                         if event == "loaded":
-                            target = message["target"]
+                            target, loaded = message["target"], True
+                            deadline = time.monotonic() + timeout
                         elif event == "start":
                             current = message["name"]
                             deadline = time.monotonic() + timeout
@@ -173,19 +185,22 @@ def _parse_only(only: str | None) -> list[str] | None:
 def run(args: argparse.Namespace) -> int:
     if args.template:
         given = [flag for flag, value in (("--impl", args.impl), ("--only", args.only), ("--parity", args.parity),
-                                          ("--json", args.json), ("--timeout", args.timeout != DEFAULT_TIMEOUT_S))
+                                          ("--json", args.json), ("--timeout", args.timeout != DEFAULT_TIMEOUT_S),
+                                          ("--import-timeout", args.import_timeout != DEFAULT_IMPORT_TIMEOUT_S))
                  if value not in (None, False)]
         if given:
             raise ValueError(f"--template prints the template and runs no check: drop {', '.join(given)}")
         print(TEMPLATE.read_text(), end="")
         return 0
-    if not (math.isfinite(args.timeout) and args.timeout > 0):
-        raise ValueError(f"--timeout must be a positive finite number of seconds, got {args.timeout}")
+    for flag, value in (("--timeout", args.timeout), ("--import-timeout", args.import_timeout)):
+        if not (math.isfinite(value) and 0 < value <= MAX_TIMEOUT_S):
+            raise ValueError(f"{flag} must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:g} (a day), "
+                             f"got {value:g}")
     names = _parse_only(args.only)
     select_checks(names, args.parity)  # an unknown name: ValueError, one line, exit 2
     quiet = bool(getattr(args, "quiet", False))
     try:
-        report = run_isolated(args.impl, names, args.parity, args.timeout, quiet)
+        report = run_isolated(args.impl, names, args.parity, args.timeout, quiet, args.import_timeout)
     except Unjudgeable as stopped:
         if args.json:
             print(json.dumps({"passed": False, "error": str(stopped), "impl": stopped.target,
@@ -222,8 +237,11 @@ def register(subparsers) -> None:
     p.add_argument("--parity", action="store_true",
                    help="also require bit-for-bit agreement with birder_ref (not a claim of the paper)")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
-                   help=f"seconds one check (or the import) may take before the implementation is declared hung, "
-                        f"exit 2 (default {DEFAULT_TIMEOUT_S:g})")
+                   help=f"seconds one check may take before the implementation is declared hung, exit 2 (default "
+                        f"{DEFAULT_TIMEOUT_S:g}, at most {MAX_TIMEOUT_S:g})")
+    p.add_argument("--import-timeout", type=float, default=DEFAULT_IMPORT_TIMEOUT_S, metavar="S",
+                   help=f"seconds importing the implementation may take before it is declared hung, exit 2 (default "
+                        f"{DEFAULT_IMPORT_TIMEOUT_S:g}, at most {MAX_TIMEOUT_S:g})")
     p.add_argument("--template", action="store_true",
                    help="print a minimal correct implementation (NumPy) to copy, and exit")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -221,14 +221,6 @@ class MirroredDraws(Plain):
         return np.where(keep, sign, -sign)
 
 
-class LerpEmas(Plain):
-    """Lines 5-6 written as torch's lerp idiom, x + (1 - beta)(g - x), for both m and b_hat (float32)."""
-
-    def moments(self, state, g, beta, t):
-        c = np.float32(1 - beta)
-        return state.m + c * (g - state.m), state.b_hat + c * (np.abs(g) - state.b_hat)
-
-
 # name -> (implementation, the check that must reject it, as the one root cause)
 MUTANTS = {
     "group_mean_server": (GroupMeanServer(), "line13_server_error"),
@@ -242,7 +234,7 @@ MUTANTS = {
     "reused_u_bar_buffer": (ReusedUBarBuffer(), "contract_aliasing"),
     "float64_u_bar": (Float64UBar(), "contract_dtypes"),
     "float64_state": (Float64State(), "contract_dtypes"),
-    "fused_inclusive_quantizer": (FusedInclusiveQuantizer(), "step_exact_draws"),
+    "fused_inclusive_quantizer": (FusedInclusiveQuantizer(), "line8_worker_quantizer"),  # constant draws u = 0
     "max_b_eps": (MaxEps(), "contract_eps_convention"),
     "no_eps_nan": (NoEps(), "contract_eps_convention"),
 }
@@ -251,7 +243,6 @@ MUTANTS = {
 CORRECT = {
     "plain": Plain(),
     "mirrored_draws": MirroredDraws(),
-    "lerp_emas": LerpEmas(),
 }
 
 

@@ -36,7 +36,7 @@ def parity(ctx: Context) -> Outcome:
         s = rec.setting
         prev = algorithm1.State(*(getattr(rec.prev, f).astype(np.float32) for f in
                                   ("m", "b_hat", "b", "e", "server_e")), rec.prev.t)
-        u_bar, new = reference.run_step(prev, rec.grads, s.beta, s.eps, rec.u_worker, rec.u_server, s.T0)
+        u_bar, new = reference.run_step(prev, rec.grads, s.beta, s.eps, rec.u_worker, rec.u_server, rec.T0)
         differ = read_state(new, s.n, s.d).equals(rec.new)
         if not same_bits(u_bar, rec.u_bar) or differ:
             differing.append(f"{s.name} step {rec.new.t}" + (f" ({', '.join(differ)})" if differ else ""))

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 from tqdm import tqdm
 
-from proofs_checks import bounds, contract, identities, parity, quantizer, schemes, semantics, theorem
+from proofs_checks import bounds, contract, conventions, identities, parity, quantizer, schemes, semantics, theorem
 from proofs_checks.registry import CHECKS, Check, Context, Outcome
 from proofs_checks.target import ImplError, Target
 
@@ -24,7 +24,8 @@ from proofs_checks.target import ImplError, Target
 # (Eq. 5, update rules and identities, bounds, semantics, Theorem 1, Section 4), the contract's clauses, then
 # the opt-in parity; the sort is stable, so each module keeps its own order. A check runs after the
 # checks it rests on. The table shows the contract's clauses first.
-_ORDER = [m.__name__ for m in (quantizer, identities, bounds, semantics, theorem, schemes, contract, parity)]
+_ORDER = [m.__name__ for m in (quantizer, identities, bounds, semantics, theorem, schemes, contract, conventions,
+                                parity)]
 FIRST = ("interface", "contract_shapes")  # an unreadable or misshapen result is reported by the contract first
 CHECKS.sort(key=lambda c: (FIRST.index(c.name) if c.name in FIRST else len(FIRST), _ORDER.index(c.run.__module__)))
 
@@ -68,8 +69,9 @@ def select(names: list[str] | None = None, parity: bool = False) -> list[Check]:
 
 
 def _cause(message: str) -> str:
-    """An implementation error without where it happened (trajectory, step), to recognise a repeated cause."""
-    return re.sub(r" \((trajectory|first at)[^)]*\)$", "", message)
+    """An implementation error without where it happened (trajectory, step) or the sizes it met (a shape, init's
+    arguments), to recognise a repeated cause."""
+    return re.sub(r"\(\d+(, \d+)*,?\)", "(sizes)", re.sub(r" \((trajectory|first at)[^)]*\)$", "", message))
 
 
 def run_one(ctx: Context, chk: Check) -> Result:

@@ -10,16 +10,24 @@ function of its setting. The settings are the regimes the identities must surviv
   server averaging the means of groups of any size differs from the mean: 257 has no equal groups);
 - ``huge``: d = 70001 > 2^16 for three steps (a kernel whose grid covers only the first elements);
 - ``long``: 300 steps with T0 = 40 (lines 5-7 and t long after a warm-up; a counter in int8 or uint8 wraps);
-- ``extreme``: magnitudes from subnormal (1e-45) to 1e30 through lines 5-6 (a silent clamp of m and b).
+- ``extreme``: magnitudes from subnormal (1e-45) to 1e30 through lines 5-6 (a silent clamp of m and b);
+- ``workers_4099``: 4099 workers on d = 5, vote sums reaching +-4099 (a float16 sum is exact only to 2048);
+- ``restart_1000``: 1010 steps with T0 = 1000 (AMSGrad switching on after a thousand steps: a T0 kept in 8 bits);
+- ``float32_max``: magnitudes up to the largest finite float32 with alternating signs (g - m overflows);
+- ``sampled_K``: a seeded, stratified sample (``sampled_settings``) of the space of settings: beta in (0, 1) with
+  its extremes, eps from the smallest normal float32 up, T0 in {None, 0, 1, t, beyond t} or changing per call,
+  n and d from 1 up, magnitudes 1e-45 up to the largest finite float32, idle workers (zero gradient rows) and
+  constant draws.
 
 Each step also records what the contract requires of the call itself: whether the input state was changed
 (purity), whether the u_bar returned by the previous call or the state returned two calls ago changed
-(aliasing: a reused buffer), and the dtypes returned.
+(aliasing: a reused buffer), and the dtypes returned; at the end of a trajectory every u_bar and state it returned is
+re-read (``Record.earlier_changed`` of its last record: buffers reused in a ring).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -38,6 +46,14 @@ class Setting:
     T0: int | None
     seed: int
     family: str = "mixed"
+    T0_path: tuple = ()  # T0 given at each step (T0 changing between calls); empty: T0 at every step
+    draws: str = "uniform"  # "constant": every draw of a step the same value (0, 1/2, 1 - 2^-24 or random)
+    idle_workers: int = 0  # this many workers (rows) get an all-zero gradient at each step
+    log10_range: tuple[float, float] = (-3.0, 3.0)  # the "sampled" family's magnitudes, 10^lo .. 10^hi
+
+    def T0_at(self, t: int):
+        """The T0 given at step t."""
+        return self.T0_path[t - 1] if self.T0_path else self.T0
 
 
 SETTINGS = (
@@ -49,8 +65,65 @@ SETTINGS = (
     Setting("huge", n=2, d=70001, T=3, beta=0.9, eps=1e-8, T0=1, seed=16),  # past 2^16 elements per worker
     Setting("long", n=3, d=24, T=300, beta=0.9, eps=1e-8, T0=40, seed=17, family="long"),
     Setting("extreme", n=2, d=64, T=30, beta=0.9, eps=1e-8, T0=10, seed=18, family="extreme"),
+    Setting("workers_4099", n=4099, d=5, T=3, beta=0.9, eps=1e-8, T0=None, seed=19, family="agree", idle_workers=1),
+    Setting("restart_1000", n=2, d=6, T=1010, beta=0.9, eps=1e-8, T0=1000, seed=20, family="long"),
+    Setting("float32_max", n=3, d=24, T=12, beta=0.7, eps=1e-8, T0=4, seed=21, family="sampled",
+            log10_range=(38.3, 38.5318)),
 )
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+SMALLEST_NORMAL = float(np.finfo(np.float32).tiny)
+SAMPLE_SEED, SAMPLE_COUNT = 2026, 24
+# The strata each sampled setting cycles through (so every edge is present whatever the seed), beside a random draw.
+BETA_EDGES = (0.999999, 1e-6, 0.3, 0.499, 1 - 2.0**-24, 0.95)
+EPS_EDGES = (SMALLEST_NORMAL, 1e-30, 1e-12, 1e-8)
+T0_MODES = ("None", "0", "1", "t", "beyond", "per-call")
+
+
+def _T0_path(mode: str, T: int, rng: np.random.Generator) -> tuple:
+    """T0 at each of T steps: fixed (None, 0, 1), equal to a step t inside the run, beyond its end, or per call
+    one of None, 0, 1, t - 1, t, t + 1 or far beyond (T0 given anew at every call)."""
+    if mode == "per-call":
+        return tuple((None, 0, 1, t - 1, t, t + 1, 10**6)[int(rng.integers(7))] for t in range(1, T + 1))
+    fixed = {"None": None, "0": 0, "1": 1, "t": int(rng.integers(1, T + 1)), "beyond": T + int(rng.integers(1, 50))}
+    return (fixed[mode],) * T
+
+
+def sampled_settings(count: int = SAMPLE_COUNT, seed: int = SAMPLE_SEED) -> tuple[Setting, ...]:
+    """A seeded, stratified sample of the settings space: setting k takes beta, eps and T0's mode from the edge
+    lists above in turn on every other setting (a random beta in (0, 1), a log-uniform eps in [smallest normal,
+    1e-2] otherwise), n from 1 to 128 and d from 1 to 600 log-uniformly (odd lengths included; d = 1 every
+    seventh), 1 to 60 steps,
+    magnitudes log-uniform over a random part of 1e-45 .. the largest float32, a third with idle workers, a fifth
+    with constant draws."""
+    rng = np.random.default_rng(seed)
+    settings = []
+    for k in range(count):
+        random = k % 2 == 1
+        beta = float(rng.uniform(1e-6, 1 - 1e-6)) if random else BETA_EDGES[(k // 2) % len(BETA_EDGES)]
+        eps = float(10 ** rng.uniform(np.log10(SMALLEST_NORMAL), -2)) if random else EPS_EDGES[(k // 2) % 4]
+        n, d = int(round(2 ** rng.uniform(0, 7))), int(round(2 ** rng.uniform(0, 9.3)))
+        d = 1 if k % 7 == 3 else d  # a single element: the last one and the first
+        T = int(rng.integers(1, 61))
+        lo = float(rng.uniform(-45, 20))
+        hi = float(min(rng.uniform(lo, 40), np.log10(FLOAT32_MAX)))
+        path = _T0_path(T0_MODES[k % len(T0_MODES)], T, rng)
+        idle = int(rng.integers(1, n + 1)) if k % 3 == 2 else 0
+        settings.append(Setting(f"sampled_{k}", n=n, d=d, T=T, beta=beta, eps=eps, T0=path[0], seed=1000 + k,
+                                family="sampled", T0_path=path if len(set(path)) > 1 else (),
+                                draws="constant" if k % 5 == 4 else "uniform", idle_workers=idle,
+                                log10_range=(lo, hi)))
+    return tuple(settings)
+
+
+FIXED = len(SETTINGS)
+SETTINGS = SETTINGS + sampled_settings()
 BY_NAME = {s.name: s for s in SETTINGS}
+SPACE = (f"{FIXED} fixed regimes and {len(SETTINGS) - FIXED} sampled settings (seed {SAMPLE_SEED}): "
+         f"{min(s.n for s in SETTINGS)} to {max(s.n for s in SETTINGS)} workers, d {min(s.d for s in SETTINGS)} to "
+         f"{max(s.d for s in SETTINGS)}, up to {max(s.T for s in SETTINGS)} steps, beta "
+         f"{min(s.beta for s in SETTINGS):g} to {max(s.beta for s in SETTINGS):.8g}, eps down to "
+         f"{min(s.eps for s in SETTINGS):.3g}, T0 None, 0, 1, a step t, beyond the run or given anew per call, "
+         "magnitudes 1e-45 to the largest float32, idle workers, constant draws")
 EXTREME_MAGNITUDES = (1e-45, 1e-40, 1e-38, 1e-30, 1e-20, 1e-8, 1.0, 1e8, 1e20, 1e25, 1e28, 1e30)
 
 
@@ -61,6 +134,7 @@ class Record:
     the previous u_bar changed) and the dtypes it returned."""
 
     setting: Setting
+    T0: int | None
     prev: StateView
     grads: np.ndarray
     u_worker: np.ndarray
@@ -72,6 +146,7 @@ class Record:
     older_changed: tuple[str, ...] = ()
     previous_u_bar_changed: bool = False
     dtypes: tuple[tuple[str, str], ...] = ()
+    earlier_changed: tuple[str, ...] = ()  # last record only: every output returned before, re-read at the end
 
 
 def mixed_gradients(setting: Setting, rng: np.random.Generator, t: int) -> np.ndarray:
@@ -137,15 +212,44 @@ def extreme_gradients(setting: Setting, rng: np.random.Generator, t: int) -> np.
     return g
 
 
+def sampled_gradients(setting: Setting, rng: np.random.Generator, t: int) -> np.ndarray:
+    """Per column a magnitude log-uniform in 10^log10_range (capped at the largest float32) and a sign pattern:
+    constant, alternating in t, random, or one random sign shared by every worker (vote sums reach +-n); amplitudes
+    rise and fall (period 7 + column) so line 7's running maximum differs from b_hat."""
+    n, d = setting.n, setting.d
+    lo, hi = setting.log10_range
+    column = np.arange(d)
+    log_magnitude = np.random.default_rng(setting.seed).uniform(lo, hi, d)
+    wave = 1 + 0.9 * np.sin(2 * np.pi * t / (7.0 + column))
+    magnitude = np.minimum(10.0**log_magnitude * wave * (0.75 + 0.25 * rng.random((n, d))), FLOAT32_MAX)
+    pattern = column % 4
+    shared = np.where(rng.random(d) < 0.5, -1.0, 1.0)
+    sign = np.select([pattern == 0, pattern == 1, pattern == 2],
+                     [np.ones((n, d)), np.broadcast_to((-1.0) ** (t + column), (n, d)),
+                      np.where(rng.random((n, d)) < 0.5, -1.0, 1.0)], np.broadcast_to(shared, (n, d)))
+    return (magnitude * sign).astype(np.float32)
+
+
 GRADIENTS = {"mixed": mixed_gradients, "agree": agreeing_gradients, "long": long_gradients,
-             "extreme": extreme_gradients}
+             "extreme": extreme_gradients, "sampled": sampled_gradients}
 
 
 def gradients(setting: Setting, rng: np.random.Generator, t: int) -> np.ndarray:
-    return GRADIENTS[setting.family](setting, rng, t)
+    """The setting's gradients at step t, with its idle workers' rows set to zero."""
+    g = GRADIENTS[setting.family](setting, rng, t)
+    if setting.idle_workers:
+        g[rng.choice(setting.n, setting.idle_workers, replace=False)] = 0.0
+    return g
 
 
-def draws(rng: np.random.Generator, n: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+CONSTANT_DRAWS = (0.0, 0.5, 1 - 2.0**-24)
+
+
+def draws(rng: np.random.Generator, n: int, d: int, kind: str = "uniform") -> tuple[np.ndarray, np.ndarray]:
+    """Uniform float32 draws (worker, server); ``constant``: each array one value, 0, 1/2, 1 - 2^-24 or random."""
+    if kind == "constant":
+        worker, server = (float(np.float32(rng.choice(CONSTANT_DRAWS + (rng.random(),)))) for _ in range(2))
+        return np.full((n, d), worker, np.float32), np.full(d, server, np.float32)
     return rng.random((n, d), dtype=np.float32), rng.random(d, dtype=np.float32)
 
 
@@ -165,14 +269,16 @@ def run(target: Target, setting: Setting) -> list[Record]:
     records = []
     older = None  # (state object, its snapshot) returned two calls back
     previous_u_bar = None  # (u_bar object as returned, a copy of it)
+    returned = []  # every (u_bar as returned, its copy, state as returned, its snapshot), re-read at the end
     for t in range(1, setting.T + 1):
         grads = gradients(setting, rng, t)
-        u_worker, u_server = draws(rng, n, d)
+        u_worker, u_server = draws(rng, n, d, setting.draws)
+        T0 = setting.T0_at(t)
         given = (grads.copy(), u_worker.copy(), u_server.copy())  # step gets these; the record keeps the originals
         try:
             prev = read_state(state, n, d)
             raw_u_bar, u_bar, new_state = target.call_step(state, given[0], setting.beta, setting.eps, given[1],
-                                                           given[2], setting.T0)
+                                                           given[2], T0)
             new = read_state(new_state, n, d)
             input_changed = _changed(state, prev, n, d)
             older_changed = _changed(older[0], older[1], n, d) if older else ()
@@ -184,10 +290,17 @@ def run(target: Target, setting: Setting) -> list[Record]:
         inputs_changed = tuple(name for name, mine, theirs in zip(("gradients", "u_worker", "u_server"),
                                                                   (grads, u_worker, u_server), given, strict=True)
                                if not same_bits(mine, theirs))
-        records.append(Record(setting, prev, grads, u_worker, u_server, u_bar, new, input_changed, inputs_changed,
+        records.append(Record(setting, T0, prev, grads, u_worker, u_server, u_bar, new, input_changed, inputs_changed,
                               older_changed, u_bar_changed, dtypes))
         older, previous_u_bar = (state, prev), (raw_u_bar, u_bar)
+        returned.append((raw_u_bar, u_bar, new_state, new))
         state = new_state
+    earlier = tuple(f"u_bar of step {t}" for t, (raw, copy, _, _) in enumerate(returned, start=1)
+                    if not same_bits(to_numpy(raw), copy))
+    earlier += tuple(f"state of step {t} ({', '.join(fields)})" for t, (_, _, obj, view) in enumerate(returned, start=1)
+                     if (fields := _changed(obj, view, n, d)))
+    if earlier:
+        records[-1] = replace(records[-1], earlier_changed=earlier)
     return records
 
 

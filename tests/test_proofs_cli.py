@@ -82,12 +82,12 @@ BAD_IMPLS = {
     "exits_at_import": ("import sys\nsys.exit(0)\n", "sys.exit(0)"),
     "raises_at_import": ("raise RuntimeError('no GPU here')\n", "RuntimeError: no GPU here"),
     "ends_its_process": (GOOD + "\nimport os\n\n\ndef step(*args, **kwargs):\n    os._exit(0)\n",
-                         "the checking process ended during check interface"),
+                         "the checking process ended during check contract_calls"),
     "prints_garbage": (GOOD + "\nprint('garbage {')\n", "printed 10 bytes to stdout"),
     "hangs": (GOOD + "\n\ndef step(*args, **kwargs):\n    while True:\n        pass\n",
-              "check interface did not finish within 2 s"),
+              "check contract_calls did not finish within 2 s"),
     "exits_in_step": (GOOD + "\nimport sys\n\n\ndef step(*args, **kwargs):\n    sys.exit(0)\n",
-                      "called sys.exit(0) during check interface"),
+                      "called sys.exit(0) during check contract_calls"),
 }
 
 
@@ -99,7 +99,7 @@ def test_an_implementation_that_escapes_the_checks_exits_two_with_one_line_and_o
     source, expected = BAD_IMPLS[case]
     path = tmp_path / f"{case}.py"
     path.write_text(source)
-    code = main(["check", "--json", "--impl", str(path), "--only", "interface,line9_worker_error", "--timeout", "2"])
+    code = main(["check", "--json", "--impl", str(path), "--only", "interface,contract_calls", "--timeout", "2"])
     captured = capsys.readouterr()
     assert code == 2
     assert captured.err.count("\n") == 1 and captured.err.startswith("birder check: error:")
@@ -115,7 +115,7 @@ def test_impl_as_a_module_of_the_current_directory_a_file_path_and_a_package(tmp
     (tmp_path / "pkg" / "__init__.py").write_text("from .core import init, quantize, step\n")
     monkeypatch.chdir(tmp_path)
     for impl in ("mybirder", "mybirder.py", str(tmp_path / "mybirder.py"), "pkg/__init__.py", "pkg"):
-        assert main(["check", "--impl", impl, "--only", "interface,line9_worker_error"]) == 0, impl
+        assert main(["check", "--impl", impl, "--only", "interface,contract_calls"]) == 0, impl
     assert "2 pass" in capsys.readouterr().out
 
 
@@ -145,6 +145,39 @@ def test_template_prints_the_file_and_help_carries_the_interface(capsys):
 
 
 def test_empty_only_and_bad_timeout_are_bad_usage(capsys):
-    for argv in (["check", "--only", ""], ["check", "--only", " , "], ["check", "--timeout", "0"]):
+    for argv in (["check", "--only", ""], ["check", "--only", " , "], ["check", "--timeout", "0"],
+                 ["check", "--timeout", "1e308"], ["check", "--import-timeout", "inf"],
+                 ["check", "--import-timeout", "-1"]):
         assert main(argv) == 2
-        assert capsys.readouterr().err.count("\n") == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("birder check: error:") and "Traceback" not in err
+    main(["check", "--timeout", "1e308"])
+    assert "at most 86400" in capsys.readouterr().err
+
+
+def test_an_import_that_never_finishes_is_reported_within_the_import_limit(tmp_path, capsys):
+    """The import has its own limit, well under a minute by default, apart from --timeout (per check)."""
+    import time
+
+    from proofs_checks.cli import DEFAULT_IMPORT_TIMEOUT_S
+
+    assert DEFAULT_IMPORT_TIMEOUT_S < 30
+    path = tmp_path / "slow_import.py"
+    path.write_text("import time\nwhile True:\n    time.sleep(0.05)\n")
+    started = time.monotonic()
+    code = main(["check", "--impl", str(path), "--import-timeout", "1", "--timeout", "600"])
+    err = capsys.readouterr().err
+    assert code == 2 and time.monotonic() - started < 60
+    assert err.count("\n") == 1 and "importing the implementation did not finish within 1 s" in err
+
+
+@pytest.mark.parametrize("name", ["u_bar_keeps_worker_axis", "counter_never_advances"])
+def test_an_implementation_with_the_interface_and_a_wrong_result_is_a_verdict_exit_one(name, capsys):
+    """A wrong shape or a t that never advances is a failed check (exit 1), never "cannot be judged" (exit 2)."""
+    from proofs_checks.mutants_sampled import MUTANTS
+
+    clause = MUTANTS[name][1]
+    code = main(["check", "--json", "--impl", f"proofs_checks.mutants_sampled:{name}", "--only", f"interface,{clause}"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1 and "error" not in out
+    assert [c["status"] for c in out["checks"]] == ["pass", "fail"]
