@@ -109,6 +109,21 @@ def prediction_interval(throughput: float, alpha_beta_efficiency: float, site_pr
     return (*validate.interval_around(throughput, bounds), basis)
 
 
+def measured_node_bounds(low: float, high: float, basis: str, throughput: float, nodes: int,
+                         single_node_throughput: float) -> tuple[float, float, str]:
+    """An interval held to what a measured node implies: on that one node the prediction is the measurement (no
+    interval), and n such nodes give at most n times it (``validate.linear_ceiling``, as the corpus's coverage
+    is measured)."""
+    from sim import validate
+
+    if nodes == 1:
+        return throughput, throughput, "one measured node: the measurement itself"
+    ceiling = validate.linear_ceiling(high, throughput, nodes * single_node_throughput)
+    if ceiling < high:
+        basis += "; upper end held at linear scaling of the measured node"
+    return low, ceiling, basis
+
+
 def _split(cross: CrossValidation) -> dict:
     """The cross-validation's MAPE overall, over the groups a site's fit left out, and over networks left out."""
     from sim import validate
@@ -185,6 +200,9 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                                   out["single_node_throughput"], c.nic.line_rate * c.nic.count / 8)
     low, high, basis = prediction_interval(out["throughput"], naive / (c.n_nodes * out["single_node_throughput"]),
                                            site, single_node_throughput is not None)
+    if single_node_throughput is not None:  # a measured node bounds what more of its kind can do
+        low, high, basis = measured_node_bounds(low, high, basis, out["throughput"], c.n_nodes,
+                                                single_node_throughput)
     reasons = extrapolation(c, model, batch_per_gpu, grad_dtype, accumulation_steps)
     out.update({"model": model if model is not None else f"params-{params}", "batch_per_gpu": batch_per_gpu,
                 "network": c.nic.name, "cluster": c.name or c.nic.name, "site_profile": site,

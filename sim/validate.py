@@ -649,6 +649,12 @@ def interval_around(predicted: float, bounds: tuple[float, float]) -> tuple[floa
     return min(predicted, predicted * math.exp(bounds[0])), max(predicted, predicted * math.exp(bounds[1]))
 
 
+def linear_ceiling(high: float, predicted: float, linear: float) -> float:
+    """An interval's upper end held at linear scaling of a measured node (``linear``: nodes x its throughput),
+    the most more nodes of its kind can give; never below the prediction itself."""
+    return min(high, max(predicted, linear))
+
+
 def interval_quantiles(predictions: list[tuple[str, float]]) -> dict[str, tuple[float, float]]:
     """Per interval regime (and ``all``, the regimes pooled), the conformal bounds of log(measured / predicted)
     over (regime, log ratio) pairs."""
@@ -803,6 +809,7 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
         q = interval_quantiles([ratios[id(r)] for r, _, _ in done if r.source not in held])
         reg = ratios[id(row)][0]
         low, high = interval_around(generic.throughput, q[reg] if all(map(math.isfinite, q[reg])) else q["all"])
+        high = linear_ceiling(high, generic.throughput, linear_scaling(row))
         out.append(CorpusPrediction(
             row.source, row.table, row.model, row.gpu, row.nodes, row.gpus_per_node, row.transport,
             float(row.line_rate_gbps), row.nics_per_node, row.framework, framework_of(row), row.optimizer,

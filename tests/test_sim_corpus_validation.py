@@ -171,3 +171,15 @@ def test_the_512_node_table_of_the_sim_readme_is_the_simulators():
         for optimizer, quoted in (("birder", birder), ("sgdm", sgdm)):
             predicted = api.predict_config("resnet50", 512, net, optimizer)["throughput"]
             assert float(quoted.replace(",", "")) == pytest.approx(predicted, rel=1e-3), (net, optimizer)
+
+
+@pytest.mark.parametrize("model, network, measured", [("resnet50", "ib-ndr", 3693), ("bert-large", "ib-hdr", 500),
+                                                      ("gpt2", "10gbe", 300)])
+def test_a_measured_node_bounds_the_interval(model, network, measured):
+    """On the measured node itself the prediction is the measurement, with no interval; on n such nodes the upper
+    end never exceeds n times the measurement (linear scaling), however wide the regime's bounds."""
+    one = api.predict_config(model, 1, network, single_node_throughput=measured)
+    assert one["throughput_low"] == one["throughput"] == one["throughput_high"] == pytest.approx(measured)
+    for nodes in (2, 8, 64):
+        out = api.predict_config(model, nodes, network, single_node_throughput=measured)
+        assert out["throughput_low"] <= out["throughput"] <= out["throughput_high"] <= nodes * measured * (1 + 1e-12)
