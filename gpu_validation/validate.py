@@ -321,7 +321,7 @@ class OptimizerTrainer:
         state = self.optimizer.state_dict()["state"]
         workers = [self.topology.worker_of(r) for r in range(world)]
         rows = {name: state[name][workers].numpy() for name in ("m", "b_hat", "e")}
-        return {**rows, "b": rows["b_hat"],  # T0 off: b is b_hat
+        return {**rows,  # no b: Birder holds none (T0 off, b is b_hat), so only what it holds is compared
                 "server_error": np.tile(state["server_error"].numpy(), (world, 1)),
                 "skipped": np.full(world, state["skipped_steps"])}
 
@@ -387,10 +387,12 @@ class Reference:
             self.ranks_identical &= bool((u_bars == u_bars[0]).all())
 
     def compare_state(self, states: dict[str, np.ndarray], workers: list[int], t: int, skipped: np.ndarray) -> int:
-        """Elements of the hook's gathered state (rank, d) that differ from the reference's, plus counters."""
+        """Elements of a path's gathered state (rank, d) that differ from the reference's, plus counters. ``b`` is
+        compared where the path holds one (the hook's state); Birder holds only m, b_hat, e."""
         ref = self.state
+        held = (("m", ref.m), ("b_hat", ref.b_hat), ("e", ref.e)) + ((("b", ref.b),) if "b" in states else ())
         bad = 0
-        for name, ref_rows in (("m", ref.m), ("b_hat", ref.b_hat), ("b", ref.b), ("e", ref.e)):
+        for name, ref_rows in held:
             bad += int((states[name] != ref_rows[workers]).sum())
         bad += int((states["server_error"] != ref.server_e).sum())
         return bad + int(t != ref.t) + int((skipped != self.skipped).sum())
