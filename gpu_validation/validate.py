@@ -129,7 +129,9 @@ class Comparison:
     device: str  # "cpu", or the CUDA device's name
     checked: tuple[str, ...]  # the code paths compared (``PATHS``): "optimizer" (gpu_validation.Birder), "hook"
     paths: dict  # path -> its own findings (the fields above and below, for that path alone)
-    paths_agree: bool  # every path produced the same updates (the same u_bar digests) from the same data
+    reference_updates_agree: bool  # birder_ref, fed each path's gathered gradients, computed the same updates
+    # (u_bar digests) on every path: the paths gave it the same gradients. The paths' own updates are compared with
+    # birder_ref inside each path (``mismatched_elements``), not here
     scheme: str
     nodes: int
     gpus_per_node: int
@@ -491,7 +493,7 @@ def train_and_compare(cfg: Config, rank: int, one_machine: bool = True) -> Compa
         checked=tuple(cfg.paths),
         paths={c["path"]: {k: (list(v) if k == "update_digests" else v) for k, v in c.items() if k != "path"}
                for c in checks},
-        paths_agree=same_updates,
+        reference_updates_agree=same_updates,
         scheme=cfg.scheme,
         nodes=cfg.nodes,
         gpus_per_node=cfg.gpus_per_node,
