@@ -18,6 +18,7 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
@@ -132,7 +133,7 @@ STAGE_BYTES = {  # bytes per element a fused kernel must move in each stage Bird
 }
 
 
-def stage_timings(sizes, device: torch.device, repeats: int, quiet: bool = False) -> list[dict]:
+def stage_timings(sizes: Iterable[int], device: torch.device, repeats: int, quiet: bool = False) -> list[dict]:
     """Per size: seconds of each stage ``Birder.step()`` runs on one rank's shard, with its achieved GB/s and
     share of the peak: the fused worker stage (``torch_birder.worker_step_packed_``: node mean, lines 5-9 with
     their draws, quantization, error feedback, packing), the fused server stage (``server_step_packed_`` over two
@@ -151,7 +152,7 @@ def stage_timings(sizes, device: torch.device, repeats: int, quiet: bool = False
         torch.set_num_threads(threads)
 
 
-def _stage_rows(sizes, device: torch.device, repeats: int, quiet: bool) -> list[dict]:
+def _stage_rows(sizes: Iterable[int], device: torch.device, repeats: int, quiet: bool) -> list[dict]:
     from gpu_validation.optimizer import _apply_packed_update_
 
     rows = []

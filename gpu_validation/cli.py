@@ -129,7 +129,8 @@ def describe(result) -> str:
         f"gpu-validate {'PASSED' if result.passed else 'FAILED'}: {where}, {result.steps} steps, "
         f"{result.parameters} parameters" + ("" if result.buckets is None else f" in {result.buckets} buckets"),
         f"  checked: {', '.join(_PATH_NAMES[p] for p in result.checked)}"
-        f"{'' if result.paths_agree else '; the paths gave DIFFERENT updates'}",
+        + ("" if result.reference_updates_agree
+           else "; the paths fed birder_ref DIFFERENT gradients (its updates differ between paths)"),
         f"  mismatched elements vs birder_ref (updates, parameters, state): {result.mismatched_elements}",
         f"  max |difference|: {result.max_abs_diff}; ranks identical: {result.ranks_identical}",
         f"  skipped (non-finite) steps: {result.skipped_steps}"

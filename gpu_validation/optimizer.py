@@ -42,6 +42,7 @@ import numbers
 import os
 import time
 import weakref
+from collections.abc import Iterable
 
 import torch
 import torch.distributed as dist
@@ -123,7 +124,7 @@ _CALLS = {_HOOK: "backward", _STATE_DICT: "state_dict()"}
 _RECORD = 4  # int64 words per rank: (what it is doing, Birder step, largest |gradient| as float32 bits, checksum)
 
 
-def bits_checksum(tensors) -> torch.Tensor:
+def bits_checksum(tensors: Iterable[torch.Tensor]) -> torch.Tensor:
     """An int64 0-dim tensor: the tensors' bit patterns summed as integer words (modulo 2**32 per tensor), the
     i-th tensor's sum weighted by i + 1. Identical tensors give the same value on every rank and device; a change
     to one element always changes it (its words change by a nonzero amount below 2**32). One read pass, about as

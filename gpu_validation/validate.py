@@ -129,7 +129,9 @@ class Comparison:
     device: str  # "cpu", or the CUDA device's name
     checked: tuple[str, ...]  # the code paths compared (``PATHS``): "optimizer" (gpu_validation.Birder), "hook"
     paths: dict  # path -> its own findings (the fields above and below, for that path alone)
-    paths_agree: bool  # every path produced the same updates (the same u_bar digests) from the same data
+    reference_updates_agree: bool  # birder_ref, fed each path's gathered gradients, computed the same updates
+    # (u_bar digests) on every path: the paths gave it the same gradients. The paths' own updates are compared with
+    # birder_ref inside each path (``mismatched_elements``), not here
     scheme: str
     nodes: int
     gpus_per_node: int
@@ -321,7 +323,7 @@ class OptimizerTrainer:
         state = self.optimizer.state_dict()["state"]
         workers = [self.topology.worker_of(r) for r in range(world)]
         rows = {name: state[name][workers].numpy() for name in ("m", "b_hat", "e")}
-        return {**rows, "b": rows["b_hat"],  # T0 off: b is b_hat
+        return {**rows,  # no b: Birder holds none (T0 off, b is b_hat), so only what it holds is compared
                 "server_error": np.tile(state["server_error"].numpy(), (world, 1)),
                 "skipped": np.full(world, state["skipped_steps"])}
 
@@ -387,10 +389,12 @@ class Reference:
             self.ranks_identical &= bool((u_bars == u_bars[0]).all())
 
     def compare_state(self, states: dict[str, np.ndarray], workers: list[int], t: int, skipped: np.ndarray) -> int:
-        """Elements of the hook's gathered state (rank, d) that differ from the reference's, plus counters."""
+        """Elements of a path's gathered state (rank, d) that differ from the reference's, plus counters. ``b`` is
+        compared where the path holds one (the hook's state); Birder holds only m, b_hat, e."""
         ref = self.state
+        held = (("m", ref.m), ("b_hat", ref.b_hat), ("e", ref.e)) + ((("b", ref.b),) if "b" in states else ())
         bad = 0
-        for name, ref_rows in (("m", ref.m), ("b_hat", ref.b_hat), ("b", ref.b), ("e", ref.e)):
+        for name, ref_rows in held:
             bad += int((states[name] != ref_rows[workers]).sum())
         bad += int((states["server_error"] != ref.server_e).sum())
         return bad + int(t != ref.t) + int((skipped != self.skipped).sum())
@@ -489,7 +493,7 @@ def train_and_compare(cfg: Config, rank: int, one_machine: bool = True) -> Compa
         checked=tuple(cfg.paths),
         paths={c["path"]: {k: (list(v) if k == "update_digests" else v) for k, v in c.items() if k != "path"}
                for c in checks},
-        paths_agree=same_updates,
+        reference_updates_agree=same_updates,
         scheme=cfg.scheme,
         nodes=cfg.nodes,
         gpus_per_node=cfg.gpus_per_node,

@@ -71,7 +71,8 @@ def test_one_node_profile_measures_intra_and_names_a_network_preset(tmp_path):
 
 def test_bench_times_the_kernels_birder_step_runs(monkeypatch, tmp_path):
     """The three functions one Birder.step() calls (one rank, in this process) are the ones bench times; each
-    stage's GB/s is the bytes it must move over its median time, and its share of the peak follows."""
+    stage's GB/s is the bytes it must move over its median time, those bytes counted here from the tensors bench
+    actually hands each function (read once; the state it updates in place written once; its packed result)."""
     import torch.distributed as dist
     from torch import nn
 
@@ -79,13 +80,21 @@ def test_bench_times_the_kernels_birder_step_runs(monkeypatch, tmp_path):
     from gpu_validation import torch_birder as tb
 
     calls: dict[str, int] = {}
+    moved: dict[str, float] = {}  # bytes the last call of each function must move
+    updated_in_place = {"worker_step_packed_": slice(0, 3),  # m, b_hat, e
+                        "server_step_packed_": slice(1, 2),  # server_error (after the workers' packed signs)
+                        "_apply_packed_update_": slice(0, 1)}  # the parameter piece
 
     def counting(module, name):
         real = getattr(module, name)
 
         def wrapper(*args, **kwargs):
             calls[name] = calls.get(name, 0) + 1
-            return real(*args, **kwargs)
+            out = real(*args, **kwargs)
+            tensors = [a for a in args if isinstance(a, torch.Tensor)]  # bits: the piece's signs (one piece here)
+            moved[name] = (sum(t.nbytes for t in tensors) + sum(t.nbytes for t in tensors[updated_in_place[name]])
+                           + (out.nbytes if isinstance(out, torch.Tensor) else 0))
+            return out
 
         monkeypatch.setattr(module, name, wrapper)
 
@@ -104,11 +113,11 @@ def test_bench_times_the_kernels_birder_step_runs(monkeypatch, tmp_path):
     assert set(stepped) == {"worker_step_packed_", "server_step_packed_", "_apply_packed_update_"}, stepped
     (row,) = stage_timings([1000], torch.device("cpu"), repeats=1)
     assert set(calls) == set(stepped), calls
-    peak = row["peak_gbytes_per_s"]
-    assert row["peak_ratio"] == pytest.approx(row["gbytes_per_s"] / peak)
-    for stage, moved in STAGE_BYTES.items():
-        assert row[f"{stage}_gbytes_per_s"] == pytest.approx(moved * 1000 / row[f"{stage}_s"] / 1e9)
-        assert row[f"{stage}_peak_ratio"] == pytest.approx(row[f"{stage}_gbytes_per_s"] / peak)
+    functions = {"worker": "worker_step_packed_", "server": "server_step_packed_", "update": "_apply_packed_update_"}
+    assert set(functions) == set(STAGE_BYTES)
+    for stage, function in functions.items():  # bench's bytes (GB/s x seconds) = the bytes counted from the call
+        assert row[f"{stage}_gbytes_per_s"] * row[f"{stage}_s"] * 1e9 == pytest.approx(moved[function]), stage
+    assert row["peak_ratio"] == pytest.approx(row["gbytes_per_s"] / row["peak_gbytes_per_s"])
     assert row["elements"] == 1000 and 0 < row["draws_s"] and 0 < row["peak_ratio"]
 
 
