@@ -329,6 +329,12 @@ def load_prices(path: str | Path) -> Prices:
         entries = data.get(table, {})
         if not isinstance(entries, dict):
             raise ValueError(f"{path}: [{table}] must be a table of network = price")
+        from sim.network import NETWORKS
+
+        unknown_networks = sorted(set(entries) - set(NETWORKS))
+        if unknown_networks:
+            raise ValueError(f"{path}: [{table}] names no network the simulator knows: {', '.join(unknown_networks)} "
+                             f"(known: {', '.join(NETWORKS)})")
         tables[table] = {net: price(v, f"[{table}] {net}") for net, v in entries.items()}
     currency = data.get("currency", "units")
     if not isinstance(currency, str) or not currency.strip():

@@ -4,6 +4,7 @@ dangling one refused), and checked before any long work starts."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from collections.abc import Callable
@@ -102,8 +103,10 @@ def check_replaceable_dir(path: str | Path, flag: str = "--out",
     if not present:
         return resolved
     manifest = resolved / MANIFEST_NAME
+    listed: dict[str, str | None] = {}
     if manifest.is_file() and not manifest.is_symlink():
-        written = set(read_manifest(manifest)) | {MANIFEST_NAME}
+        listed = read_manifest(manifest)
+        written = set(listed) | {MANIFEST_NAME}
     else:
         written = unlisted(resolved) if unlisted else set()
         if not written:
@@ -114,19 +117,42 @@ def check_replaceable_dir(path: str | Path, flag: str = "--out",
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
         raise ValueError(f"{flag} {path} holds files an earlier run did not write ({shown}): move them, or give a "
                          "new folder")
+    edited = sorted(name for name, digest in listed.items()
+                    if digest is not None and name in present and _sha256(resolved / name) != digest)
+    if edited:
+        raise ValueError(f"{flag} {path}: {', '.join(edited[:3])} changed since the earlier run wrote it (an edit of "
+                         "yours?): move it, or give a new folder")
     return resolved
 
 
-def read_manifest(manifest: Path) -> list[str]:
-    """The relative paths a manifest lists (a short list: at most 1 MB)."""
+def read_manifest(manifest: Path) -> dict[str, str | None]:
+    """The relative paths a manifest lists, each with the SHA-256 it was written with (None in a manifest from
+    before digests); a short file: at most 1 MB."""
     text = read_text_bounded(manifest, 1 << 20, "manifest")
-    return [line for line in text.splitlines() if line and not line.startswith("#")]
+    out: dict[str, str | None] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        digest, sep, name = line.partition("  ")
+        if sep and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest):
+            out[name] = digest
+        else:
+            out[line] = None
+    return out
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def write_manifest(folder: Path, command: str) -> None:
-    """List every file under ``folder`` in its manifest (written last, so a listed folder is a whole one)."""
+    """List every file under ``folder`` in its manifest with its SHA-256, as sha256sum writes them (written last,
+    so a listed folder is a whole one; a later run refuses to replace a listed file that was edited since)."""
     names = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST_NAME)
     lines = [f"# files written by {command}; a later run replaces this folder only while it holds nothing else",
-             *names]
+             *(f"{_sha256(folder / name)}  {name}" for name in names)]
     (folder / MANIFEST_NAME).write_text("\n".join(lines) + "\n")
-

@@ -120,6 +120,8 @@ MAX_OVERSUBSCRIPTION = 64.0  # a spine taper of 64:1 already leaves each node 1/
 # beyond it the fabric is no longer the two-level fat tree the flow model describes (a bound of the model)
 MAX_LINE_RATE_GBPS = 3200.0  # twice 1.6 Tb/s, the fastest Ethernet port standard (IEEE 802.3dj): a larger value is
 # bits/s typed into the Gb/s key
+MIN_LINE_RATE_GBPS = 0.01  # 10 Mb/s, 10BASE-T (IEEE 802.3i), the slowest Ethernet still in the standard: a smaller
+# value is no cluster network (often Tb/s or bytes typed into the Gb/s key)
 MAX_CLUSTER_FILE_BYTES = 1 << 20  # a cluster TOML is a few hundred bytes; a larger file is the wrong file
 MAX_TIME_US = 1e6  # 1 s per message or step: light in fibre (2e8 m/s) crosses half the Earth (20,000 km) in 0.1 s;
 # a larger latency or overhead is no cluster network (often seconds typed as microseconds' digits)
@@ -289,6 +291,9 @@ def make_nic(name: str, spec: dict[str, Any], owner: str | None = None) -> Nic:
             ok, wanted = finite_ok and value >= 0, "a non-negative number"
         if not ok:
             raise ValueError(f"{owner} {key} must be {wanted} ({UNITS[key]}), got {value!r}")
+        if key == "line_rate_gbps" and value < MIN_LINE_RATE_GBPS:
+            raise ValueError(f"{owner} line_rate_gbps = {value!r} Gb/s is below {MIN_LINE_RATE_GBPS:g} Gb/s (10 Mb/s "
+                             "Ethernet), no cluster network (the key is in Gb/s)")
         if key == "line_rate_gbps" and value > MAX_LINE_RATE_GBPS:
             raise ValueError(f"{owner} line_rate_gbps = {value!r} Gb/s exceeds {MAX_LINE_RATE_GBPS:g} Gb/s per NIC "
                              "(the key is in Gb/s, not bits/s)")

@@ -44,7 +44,7 @@ from sim.hardware import (
 )
 from sim.models import MODELS, model_profile
 from sim.system import burst_bytes, phase_load, step_schedule
-from sim.validation import COMM_BOUND_GAP, PublishedRow
+from sim.validation import COMM_BOUND_GAP, MAX_SCALING_EFFICIENCY, PublishedRow
 from sim.validation import regime as corpus_regime
 from sim.workload import GRAD_BITS, OPTIMIZERS, ddp_buckets, policy, predict
 
@@ -127,6 +127,17 @@ def rows(path: str | Path | None = None) -> list[Row]:
         out.append(row)
     if not out:
         raise ValueError(f"{path}: no measurements (only a header or comments)")
+    single = {(r.model, r.batch_per_gpu, r.network, r.optimizer): r.throughput for r in out if r.gpus == GPUS_PER_NODE}
+    for row in out:
+        node = single.get((row.model, row.batch_per_gpu, row.network, row.optimizer))
+        linear = node * row.gpus / GPUS_PER_NODE if node is not None else None
+        if linear is not None and row.throughput > MAX_SCALING_EFFICIENCY * linear:
+            raise ValueError(f"{path}: {row.gpus} GPUs at {row.throughput:g} samples/s is more than "
+                             f"{MAX_SCALING_EFFICIENCY:g}x linear scaling of the same table's single node "
+                             f"({node:g} samples/s per node): a typo, or not the same configuration")
+        if row.throughput > MAX_SAMPLES_PER_GPU_S * row.gpus:
+            raise ValueError(f"{path}: {row.gpus} GPUs at {row.throughput:g} samples/s is over "
+                             f"{MAX_SAMPLES_PER_GPU_S:g} samples/s per GPU: no training measurement")
     if all(row.gpus <= GPUS_PER_NODE for row in out):
         raise ValueError(f"{path}: only single-node rows ({GPUS_PER_NODE} GPUs or fewer), which calibrate compute "
                          "time and are matched by construction: add multi-node measurements to validate against")
@@ -442,6 +453,8 @@ def cross_validation_groups(path: str | Path | None = None) -> int:
 # it from both. Two naive baselines are computed on the same rows.
 COMM_BOUND_MARGIN = 1 + COMM_BOUND_GAP  # the corpus's line: linear scaling 15% above the throughput
 REGIMES = ("compute-bound", "communication-bound")
+MAX_SAMPLES_PER_GPU_S = 1e7  # a GPU doing ~1e15 FLOP/s cannot train a model of even 1e4 parameters (6 FLOP each
+# per sample) faster: a larger figure is a typo or a unit error
 INTERVAL_LEVEL = 0.8  # the intervals' nominal coverage
 PAPER_SOURCE = "birder-neurips2023"  # the corpus's id of the Birder paper (its rows are the site profiles' fit)
 # (source, transport, line rate in Gb/s) -> the site profile fitted on that source's rows of that testbed
