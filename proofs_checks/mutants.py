@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from proofs_checks.independent import Birder
+from proofs_checks.mutants_regimes import implementations_by_name
 
 
 class SignQuantizer(Birder):
@@ -225,8 +226,4 @@ MUTANTS = {
 
 
 
-def __getattr__(name: str):
-    """``--impl proofs_checks.mutants:NAME`` resolves to the mutant NAME."""
-    if name in MUTANTS:
-        return MUTANTS[name][0]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = implementations_by_name(__name__, MUTANTS, {})

@@ -246,10 +246,16 @@ CORRECT = {
 }
 
 
-def __getattr__(name: str):
-    """``--impl proofs_checks.mutants_regimes:NAME`` resolves to the implementation NAME."""
-    if name in MUTANTS:
-        return MUTANTS[name][0]
-    if name in CORRECT:
-        return CORRECT[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def implementations_by_name(module: str, mutants: dict, correct: dict):
+    """A module's ``__getattr__`` resolving ``--impl MODULE:NAME`` to the wrong implementation NAME (``mutants``:
+    name -> (implementation, ...)) or the correct one (``correct``: name -> implementation)."""
+    def resolve(name: str):
+        if name in mutants:
+            return mutants[name][0]
+        if name in correct:
+            return correct[name]
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    return resolve
+
+
+__getattr__ = implementations_by_name(__name__, MUTANTS, CORRECT)

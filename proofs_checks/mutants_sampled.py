@@ -17,7 +17,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from proofs_checks.mutants_regimes import Plain, PlainState
+from proofs_checks.mutants_regimes import Plain, PlainState, implementations_by_name
 
 
 class ClampedBeta(Plain):
@@ -269,10 +269,4 @@ CORRECT = {
 }
 
 
-def __getattr__(name: str):
-    """``--impl proofs_checks.mutants_sampled:NAME`` resolves to the implementation NAME."""
-    if name in MUTANTS:
-        return MUTANTS[name][0]
-    if name in CORRECT:
-        return CORRECT[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = implementations_by_name(__name__, MUTANTS, CORRECT)
