@@ -44,7 +44,7 @@ from sim.hardware import (
 )
 from sim.models import MODELS, model_profile
 from sim.system import burst_bytes, phase_load, step_schedule
-from sim.validation import COMM_BOUND_GAP, MAX_SCALING_EFFICIENCY, PublishedRow
+from sim.validation import MAX_SCALING_EFFICIENCY, REGIMES, PublishedRow, regime_of_efficiency
 from sim.validation import regime as corpus_regime
 from sim.workload import GRAD_BITS, OPTIMIZERS, ddp_buckets, policy, predict
 
@@ -451,8 +451,6 @@ def cross_validation_groups(path: str | Path | None = None) -> int:
 # runs on a cluster built from the row's set-up. The only constants fitted to rows are the site profiles'
 # (fitted on one source's rows) and the intervals' quantiles (fitted on every row): leaving a source out removes
 # it from both. Two naive baselines are computed on the same rows.
-COMM_BOUND_MARGIN = 1 + COMM_BOUND_GAP  # the corpus's line: linear scaling 15% above the throughput
-REGIMES = ("compute-bound", "communication-bound")
 MAX_SAMPLES_PER_GPU_S = 1e7  # a GPU doing ~1e15 FLOP/s cannot train a model of even 1e4 parameters (6 FLOP each
 # per sample) faster: a larger figure is a typo or a unit error
 INTERVAL_LEVEL = 0.8  # the intervals' nominal coverage
@@ -480,10 +478,7 @@ def corpus_rows() -> tuple[tuple, str]:
     return tuple(load_corpus()), "sim/validation/corpus.csv"
 
 
-def predicted_regime(scale_efficiency: float) -> str:
-    """The same line drawn on a prediction (what is known before measuring): predicted throughput more than 15%
-    below linear scaling."""
-    return REGIMES[scale_efficiency * COMM_BOUND_MARGIN < 1]
+predicted_regime = regime_of_efficiency  # the same line, drawn on a prediction (known before measuring)
 
 
 def linear_scaling(row: PublishedRow) -> float:

@@ -35,6 +35,7 @@ TOKEN = re.compile(r"^[a-z0-9][a-z0-9.+_-]*$")  # gpu, framework, comm_library, 
 PARAMS_TOLERANCE = 0.05  # a row's parameter count may differ this much from the simulator's model profile
 MAX_SCALING_EFFICIENCY = 1.5  # above 1.5 x nodes x single-node: refused as a transcription error (the highest
 # published row, DeepSpeed's SQuAD on InfiniBand with 1-bit Adam, is 1.40 x: its single-node point is low)
+REGIMES = ("compute-bound", "communication-bound")
 COMM_BOUND_GAP = 0.15  # linear scaling more than 15% above the measured throughput: communication-bound
 MAX_FILE_BYTES = 16 << 20  # the shipped corpus is ~0.2 MB; a bounded read never hangs on a device such as /dev/zero
 GRAD_ACCUM = re.compile(r"\bgrad_accum=(\d+)\b")  # in notes: micro-batches per all-reduce (absent: 1)
@@ -86,13 +87,18 @@ class Source:
     testbed: str
 
 
+def regime_of_efficiency(scale_efficiency: float) -> str:
+    """The line between the regimes, drawn on a scale efficiency (throughput / (nodes x single-node throughput)):
+    "communication-bound" when linear scaling is more than 15% above the throughput, else "compute-bound"."""
+    return REGIMES[scale_efficiency * (1.0 + COMM_BOUND_GAP) < 1.0]
+
+
 def regime(row: PublishedRow) -> str | None:
-    """"communication-bound" when nodes x single-node throughput is more than 15% above the measured throughput,
-    else "compute-bound"; None for a row without a single-node figure."""
+    """A measured row's regime (``regime_of_efficiency`` of its scale efficiency); None for a row without a
+    single-node figure."""
     if row.single_node_throughput is None:
         return None
-    linear = row.nodes * row.single_node_throughput
-    return "communication-bound" if linear > (1.0 + COMM_BOUND_GAP) * row.throughput else "compute-bound"
+    return regime_of_efficiency(row.throughput / (row.nodes * row.single_node_throughput))
 
 
 def independent_groups(sources: dict[str, Source]) -> list[tuple[str, ...]]:
