@@ -556,9 +556,11 @@ def corpus_cluster(row: PublishedRow, fitted: bool) -> Cluster:
         raise ValueError(f"no {row.intra} fabric preset for {row.gpu} in sim/presets/intra.toml")
     site = SITE_OF_SETUP.get((row.source, row.transport, float(row.line_rate_gbps))) if fitted else None
     if site is not None and row.nics_per_node == 1:
-        return cluster(site, row.nodes, row.gpus_per_node, intra, row.gpu, framework=framework_of(row))
-    c = cluster("10gbe", row.nodes, row.gpus_per_node, intra, row.gpu, framework=framework_of(row))
-    return replace(c, nic=_generic_nic(row))
+        c = cluster(site, row.nodes, row.gpus_per_node, intra, row.gpu, framework=framework_of(row))
+    else:
+        c = replace(cluster("10gbe", row.nodes, row.gpus_per_node, intra, row.gpu, framework=framework_of(row)),
+                    nic=_generic_nic(row))
+    return replace(c, servers=row.parameter_servers)
 
 
 def corpus_predict(row: PublishedRow, fitted: bool, measured_node: bool = True) -> workload.Prediction:
