@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import tomllib
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -39,21 +40,38 @@ class Intra:
             raise ValueError(f"intra-node fabric {self.name!r}: kind must be 'nvlink' or 'pci', got {self.kind!r}")
 
 
+FRAMEWORK_PATTERNS = ("allreduce", "summation-servers")  # how a framework's gradients cross the network
+
+
 @dataclass(frozen=True)
 class Framework:
-    """How a data-parallel framework hands gradients to the collective library (presets/frameworks.toml)."""
+    """How a data-parallel framework hands gradients to the network (presets/frameworks.toml)."""
 
     name: str
-    bucket_cap_bytes: float  # gradient bytes (fp32) fused into one all-reduce
+    bucket_cap_bytes: float  # gradient bytes (fp32) fused into one operation (0: every tensor on its own)
     first_bucket_bytes: float  # ... into the first (the last layers' gradients)
-    overlaps_backward: bool  # an all-reduce may start while the backward pass runs
+    overlaps_backward: bool  # an operation may start while the backward pass runs
     cycle: float = 0.0  # s: a background loop launches what is ready once per cycle (0: at once)
     source: str = ""
+    pattern: str = "allreduce"  # "allreduce" among the GPUs, or "summation-servers" (push to servers, pull back)
+    servers_on_workers: bool = False  # summation servers run on the worker nodes (else on machines of their own)
+    fusion_splits: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (model, tensor indices where a fusion group
+    # starts): groups by parameter index instead of caps, for the models a framework's scripts split so
 
     def __post_init__(self) -> None:
-        _positive(f"framework {self.name!r}", bucket_cap_bytes=self.bucket_cap_bytes,
-                  first_bucket_bytes=self.first_bucket_bytes)
-        _non_negative(f"framework {self.name!r}", cycle=self.cycle)
+        _non_negative(f"framework {self.name!r}", bucket_cap_bytes=self.bucket_cap_bytes,
+                      first_bucket_bytes=self.first_bucket_bytes, cycle=self.cycle)
+        if self.pattern not in FRAMEWORK_PATTERNS:
+            raise ValueError(f"framework {self.name!r}: pattern must be one of {', '.join(FRAMEWORK_PATTERNS)}, "
+                             f"got {self.pattern!r}")
+        for model, starts in self.fusion_splits:
+            if list(starts) != sorted(set(starts)) or any(not isinstance(i, int) or i < 1 for i in starts):
+                raise ValueError(f"framework {self.name!r}: fusion split of {model!r} must be increasing positive "
+                                 f"tensor indices, got {list(starts)!r}")
+
+    def split_of(self, model: str) -> tuple[int, ...] | None:
+        """The tensor indices where this framework's fusion groups of ``model`` start, or None (use the caps)."""
+        return dict(self.fusion_splits).get(model)
 
 
 @dataclass(frozen=True)
@@ -230,6 +248,8 @@ class Cluster(OnLayout):
         measured figure says by how much, so none is modelled.)"""
         nic = self.nic
         gpus_per_nic = self.gpus_per_node / nic.count
+        if framework_preset(self.framework).pattern == "summation-servers":
+            gpus_per_nic = 1.0  # one process per node talks to the servers (not one NCCL proxy per GPU)
         pcie = nic.pcie_bandwidth if math.isfinite(nic.pcie_bandwidth) else GPUS[self.gpu]["pcie_gbytes_per_s"] * 1e9
         limits = {"wire" if nic.measured_rate is None else "measured": nic.bandwidth, "pcie": pcie}
         if nic.transport == "socket":
@@ -379,13 +399,16 @@ def intra_preset(name: str) -> Intra:
                  spec["latency_us"] * 1e-6, spec.get("kind", "nvlink"), spec.get("source", ""))
 
 
+@lru_cache(maxsize=64)
 def framework_preset(name: str) -> Framework:
     """A training framework by name (presets/frameworks.toml), its figures converted to bytes and seconds."""
     if name not in FRAMEWORKS:
         raise ValueError(f"unknown framework {name!r}; choose one of {', '.join(FRAMEWORKS)}")
     spec = FRAMEWORKS[name]
+    splits = tuple((model, tuple(starts)) for model, starts in spec.get("fusion_splits", {}).items())
     return Framework(name, spec["bucket_cap_mb"] * 2**20, spec["first_bucket_mb"] * 2**20,
-                     bool(spec["overlaps_backward"]), spec["cycle_ms"] * 1e-3, spec.get("source", ""))
+                     bool(spec["overlaps_backward"]), spec["cycle_ms"] * 1e-3, spec.get("source", ""),
+                     spec.get("pattern", "allreduce"), bool(spec.get("servers_on_workers", False)), splits)
 
 
 def default_intra(gpu: str) -> str:
