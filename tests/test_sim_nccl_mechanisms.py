@@ -1,0 +1,58 @@
+"""NCCL's mechanisms in the collective model (issue 18): channels, per-channel and LL ceilings, several NICs per
+GPU, the 2-node tree, NVLS / CollNet. Each against the NCCL source it follows (NVIDIA/nccl 2.30.7) or a
+published nccl-tests figure (cited)."""
+
+import statistics
+
+import pytest
+
+from sim.collective import predict_collective, schedule_for
+from sim.hardware import cluster
+from sim.system import bus_bandwidth_cap, channels_used, nccl_channels, op_time
+
+MiB = 2**20
+
+
+def test_small_operations_run_on_fewer_channels_as_enqueue_cc_reduces_them():
+    """topoGetAlgoInfo: one channel fewer while bytes < channels x threads x bytes-per-thread threshold (Simple:
+    512 threads x 64 B = 32 KiB a channel; ring LL: 512 x 8 B x ranks)."""
+    assert channels_used(512 * 1024, 16, "Simple", "ring", 16) == 16
+    assert channels_used(256 * 1024, 16, "Simple", "ring", 16) == 8
+    assert channels_used(8, 16, "Simple", "ring", 16) == 1
+    assert channels_used(64 * 1024 * 4, 16, "LL", "ring", 16) == 4  # 64 KiB a channel with 16 ranks
+    assert channels_used(64 * 1024 * 4, 16, "LL", "tree", 16) == 16  # the tree's LL threshold is not x ranks
+    assert nccl_channels(cluster("ib-ndr", 2, 8, gpu="h100", nic_count=8)) == 16  # a ring per NIC, doubled
+    assert nccl_channels(cluster("ib-hdr", 2, 1)) == 1  # no NVLink: one ring per NIC
+
+
+def test_ll_never_beats_tuning_cc_ceiling_across_nodes():
+    """llMaxBws (Intel hosts): 39 GB/s of bus bandwidth on 2 nodes, 20.4 on more; LL128 rings at most 20 GB/s a
+    channel on Ampere."""
+    for nodes, ceiling in ((2, 39.0), (4, 20.4)):
+        c = cluster("ib-ndr", nodes, 8, gpu="h100", nic_count=8)
+        sched, _ = schedule_for("all-reduce", 8 * MiB, c, "ring")
+        op = op_time("ring_allreduce", sched.phases, sched.layout, c, "LL")
+        busbw = 8 * MiB * 2 * (c.n_gpus - 1) / c.n_gpus / op.seconds / 1e9
+        assert busbw <= ceiling * (1 + 1e-9)
+    a100 = cluster("ib-hdr", 4, 8, nic_count=8)
+    assert bus_bandwidth_cap(a100, "ring", "LL128", 3) == pytest.approx(60e9)
+
+
+def test_small_operations_are_slower_on_few_channels():
+    """A 64 KiB ring all-reduce on 2 x 8 H100 uses one channel of 16 (enqueue.cc): its bytes take 16x the time
+    of all channels, so it is slower than the same bytes spread (the latency part is unchanged)."""
+    c = cluster("ib-ndr", 2, 8, gpu="h100", nic_count=8)
+    sched, _ = schedule_for("all-reduce", 64 * 1024, c, "ring")
+    one_channel = op_time("ring_allreduce", sched.phases, sched.layout, c, "Simple").seconds
+    big, _ = schedule_for("all-reduce", 16 * MiB, c, "ring")
+    all_channels = op_time("ring_allreduce", big.phases, big.layout, c, "Simple").seconds
+    assert one_channel > 60e-6 and all_channels < 256 * one_channel
+
+
+def test_the_published_a100_hdr_sweep_average_is_reproduced():
+    """3 nodes x 8 A100 x 4 HDR NICs, all_reduce_perf -b 8 -e 128M with 1 MiB steps (sizes 8 + k MiB): "Avg bus
+    bandwidth : 84.8558", rows near 128 MB at 95.7-96.5 GB/s (nccl-tests issue 119, Yujaeseo, 2022-11-17)."""
+    c = cluster("ib-hdr", 3, 8, nic_count=4)
+    busbw = [predict_collective("all-reduce", 8 + k * MiB, c)["busbw_gbytes_per_s"] for k in range(128)]
+    assert statistics.mean(busbw) == pytest.approx(84.86, rel=0.08)
+    assert busbw[-1] == pytest.approx(96.0, rel=0.1)
