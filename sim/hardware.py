@@ -115,6 +115,7 @@ class Nic:
 
 
 # Bounds of what the simulator answers, checked where values enter (command line, TOML, Python API).
+MAX_NICS_PER_GPU = 8  # an HGX H100 tray wires one 400G NIC per GPU; 2 x 200G per GPU exists; 8 is far beyond any
 MAX_GPUS = 65_536  # the largest count benchmarks/sim_scaling.py holds to its target (10 s); past it, minutes
 MAX_OVERSUBSCRIPTION = 64.0  # a spine taper of 64:1 already leaves each node 1/64 of its NIC across the spine;
 # beyond it the fabric is no longer the two-level fat tree the flow model describes (a bound of the model)
@@ -169,13 +170,28 @@ class Cluster(OnLayout):
         _count("cluster", "nodes_per_leaf", self.nodes_per_leaf)
         if self.framework not in FRAMEWORKS:
             raise ValueError(f"unknown framework {self.framework!r}; choose one of {', '.join(FRAMEWORKS)}")
-        if self.nic.count > self.gpus_per_node:
+        if self.nic.count > self.gpus_per_node and self.nic.count % self.gpus_per_node:
             raise ValueError(f"[network] count = {self.nic.count} NICs for {self.gpus_per_node} GPUs per node: "
-                             "at most one NIC per GPU (count <= gpus_per_node)")
+                             "at most one NIC per GPU, or the same number of NICs for every GPU (count a multiple "
+                             "of gpus_per_node)")
+        if self.nic.count > MAX_NICS_PER_GPU * self.gpus_per_node:
+            raise ValueError(f"[network] count = {self.nic.count} NICs for {self.gpus_per_node} GPUs per node: at "
+                             f"most {MAX_NICS_PER_GPU} NICs per GPU")
 
     @property
     def n_gpus(self) -> int:
         return self.layout.n_ranks
+
+    @property
+    def rails(self) -> int:
+        """Rails of a node: a NIC per rail where GPUs share NICs, the NICs of one GPU where it has several (GPU i
+        on rail i * rails // gpus_per_node; NCCL runs a channel through each of a GPU's NICs)."""
+        return min(self.nic.count, self.gpus_per_node)
+
+    @property
+    def rail_bandwidth(self) -> float:
+        """Payload bytes/s one rail moves per direction: its NICs together."""
+        return self.nic_bandwidth * self.nic.count / self.rails
 
     def nic_limits(self) -> dict[str, float]:
         """Bytes/s one NIC moves per direction under each limit of its path: the wire (line rate x payload
@@ -184,7 +200,8 @@ class Cluster(OnLayout):
         nic = self.nic
         gpus_per_nic = self.gpus_per_node / nic.count
         pcie = nic.pcie_bandwidth if math.isfinite(nic.pcie_bandwidth) else GPUS[self.gpu]["pcie_gbytes_per_s"] * 1e9
-        limits = {"wire": nic.bandwidth, "pcie": pcie}
+        nics_per_gpu = max(nic.count // self.gpus_per_node, 1)  # a GPU's several NICs share its own PCIe link
+        limits = {"wire": nic.bandwidth, "pcie": pcie / nics_per_gpu}
         if nic.transport == "socket":
             limits["sockets"] = nic.bandwidth * nic.socket_share(gpus_per_nic)
             limits["host"] = nic.host_bandwidth

@@ -338,12 +338,12 @@ class NodeLinks:
     oversubscription; absent if non-blocking)."""
 
     def __init__(self, cluster: Cluster):
-        intra, nic = cluster.intra, cluster.nic
+        intra = cluster.intra
         self.gpu_tx, self.gpu_rx = Link("gpu_tx", intra.port_bandwidth), Link("gpu_rx", intra.port_bandwidth)
         self.fabric = Link("fabric", intra.fabric_bandwidth) if math.isfinite(intra.fabric_bandwidth) else None
-        bw = cluster.nic_bandwidth
+        bw = cluster.rail_bandwidth  # one rail: a NIC, or the several NICs of one GPU
         self.nic_tx, self.nic_rx = Link("nic_tx", bw), Link("nic_rx", bw)
-        spine = cluster.nodes_per_leaf * nic.count * bw / cluster.oversubscription
+        spine = cluster.nodes_per_leaf * cluster.rails * bw / cluster.oversubscription
         self.shared_pcie = intra.kind == "pci"  # a PCIe node: a GPU's own link carries its NIC traffic too
         oversubscribed = cluster.oversubscription > 1
         self.up = Link("switch_uplink", spine) if oversubscribed else None
@@ -372,14 +372,14 @@ class NodeLinks:
 def flow_time(phases: tuple[Phase, ...], layout: Layout, cluster: Cluster) -> float:
     """Seconds the phases' bytes take when they stream at once over the representative node's links (one flow
     of one byte whose multiplicity on each link is the bytes the busiest such link carries)."""
-    load = byte_load(phases, layout, cluster.nic.count, cluster.nodes_per_leaf)
+    load = byte_load(phases, layout, cluster.rails, cluster.nodes_per_leaf)
     return transfer_time(NodeLinks(cluster).flows(load, 1.0))
 
 
 def expanded_flow_time(phases: tuple[Phase, ...], layout: Layout, cluster: Cluster) -> float:
     """The same as ``flow_time`` with every link of every node and every message of the cluster (for tests at
     small sizes: the representative node is exact where the schedule is symmetric)."""
-    k, nic_bw = cluster.nic.count, cluster.nic_bandwidth
+    k, nic_bw = cluster.rails, cluster.rail_bandwidth
     links: dict[tuple, Link] = {}
 
     def link(*key) -> Link:
@@ -556,7 +556,7 @@ def op_time(kind: str, phases: tuple[Phase, ...], layout: Layout, cluster: Clust
             algorithm, timeouts = "ring", 0.0
         else:
             (ph,) = phases
-            load = phase_load(ph, layout, nic.count, cluster.nodes_per_leaf)
+            load = phase_load(ph, layout, cluster.rails, cluster.nodes_per_leaf)
             posts = max(load.gpu_net_tx, load.gpu_net_rx)
             t_bytes = t_flow / RING_FACTOR[proto]
             if nic.message_overhead > 0 and posts:  # a site's per-message cost, posted one peer after another

@@ -56,3 +56,31 @@ def test_the_published_a100_hdr_sweep_average_is_reproduced():
     busbw = [predict_collective("all-reduce", 8 + k * MiB, c)["busbw_gbytes_per_s"] for k in range(128)]
     assert statistics.mean(busbw) == pytest.approx(84.86, rel=0.08)
     assert busbw[-1] == pytest.approx(96.0, rel=0.1)
+
+
+# ------------------------------------------------------------------------------- several NICs per GPU, 2 nodes
+# nccl-tests issue 232 (ProHuper): 2 nodes x 1 H100, 4 NICs (NCCL_IB_HCA=mlx5_0,mlx5_1,mlx5_4,mlx5_5),
+# NCCL_ALGO=Tree, all_reduce_perf -b 2M -e 16G, out-of-place time in us; "busbw is 50, theoretical should be 200"
+ISSUE_232_TREE_US = {2 * MiB: 113.2, 4 * MiB: 154.4, 8 * MiB: 231.4, 16 * MiB: 420.5, 32 * MiB: 812.3}
+
+
+def test_four_nics_behind_one_h100_carry_what_its_pcie_link_does_and_the_mid_size_tree_rows_follow():
+    """One GPU's several NICs share its PCIe Gen5 x16 link (48 GB/s as NCCL counts it): four NDR NICs give one
+    H100 no more than one does, so the large-message busbw is the thread's ~50 GB/s, not 4 x 47; the mid-size
+    tree rows (2-32 MiB) are within 10% of the published times."""
+    c = cluster("ib-ndr", 2, 1, gpu="h100", nic_count=4)
+    assert c.rails == 1 and c.rail_bandwidth == pytest.approx(48e9)
+    assert 40 <= predict_collective("all-reduce", 2**30, c, algorithm="tree")["busbw_gbytes_per_s"] <= 50
+    for size, measured in ISSUE_232_TREE_US.items():
+        predicted = predict_collective("all-reduce", size, c, algorithm="tree")["time_s"] * 1e6
+        assert predicted == pytest.approx(measured, rel=0.10)
+
+
+@pytest.mark.parametrize("gpu, twice", [("h100", True), ("a100", False)])
+def test_two_200g_nics_per_gpu_double_one_where_pcie_allows(gpu, twice):
+    """2 x 200 Gb/s per GPU (16 NICs for 8 GPUs): an H100 (PCIe Gen5, 48 GB/s) moves twice what one 200G NIC
+    carries; an A100 (PCIe Gen4, 24 GB/s) cannot feed more than one HDR NIC's 23.5 GB/s."""
+    one = predict_collective("all-reduce", 2**30, cluster("roce-200gbe", 2, 8, gpu=gpu, nic_count=8), "ring")
+    two = predict_collective("all-reduce", 2**30, cluster("roce-200gbe", 2, 8, gpu=gpu, nic_count=16), "ring")
+    ratio = two["busbw_gbytes_per_s"] / one["busbw_gbytes_per_s"]
+    assert (1.9 <= ratio <= 2.0) if twice else (0.99 <= ratio <= 1.03)
