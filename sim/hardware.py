@@ -31,10 +31,12 @@ class Intra:
     latency: float  # s: NCCL's per-step hardware latency of the link (tuning.cc hwLatencies, Simple)
     kind: str = "nvlink"  # "nvlink" or "pci": which of tuning.cc's latency rows applies
     source: str = ""
+    nvls_bandwidth: float = 0.0  # bytes/s of algorithm bandwidth of an all-reduce the NVSwitch reduces (NVLink
+    # SHARP, NCCL's NVLS algorithm); 0: the fabric cannot reduce
 
     def __post_init__(self) -> None:
         _positive(self.name, port_bandwidth=self.port_bandwidth, fabric_bandwidth=self.fabric_bandwidth)
-        _non_negative(self.name, latency=self.latency)
+        _non_negative(self.name, latency=self.latency, nvls_bandwidth=self.nvls_bandwidth)
         if self.kind not in ("nvlink", "pci"):
             raise ValueError(f"intra-node fabric {self.name!r}: kind must be 'nvlink' or 'pci', got {self.kind!r}")
 
@@ -77,6 +79,7 @@ class Nic:
     host_bandwidth: float = math.inf  # bytes/s one NIC's host-staged socket path moves (NCCL over TCP)
     share_at_8_gpus: float = 1.0  # share of that left when 8 GPUs' proxies share one socket NIC (1 GPU: all)
     pcie_bandwidth: float = math.inf  # bytes/s of the GPU-NIC PCIe path (inf: the GPU's, gpus.toml)
+    collnet_bandwidth: float = 0.0  # bytes/s one NIC's switch reduces (InfiniBand SHARP, NCCL's CollNet); 0: none
     switch_buffer_bytes: float = math.inf  # shared packet buffer of the Ethernet switch the NICs plug into
     buffer_alpha: float = 1.0  # its dynamic-threshold factor: one queue may hold alpha x the free buffer
     fitted: bool = False  # True for a site profile: some constants were fitted to that site's rows
@@ -98,7 +101,10 @@ class Nic:
             raise ValueError(f"network {self.name!r}: efficiency must be at most 1, got {self.efficiency}")
         _non_negative(self.name, latency=self.latency, peer_overhead=self.peer_overhead,
                       message_overhead=self.message_overhead, step_overhead=self.step_overhead,
-                      retransmission_timeout=self.retransmission_timeout)
+                      retransmission_timeout=self.retransmission_timeout, collnet_bandwidth=self.collnet_bandwidth)
+        if self.collnet_bandwidth and self.transport != "ib":
+            raise ValueError(f"network {self.name!r}: collnet_gbytes_per_s needs switches that reduce (InfiniBand "
+                             "SHARP, transport 'ib'); sockets have none")
 
     @property
     def bandwidth(self) -> float:
@@ -256,12 +262,12 @@ NIC_KEYS = {"line_rate_gbps": ("line_rate", 1e9), "efficiency": ("efficiency", 1
             "retransmission_timeout_s": ("retransmission_timeout", 1.0),
             "host_gbytes_per_s": ("host_bandwidth", 1e9), "share_at_8_gpus": ("share_at_8_gpus", 1.0),
             "pcie_gbytes_per_s": ("pcie_bandwidth", 1e9), "switch_buffer_bytes": ("switch_buffer_bytes", 1.0),
-            "buffer_alpha": ("buffer_alpha", 1.0)}
+            "buffer_alpha": ("buffer_alpha", 1.0), "collnet_gbytes_per_s": ("collnet_bandwidth", 1e9)}
 UNITS = {"line_rate_gbps": "Gb/s", "efficiency": "share of line rate", "latency_us": "us", "peer_overhead_us": "us",
          "count": "NICs per node", "message_overhead_us": "us", "step_overhead_us": "us",
          "incast_onset_bytes": "bytes", "incast_certain_bytes": "bytes", "retransmission_timeout_s": "s",
          "host_gbytes_per_s": "GB/s", "share_at_8_gpus": "share", "pcie_gbytes_per_s": "GB/s",
-         "switch_buffer_bytes": "bytes", "buffer_alpha": "factor",
+         "switch_buffer_bytes": "bytes", "buffer_alpha": "factor", "collnet_gbytes_per_s": "GB/s",
          "port_gbytes_per_s": "GB/s", "fabric_gbytes_per_s": "GB/s", "oversubscription": "factor >= 1",
          "nodes": "nodes", "gpus_per_node": "GPUs", "nodes_per_leaf": "nodes under one leaf switch"}
 SITE_ONLY_KEYS = ("message_overhead_us", "step_overhead_us", "incast_onset_bytes", "incast_certain_bytes")
@@ -344,7 +350,8 @@ def intra_preset(name: str) -> Intra:
         raise ValueError(f"unknown intra-node fabric {name!r}; choose one of {', '.join(INTRA)}")
     spec = INTRA[name]
     return Intra(name, spec["port_gbytes_per_s"] * 1e9, spec.get("fabric_gbytes_per_s", math.inf) * 1e9,
-                 spec["latency_us"] * 1e-6, spec.get("kind", "nvlink"), spec.get("source", ""))
+                 spec["latency_us"] * 1e-6, spec.get("kind", "nvlink"), spec.get("source", ""),
+                 spec.get("nvls_gbytes_per_s", 0.0) * 1e9)
 
 
 def framework_preset(name: str) -> Framework:
@@ -467,7 +474,7 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
     intra = Intra(base.name, intra_spec.pop("port_gbytes_per_s", base.port_bandwidth / 1e9) * 1e9,
                   intra_spec.pop("fabric_gbytes_per_s", base.fabric_bandwidth / 1e9) * 1e9,
                   intra_spec.pop("latency_us", base.latency * 1e6) * 1e-6, intra_spec.pop("kind", base.kind),
-                  base.source)
+                  base.source, base.nvls_bandwidth)
     prov.append(("intra", f"preset {base.name}" + (" (file)" if base_name else f" (default for {gpu})")
                  + (", overridden in the file" if set(data.get("intra", {})) - {"preset"} else "")))
     switch = dict(data.get("switch", {}))

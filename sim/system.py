@@ -571,6 +571,34 @@ def op_time(kind: str, phases: tuple[Phase, ...], layout: Layout, cluster: Clust
     return best
 
 
+# ---------------------------------------------------------------- reduction in the switch: NVLS and CollNet
+NVLS_LATENCY_US = 25.0  # tuning.cc: NVLS base latency 0, hwLatencies[NVLINK][NVLS][Simple] 25 us
+COLLNET_LATENCY_US = {"net": 31.0, "intra": 3.7, "arity": 0.4}  # tuning.cc CollNetDirect: NET 31, NVLink 3.7, and
+# "0.4 us arity serialization latency" per local rank
+ALLREDUCE_SCHEMES = ("allreduce", "ring-allreduce", "tree_allreduce", "tree-allreduce")
+
+
+def switch_allreduce(cluster: Cluster, nbytes: float) -> OpTime | None:
+    """An all-reduce the switches reduce, where the hardware can (None elsewhere). Closed forms, exact for the
+    bytes: each GPU sends its buffer into the switch once and receives the sum once, half the 2(p-1)/p buffers
+    a ring moves. One node with NVLink SHARP (NVLS): the NVSwitch's measured all-reduce rate. Several nodes with
+    InfiniBand SHARP (CollNet Direct): each node's NICs send the node's buffer up once and receive the result
+    once, at the NICs' reduction rate, while NVLink still moves about twice the buffer inside the node
+    (sjeaugey, NVIDIA/nccl issue 320); latencies are tuning.cc's."""
+    g, nic = cluster.gpus_per_node, cluster.nic
+    if cluster.n_nodes == 1:
+        if g < 2 or not cluster.intra.nvls_bandwidth:
+            return None
+        return OpTime(NVLS_LATENCY_US * 1e-6 + nbytes / cluster.intra.nvls_bandwidth, "nvls", "Simple")
+    if not nic.collnet_bandwidth:
+        return None
+    nics = nic.count * min(nic.collnet_bandwidth, cluster.nic_bandwidth)
+    algbw = min(nics, cluster.intra.port_bandwidth / 2) if g > 1 else nics
+    lat = COLLNET_LATENCY_US
+    latency = 2 * (min(1, g - 1) * lat["intra"] + (g - 1) * lat["arity"]) + lat["net"] + nic.latency * 1e6
+    return OpTime(latency * 1e-6 + nbytes / algbw, "collnet", "Simple")
+
+
 def _schedule_key(schedule: Schedule, cluster: Cluster) -> tuple:
     return (schedule.scheme, schedule.layout, schedule.padded_dim, cluster,
             tuple((ph.name, ph.pattern, ph.chunk_elements, ph.bits_per_element, ph.header_bytes)
@@ -578,13 +606,21 @@ def _schedule_key(schedule: Schedule, cluster: Cluster) -> tuple:
 
 
 @lru_cache(maxsize=8192)
-def _collective(key: tuple, schedule: Schedule, cluster: Cluster) -> tuple[float, float, tuple[OpTime, ...]]:
+def _collective(key: tuple, schedule: Schedule, cluster: Cluster,
+                in_switch: bool = True) -> tuple[float, float, tuple[OpTime, ...]]:
     ops = tuple(op_time(kind, phases, schedule.layout, cluster) for kind, phases in operations(schedule))
+    if in_switch and ops and schedule.scheme in ALLREDUCE_SCHEMES:  # NCCL's NVLS / CollNet where they are faster
+        bits = schedule.phases[0].bits_per_element[0]
+        switch = switch_allreduce(cluster, schedule.padded_dim * bits / 8)
+        if switch is not None and switch.seconds < sum(o.seconds for o in ops):
+            ops = (switch,)
     return sum(o.seconds for o in ops), sum(o.incast_timeouts for o in ops), ops
 
 
-def collective_ops(schedule: Schedule, cluster: Cluster) -> tuple[OpTime, ...]:
-    return _collective(_schedule_key(schedule, cluster), schedule, cluster)[2]
+def collective_ops(schedule: Schedule, cluster: Cluster, in_switch: bool = True) -> tuple[OpTime, ...]:
+    """The NCCL operations of one collective with their times; ``in_switch``: an all-reduce may be reduced in
+    the switches where the hardware can (False: the ring or tree asked for)."""
+    return _collective(_schedule_key(schedule, cluster), schedule, cluster, in_switch)[2]
 
 
 def collective_time(schedule: Schedule, cluster: Cluster) -> float:

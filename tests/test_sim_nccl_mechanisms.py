@@ -3,6 +3,7 @@ GPU, the 2-node tree, NVLS / CollNet. Each against the NCCL source it follows (N
 published nccl-tests figure (cited)."""
 
 import statistics
+from dataclasses import replace
 
 import pytest
 
@@ -84,3 +85,56 @@ def test_two_200g_nics_per_gpu_double_one_where_pcie_allows(gpu, twice):
     two = predict_collective("all-reduce", 2**30, cluster("roce-200gbe", 2, 8, gpu=gpu, nic_count=16), "ring")
     ratio = two["busbw_gbytes_per_s"] / one["busbw_gbytes_per_s"]
     assert (1.9 <= ratio <= 2.0) if twice else (0.99 <= ratio <= 1.03)
+
+
+def test_on_two_nodes_the_tree_moves_half_the_nic_bytes_of_the_ring():
+    """NCCL's double binary tree on 2 nodes: each node's NICs carry the buffer once each way, the ring 2(p-1)/p
+    times it; so with 8 GPUs a node on one NIC the tree's bus bandwidth is near twice the ring's (and why
+    NVIDIA asks for NCCL_ALGO=RING to measure the NICs on two nodes: AddyLaddy, nccl-tests issue 290). With
+    one GPU a node the two move the same bytes."""
+    def tree_over_ring(nodes, gpus):
+        c = cluster("ib-hdr", nodes, gpus, nic_count=1)
+        ring, tree = (predict_collective("all-reduce", 2**30, c, algorithm=a)["busbw_gbytes_per_s"]
+                      for a in ("ring", "tree"))
+        return tree / ring
+
+    assert 1.5 <= tree_over_ring(2, 8) <= 1.9
+    assert tree_over_ring(3, 8) < tree_over_ring(2, 8)
+    assert tree_over_ring(2, 1) <= 1.0
+
+
+# ------------------------------------------------------------------------------------- reduction in the switch
+# NVIDIA/nccl issue 1455 (8 x H100 SXM, NCCL_ALGO=NVLS vs RING, all_reduce_perf 2-4 GB): ring busbw 365-370 GB/s
+# on 2 to 8 GPUs; NVLS busbw 370 on 2-4 GPUs, then 420, 440, 460, 480 GB/s on 5, 6, 7, 8 (algbw 258 to 273)
+ISSUE_1455_BUSBW = {2: 370, 3: 370, 4: 370, 5: 420, 6: 440, 7: 460, 8: 480}
+
+
+def test_nvlink_sharp_on_h100_gives_the_published_bus_bandwidth_and_is_off_without_it():
+    """The NVSwitch reduces (NVLS): each GPU sends its buffer once and receives the sum once, at 273 GB/s of
+    algorithm bandwidth; NCCL uses it where faster than the ring. Within 5% of the published busbw from 5 GPUs
+    on; on 4 GPUs +11% (the thread's NVLS there is no faster than the ring). A100's NVSwitch cannot reduce, and
+    NCCL_ALGO=RING (algorithm ring) never uses it."""
+    for gpus, published in ISSUE_1455_BUSBW.items():
+        r = predict_collective("all-reduce", 4 * 2**30, cluster("ib-ndr", 1, gpus, gpu="h100"))
+        assert r["busbw_gbytes_per_s"] == pytest.approx(published, rel=0.05 if gpus != 4 else 0.12)
+        assert r["algorithm"] == ("nvls" if gpus >= 4 else "ring")
+    ring = predict_collective("all-reduce", 4 * 2**30, cluster("ib-ndr", 1, 8, gpu="h100"), algorithm="ring")
+    assert ring["busbw_gbytes_per_s"] == pytest.approx(367.5, rel=0.02)
+    a100 = predict_collective("all-reduce", 4 * 2**30, cluster("ib-hdr", 1, 8))
+    assert a100["algorithm"] == "ring" and a100["busbw_gbytes_per_s"] == pytest.approx(232.5, rel=0.01)
+
+
+def test_infiniband_sharp_halves_what_the_nics_move_where_a_cluster_has_it():
+    """CollNet on DGX-A100 nodes, "~20 GB/s per NIC": 4 HDR NICs about 80 GB/s of algorithm bandwidth, 8 NICs
+    limited by NVLink, which still moves about twice the buffer, to about 110 GB/s algbw / 220 busbw (sjeaugey,
+    NVIDIA/nccl issue 320). No preset reduces in the switch (NCCL needs the SHARP plugin and
+    NCCL_COLLNET_ENABLE): a cluster says so with collnet_gbytes_per_s, and sockets cannot."""
+    for nics, algbw in ((4, 80.0), (8, 110.0)):
+        plain = cluster("ib-hdr", 4, 8, nic_count=nics)
+        sharp = replace(plain, nic=replace(plain.nic, collnet_bandwidth=20e9))
+        r = predict_collective("all-reduce", 2**30, sharp)
+        assert r["algorithm"] == "collnet" and r["algbw_gbytes_per_s"] == pytest.approx(algbw, rel=0.08)
+        assert predict_collective("all-reduce", 2**30, plain)["algorithm"] in ("ring", "tree")
+        assert predict_collective("all-reduce", 2**30, sharp, algorithm="ring")["algorithm"] == "ring"
+    with pytest.raises(ValueError, match="collnet_gbytes_per_s needs switches that reduce"):
+        replace(cluster("100gbe", 2).nic, collnet_bandwidth=20e9)
