@@ -33,6 +33,7 @@ from sim.hardware import (
     GPUS,
     INTRA,
     MAX_GPUS,
+    MAX_NICS_PER_GPU,
     MAX_OVERSUBSCRIPTION,
     NETWORKS,
     Cluster,
@@ -203,9 +204,8 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
     else:
         name = network or getattr(args, "network", None) or "10gbe"
         gpu = args.gpu or "a100"
-        if nics is not None and nics > (args.gpus_per_node or 8):
-            raise ValueError(f"--nics-per-node {nics} exceeds --gpus-per-node {args.gpus_per_node or 8}: at most "
-                             "one NIC per GPU")
+        if nics is not None:
+            check_nics_per_node(nics, args.gpus_per_node or 8)
         nic_preset(name)  # an unknown name fails here, naming the flag's choices
         framework = getattr(args, "framework", None)
         c = cluster(name, nodes or 1, args.gpus_per_node or 8, args.intra, gpu, 1.0 if over is None else over,
@@ -229,10 +229,15 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
     if getattr(args, "cluster", None) and args.intra:
         c = replace(c, intra=intra_preset(args.intra),
                     provenance=c.provenance + (("intra", f"preset {args.intra} (command line)"),))
-    if c.nic.count > c.gpus_per_node:
-        raise ValueError(f"--nics-per-node {c.nic.count} exceeds --gpus-per-node {c.gpus_per_node}: at most one "
-                         "NIC per GPU")
+    check_nics_per_node(c.nic.count, c.gpus_per_node)
     return c
+
+
+def check_nics_per_node(nics: int, gpus: int) -> None:
+    """The NICs of a node serve its GPUs evenly: at most one per GPU, or the same number for every GPU."""
+    if (nics > gpus and nics % gpus) or nics > MAX_NICS_PER_GPU * gpus:
+        raise ValueError(f"--nics-per-node {nics} for --gpus-per-node {gpus}: at most one NIC per GPU, or the same "
+                         f"number for every GPU (a multiple of {gpus}, at most {MAX_NICS_PER_GPU * gpus})")
 
 
 def applies(option: str, optimizer: str) -> bool:

@@ -305,7 +305,7 @@ def row_bursts(row: Row) -> set[float]:
         for elements in sizes:
             sched = step_schedule(row.optimizer, c, elements, "hierarchical", kind.full_precision)
             for phase in sched.phases:
-                load = phase_load(phase, sched.layout, c.nic.count)
+                load = phase_load(phase, sched.layout, c.rails)
                 if load.nic_rx > 1 and not phase.pattern.is_ring and phase.n_rounds:
                     out.add(burst_bytes(load, phase.message_bytes(0)))
     return out
