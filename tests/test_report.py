@@ -26,7 +26,8 @@ def prediction(network, optimizer, nodes, throughput, comm=0.5):
     return {"network": network, "optimizer": optimizer, "nodes": nodes, "gpus": 8 * nodes, "model": "m",
             "batch_per_gpu": 32, "throughput": throughput, "throughput_low": 0.8 * throughput,
             "throughput_high": 1.2 * throughput, "iteration_s": 1.0, "compute_s": 1 - comm, "compression_s": 0.0,
-            "exposed_communication_s": comm, "inter_node_bytes_per_gpu": 1e6 if optimizer == "birder" else 32e6}
+            "exposed_communication_s": comm, "inter_node_bytes_per_gpu": 1e6 if optimizer == "birder" else 32e6,
+            "measured_node": False, "interval_regime": "communication-bound"}
 
 
 def toy_grid(birder_on_10gbe: float, birder_elsewhere: float = 1.0) -> ModelGrid:
@@ -250,7 +251,8 @@ def test_overlapping_intervals_say_pick_the_cheaper():
                                                                            "throughput_low": p["throughput_low"] / 4,
                                                                            "throughput_high": p["throughput_high"] / 4}
         for p in apart.predictions))
-    assert "No cheaper network's interval reaches the fastest network's" in decision_sentence(apart, decide(apart, 16))
+    assert "Every cheaper network is slower than the fastest beyond the uncertainty" in decision_sentence(
+        apart, decide(apart, 16))
 
 
 def test_a_price_file_ranks_networks_by_samples_per_unit_cost(tmp_path):
