@@ -255,6 +255,12 @@ def pays_runs(g: ModelGrid, network: str) -> tuple[list[int], list[int]]:
     return pays, not_pays
 
 
+def tied_counts(g: ModelGrid, network: str) -> list[int]:
+    """Node counts > 1 where Birder's speed-up over the best baseline has an interval containing 1."""
+    return [n for n in g.nodes if n >= 2 and (b := g.get(network, "birder", n)) is not None
+            and (base := best(g, network, n, g.baselines)) is not None and within_uncertainty(b, base)]
+
+
 def why_not(g: ModelGrid, network: str, nodes: int) -> str:
     """Why Birder does not beat the best baseline here: compute-bound, per-message costs, or compression."""
     b, base = g.get(network, "birder", nodes), best(g, network, nodes, g.baselines)
@@ -462,21 +468,25 @@ def uncertainty_sentence(g: ModelGrid, nodes: int) -> str:
 
 
 def stops_paying_sentence(g: ModelGrid) -> str:
-    """Per network, the node counts where Birder beats the best baseline, and why it does not at the others."""
+    """Per network, the node counts where Birder beats the best baseline, why it does not at the others, and
+    where the speed-up's interval contains 1 (within the uncertainty)."""
     grid_nodes = [n for n in g.nodes if n >= 2]
     words = []
     for net in g.networks:
         pays, not_pays = pays_runs(g, net)
         if not pays:
-            words.append(f"never on {net} ({why_not(g, net, grid_nodes[-1]).split(':')[0]})")
+            text = f"never on {net} ({why_not(g, net, grid_nodes[-1]).split(':')[0]}"
         elif not not_pays:
-            words.append(f"on {net} at every count ({grid_nodes[0]}-{grid_nodes[-1]} nodes)")
+            text = f"on {net} at every count ({grid_nodes[0]}-{grid_nodes[-1]} nodes"
         else:
             later = [n for n in not_pays if n > pays[0]]
             example = later[0] if later else not_pays[0]
-            words.append(f"on {net} at {spans(pays, grid_nodes)} nodes (not at {spans(not_pays, grid_nodes)}: "
-                         f"{why_not(g, net, example).split(':')[0]})")
-    return "1-bit pays: Birder beats the best uncompressed optimizer " + "; ".join(words) + "."
+            text = (f"on {net} at {spans(pays, grid_nodes)} nodes (not at {spans(not_pays, grid_nodes)}: "
+                    f"{why_not(g, net, example).split(':')[0]}")
+        tied = tied_counts(g, net)
+        words.append(text + (f"; within the uncertainty at {spans(tied, grid_nodes)}" if tied else "") + ")")
+    return ("1-bit pays: Birder beats the best uncompressed optimizer (by the prediction; where the speed-up's "
+            "interval contains 1 it is within the uncertainty) " + "; ".join(words) + ".")
 
 
 def stops_paying_details(g: ModelGrid) -> list[str]:
