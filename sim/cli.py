@@ -540,7 +540,8 @@ def _speedup_line(name: str, f: dict, level: float) -> str:
     return (f"speed-ups, {name} ({f['pairs']} pairs of rows of one table): {level:.0%} paired intervals cover "
             f"{_percent(f['coverage'])}, median half-width {_percent(f['median_half_width'])} (naive, the two "
             f"intervals divided end by end: {_percent(f['naive_coverage'])}, {_percent(f['naive_median_half_width'])}"
-            f"); {_percent(f['decided'])} exclude 1, of those {_percent(f['decided_right'])} on the measured side")
+            f"); {_percent(f['decided'])} exclude 1, of those {_percent(f['decided_right'])} on the measured side "
+            f"(naive: {_percent(f['naive_decided'])}, {_percent(f['naive_decided_right'])})")
 
 
 def _print_corpus_validation(loso) -> None:
