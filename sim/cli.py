@@ -569,8 +569,14 @@ def _print_corpus_validation(loso) -> None:
                       f"{_percent(s['median_half_width_by_regime'][reg])}" for reg in REGIMES)
           + "; by measured regime: " + ", ".join(f"{reg} {_percent(s['coverage_by_measured_regime'][reg])} covered"
                                                  for reg in REGIMES))
-    for name, figures in [("all", s["speedup"]), *s["speedup_by_regime"].items(), *s["speedup_by_source"].items()]:
+    for name, figures in [("all", s["speedup"]), *s["speedup_by_regime"].items(), *s["speedup_by_source"].items(),
+                          ("without a measured node", s["speedup_unmeasured_node"])]:
         print(_speedup_line(name, figures, s["interval_level"]))
+    u = s["unmeasured_node"]
+    print(f"without a measured node (built-in GPU profiles), {u['rows']} rows, each source left out: coverage "
+          f"{_percent(u['coverage'])}, median half-width {_percent(u['median_half_width'])}; "
+          + "; ".join(f"{reg} {_percent(f['coverage'])} covered, half-width {_percent(f['median_half_width'])}"
+                      for reg, f in u["by_regime"].items()))
     for skipped in loso.skipped:
         print(f"skipped: {skipped.source} {skipped.table} {skipped.model} on {skipped.nodes} nodes: {skipped.reason}")
 

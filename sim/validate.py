@@ -746,6 +746,28 @@ def median(values: list[float]) -> float | None:
     return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
 
 
+def share(flags) -> float | None:
+    """The share of true values (None of none)."""
+    flags = list(flags)
+    return sum(flags) / len(flags) if flags else None
+
+
+def pair_figures(pairs: list[PairPrediction]) -> dict:
+    """Over left-out pairs: how many, the coverage and median half-width (relative to the predicted ratio) of
+    the paired intervals and of the naive ones, the share whose paired interval excludes 1 (``decided``) and, of
+    those, the share on the measured side of 1 (``decided_right``); the same two for the naive intervals."""
+    decided = [p for p in pairs if p.decided]
+    naive_decided = [p for p in pairs if p.naive_low > 1 or p.naive_high < 1]
+    return {"pairs": len(pairs), "coverage": share(p.covered for p in pairs),
+            "median_half_width": median([(p.high - p.low) / 2 / p.predicted for p in pairs]),
+            "naive_coverage": share(p.naive_covered for p in pairs),
+            "naive_median_half_width": median([(p.naive_high - p.naive_low) / 2 / p.predicted for p in pairs]),
+            "decided": share(p.decided for p in pairs),
+            "decided_right": share((p.measured > 1) == (p.low > 1) for p in decided),
+            "naive_decided": len(naive_decided) / len(pairs) if pairs else None,
+            "naive_decided_right": share((p.measured > 1) == (p.naive_low > 1) for p in naive_decided)}
+
+
 @dataclass(frozen=True)
 class SkippedRow:
     source: str
@@ -774,6 +796,10 @@ class CorpusValidation:
     # per interval regime, from every pair's left-out predictions: with a measured node, and without
     speedup_quantiles: dict[str, tuple[float, float]] | None = None
     speedup_quantiles_unmeasured_node: dict[str, tuple[float, float]] | None = None
+    # predictions from the built-in GPU profiles, each source left out: per row (interval regime, predicted, low,
+    # high, measured), and their pairs
+    unmeasured_rows: tuple[tuple[str, float, float, float, float], ...] = ()
+    unmeasured_pairs: tuple[PairPrediction, ...] = ()
 
     def mape(self, which: str, regime: str | None = None, source: str | None = None) -> float | None:
         chosen = [r for r in self.rows if (regime is None or r.regime == regime)
@@ -796,27 +822,10 @@ class CorpusValidation:
                        if regime is None or r.interval_regime == regime])
 
     def speedup_figures(self, regime: str | None = None, source: str | None = None) -> dict:
-        """Over the left-out pairs (of one interval regime or source, or all): how many, the coverage and median
-        half-width (relative to the predicted ratio) of the paired intervals and of the naive ones, and the share
-        whose paired interval excludes 1 (``decided``) and, of those, the share on the measured side of 1
-        (``decided_right``); the same two for the naive intervals."""
-        chosen = [p for p in self.pairs if (regime is None or p.interval_regime == regime)
-                  and (source is None or p.source == source)]
-        decided = [p for p in chosen if p.decided]
-
-        def share(flags):
-            flags = list(flags)
-            return sum(flags) / len(flags) if flags else None
-
-        return {"pairs": len(chosen), "coverage": share(p.covered for p in chosen),
-                "median_half_width": median([(p.high - p.low) / 2 / p.predicted for p in chosen]),
-                "naive_coverage": share(p.naive_covered for p in chosen),
-                "naive_median_half_width": median([(p.naive_high - p.naive_low) / 2 / p.predicted for p in chosen]),
-                "decided": share(p.decided for p in chosen),
-                "decided_right": share((p.measured > 1) == (p.low > 1) for p in decided),
-                "naive_decided": share(p.naive_low > 1 or p.naive_high < 1 for p in chosen),
-                "naive_decided_right": share((p.measured > 1) == (p.naive_low > 1) for p in chosen
-                                             if p.naive_low > 1 or p.naive_high < 1)}
+        """``pair_figures`` of the left-out pairs calibrated on a measured node (of one interval regime or
+        source, or all)."""
+        return pair_figures([p for p in self.pairs if (regime is None or p.interval_regime == regime)
+                             and (source is None or p.source == source)])
 
     def table(self) -> list[dict]:
         """Per source, per regime and overall: rows and the MAPE of in-sample, left-out, linear and alpha-beta."""
@@ -845,7 +854,19 @@ class CorpusValidation:
                 "speedup": self.speedup_figures(),
                 "speedup_by_regime": {reg: self.speedup_figures(reg) for reg in REGIMES},
                 "speedup_by_source": {src: self.speedup_figures(source=src)
-                                      for src in sorted({p.source for p in self.pairs})}}
+                                      for src in sorted({p.source for p in self.pairs})},
+                "unmeasured_node": self.unmeasured_figures(),
+                "speedup_unmeasured_node": pair_figures(list(self.unmeasured_pairs))}
+
+    def unmeasured_figures(self) -> dict:
+        """The intervals of predictions from the built-in GPU profiles (no node measured), each source left out:
+        rows, coverage and median half-width, overall and per interval regime."""
+        def figures(chosen):
+            return {"rows": len(chosen), "coverage": share(low <= m <= high for _, _, low, high, m in chosen),
+                    "median_half_width": median([(high - low) / 2 / p for _, p, low, high, _ in chosen])}
+
+        rows = list(self.unmeasured_rows)
+        return {**figures(rows), "by_regime": {reg: figures([r for r in rows if r[0] == reg]) for reg in REGIMES}}
 
     def as_dict(self) -> dict:
         return {**self.summary(), "table": self.table(), "quantiles": {k: list(v) for k, v in self.quantiles.items()},
@@ -893,7 +914,24 @@ def speedup_figures_markdown(summary: dict) -> str:
             f"**{pct(f['median_half_width'])}**, against {pct(f['naive_coverage'])} and "
             f"{pct(f['naive_median_half_width'])} for the two rows' intervals divided end by end; "
             f"{pct(f['decided'])} of them exclude 1 ({pct(f['naive_decided'])} of the naive ones), and "
-            f"{pct(f['decided_right'])} of those name the faster as measured ({pct(f['naive_decided_right'])}).")
+            f"{pct(f['decided_right'])} of those name the faster as measured ({pct(f['naive_decided_right'])})."
+            + unmeasured_figures_markdown(summary))
+
+
+def unmeasured_figures_markdown(summary: dict) -> str:
+    """The sentence on predictions without a measured node (built-in GPU profiles), each source left out."""
+    rows, pairs = summary.get("unmeasured_node") or {}, summary.get("speedup_unmeasured_node") or {}
+    if not rows.get("rows") or not pairs.get("pairs"):
+        return ""
+
+    def pct(x):
+        return "-" if x is None else f"{100 * x:.1f}%"
+
+    return (f" Without a measured node (compute from the built-in GPU profiles, {rows['rows']} rows) the "
+            f"intervals cover {pct(rows['coverage'])} with a median half-width of "
+            f"{pct(rows['median_half_width'])}, and the speed-ups' {pct(pairs['coverage'])} with "
+            f"{pct(pairs['median_half_width'])} (naive {pct(pairs['naive_coverage'])} and "
+            f"{pct(pairs['naive_median_half_width'])}).")
 
 
 _SHIPPED: list[CorpusValidation] = []  # the shipped corpus's run, once per process
@@ -951,13 +989,22 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
             row.throughput, fitted.throughput, generic.throughput, linear_scaling(row), alpha_beta(row),
             low, high))
     unmeasured_ratios = [(reg, math.log(row.throughput / predicted)) for row, predicted, reg in unmeasured]
-    pairs, paired_errors = _left_out_pairs(out, [row for row, _, _ in done], groups)
-    unmeasured_pairs = _pair_errors([row for row, _, _ in unmeasured], [p for _, p, _ in unmeasured],
-                                    [reg for _, _, reg in unmeasured])
+    pairs, paired_errors = _left_out_pairs([row for row, _, _ in done], [r.left_out for r in out],
+                                           [r.interval_regime for r in out], [(r.low, r.high) for r in out], groups)
+    u_rows, u_predicted, u_regimes = ([u[k] for u in unmeasured] for k in range(3))
+    u_intervals = []
+    for row, predicted, reg in unmeasured:  # each from the other sources' rows, as the measured nodes' are
+        q = interval_quantiles([(g, math.log(r.throughput / p)) for r, p, g in unmeasured
+                                if r.source not in groups[row.source]])
+        u_intervals.append(interval_around(predicted, q[reg] if all(map(math.isfinite, q[reg])) else q["all"]))
+    u_pairs, u_errors = _left_out_pairs(u_rows, u_predicted, u_regimes, u_intervals, groups)
     return CorpusValidation(name or "corpus", tuple(out), tuple(skipped), interval_quantiles(list(ratios.values())),
                             interval_quantiles(unmeasured_ratios), tuple(pairs),
                             interval_quantiles([(reg, x) for _, reg, x in paired_errors]),
-                            interval_quantiles([(reg, x) for _, reg, x in unmeasured_pairs]))
+                            interval_quantiles([(reg, x) for _, reg, x in u_errors]),
+                            tuple((reg, p, low, high, row.throughput) for row, p, reg, (low, high)
+                                  in zip(u_rows, u_predicted, u_regimes, u_intervals, strict=True)),
+                            tuple(u_pairs))
 
 
 def _pair_errors(rows: list[PublishedRow], predicted: list[float], regimes: list[str]
@@ -969,22 +1016,25 @@ def _pair_errors(rows: list[PublishedRow], predicted: list[float], regimes: list
             for i, j in oriented_pairs(rows, predicted)]
 
 
-def _left_out_pairs(out: list[CorpusPrediction], rows: list[PublishedRow], groups: dict[str, frozenset[str]]
+def _left_out_pairs(rows: list[PublishedRow], predicted: list[float], regimes: list[str],
+                    intervals: list[tuple[float, float]], groups: dict[str, frozenset[str]]
                     ) -> tuple[list[PairPrediction], list[tuple[tuple[int, int], str, float]]]:
-    """Every pair of left-out predictions (``out``, in the order of ``rows``) with its speed-up interval fitted on
-    the pairs of the sources not held out with it (a pair's two rows share their source), and the pairs' errors."""
-    errors = _pair_errors(rows, [r.left_out for r in out], [r.interval_regime for r in out])
+    """Every pair of ``rows`` (predicted ``predicted``, with interval regimes ``regimes`` and left-out intervals
+    ``intervals``) with its speed-up interval fitted on the pairs of the sources not held out with it (a pair's
+    two rows share their source), and the pairs' errors."""
+    errors = _pair_errors(rows, predicted, regimes)
     pairs = []
     for (i, j), reg, _ in errors:
         held = groups[rows[i].source]
         q = interval_quantiles([(g, x) for (k, _), g, x in errors if rows[k].source not in held])
         bounds = q[reg] if all(map(math.isfinite, q[reg])) else q["all"]
-        a, b = out[i], out[j]
-        predicted = a.left_out / b.left_out
-        low, high = interval_around(predicted, bounds)
-        pairs.append(PairPrediction(a.source, a.table, a.model, a.nodes, pair_label(rows[i], rows[j]),
-                                    pair_label(rows[j], rows[i]), reg, a.measured / b.measured, predicted, low, high,
-                                    a.low / b.high, a.high / b.low if b.low > 0 else math.inf))
+        ratio = predicted[i] / predicted[j]
+        low, high = interval_around(ratio, bounds)
+        (low_i, high_i), (low_j, high_j) = intervals[i], intervals[j]
+        a, b = rows[i], rows[j]
+        pairs.append(PairPrediction(a.source, a.table, a.model, a.nodes, pair_label(a, b), pair_label(b, a), reg,
+                                    a.throughput / b.throughput, ratio, low, high, low_i / high_j,
+                                    high_i / low_j if low_j > 0 else math.inf))
     return pairs, errors
 
 

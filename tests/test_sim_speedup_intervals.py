@@ -53,13 +53,18 @@ def test_a_pairs_error_is_the_difference_of_its_rows_and_its_interval_never_sees
         assert pair.low <= pair.predicted <= pair.high
     moved = [replace(r, throughput=r.throughput * 0.7) if r.optimizer == "birder" else r for r in other]
     after = validate.corpus_validation(tuple(ib + moved), "test")
-    changed_paper = False
-    for before, now in zip(cv.pairs, after.pairs, strict=True):
-        if before.source == "other":
-            assert (now.low, now.high, now.predicted) == (before.low, before.high, before.predicted)
-        else:
-            changed_paper |= (now.low, now.high) != (before.low, before.high)
-    assert changed_paper
+    for mine, theirs in ((cv.pairs, after.pairs), (cv.unmeasured_pairs, after.unmeasured_pairs)):
+        changed_paper = False  # with a measured node and without (built-in GPU profiles) alike
+        assert len(mine) == len(theirs) == 18
+        for before, now in zip(mine, theirs, strict=True):
+            if before.source == "other":
+                assert (now.low, now.high, now.predicted) == (before.low, before.high, before.predicted)
+            else:
+                changed_paper |= (now.low, now.high) != (before.low, before.high)
+        assert changed_paper
+    unmeasured = cv.unmeasured_figures()
+    assert unmeasured["rows"] == len(cv.unmeasured_rows) == 18
+    assert unmeasured["coverage"] == sum(low <= m <= high for _, _, low, high, m in cv.unmeasured_rows) / 18
 
 
 def test_correlated_errors_give_a_narrower_ratio_interval_that_still_covers():
