@@ -67,6 +67,54 @@ TREE_CORRECTION = {
 }
 
 
+# ------------------------------------------- NCCL's channels (NVIDIA/nccl 2.30.7, src/enqueue.cc, graph/tuning.cc)
+# An operation runs on channels, each a ring (or tree) of its own with 1/nChannels of the bandwidth: tuning.cc
+# models busBw = nChannels x per-channel bandwidth, capped per channel and protocol as below.
+MAX_CHANNELS = 32  # the ring graph's maxChannels (MAXCHANNELS 64 / 2, src/graph/search.cc)
+MAX_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}  # NCCL_{LL,LL128,SIMPLE}_MAX_NTHREADS (src/include/device.h)
+THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}  # NCCL_*_THREAD_THRESHOLD bytes per thread (include/comm.h);
+# tuning.cc multiplies the ring's LL threshold by nRanks
+# GB/s of bus bandwidth (tuning.cc's ncclTunerConstantsDefaults). llMaxBws: LL's ceiling, by GPU arch on one
+# node, by CPU on several (row Intel: NET_OVERHEAD_US assumes Intel hosts too), 2 nodes / more.
+LL_MAX_BW = {"single": {"volta": 39.0, "ampere": 87.7, "hopper": 141.0}, "intel": (39.0, 20.4)}
+PER_CHANNEL_MAX_BW = {  # (2 nodes, more than 2 nodes) per channel
+    ("ring", "LL128"): {"volta": (20.0, 20.0), "ampere": (20.0, 20.0), "hopper": (36.7, 36.7)},
+    ("tree", "LL128"): {"volta": (20.0, 20.0), "ampere": (20.0, 20.0), "hopper": (36.7, 29.0)},
+    ("tree", "Simple"): {"volta": (18.5, 10.0), "ampere": (23.6, 17.8), "hopper": (41.4, 36.0)},  # perChMaxTreeBws
+}
+PER_CHANNEL_MAX_BW[("tree", "LL")] = PER_CHANNEL_MAX_BW[("tree", "Simple")]  # tree all-reduce: every protocol
+
+
+def nccl_channels(cluster: Cluster) -> int:
+    """Channels of a multi-node ring: the graph search finds one ring per NIC (src/graph/search.cc), and
+    ncclTopoDupChannels doubles them where the intra-node path is fast (NVLink between the node's GPUs; with
+    one GPU or over PCIe it stays one per NIC: a simplification of its 25 GB/s test); at most MAX_CHANNELS."""
+    per_nic = 2 if cluster.intra.kind == "nvlink" and cluster.gpus_per_node > 1 else 1
+    return min(per_nic * cluster.nic.count, MAX_CHANNELS)
+
+
+def channels_used(nbytes: float, channels: int, protocol: str, algorithm: str, ranks: int) -> int:
+    """enqueue.cc topoGetAlgoInfo: while the operation's bytes are below channels x threads x the protocol's
+    bytes per thread, one channel fewer (at least one). Small operations run on few channels, each with its
+    share of the bandwidth."""
+    threshold = THREAD_THRESHOLD[protocol] * (ranks if (algorithm == "ring" and protocol == "LL") else 1)
+    per_channel = MAX_THREADS[protocol] * threshold
+    return max(1, min(channels, int(nbytes // per_channel)))
+
+
+def bus_bandwidth_cap(cluster: Cluster, algorithm: str, protocol: str, channels: int) -> float:
+    """Bytes/s of bus bandwidth tuning.cc lets ``channels`` channels reach with this algorithm and protocol on
+    several nodes (math.inf where it sets none): LL's ceiling, and LL128's and the tree's per-channel ceilings."""
+    arch, two = _arch(cluster), cluster.n_nodes <= 2
+    cap = math.inf
+    if protocol == "LL":
+        cap = LL_MAX_BW["intel"][0 if two else 1] * 1e9
+    per_channel = PER_CHANNEL_MAX_BW.get((algorithm, protocol), {}).get(arch)
+    if per_channel is not None:
+        cap = min(cap, channels * per_channel[0 if two else 1] * 1e9)
+    return cap
+
+
 def protocols(cluster: Cluster, multi_node: bool) -> tuple[str, ...]:
     """LL128 runs on NVLink/PCI paths and over verbs, not over sockets (NCCL enables it per path type)."""
     return PROTOCOLS if (not multi_node or cluster.nic.transport == "ib") else ("LL", "Simple")
@@ -290,12 +338,12 @@ class NodeLinks:
     oversubscription; absent if non-blocking)."""
 
     def __init__(self, cluster: Cluster):
-        intra, nic = cluster.intra, cluster.nic
+        intra = cluster.intra
         self.gpu_tx, self.gpu_rx = Link("gpu_tx", intra.port_bandwidth), Link("gpu_rx", intra.port_bandwidth)
         self.fabric = Link("fabric", intra.fabric_bandwidth) if math.isfinite(intra.fabric_bandwidth) else None
-        bw = cluster.nic_bandwidth
+        bw = cluster.rail_bandwidth  # one rail: a NIC, or the several NICs of one GPU
         self.nic_tx, self.nic_rx = Link("nic_tx", bw), Link("nic_rx", bw)
-        spine = cluster.nodes_per_leaf * nic.count * bw / cluster.oversubscription
+        spine = cluster.nodes_per_leaf * cluster.rails * bw / cluster.oversubscription
         self.shared_pcie = intra.kind == "pci"  # a PCIe node: a GPU's own link carries its NIC traffic too
         oversubscribed = cluster.oversubscription > 1
         self.up = Link("switch_uplink", spine) if oversubscribed else None
@@ -324,14 +372,14 @@ class NodeLinks:
 def flow_time(phases: tuple[Phase, ...], layout: Layout, cluster: Cluster) -> float:
     """Seconds the phases' bytes take when they stream at once over the representative node's links (one flow
     of one byte whose multiplicity on each link is the bytes the busiest such link carries)."""
-    load = byte_load(phases, layout, cluster.nic.count, cluster.nodes_per_leaf)
+    load = byte_load(phases, layout, cluster.rails, cluster.nodes_per_leaf)
     return transfer_time(NodeLinks(cluster).flows(load, 1.0))
 
 
 def expanded_flow_time(phases: tuple[Phase, ...], layout: Layout, cluster: Cluster) -> float:
     """The same as ``flow_time`` with every link of every node and every message of the cluster (for tests at
     small sizes: the representative node is exact where the schedule is symmetric)."""
-    k, nic_bw = cluster.nic.count, cluster.nic_bandwidth
+    k, nic_bw = cluster.rails, cluster.rail_bandwidth
     links: dict[tuple, Link] = {}
 
     def link(*key) -> Link:
@@ -468,6 +516,18 @@ def operations(schedule: Schedule) -> list[tuple[str, tuple[Phase, ...]]]:
     return [("ring" if ph.pattern.is_ring else "p2p", (ph,)) for ph in phases]
 
 
+def channel_time(cluster: Cluster, algorithm: str, protocol: str, t_bytes: float, buffer: float, bus_bytes: float,
+                 ranks: int, multi_node: bool) -> float:
+    """The bytes' time of a multi-node ring or tree on the channels NCCL gives it: ``t_bytes`` (all channels'
+    share of the links) stretched by channels / channels used (enqueue.cc), and at least the bus bytes at
+    tuning.cc's per-channel and LL ceilings. Within a node NCCL's channels are NVLink's and are not modelled."""
+    if not multi_node:
+        return t_bytes
+    channels = nccl_channels(cluster)
+    used = channels_used(buffer, channels, protocol, algorithm, ranks)
+    return max(t_bytes * channels / used, bus_bytes / bus_bandwidth_cap(cluster, algorithm, protocol, used))
+
+
 def op_time(kind: str, phases: tuple[Phase, ...], layout: Layout, cluster: Cluster,
             protocol: str | None = None) -> OpTime:
     """Seconds one NCCL operation takes alone on the cluster, with the fastest protocol (or ``protocol``)."""
@@ -481,7 +541,10 @@ def op_time(kind: str, phases: tuple[Phase, ...], layout: Layout, cluster: Clust
         if kind == "tree_allreduce":
             piece = edge_bytes(phases[1]) if len(phases) > 1 else edge_bytes(phases[0])
             factor = TREE_FACTOR[proto] * tree_correction(proto, piece * 2 * g)
-            t = tree_latency(cluster, proto) + t_flow / factor
+            # tuning.cc counts a tree all-reduce's bus bytes as twice the buffer (its busBw x 0.5 = algBw)
+            t_bytes = channel_time(cluster, "tree", proto, t_flow / factor, piece * 2 * g, 2 * piece * 2 * g,
+                                   layout.n_ranks, multi)
+            t = tree_latency(cluster, proto) + t_bytes
             algorithm, timeouts = "tree", 0.0
         elif kind == "servers":  # a push-pull library's own transport, pipelined over its partitions: no NCCL
             # protocol; one hop's latency and each worker's per-peer cost to the servers
@@ -491,11 +554,16 @@ def op_time(kind: str, phases: tuple[Phase, ...], layout: Layout, cluster: Clust
         elif kind in ("ring_allreduce", "ring"):
             steps = sum(ph.n_rounds for ph in phases)
             inter = sum(layout.nodes_spanned(ph.groups[0]) - 1 for ph in phases)
-            t = ring_latency(cluster, proto, steps, inter, kind == "ring_allreduce") + t_flow / RING_FACTOR[proto]
+            ring_bytes = sum(edge_bytes(ph) for ph in phases)  # what one ring edge carries: nccl-tests' bus bytes
+            ranks = len(phases[0].groups[0])
+            buffer = max(ph.message_bytes(0) for ph in phases) * ranks
+            t_bytes = channel_time(cluster, "ring", proto, t_flow / RING_FACTOR[proto], buffer, ring_bytes, ranks,
+                                   multi)
+            t = ring_latency(cluster, proto, steps, inter, kind == "ring_allreduce") + t_bytes
             algorithm, timeouts = "ring", 0.0
         else:
             (ph,) = phases
-            load = phase_load(ph, layout, nic.count, cluster.nodes_per_leaf)
+            load = phase_load(ph, layout, cluster.rails, cluster.nodes_per_leaf)
             posts = max(load.gpu_net_tx, load.gpu_net_rx)
             t_bytes = t_flow / RING_FACTOR[proto]
             if nic.message_overhead > 0 and posts:  # a site's per-message cost, posted one peer after another
@@ -510,6 +578,34 @@ def op_time(kind: str, phases: tuple[Phase, ...], layout: Layout, cluster: Clust
     return best
 
 
+# ---------------------------------------------------------------- reduction in the switch: NVLS and CollNet
+NVLS_LATENCY_US = 25.0  # tuning.cc: NVLS base latency 0, hwLatencies[NVLINK][NVLS][Simple] 25 us
+COLLNET_LATENCY_US = {"net": 31.0, "intra": 3.7, "arity": 0.4}  # tuning.cc CollNetDirect: NET 31, NVLink 3.7, and
+# "0.4 us arity serialization latency" per local rank
+ALLREDUCE_SCHEMES = ("allreduce", "ring-allreduce", "tree_allreduce", "tree-allreduce")
+
+
+def switch_allreduce(cluster: Cluster, nbytes: float) -> OpTime | None:
+    """An all-reduce the switches reduce, where the hardware can (None elsewhere). Closed forms, exact for the
+    bytes: each GPU sends its buffer into the switch once and receives the sum once, half the 2(p-1)/p buffers
+    a ring moves. One node with NVLink SHARP (NVLS): the NVSwitch's measured all-reduce rate. Several nodes with
+    InfiniBand SHARP (CollNet Direct): each node's NICs send the node's buffer up once and receive the result
+    once, at the NICs' reduction rate, while NVLink still moves about twice the buffer inside the node
+    (sjeaugey, NVIDIA/nccl issue 320); latencies are tuning.cc's."""
+    g, nic = cluster.gpus_per_node, cluster.nic
+    if cluster.n_nodes == 1:
+        if g < 2 or not cluster.intra.nvls_bandwidth:
+            return None
+        return OpTime(NVLS_LATENCY_US * 1e-6 + nbytes / cluster.intra.nvls_bandwidth, "nvls", "Simple")
+    if not nic.collnet_bandwidth:
+        return None
+    nics = nic.count * min(nic.collnet_bandwidth, cluster.nic_bandwidth)
+    algbw = min(nics, cluster.intra.port_bandwidth / 2) if g > 1 else nics
+    lat = COLLNET_LATENCY_US
+    latency = 2 * (min(1, g - 1) * lat["intra"] + (g - 1) * lat["arity"]) + lat["net"] + nic.latency * 1e6
+    return OpTime(latency * 1e-6 + nbytes / algbw, "collnet", "Simple")
+
+
 def _schedule_key(schedule: Schedule, cluster: Cluster) -> tuple:
     return (schedule.scheme, schedule.layout, schedule.padded_dim, cluster,
             tuple((ph.name, ph.pattern, ph.chunk_elements, ph.bits_per_element, ph.header_bytes)
@@ -517,13 +613,21 @@ def _schedule_key(schedule: Schedule, cluster: Cluster) -> tuple:
 
 
 @lru_cache(maxsize=8192)
-def _collective(key: tuple, schedule: Schedule, cluster: Cluster) -> tuple[float, float, tuple[OpTime, ...]]:
+def _collective(key: tuple, schedule: Schedule, cluster: Cluster,
+                in_switch: bool = True) -> tuple[float, float, tuple[OpTime, ...]]:
     ops = tuple(op_time(kind, phases, schedule.layout, cluster) for kind, phases in operations(schedule))
+    if in_switch and ops and schedule.scheme in ALLREDUCE_SCHEMES:  # NCCL's NVLS / CollNet where they are faster
+        bits = schedule.phases[0].bits_per_element[0]
+        switch = switch_allreduce(cluster, schedule.padded_dim * bits / 8)
+        if switch is not None and switch.seconds < sum(o.seconds for o in ops):
+            ops = (switch,)
     return sum(o.seconds for o in ops), sum(o.incast_timeouts for o in ops), ops
 
 
-def collective_ops(schedule: Schedule, cluster: Cluster) -> tuple[OpTime, ...]:
-    return _collective(_schedule_key(schedule, cluster), schedule, cluster)[2]
+def collective_ops(schedule: Schedule, cluster: Cluster, in_switch: bool = True) -> tuple[OpTime, ...]:
+    """The NCCL operations of one collective with their times; ``in_switch``: an all-reduce may be reduced in
+    the switches where the hardware can (False: the ring or tree asked for)."""
+    return _collective(_schedule_key(schedule, cluster), schedule, cluster, in_switch)[2]
 
 
 def collective_time(schedule: Schedule, cluster: Cluster) -> float:
@@ -552,11 +656,12 @@ def nccl_model_time(cluster: Cluster, nbytes: float, algorithm: str, protocol: s
     n, p = cluster.n_nodes, cluster.n_gpus
     bus = min(cluster.nic.count * cluster.nic_bandwidth, cluster.intra.port_bandwidth) / 1e9 if n > 1 \
         else cluster.intra.port_bandwidth / 1e9  # GB/s = bytes per ns
+    cap = bus_bandwidth_cap(cluster, algorithm, protocol, nccl_channels(cluster)) / 1e9 if n > 1 else math.inf
     if algorithm == "ring":
-        bw = bus * RING_FACTOR[protocol] * p / (2 * (p - 1))
+        bw = min(bus * RING_FACTOR[protocol], cap) * p / (2 * (p - 1))
         lat = ring_latency(cluster, protocol, 2 * (p - 1), 2 * (n - 1), True) * 1e6
     else:
-        bw = bus * TREE_FACTOR[protocol] * 0.5 * tree_correction(protocol, nbytes)
+        bw = min(bus * TREE_FACTOR[protocol], cap) * 0.5 * tree_correction(protocol, nbytes)
         lat = tree_latency(cluster, protocol) * 1e6
     return lat + nbytes / (1000 * bw)
 

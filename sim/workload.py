@@ -178,7 +178,7 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float) ->
     def communicate(elements: int):
         schedule = step_schedule(work.optimizer, cluster, elements, work.scheme, kind.full_precision,
                                  work.grad_bits)
-        t = traffic(schedule, cluster.nic.count)
+        t = traffic(schedule, cluster.rails)
         totals["intra"] += t.intra_node_bytes_per_gpu
         totals["inter"] += t.inter_node_bytes_per_gpu
         compress = decompress = 0.0

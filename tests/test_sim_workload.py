@@ -139,7 +139,7 @@ def test_the_interval_comes_from_the_stored_cross_validation_of_these_rows():
     assert json.dumps(read_back) == json.dumps(stored["cross_validation"])  # the stored file reads back unchanged
     corpus, _ = validate.corpus_rows()
     assert stored["intervals"]["corpus_sha256"] == api._corpus_digest(corpus)  # and of the corpus as it is
-    low, high = stored["intervals"]["site_profile"]
+    low, high = stored["intervals"]["site_profile_by_site"]["birder-paper-ib"]  # its own rows' bounds
     out = api.predict_config("resnet50", 4, "birder-paper-ib")
     assert out["throughput_low"] == pytest.approx(min(out["throughput"], out["throughput"] * math.exp(low)))
     assert out["throughput_high"] == pytest.approx(max(out["throughput"], out["throughput"] * math.exp(high)))
