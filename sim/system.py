@@ -41,7 +41,7 @@ from birder_ref.schedules import (
     padded_dim,
     tree_allreduce,
 )
-from sim.hardware import GPUS, Cluster
+from sim.hardware import GPUS, Cluster, framework_preset
 from sim.network import Link, transfer_time
 
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -141,7 +141,7 @@ class RoundLoad:
     gpu_net_tx: int = 0  # inter-node messages the busiest GPU sends (its proxy posts them one by one)
     gpu_net_rx: int = 0  # ... receives
     intra_total: int = 0  # intra-node messages sent by GPUs in the whole cluster
-    inter_total: int = 0  # inter-node messages sent by GPUs (not the parameter server) in the whole cluster
+    inter_total: int = 0  # inter-node messages sent by GPUs (not parameter servers) in the whole cluster
     pcie_tx: float = 0  # messages, intra- and inter-node, the busiest GPU sends through its own link
     pcie_rx: float = 0  # ... receives
 
@@ -193,7 +193,7 @@ class _Counts:
             self.node_rx[dst_node // self.leaf] += weight
         self.gpu_net_tx[src] += 1
         self.gpu_net_rx[dst] += 1
-        self.inter_total += src != self.layout.server
+        self.inter_total += src < self.layout.n_ranks  # a GPU's, not a server's
 
     def everyone_to_everyone(self, group: tuple[int, ...], weight: float = 1.0) -> None:
         """One message from every member to every other member, counted in O(len(group))."""
@@ -511,6 +511,8 @@ def operations(schedule: Schedule) -> list[tuple[str, tuple[Phase, ...]]]:
         return [("ring_allreduce", phases)] if phases else []
     if schedule.scheme in ("tree_allreduce", "tree-allreduce"):
         return [("tree_allreduce", phases)] if phases else []
+    if schedule.scheme == SUMMATION_SERVERS:
+        return [("servers", phases)] if phases else []
     return [("ring" if ph.pattern.is_ring else "p2p", (ph,)) for ph in phases]
 
 
@@ -532,7 +534,7 @@ def op_time(kind: str, phases: tuple[Phase, ...], layout: Layout, cluster: Clust
     g = layout.gpus_per_node
     t_flow = flow_time(phases, layout, cluster)
     multi = any(layout.nodes_spanned(grp) > 1 for ph in phases for grp in ph.groups)
-    choices = (protocol,) if protocol else protocols(cluster, multi)
+    choices = (protocol,) if protocol else ("Simple",) if kind == "servers" else protocols(cluster, multi)
     nic = cluster.nic
     best: OpTime | None = None
     for proto in choices:
@@ -544,6 +546,11 @@ def op_time(kind: str, phases: tuple[Phase, ...], layout: Layout, cluster: Clust
                                    layout.n_ranks, multi)
             t = tree_latency(cluster, proto) + t_bytes
             algorithm, timeouts = "tree", 0.0
+        elif kind == "servers":  # a push-pull library's own transport, pipelined over its partitions: no NCCL
+            # protocol; one hop's latency and each worker's per-peer cost to the servers
+            servers = {m for ph in phases if ph.pattern.name == "push" for grp in ph.groups for m in grp[-1:]}
+            t = p2p_latency(cluster, proto, True, len(servers)) + t_flow
+            algorithm, timeouts = "servers", 0.0
         elif kind in ("ring_allreduce", "ring"):
             steps = sum(ph.n_rounds for ph in phases)
             inter = sum(layout.nodes_spanned(ph.groups[0]) - 1 for ph in phases)
@@ -705,12 +712,47 @@ def collective_schedule(name: str, layout: Layout, dim: int, bits: int = 32) -> 
     return Schedule(name, layout, int(dim), D, phases)
 
 
+SUMMATION_SERVERS = "summation_servers"
+
+
+def summation_servers(cluster: Cluster, dim: int, bits: int = 32) -> Schedule:
+    """Push-pull through summation servers (BytePS, Jiang et al., OSDI 2020, Section 3; a TensorFlow parameter
+    server): the GPUs of a node reduce-scatter inside it, each GPU pushes its shard, split evenly, to the
+    servers, which sum and send the result back (pull), and the node all-gathers. As many server NICs as worker
+    NICs (BytePS's rule: the servers' bandwidth at least the workers'), on machines of their own or, with the
+    framework's ``servers_on_workers``, one per worker node (what a node pushes to its own server stays inside
+    it). A worker NIC so carries the gradient once each way, where a ring all-reduce carries it 2(n-1)/n times.
+    One pipelined operation: the libraries partition tensors and push, sum and pull the pieces concurrently."""
+    layout, nics = cluster.layout, cluster.nic.count
+    n, g = layout.n_nodes, layout.gpus_per_node
+    colocated = framework_preset(cluster.framework).servers_on_workers
+    first_node = 0 if colocated else n
+    servers = tuple((first_node + s // nics) * g + (s % nics) * g // nics for s in range(n * nics))
+    D = padded_dim(dim, layout.n_ranks * len(servers))
+    nodes = tuple(layout.node_ranks(k) for k in range(n))
+    groups = tuple(tuple(ep for ep in layout.local_rank_group(j) if layout.node_of(ep) != layout.node_of(server))
+                   + (server,) for server in servers for j in range(g))
+    groups = tuple(grp for grp in groups if len(grp) > 1)
+    piece = D // (g * len(servers))
+    intra = (bits,) * (g - 1)
+    phases = (
+        Phase("intra_reduce_scatter", "ring_reduce_scatter", nodes, D // g, intra, "reduce"),
+        Phase("push", "push", groups, piece, (bits,) if groups else (), "reduce"),
+        Phase("pull", "pull", groups, piece, (bits,) if groups else (), "copy"),
+        Phase("intra_all_gather", "ring_all_gather", nodes, D // g, intra, "copy"),
+    )
+    return Schedule(SUMMATION_SERVERS, layout, int(dim), D, phases)
+
+
 def step_schedule(optimizer: str, cluster: Cluster, dim: int, scheme: str | None = None,
                   full_precision: bool = False, grad_bits: int = 32) -> Schedule:
-    """The schedule one communicating step of ``optimizer`` runs (its ``birder_ref.registry`` spec): DDP's
-    all-reduce for full-precision steps, unless the optimizer has a full-precision schedule of its own."""
+    """The schedule one communicating step of ``optimizer`` runs (its ``birder_ref.registry`` spec): the
+    framework's full-precision exchange (DDP's all-reduce, or its summation servers) for full-precision steps,
+    unless the optimizer has a full-precision schedule of its own."""
     spec = simulated_spec(optimizer)
     if not spec.compressed or (full_precision and not spec.own_full_precision):
+        if cluster.n_nodes > 1 and framework_preset(cluster.framework).pattern == "summation-servers":
+            return summation_servers(cluster, dim, grad_bits)
         return fp32_allreduce(cluster, dim, grad_bits)
     options = {"full_precision": True} if full_precision else {}
     return spec.schedule(cluster.layout, dim, scheme=scheme, **options)
