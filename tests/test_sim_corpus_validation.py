@@ -103,9 +103,19 @@ def test_validate_reports_skill_coverage_and_width_beside_the_baselines(capsys):
     assert {("all", "all"), ("regime", "compute-bound"), ("regime", "communication-bound")} <= groups
     assert all({"mape_in_sample", "mape_left_out", "mape_linear", "mape_alpha_beta"} <= set(t) for t in out["table"])
     assert 0 <= out["coverage"] <= 1
+    speedup = out["speedup"]  # the paired speed-up intervals, beside the naive ones, on the pairs left out
+    assert speedup["pairs"] == len(out["pairs"]) > 0
+    assert speedup["coverage"] == pytest.approx(sum(p["covered"] for p in out["pairs"]) / speedup["pairs"])
+    assert speedup["naive_coverage"] == pytest.approx(
+        sum(p["naive_covered"] for p in out["pairs"]) / speedup["pairs"])
+    assert speedup["median_half_width"] > 0 and speedup["naive_median_half_width"] > 0
+    assert set(out["speedup_by_regime"]) == {"compute-bound", "communication-bound"}
+    assert sum(f["pairs"] for f in out["speedup_by_source"].values()) == speedup["pairs"]
     assert main(["validate", "--no-cross-validation", "--quiet"]) == 0  # the second run reuses the first's
     text = capsys.readouterr().out
     assert "skill (left-out MAPE / linear scaling's)" in text and "median half-width" in text
+    assert f"speed-ups, all ({speedup['pairs']} pairs of rows of one table): 80% paired intervals cover " \
+           f"{100 * speedup['coverage']:.1f}%, median half-width {100 * speedup['median_half_width']:.1f}%" in text
     assert "in-sample and left out are equal by construction for every source but birder-neurips2023" in text
     header = next(line for line in text.splitlines() if line.startswith("group "))
     rows = [line for line in text.splitlines() if line.split(" ", 1)[0] in ("all", "regime", "source")]
