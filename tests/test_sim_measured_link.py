@@ -43,6 +43,9 @@ def test_the_measured_rate_brings_deepspeeds_tcp_adam_rows_from_300_percent_to_w
     assert mape(deepspeed_tcp_adam, measured) < 0.20
     assert mape(deepspeed_tcp_adam, unmeasured) > 2.0
     assert all(m < u for m, u in zip(measured, unmeasured, strict=True))
+    for row in deepspeed_tcp_adam:  # a step is never shorter than its node's bytes through the NIC at 4.1 Gb/s
+        p = validate.corpus_predict(row, fitted=False)
+        assert p.iteration_s >= p.inter_node_bytes_per_gpu * row.gpus_per_node / (4.1e9 / 8) * (1 - 1e-9)
 
 
 def test_the_alpha_beta_baseline_runs_at_the_same_measured_rate(deepspeed_tcp_adam):
