@@ -150,10 +150,17 @@ class _HookState:
         self.step_of = step_of  # () -> the Birder step the next step() computes
         self.fault_message = fault_message  # (phase, group, error) -> Birder's one-line fault message
         self.backward_ran = False
+        self.seen: set[int] = set()  # ids of the parameters whose bucket the hook saw since the last step
         self.nonfinite_ranks: set[int] = set()  # ranks whose local gradient was NaN/inf since the last step
         self.largest: dict[int, float] = {}  # bucket index -> max |gradient| over every rank (last backward)
         self.drifted: set[int] = set()  # buckets whose parameters' checksums differed between ranks
         self.on_bucket = None  # Birder's overlap: starts the bucket's share of the intra-node exchange
+
+    def reset(self) -> None:
+        """Forget what the hook saw: the next step() needs a new backward."""
+        self.backward_ran = False
+        for seen in (self.seen, self.nonfinite_ranks, self.largest, self.drifted):
+            seen.clear()
 
 
 def check_records(rows: torch.Tensor, doing: int, step: int) -> None:
@@ -189,6 +196,8 @@ def _local_gradient_hook(state, bucket):  # DDP accepts only real (not string) a
     state.backward_ran = True
     buffer = bucket.buffer()
     index = bucket.index()
+    params = bucket.parameters()
+    state.seen.update(map(id, params))
     if state.on_bucket is not None:
         state.on_bucket(bucket)
     if buffer.numel():
@@ -205,7 +214,7 @@ def _local_gradient_hook(state, bucket):  # DDP accepts only real (not string) a
         done.set_result(buffer)
         return done
     record = torch.cat([torch.tensor([_HOOK, step], dtype=torch.int64, device=buffer.device),
-                        largest.view(torch.int32).to(torch.int64), bits_checksum(bucket.parameters()).reshape(1)])
+                        largest.view(torch.int32).to(torch.int64), bits_checksum(params).reshape(1)])
     every = torch.empty(state.world * _RECORD, dtype=torch.int64, device=buffer.device)
     work = comm._all_gather(every, record, group=state.group, async_op=True)
 
@@ -305,7 +314,7 @@ class _Overlap:
         grad = self.opt._buffer("grad")
         for p, start in zip(self.opt._params, self.opt.offsets, strict=True):
             sent = grad[start:start + p.numel()]
-            if p.grad is None:
+            if p.grad is None or not p.requires_grad:
                 if bool(sent.any()):
                     return False
             elif p.grad.is_sparse or not torch.equal(p.grad.reshape(-1).to(torch.float32), sent):
@@ -358,6 +367,24 @@ def _param_groups(given, named: list[tuple[str, torch.Tensor]], lr: float, weigh
     if rest:
         groups.append({"params": rest, "lr": lr, "weight_decay": weight_decay})
     return groups
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names[:4]) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
+
+
+def _refuse_what_cannot_be_stepped(module: nn.Module, named: list[tuple[str, torch.Tensor]]) -> None:
+    """One ValueError for trainable parameters whose gradient Birder's 1-bit update cannot take: complex ones (the
+    signs of a complex number are undefined; the imaginary part would be dropped) and sparse embeddings."""
+    complex_ = [name for name, p in named if p.is_complex()]
+    if complex_:
+        raise ValueError(f"parameter(s) {_names(complex_)} are complex: Birder's signs are defined for real tensors "
+                         "only; keep such a parameter as a real tensor with a last dimension of 2 "
+                         "(torch.view_as_complex in forward)")
+    for name, child in module.named_modules():
+        if isinstance(child, (nn.Embedding, nn.EmbeddingBag)) and child.sparse and child.weight.requires_grad:
+            raise ValueError(f"module {name!r} is {type(child).__name__}(sparse=True): its gradient is sparse and "
+                             "Birder takes dense gradients; build it with sparse=False")
 
 
 def _refuse_other_optimizers(birder_ref):
@@ -431,6 +458,7 @@ class Birder(torch.optim.Optimizer):
             raise ValueError("ddp_model has no trainable parameters (none with requires_grad)")
         if any(p.is_sparse for p in params) or len({p.device for p in params}) != 1:
             raise ValueError("Birder needs dense parameters on one device")
+        _refuse_what_cannot_be_stepped(ddp_model.module, named)
         groups = _param_groups(param_groups, named, lr, weight_decay)
         n_nodes, gpus = _layout(scheme, gpus_per_node)
         super().__init__(groups, {"lr": lr, "weight_decay": weight_decay})
@@ -438,6 +466,7 @@ class Birder(torch.optim.Optimizer):
         self.param_names = [name for name, _ in named]  # in element order: the draws' index order
         self._params = params
         self._name_of_id = {id(p): name for name, p in named}
+        self._frozen_at_start = [(name, p) for name, p in ddp_model.module.named_parameters() if not p.requires_grad]
         group_of = {id(p): i for i, g in enumerate(self.param_groups) for p in g["params"]}
         self._group_of = [group_of[id(p)] for p in params]
         handle = register_optimizer_step_pre_hook(_refuse_other_optimizers(weakref.ref(self)))
@@ -470,7 +499,14 @@ class Birder(torch.optim.Optimizer):
         self._overlap = _Overlap(self) if overlap and self.topology.worker_group is not None else None
         if self._overlap is not None:
             self._hook_state.on_bucket = self._overlap.on_bucket
-        ddp_model.register_comm_hook(self._hook_state, _local_gradient_hook)
+        try:
+            ddp_model.register_comm_hook(self._hook_state, _local_gradient_hook)
+        except RuntimeError as error:
+            if "only be called once" not in str(error):
+                raise
+            raise ValueError("this DDP model already has a communication hook (a register_comm_hook line kept from "
+                             "an fp16/PowerSGD script, or an earlier Birder on it): Birder registers its own, so drop "
+                             "that line, or wrap the model in a new DistributedDataParallel for a new Birder") from None
         self._fault_stall: tuple[int, str] | None = None  # (step, phase): a test stalls here (fault injection)
 
     def add_param_group(self, param_group: dict) -> None:
@@ -488,16 +524,11 @@ class Birder(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        if not self._hook_state.backward_ran:
-            raise RuntimeError("Birder.step(): no backward pass through the DDP model since the last step (its "
-                               "communication hook did not run); call loss.backward() on the DDP model's output first")
-        self._hook_state.backward_ran = False
+        self._check_trainable_set()
         hook_bad = sorted(self._hook_state.nonfinite_ranks)
         largest = max(self._hook_state.largest.values(), default=0.0)
         drifted = bool(self._hook_state.drifted)
-        self._hook_state.nonfinite_ranks.clear()
-        self._hook_state.largest.clear()
-        self._hook_state.drifted.clear()
+        self._hook_state.reset()
         if drifted:  # every rank saw the same records: all raise here, together
             raise RuntimeError(self._drift_message())
         scale = getattr(self, "grad_scale", None)  # set by GradScaler.step: the scale still in .grad
@@ -518,7 +549,7 @@ class Birder(torch.optim.Optimizer):
             overlap.drain()
             overlap.frontier, overlap.sent = self.length, False
         for p, start in zip(self._params, self.offsets, strict=True):
-            if p.grad is None:
+            if p.grad is None or not p.requires_grad:  # frozen since Birder was built: gradient 0, and it stays put
                 grad[start:start + p.numel()] = 0.0
             elif p.grad.is_sparse:
                 raise ValueError("Birder takes dense gradients")
@@ -542,6 +573,40 @@ class Birder(torch.optim.Optimizer):
             overlap.frontier, overlap.sent = self.length, False  # nothing sent matches: exchange it all now
         return self._finish_step(loss, grad, largest, overlap)
 
+    def _check_trainable_set(self) -> None:
+        """Raise one RuntimeError (on every rank alike) if step() cannot mean what the loop intends: no backward
+        since the last step; a bucket whose hook never ran (a parameter that got no gradient, which DDP built
+        without find_unused_parameters waits for); or a parameter frozen when Birder was built and unfrozen since
+        (neither DDP nor Birder holds it: it would never train)."""
+        unfrozen = [name for name, p in self._frozen_at_start if p.requires_grad]
+        if unfrozen:
+            raise RuntimeError(f"Birder.step(): parameter(s) {_names(unfrozen)} were frozen when DDP and Birder were "
+                               "built and have requires_grad=True now; neither holds them, so they would never train: "
+                               "wrap the model in a new DistributedDataParallel and build a new Birder after "
+                               "unfreezing (its state starts afresh)")
+        hook, ran = self._hook_state, self._hook_state.backward_ran
+        missing = [name for p, name in zip(self._params, self.param_names, strict=True) if id(p) not in hook.seen]
+        if ran and not missing:
+            return
+        hook.reset()
+        frozen = [name for p, name in zip(self._params, self.param_names, strict=True) if not p.requires_grad]
+        gradless = [name for p, name in zip(self._params, self.param_names, strict=True) if p.grad is None]
+        unused = ("DDP waits for the gradient of a parameter unused in the loss unless built with "
+                  "find_unused_parameters=True")
+        if frozen:
+            what, why = (f"DDP's hook did not run for the bucket(s) of {_names(missing)}",
+                         f"parameter(s) {_names(frozen)} were frozen after DDP was built: {unused} (then Birder "
+                         "keeps frozen parameters in place)")
+        elif ran or 0 < len(gradless) < len(self._params):
+            what = (f"DDP's hook did not run for the bucket(s) of {_names(missing)}" if ran else
+                    f"DDP's hook did not run, and parameter(s) {_names(gradless)} got no gradient")
+            why = unused
+        else:
+            what, why = ("no backward pass through the DDP model since the last step (its communication hook did "
+                         "not run)", "call loss.backward() on the DDP model's output first (not the unwrapped "
+                         f"module's); or, if a parameter was left out of the loss: {unused}")
+        raise RuntimeError(f"Birder.step(): {what}; {why}")
+
     def _finish_step(self, loss, grad: torch.Tensor, largest: float, overlap: _Overlap | None):
         bits = self._one_bit_allreduce(grad, largest, overlap)
         del grad
@@ -549,6 +614,8 @@ class Birder(torch.optim.Optimizer):
             return loss
         work = self.__dict__.setdefault("_update_work", {})
         for p, start, g in zip(self._params, self.offsets, self._group_of, strict=True):
+            if not p.requires_grad:
+                continue
             lr, decay = self.param_groups[g]["lr"], self.param_groups[g]["weight_decay"]
             if p.is_contiguous():  # piece by piece, so the temporaries stay in cache (element-wise: same bits)
                 if p.dtype not in work:  # (signs, decay term, byte indices), reused for every piece and step
@@ -796,7 +863,7 @@ class Birder(torch.optim.Optimizer):
         self.t, self.skipped_steps, self.consecutive_skips = t, skipped, consecutive
         for group, saved in zip(self.param_groups, groups, strict=True):
             group["lr"], group["weight_decay"] = float(saved["lr"]), float(saved["weight_decay"])
-        self._hook_state.backward_ran = False
+        self._hook_state.reset()
 
     def _check_envelope(self, state_dict) -> tuple[dict, list]:
         if not isinstance(state_dict, dict) or set(state_dict) != {"state", "param_groups"}:
