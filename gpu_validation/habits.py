@@ -12,6 +12,7 @@ and ``python -m gpu_validation.habits`` prints each row's outcome.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -156,6 +157,46 @@ def sequential_lr_warmup(at: Place) -> dict:
     cosine = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=4)
     schedule = torch.optim.lr_scheduler.SequentialLR(opt, [warm, cosine], milestones=[2])
     _train(ddp, opt, at.rank, STEPS + 1, then=lambda step: schedule.step())
+    return _result(model, ref)
+
+
+def lr_below_zero(at: Place) -> dict:
+    """A linear-decay LambdaLR whose total is one step too short: the lr goes negative at the third step."""
+    model, ddp, opt, ref = _plain(at)
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 - s / 1.5)
+    _train(ddp, opt, at.rank, then=lambda step: schedule.step())
+    return _result(model, ref)
+
+
+def weight_decay_schedule(at: Place) -> dict:
+    """The weight decay set on the groups by hand each step (a weight-decay schedule)."""
+    model, ddp, opt, ref = _plain(at)
+
+    def set_decay(step: int) -> None:
+        for group in opt.param_groups:
+            group["weight_decay"] = DECAY * (step + 1)
+
+    _train(ddp, opt, at.rank, then=set_decay)
+    return _result(model, ref)
+
+
+def zero_grad_before_step(at: Place) -> dict:
+    """zero_grad() between backward() and step() (a misplaced line)."""
+    model, ddp, opt, ref = _plain(at)
+    x, y = batch(SEED, 1, at.rank)
+    nn.functional.mse_loss(ddp(x), y).backward()
+    opt.zero_grad()
+    opt.step()
+    return _result(model, ref)
+
+
+def distributed_checkpoint_state_dict(at: Place) -> dict:
+    """torch.distributed.checkpoint's get_state_dict(ddp, opt) after a step."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model, ddp, opt, ref = _plain(at)
+    _train(ddp, opt, at.rank, 1)
+    get_state_dict(ddp, opt)
     return _result(model, ref)
 
 
@@ -560,6 +601,75 @@ def post_accumulate_grad_hook(at: Place) -> dict:
     return _result(model, ref)
 
 
+def loss_all_reduce_for_logging(at: Place) -> dict:
+    """dist.all_reduce of the loss between backward() and step() (logging the mean loss)."""
+    model, ddp, opt, ref = _plain(at)
+    for step in range(1, STEPS + 1):
+        x, y = batch(SEED, step, at.rank)
+        loss = nn.functional.mse_loss(ddp(x), y)
+        loss.backward()
+        logged = loss.detach().clone()
+        dist.all_reduce(logged)
+        opt.step()
+        opt.zero_grad()
+    return _result(model, ref)
+
+
+def clamp_after_step(at: Place) -> dict:
+    """An in-place constraint on the parameters after each step (weight clipping), the same on every rank."""
+    model, ddp, opt, ref = _plain(at)
+
+    def clamp(step: int) -> None:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.clamp_(-0.3, 0.3)
+
+    _train(ddp, opt, at.rank, then=clamp)
+    return _result(model, ref)
+
+
+def _gan(at: Place, toggle: bool) -> dict:
+    """A GAN's loop: a generator and a discriminator, each its own DDP model and Birder. The generator's loss
+    backpropagates through the discriminator; with ``toggle`` the discriminator is frozen meanwhile
+    (requires_grad_(False), its DDP built with find_unused_parameters=True), else its gradients are zeroed
+    before its own backward."""
+    torch.manual_seed(0)
+    gen, disc = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 8)), nn.Sequential(nn.Linear(8, 1))
+    gen_ddp = nn.parallel.DistributedDataParallel(gen)
+    disc_ddp = nn.parallel.DistributedDataParallel(disc, find_unused_parameters=toggle)
+    gen_opt = Birder(gen_ddp, lr=LR, seed=SEED, gpus_per_node=at.gpus_per_node)
+    disc_opt = Birder(disc_ddp, lr=LR, seed=SEED + 1, gpus_per_node=at.gpus_per_node)
+    refs = (Reference(gen_opt), Reference(disc_opt))
+    for step in range(1, STEPS + 1):
+        generator = torch.Generator().manual_seed(1009 * step + at.rank)
+        noise, real = torch.randn(16, 4, generator=generator), torch.randn(16, 8, generator=generator)
+        disc_opt.zero_grad()
+        fake = gen_ddp(noise)
+        disc_loss = nn.functional.softplus(-disc_ddp(real)).mean() + nn.functional.softplus(
+            disc_ddp(fake.detach())).mean()
+        disc_loss.backward()
+        disc_opt.step()
+        if toggle:
+            disc.requires_grad_(False)
+        gen_opt.zero_grad()
+        nn.functional.softplus(-disc_ddp(fake)).mean().backward()
+        gen_opt.step()
+        if toggle:
+            disc.requires_grad_(True)
+    gen_result, disc_result = _result(gen, refs[0]), _result(disc, refs[1])
+    return {"mismatched": gen_result["mismatched"] + disc_result["mismatched"],
+            "steps": min(gen_result["steps"], disc_result["steps"]),
+            "identical": gen_result["identical"] and disc_result["identical"]}
+
+
+def gan_two_birders(at: Place) -> dict:
+    return _gan(at, toggle=False)
+
+
+def gan_frozen_discriminator(at: Place) -> dict:
+    return _gan(at, toggle=True)
+
+
 def existing_comm_hook(at: Place) -> dict:
     """The line kept from an fp16-hook script: ddp.register_comm_hook(None, fp16_compress_hook), then Birder."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -620,6 +730,9 @@ HABITS: tuple[Habit, ...] = (
     _works(onecycle_lr_no_momentum, "`OneCycleLR(..., cycle_momentum=False)`", "the lr cycle; beta stays fixed"),
     _works(reduce_lr_on_plateau, "`ReduceLROnPlateau`", "the reduced lr from the next step"),
     _works(sequential_lr_warmup, "`SequentialLR` (`LinearLR` warm-up, then cosine)", "each step's lr"),
+    _refused(lr_below_zero, "a `LambdaLR` linear decay that runs past its end (lr < 0)", "ValueError",
+             "must be a finite number >= 0 (an LR schedule run past its end, or a lambda that goes negative?)"),
+    _works(weight_decay_schedule, "weight decay changed on `param_groups` every step", "each step's weight decay"),
     _refused(add_param_group, "`opt.add_param_group(...)` after construction", "ValueError",
              "add_param_group is refused; give per-group lr / weight_decay as Birder(ddp_model, param_groups=[...])"),
     _works(no_decay_on_biases, "no weight decay on biases (`param_groups=[{'params': biases, 'weight_decay': 0}]`)",
@@ -666,6 +779,10 @@ HABITS: tuple[Habit, ...] = (
     _works(float64_parameters, "float64 parameters", "Algorithm 1 in float32 on the rounded gradient; line 16 in "
            "float64"),
     _works(zero_size_parameter, "a zero-size parameter (`nn.Linear(0, 3)`)", "holds no elements, no state"),
+    _refused(zero_grad_before_step, "`zero_grad()` between `backward()` and `step()`", "RuntimeError",
+             "every gradient is None now: zero_grad() between backward() and step()?"),
+    _refused(distributed_checkpoint_state_dict, "`torch.distributed.checkpoint.state_dict.get_state_dict(ddp, opt)`",
+             "RuntimeError", "Birder does not support them: every rank calls opt.state_dict()"),
     _refused(step_without_backward, "`step()` without a backward", "RuntimeError",
              "no backward pass through the DDP model since the last step"),
     _refused(two_steps_one_backward, "two `step()` calls after one backward", "RuntimeError",
@@ -673,6 +790,14 @@ HABITS: tuple[Habit, ...] = (
     _works(tensor_hook_on_parameter, "`p.register_hook(lambda g: g * 0.5)`", "the hooked gradient, as AdamW would"),
     _works(post_accumulate_grad_hook, "`p.register_post_accumulate_grad_hook(...)` scaling `p.grad`",
            "`.grad` as step() finds it"),
+    _works(loss_all_reduce_for_logging, "`dist.all_reduce` of the loss between `backward()` and `step()`",
+           "as without it"),
+    _works(clamp_after_step, "an in-place constraint after each step (`p.clamp_(-0.3, 0.3)`)",
+           "the constrained parameters, the same on every rank"),
+    _works(gan_two_birders, "a GAN: generator and discriminator, each its own DDP model and Birder",
+           "each Birder its own model's steps"),
+    _works(gan_frozen_discriminator, "the same GAN, discriminator frozen (`requires_grad_(False)`) during the "
+           "generator's step", "the discriminator stays put during the generator's step"),
     _refused(existing_comm_hook, "a `register_comm_hook` line kept from an fp16/PowerSGD script", "ValueError",
              "this DDP model already has a communication hook"),
     _refused(second_birder_on_one_ddp, "a second `Birder` on the same DDP model (to restart with new settings)",
@@ -756,8 +881,16 @@ def observe(world: int = 4, gpus_per_node: int = 2, timeout_s: float = 30) -> di
     return out
 
 
-def main() -> int:
-    """``python -m gpu_validation.habits``: run every pattern, print each row's outcome; exit 1 if one differs."""
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gpu_validation.habits``: run every pattern, print each row's outcome; exit 1 if one differs.
+    ``--table``: print the README's table instead (no run)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--table"]:
+        print(habits_table())
+        return 0
+    if argv:
+        print("usage: python -m gpu_validation.habits [--table]", file=sys.stderr)
+        return 2
     seen = observe()
     wrong = {h.name: verdict(h, seen[h.name]) for h in HABITS if verdict(h, seen[h.name])}
     for h in HABITS:

@@ -525,6 +525,7 @@ class Birder(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         self._check_trainable_set()
+        self._check_group_settings()
         hook_bad = sorted(self._hook_state.nonfinite_ranks)
         largest = max(self._hook_state.largest.values(), default=0.0)
         drifted = bool(self._hook_state.drifted)
@@ -587,7 +588,11 @@ class Birder(torch.optim.Optimizer):
         hook, ran = self._hook_state, self._hook_state.backward_ran
         missing = [name for p, name in zip(self._params, self.param_names, strict=True) if id(p) not in hook.seen]
         if ran and not missing:
-            return
+            if any(p.grad is not None for p in self._params):
+                return
+            hook.reset()
+            raise RuntimeError("Birder.step(): backward ran, but every gradient is None now: zero_grad() between "
+                               "backward() and step()? Call zero_grad() after step() (or before backward())")
         hook.reset()
         frozen = [name for p, name in zip(self._params, self.param_names, strict=True) if not p.requires_grad]
         gradless = [name for p, name in zip(self._params, self.param_names, strict=True) if p.grad is None]
@@ -601,11 +606,28 @@ class Birder(torch.optim.Optimizer):
             what = (f"DDP's hook did not run for the bucket(s) of {_names(missing)}" if ran else
                     f"DDP's hook did not run, and parameter(s) {_names(gradless)} got no gradient")
             why = unused
+        elif not gradless and all(g["lr"] == 0 for g in self.param_groups) and not any(
+                bool(p.grad.any()) for p in self._params):
+            what, why = ("no backward since the last step, zero gradients and lr 0: the way torch.distributed."
+                         "checkpoint's get_state_dict / set_state_dict initialise an optimizer", "Birder does not "
+                         "support them: every rank calls opt.state_dict(), rank 0 saves it, every rank loads it with "
+                         "opt.load_state_dict()")
         else:
             what, why = ("no backward pass through the DDP model since the last step (its communication hook did "
                          "not run)", "call loss.backward() on the DDP model's output first (not the unwrapped "
                          f"module's); or, if a parameter was left out of the loss: {unused}")
         raise RuntimeError(f"Birder.step(): {what}; {why}")
+
+    def _check_group_settings(self) -> None:
+        """Each group's lr and weight decay as step() is about to use them (a scheduler may have set them): finite
+        and >= 0, else one ValueError (every rank's scheduler computes the same, so every rank raises)."""
+        for i, group in enumerate(self.param_groups):
+            for key in ("lr", "weight_decay"):
+                value = group[key]
+                if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
+                        or value < 0:
+                    raise ValueError(f"Birder.step(): param_groups[{i}][{key!r}] is {value!r}; it must be a finite "
+                                     "number >= 0 (an LR schedule run past its end, or a lambda that goes negative?)")
 
     def _finish_step(self, loss, grad: torch.Tensor, largest: float, overlap: _Overlap | None):
         bits = self._one_bit_allreduce(grad, largest, overlap)
