@@ -670,6 +670,17 @@ def gan_frozen_discriminator(at: Place) -> dict:
     return _gan(at, toggle=True)
 
 
+def parameters_ddp_ignores(at: Place) -> dict:
+    """A trainable layer that DDP is told to ignore (DDP._set_params_and_buffers_to_ignore_for_model)."""
+    model = make_model(0)
+    nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, ["4.weight", "4.bias"])
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = Birder(ddp, lr=LR, weight_decay=DECAY, seed=SEED, gpus_per_node=at.gpus_per_node)
+    ref = Reference(opt)
+    _train(ddp, opt, at.rank)
+    return _result(model, ref)
+
+
 def existing_comm_hook(at: Place) -> dict:
     """The line kept from an fp16-hook script: ddp.register_comm_hook(None, fp16_compress_hook), then Birder."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -739,7 +750,8 @@ HABITS: tuple[Habit, ...] = (
            "each group's own weight decay"),
     _works(zero_grad_keep_zeros, "`zero_grad(set_to_none=False)`", "zeroed gradients, same steps"),
     _works(find_unused_branch, "`DDP(find_unused_parameters=True)`, a branch unused on odd steps",
-           "an unused parameter enters Algorithm 1 with gradient 0"),
+           "an unused parameter enters Algorithm 1 with gradient 0, so its momentum and weight decay still move "
+           "it (AdamW skips a parameter whose .grad is None)"),
     _refused(unused_branch_without_find_unused, "a branch unused on one step, DDP without find_unused_parameters",
              "RuntimeError", "got no gradient; DDP waits for the gradient of a parameter unused in the loss unless "
              "built with find_unused_parameters=True"),
@@ -798,6 +810,8 @@ HABITS: tuple[Habit, ...] = (
            "each Birder its own model's steps"),
     _works(gan_frozen_discriminator, "the same GAN, discriminator frozen (`requires_grad_(False)`) during the "
            "generator's step", "the discriminator stays put during the generator's step"),
+    _refused(parameters_ddp_ignores, "trainable parameters DDP is told to ignore "
+             "(`_set_params_and_buffers_to_ignore_for_model`)", "ValueError", "are trainable but DDP ignores them"),
     _refused(existing_comm_hook, "a `register_comm_hook` line kept from an fp16/PowerSGD script", "ValueError",
              "this DDP model already has a communication hook"),
     _refused(second_birder_on_one_ddp, "a second `Birder` on the same DDP model (to restart with new settings)",

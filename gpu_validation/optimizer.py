@@ -373,15 +373,22 @@ def _names(names: list[str]) -> str:
     return ", ".join(names[:4]) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
 
 
-def _refuse_what_cannot_be_stepped(module: nn.Module, named: list[tuple[str, torch.Tensor]]) -> None:
-    """One ValueError for trainable parameters whose gradient Birder's 1-bit update cannot take: complex ones (the
-    signs of a complex number are undefined; the imaginary part would be dropped) and sparse embeddings."""
+def _refuse_what_cannot_be_stepped(ddp_model: nn.parallel.DistributedDataParallel,
+                                   named: list[tuple[str, torch.Tensor]]) -> None:
+    """One ValueError for trainable parameters Birder cannot step: complex ones (the signs of a complex number are
+    undefined; the imaginary part would be dropped), sparse embeddings, and ones DDP was told to ignore (their
+    gradients never pass Birder's hook, which checks them for NaN and across ranks)."""
     complex_ = [name for name, p in named if p.is_complex()]
     if complex_:
         raise ValueError(f"parameter(s) {_names(complex_)} are complex: Birder's signs are defined for real tensors "
                          "only; keep such a parameter as a real tensor with a last dimension of 2 "
                          "(torch.view_as_complex in forward)")
-    for name, child in module.named_modules():
+    ignored = sorted(set(getattr(ddp_model, "parameters_to_ignore", ())) & {name for name, _ in named})
+    if ignored:
+        raise ValueError(f"parameter(s) {_names(ignored)} are trainable but DDP ignores them: Birder steps every "
+                         "trainable parameter and needs its gradient in DDP's buckets; freeze them "
+                         "(requires_grad_(False)) or stop ignoring them")
+    for name, child in ddp_model.module.named_modules():
         if isinstance(child, (nn.Embedding, nn.EmbeddingBag)) and child.sparse and child.weight.requires_grad:
             raise ValueError(f"module {name!r} is {type(child).__name__}(sparse=True): its gradient is sparse and "
                              "Birder takes dense gradients; build it with sparse=False")
@@ -458,7 +465,7 @@ class Birder(torch.optim.Optimizer):
             raise ValueError("ddp_model has no trainable parameters (none with requires_grad)")
         if any(p.is_sparse for p in params) or len({p.device for p in params}) != 1:
             raise ValueError("Birder needs dense parameters on one device")
-        _refuse_what_cannot_be_stepped(ddp_model.module, named)
+        _refuse_what_cannot_be_stepped(ddp_model, named)
         groups = _param_groups(param_groups, named, lr, weight_decay)
         n_nodes, gpus = _layout(scheme, gpus_per_node)
         super().__init__(groups, {"lr": lr, "weight_decay": weight_decay})
