@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import tomllib
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -31,29 +32,48 @@ class Intra:
     latency: float  # s: NCCL's per-step hardware latency of the link (tuning.cc hwLatencies, Simple)
     kind: str = "nvlink"  # "nvlink" or "pci": which of tuning.cc's latency rows applies
     source: str = ""
+    nvls_bandwidth: float = 0.0  # bytes/s of algorithm bandwidth of an all-reduce the NVSwitch reduces (NVLink
+    # SHARP, NCCL's NVLS algorithm); 0: the fabric cannot reduce
 
     def __post_init__(self) -> None:
         _positive(self.name, port_bandwidth=self.port_bandwidth, fabric_bandwidth=self.fabric_bandwidth)
-        _non_negative(self.name, latency=self.latency)
+        _non_negative(self.name, latency=self.latency, nvls_bandwidth=self.nvls_bandwidth)
         if self.kind not in ("nvlink", "pci"):
             raise ValueError(f"intra-node fabric {self.name!r}: kind must be 'nvlink' or 'pci', got {self.kind!r}")
 
 
+FRAMEWORK_PATTERNS = ("allreduce", "summation-servers")  # how a framework's gradients cross the network
+
+
 @dataclass(frozen=True)
 class Framework:
-    """How a data-parallel framework hands gradients to the collective library (presets/frameworks.toml)."""
+    """How a data-parallel framework hands gradients to the network (presets/frameworks.toml)."""
 
     name: str
-    bucket_cap_bytes: float  # gradient bytes (fp32) fused into one all-reduce
+    bucket_cap_bytes: float  # gradient bytes (fp32) fused into one operation (0: every tensor on its own)
     first_bucket_bytes: float  # ... into the first (the last layers' gradients)
-    overlaps_backward: bool  # an all-reduce may start while the backward pass runs
+    overlaps_backward: bool  # an operation may start while the backward pass runs
     cycle: float = 0.0  # s: a background loop launches what is ready once per cycle (0: at once)
     source: str = ""
+    pattern: str = "allreduce"  # "allreduce" among the GPUs, or "summation-servers" (push to servers, pull back)
+    servers_on_workers: bool = False  # summation servers run on the worker nodes (else on machines of their own)
+    fusion_splits: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (model, tensor indices where a fusion group
+    # starts): groups by parameter index instead of caps, for the models a framework's scripts split so
 
     def __post_init__(self) -> None:
-        _positive(f"framework {self.name!r}", bucket_cap_bytes=self.bucket_cap_bytes,
-                  first_bucket_bytes=self.first_bucket_bytes)
-        _non_negative(f"framework {self.name!r}", cycle=self.cycle)
+        _non_negative(f"framework {self.name!r}", bucket_cap_bytes=self.bucket_cap_bytes,
+                      first_bucket_bytes=self.first_bucket_bytes, cycle=self.cycle)
+        if self.pattern not in FRAMEWORK_PATTERNS:
+            raise ValueError(f"framework {self.name!r}: pattern must be one of {', '.join(FRAMEWORK_PATTERNS)}, "
+                             f"got {self.pattern!r}")
+        for model, starts in self.fusion_splits:
+            if list(starts) != sorted(set(starts)) or any(not isinstance(i, int) or i < 1 for i in starts):
+                raise ValueError(f"framework {self.name!r}: fusion split of {model!r} must be increasing positive "
+                                 f"tensor indices, got {list(starts)!r}")
+
+    def split_of(self, model: str) -> tuple[int, ...] | None:
+        """The tensor indices where this framework's fusion groups of ``model`` start, or None (use the caps)."""
+        return dict(self.fusion_splits).get(model)
 
 
 @dataclass(frozen=True)
@@ -77,6 +97,7 @@ class Nic:
     host_bandwidth: float = math.inf  # bytes/s one NIC's host-staged socket path moves (NCCL over TCP)
     share_at_8_gpus: float = 1.0  # share of that left when 8 GPUs' proxies share one socket NIC (1 GPU: all)
     pcie_bandwidth: float = math.inf  # bytes/s of the GPU-NIC PCIe path (inf: the GPU's, gpus.toml)
+    collnet_bandwidth: float = 0.0  # bytes/s one NIC's switch reduces (InfiniBand SHARP, NCCL's CollNet); 0: none
     switch_buffer_bytes: float = math.inf  # shared packet buffer of the Ethernet switch the NICs plug into
     buffer_alpha: float = 1.0  # its dynamic-threshold factor: one queue may hold alpha x the free buffer
     # A set-up's measured link rate (set-up data, like a measured single node; never fitted): bits/s of payload
@@ -103,7 +124,10 @@ class Nic:
             raise ValueError(f"network {self.name!r}: efficiency must be at most 1, got {self.efficiency}")
         _non_negative(self.name, latency=self.latency, peer_overhead=self.peer_overhead,
                       message_overhead=self.message_overhead, step_overhead=self.step_overhead,
-                      retransmission_timeout=self.retransmission_timeout)
+                      retransmission_timeout=self.retransmission_timeout, collnet_bandwidth=self.collnet_bandwidth)
+        if self.collnet_bandwidth and self.transport != "ib":
+            raise ValueError(f"network {self.name!r}: collnet_gbytes_per_s needs switches that reduce (InfiniBand "
+                             "SHARP, transport 'ib'); sockets have none")
         if self.measured_rate is not None:
             check_measured_rate(self.measured_rate / 1e9, self.line_rate / 1e9, f"network {self.name!r} measured_gbps")
 
@@ -134,6 +158,7 @@ class Nic:
 
 
 # Bounds of what the simulator answers, checked where values enter (command line, TOML, Python API).
+MAX_NICS_PER_GPU = 8  # an HGX H100 tray wires one 400G NIC per GPU; 2 x 200G per GPU exists; 8 is far beyond any
 MAX_GPUS = 65_536  # the largest count benchmarks/sim_scaling.py holds to its target (10 s); past it, minutes
 MAX_OVERSUBSCRIPTION = 64.0  # a spine taper of 64:1 already leaves each node 1/64 of its NIC across the spine;
 # beyond it the fabric is no longer the two-level fat tree the flow model describes (a bound of the model)
@@ -207,13 +232,28 @@ class Cluster(OnLayout):
         _count("cluster", "nodes_per_leaf", self.nodes_per_leaf)
         if self.framework not in FRAMEWORKS:
             raise ValueError(f"unknown framework {self.framework!r}; choose one of {', '.join(FRAMEWORKS)}")
-        if self.nic.count > self.gpus_per_node:
+        if self.nic.count > self.gpus_per_node and self.nic.count % self.gpus_per_node:
             raise ValueError(f"[network] count = {self.nic.count} NICs for {self.gpus_per_node} GPUs per node: "
-                             "at most one NIC per GPU (count <= gpus_per_node)")
+                             "at most one NIC per GPU, or the same number of NICs for every GPU (count a multiple "
+                             "of gpus_per_node)")
+        if self.nic.count > MAX_NICS_PER_GPU * self.gpus_per_node:
+            raise ValueError(f"[network] count = {self.nic.count} NICs for {self.gpus_per_node} GPUs per node: at "
+                             f"most {MAX_NICS_PER_GPU} NICs per GPU")
 
     @property
     def n_gpus(self) -> int:
         return self.layout.n_ranks
+
+    @property
+    def rails(self) -> int:
+        """Rails of a node: a NIC per rail where GPUs share NICs, the NICs of one GPU where it has several (GPU i
+        on rail i * rails // gpus_per_node; NCCL runs a channel through each of a GPU's NICs)."""
+        return min(self.nic.count, self.gpus_per_node)
+
+    @property
+    def rail_bandwidth(self) -> float:
+        """Payload bytes/s one rail moves per direction: its NICs together."""
+        return self.nic_bandwidth * self.nic.count / self.rails
 
     def nic_limits(self) -> dict[str, float]:
         """Bytes/s one NIC moves per direction under each limit of its path: the wire (line rate x payload
@@ -230,8 +270,11 @@ class Cluster(OnLayout):
         measured figure says by how much, so none is modelled.)"""
         nic = self.nic
         gpus_per_nic = self.gpus_per_node / nic.count
+        if framework_preset(self.framework).pattern == "summation-servers":
+            gpus_per_nic = 1.0  # one process per node talks to the servers (not one NCCL proxy per GPU)
         pcie = nic.pcie_bandwidth if math.isfinite(nic.pcie_bandwidth) else GPUS[self.gpu]["pcie_gbytes_per_s"] * 1e9
-        limits = {"wire" if nic.measured_rate is None else "measured": nic.bandwidth, "pcie": pcie}
+        nics_per_gpu = max(nic.count // self.gpus_per_node, 1)  # a GPU's several NICs share its own PCIe link
+        limits = {"wire" if nic.measured_rate is None else "measured": nic.bandwidth, "pcie": pcie / nics_per_gpu}
         if nic.transport == "socket":
             limits["sockets"] = nic.wire_bandwidth * nic.socket_share(gpus_per_nic)
             limits["host"] = nic.host_bandwidth
@@ -286,12 +329,13 @@ NIC_KEYS = {"line_rate_gbps": ("line_rate", 1e9), "efficiency": ("efficiency", 1
             "retransmission_timeout_s": ("retransmission_timeout", 1.0),
             "host_gbytes_per_s": ("host_bandwidth", 1e9), "share_at_8_gpus": ("share_at_8_gpus", 1.0),
             "pcie_gbytes_per_s": ("pcie_bandwidth", 1e9), "switch_buffer_bytes": ("switch_buffer_bytes", 1.0),
-            "buffer_alpha": ("buffer_alpha", 1.0), "measured_gbps": ("measured_rate", 1e9)}
+            "buffer_alpha": ("buffer_alpha", 1.0), "measured_gbps": ("measured_rate", 1e9),
+            "collnet_gbytes_per_s": ("collnet_bandwidth", 1e9)}
 UNITS = {"line_rate_gbps": "Gb/s", "efficiency": "share of line rate", "latency_us": "us", "peer_overhead_us": "us",
          "count": "NICs per node", "message_overhead_us": "us", "step_overhead_us": "us",
          "incast_onset_bytes": "bytes", "incast_certain_bytes": "bytes", "retransmission_timeout_s": "s",
          "host_gbytes_per_s": "GB/s", "share_at_8_gpus": "share", "pcie_gbytes_per_s": "GB/s",
-         "switch_buffer_bytes": "bytes", "buffer_alpha": "factor",
+         "switch_buffer_bytes": "bytes", "buffer_alpha": "factor", "collnet_gbytes_per_s": "GB/s",
          "measured_gbps": "Gb/s measured host to host (iperf, perftest), not fitted",
          "port_gbytes_per_s": "GB/s", "fabric_gbytes_per_s": "GB/s", "oversubscription": "factor >= 1",
          "nodes": "nodes", "gpus_per_node": "GPUs", "nodes_per_leaf": "nodes under one leaf switch"}
@@ -376,16 +420,20 @@ def intra_preset(name: str) -> Intra:
         raise ValueError(f"unknown intra-node fabric {name!r}; choose one of {', '.join(INTRA)}")
     spec = INTRA[name]
     return Intra(name, spec["port_gbytes_per_s"] * 1e9, spec.get("fabric_gbytes_per_s", math.inf) * 1e9,
-                 spec["latency_us"] * 1e-6, spec.get("kind", "nvlink"), spec.get("source", ""))
+                 spec["latency_us"] * 1e-6, spec.get("kind", "nvlink"), spec.get("source", ""),
+                 spec.get("nvls_gbytes_per_s", 0.0) * 1e9)
 
 
+@lru_cache(maxsize=64)
 def framework_preset(name: str) -> Framework:
     """A training framework by name (presets/frameworks.toml), its figures converted to bytes and seconds."""
     if name not in FRAMEWORKS:
         raise ValueError(f"unknown framework {name!r}; choose one of {', '.join(FRAMEWORKS)}")
     spec = FRAMEWORKS[name]
+    splits = tuple((model, tuple(starts)) for model, starts in spec.get("fusion_splits", {}).items())
     return Framework(name, spec["bucket_cap_mb"] * 2**20, spec["first_bucket_mb"] * 2**20,
-                     bool(spec["overlaps_backward"]), spec["cycle_ms"] * 1e-3, spec.get("source", ""))
+                     bool(spec["overlaps_backward"]), spec["cycle_ms"] * 1e-3, spec.get("source", ""),
+                     spec.get("pattern", "allreduce"), bool(spec.get("servers_on_workers", False)), splits)
 
 
 def default_intra(gpu: str) -> str:
@@ -503,7 +551,7 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
     intra = Intra(base.name, intra_spec.pop("port_gbytes_per_s", base.port_bandwidth / 1e9) * 1e9,
                   intra_spec.pop("fabric_gbytes_per_s", base.fabric_bandwidth / 1e9) * 1e9,
                   intra_spec.pop("latency_us", base.latency * 1e6) * 1e-6, intra_spec.pop("kind", base.kind),
-                  base.source)
+                  base.source, base.nvls_bandwidth)
     prov.append(("intra", f"preset {base.name}" + (" (file)" if base_name else f" (default for {gpu})")
                  + (", overridden in the file" if set(data.get("intra", {})) - {"preset"} else "")))
     switch = dict(data.get("switch", {}))
