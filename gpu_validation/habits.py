@@ -120,7 +120,7 @@ def _result(model: nn.Module, ref: Reference | None) -> dict:
             "identical": ranks_identical(model)}
 
 
-# ---- the patterns (each: rank -> _result, or it raises) ----
+# ---- the patterns (each: Place -> _result, or it raises) ----
 
 def lambda_lr_warmup(at: Place) -> dict:
     model, ddp, opt, ref = _plain(at)
@@ -877,7 +877,7 @@ def habits_table() -> str:
     return "\n".join(rows)
 
 
-def observe(world: int = 4, gpus_per_node: int = 2, timeout_s: float = 30) -> dict[str, dict[int, dict]]:
+def observe(world: int = 4, gpus_per_node: int = 2, timeout_s: float = 90) -> dict[str, dict[int, dict]]:
     """Every pattern on ``world`` gloo ranks (``gpus_per_node`` per node), then the ``ONE_RANK`` loads on one
     rank: {pattern: {rank: its run() entry}}. Raises if a launch itself fails (a rank died or hung)."""
     from gpu_validation import launch
