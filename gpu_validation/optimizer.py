@@ -406,7 +406,7 @@ def _refuse_other_optimizers(birder_ref):
         shared = [mine[id(p)] for g in optimizer.param_groups for p in g["params"] if id(p) in mine]
         if shared:
             raise ValueError(f"{type(optimizer).__name__}.step(): it holds {len(shared)} parameter(s) that Birder "
-                             f"also updates ({', '.join(shared[:4])}{', ...' if len(shared) > 4 else ''}); under "
+                             f"also updates ({_names(shared)}); under "
                              "Birder .grad holds each rank's LOCAL gradient, so this step would make the ranks "
                              "drift apart. Give those parameters to Birder (param_groups=[...] for their own lr), "
                              "or wrap them in a separate DDP model for the other optimizer")
