@@ -161,9 +161,9 @@ def sequential_lr_warmup(at: Place) -> dict:
 
 
 def lr_below_zero(at: Place) -> dict:
-    """A linear-decay LambdaLR whose total is one step too short: the lr goes negative at the third step."""
+    """A linear-decay LambdaLR over 1 step where the loop runs 3: lr 0 at the second step, -LR at the third."""
     model, ddp, opt, ref = _plain(at)
-    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 - s / 1.5)
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 - s)
     _train(ddp, opt, at.rank, then=lambda step: schedule.step())
     return _result(model, ref)
 
@@ -742,7 +742,7 @@ HABITS: tuple[Habit, ...] = (
     _works(reduce_lr_on_plateau, "`ReduceLROnPlateau`", "the reduced lr from the next step"),
     _works(sequential_lr_warmup, "`SequentialLR` (`LinearLR` warm-up, then cosine)", "each step's lr"),
     _refused(lr_below_zero, "a `LambdaLR` linear decay that runs past its end (lr < 0)", "ValueError",
-             "must be a finite number >= 0 (an LR schedule run past its end, or a lambda that goes negative?)"),
+             "must be >= 0.0, got -0.01 (an LR schedule run past its end, or a lambda that goes negative?)"),
     _works(weight_decay_schedule, "weight decay changed on `param_groups` every step", "each step's weight decay"),
     _refused(add_param_group, "`opt.add_param_group(...)` after construction", "ValueError",
              "add_param_group is refused; give per-group lr / weight_decay as Birder(ddp_model, param_groups=[...])"),

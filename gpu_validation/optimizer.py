@@ -582,10 +582,12 @@ class Birder(torch.optim.Optimizer):
         return self._finish_step(loss, grad, largest, overlap)
 
     def _check_trainable_set(self) -> None:
-        """Raise one RuntimeError (on every rank alike) if step() cannot mean what the loop intends: no backward
-        since the last step; a bucket whose hook never ran (a parameter that got no gradient, which DDP built
-        without find_unused_parameters waits for); or a parameter frozen when Birder was built and unfrozen since
-        (neither DDP nor Birder holds it: it would never train)."""
+        """Raise one RuntimeError (on every rank alike) if step() cannot mean what the loop intends: a parameter
+        frozen when Birder was built and unfrozen since (neither DDP nor Birder holds it: it would never train); no
+        backward since the last step (named as torch.distributed.checkpoint's state initialisation when it looks
+        like one); a bucket whose hook never ran (a parameter that got no gradient, or was frozen after DDP was
+        built, which DDP without find_unused_parameters waits for); or every gradient gone (zero_grad() before
+        step())."""
         unfrozen = [name for name, p in self._frozen_at_start if p.requires_grad]
         if unfrozen:
             raise RuntimeError(f"Birder.step(): parameter(s) {_names(unfrozen)} were frozen when DDP and Birder were "
@@ -630,11 +632,11 @@ class Birder(torch.optim.Optimizer):
         and >= 0, else one ValueError (every rank's scheduler computes the same, so every rank raises)."""
         for i, group in enumerate(self.param_groups):
             for key in ("lr", "weight_decay"):
-                value = group[key]
-                if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
-                        or value < 0:
-                    raise ValueError(f"Birder.step(): param_groups[{i}][{key!r}] is {value!r}; it must be a finite "
-                                     "number >= 0 (an LR schedule run past its end, or a lambda that goes negative?)")
+                try:
+                    _check_real(f"param_groups[{i}][{key!r}]", group[key], 0.0, False)
+                except ValueError as error:
+                    raise ValueError(f"Birder.step(): {error} (an LR schedule run past its end, or a lambda that "
+                                     "goes negative?)") from None
 
     def _finish_step(self, loss, grad: torch.Tensor, largest: float, overlap: _Overlap | None):
         bits = self._one_bit_allreduce(grad, largest, overlap)
