@@ -6,7 +6,9 @@ Each prediction is a dict with the keys of ``birder predict --json`` (``throughp
 an 80% interval from the quantiles of log(measured / predicted) on rows left out of every fit: for a site
 profile, the group cross-validation of its public rows; otherwise the validation corpus with each source left
 out, per predicted regime (compute- or communication-bound) and apart for predictions calibrated on a measured
-node and those from built-in compute profiles. They are measured once and stored
+node and those from built-in compute profiles; a site profile takes its own rows' bounds. A speed-up (one
+prediction over another of the same set-up, ``speedup_interval``) takes bounds of its own, fitted on the corpus's
+pairs of rows of one table. They are measured once and stored
 (``presets/cross_validation.json``, written by ``python -m sim.api --write-cross-validation``) so that no
 prediction pays a refit. ``validation_summary`` gives the fit (in-sample) and the cross-validated errors apart.
 """
@@ -46,8 +48,11 @@ def _corpus_digest(corpus) -> str:
 @lru_cache(maxsize=1)
 def interval_quantiles() -> dict:
     """The intervals' bounds on log(measured / predicted), 80% nominal: ``site_profile`` (the group
-    cross-validation's rows of the site profiles), ``measured_node`` and ``unmeasured_node`` (per interval
-    regime, ``validate.interval_regime``, the corpus left out source by source; ``all`` pools the regimes). Read
+    cross-validation's rows of the site profiles; ``site_profile_by_site``, each site's own, with
+    ``site_profile_rows``), ``measured_node`` and ``unmeasured_node`` (per interval regime,
+    ``validate.interval_regime``, the corpus left out source by source; ``all`` pools the regimes), and
+    ``speedup_measured_node`` and ``speedup_unmeasured_node``, the same on log(measured ratio / predicted ratio)
+    of the corpus's pairs (``validate.paired_rows``). Read
     from the stored measurement when it was taken on the same rows and corpus, else measured now (once per
     process)."""
     from sim import validate
