@@ -264,7 +264,7 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
     n_params = params if model is None else model_profile(model).n_params
     samples = c.gpus_per_node * batch_per_gpu * accumulation_steps
     naive = alpha_beta_throughput(n_params, gradient_bits(optimizer, grad_dtype), c.n_nodes, samples,
-                                  out["single_node_throughput"], c.nic.line_rate * c.nic.count / 8)
+                                  out["single_node_throughput"], c.nic.link_rate * c.nic.count / 8)
     regime = interval_regime(naive / (c.n_nodes * out["single_node_throughput"]))
     low, high, basis = prediction_interval(out["throughput"], naive / (c.n_nodes * out["single_node_throughput"]),
                                            site, single_node_throughput is not None,

@@ -33,9 +33,11 @@ from sim.hardware import (
     GPUS,
     INTRA,
     MAX_GPUS,
+    MAX_NICS_PER_GPU,
     MAX_OVERSUBSCRIPTION,
     NETWORKS,
     Cluster,
+    check_measured_rate,
     cluster,
     describe,
     intra_preset,
@@ -142,6 +144,11 @@ def _cluster_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     p.add_argument("--nodes-per-leaf", type=positive_int, default=None,
                    help="nodes under one leaf switch, whose traffic never crosses the spine (default 1, or the "
                         "TOML's [switch] nodes_per_leaf)")
+    p.add_argument("--measured-gbps", type=positive_number("Gb/s"), default=None, metavar="GBPS",
+                   help="the link rate you measured between two of the nodes (Gb/s per NIC, one host-to-host stream: "
+                        "iperf over TCP, ib_write_bw over InfiniBand), at most the line rate; replaces line rate x "
+                        "payload share (default: not measured, or the TOML's [network] measured_gbps)"
+                        + ("; with one network only" if sweep else ""))
 
 
 def _workload_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
@@ -197,9 +204,8 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
     else:
         name = network or getattr(args, "network", None) or "10gbe"
         gpu = args.gpu or "a100"
-        if nics is not None and nics > (args.gpus_per_node or 8):
-            raise ValueError(f"--nics-per-node {nics} exceeds --gpus-per-node {args.gpus_per_node or 8}: at most "
-                             "one NIC per GPU")
+        if nics is not None:
+            check_nics_per_node(nics, args.gpus_per_node or 8)
         nic_preset(name)  # an unknown name fails here, naming the flag's choices
         framework = getattr(args, "framework", None)
         c = cluster(name, nodes or 1, args.gpus_per_node or 8, args.intra, gpu, 1.0 if over is None else over,
@@ -215,13 +221,23 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
     leaf = getattr(args, "nodes_per_leaf", None)
     if leaf is not None:
         c = replace(c, nodes_per_leaf=leaf, provenance=c.provenance + (("nodes per leaf", f"{leaf} (command line)"),))
+    measured = getattr(args, "measured_gbps", None)
+    if measured is not None:
+        check_measured_rate(measured, c.nic.line_rate / 1e9, "--measured-gbps")
+        c = replace(c, nic=replace(c.nic, measured_rate=measured * 1e9),
+                    provenance=c.provenance + (("measured link", f"{measured:g} Gb/s (command line)"),))
     if getattr(args, "cluster", None) and args.intra:
         c = replace(c, intra=intra_preset(args.intra),
                     provenance=c.provenance + (("intra", f"preset {args.intra} (command line)"),))
-    if c.nic.count > c.gpus_per_node:
-        raise ValueError(f"--nics-per-node {c.nic.count} exceeds --gpus-per-node {c.gpus_per_node}: at most one "
-                         "NIC per GPU")
+    check_nics_per_node(c.nic.count, c.gpus_per_node)
     return c
+
+
+def check_nics_per_node(nics: int, gpus: int) -> None:
+    """The NICs of a node serve its GPUs evenly: at most one per GPU, or the same number for every GPU."""
+    if (nics > gpus and nics % gpus) or nics > MAX_NICS_PER_GPU * gpus:
+        raise ValueError(f"--nics-per-node {nics} for --gpus-per-node {gpus}: at most one NIC per GPU, or the same "
+                         f"number for every GPU (a multiple of {gpus}, at most {MAX_NICS_PER_GPU * gpus})")
 
 
 def applies(option: str, optimizer: str) -> bool:
@@ -429,6 +445,9 @@ def run_sweep(args) -> int:
     check_output_dir(args.out)
     check_options_apply(args, args.optimizers)
     networks = args.networks or ([Path(args.cluster).stem] if args.cluster else ["10gbe", "ib-hdr"])
+    if args.measured_gbps is not None and len(networks) > 1:
+        raise ValueError(f"--measured-gbps is one set-up's measured link rate: give it with one network (--networks "
+                         f"NAME or --cluster FILE), not {len(networks)} ({', '.join(networks)})")
     results = sweep(args, args.nodes, networks, args.optimizers)
     from sim import plots  # matplotlib only when plotting: keeps `birder predict` fast
 
@@ -550,7 +569,9 @@ def _print_corpus_validation(loso) -> None:
     s = loso.summary()
     print(f"\ncorpus: {s['corpus']}: {s['rows']} multi-node rows predicted, {s['skipped_rows']} skipped; each "
           f"calibrated by its own single-node throughput; {s['rows_framework_as_ddp']} rows of frameworks "
-          "sim/presets/frameworks.toml lacks simulated with DDP's buckets and overlap")
+          "sim/presets/frameworks.toml lacks simulated with DDP's buckets and overlap; "
+          f"{s['rows_measured_link']} rows whose source states its measured link rate run at that rate (iperf, "
+          "perftest) in the simulator and in the alpha-beta baseline alike, the others at the line rate")
     print(EQUAL_BY_CONSTRUCTION)
     table = loso.table()
     wide = max(len("name"), *(len(t["name"]) for t in table))

@@ -305,7 +305,7 @@ def row_bursts(row: Row) -> set[float]:
         for elements in sizes:
             sched = step_schedule(row.optimizer, c, elements, "hierarchical", kind.full_precision)
             for phase in sched.phases:
-                load = phase_load(phase, sched.layout, c.nic.count)
+                load = phase_load(phase, sched.layout, c.rails)
                 if load.nic_rx > 1 and not phase.pattern.is_ring and phase.n_rounds:
                     out.add(burst_bytes(load, phase.message_bytes(0)))
     return out
@@ -501,13 +501,19 @@ def gradient_bits(optimizer: str, grad_dtype: str) -> int:
     return 1 if registry.get(optimizer).compressed else GRAD_BITS[grad_dtype]
 
 
+def link_rate_gbps(row: PublishedRow) -> float:
+    """Gb/s per NIC of a row's link as the simulator and the alpha-beta baseline both take it: the rate its source
+    measured host to host where it states one (set-up data), else the line rate."""
+    return row.line_rate_gbps if row.measured_link_gbps is None else row.measured_link_gbps
+
+
 def alpha_beta(row: PublishedRow) -> float:
-    """``alpha_beta_throughput`` of a corpus row: its line rate on all its NICs, once per optimizer step
-    (``grad_accum`` micro-batches)."""
+    """``alpha_beta_throughput`` of a corpus row: its link rate (``link_rate_gbps``) on all its NICs, once per
+    optimizer step (``grad_accum`` micro-batches)."""
     bits = gradient_bits(SIMULATED_AS.get(row.optimizer, row.optimizer),
                          GRAD_DTYPE_OF_PRECISION.get(row.precision, "fp32"))
     return alpha_beta_throughput(row.params, bits, row.nodes, row.gpus_per_node * row.batch_per_gpu * row.grad_accum,
-                                 row.single_node_throughput, row.line_rate_gbps * 1e9 * row.nics_per_node / 8)
+                                 row.single_node_throughput, link_rate_gbps(row) * 1e9 * row.nics_per_node / 8)
 
 
 def interval_regime(alpha_beta_efficiency: float) -> str:
@@ -556,9 +562,14 @@ def corpus_cluster(row: PublishedRow, fitted: bool) -> Cluster:
         raise ValueError(f"no {row.intra} fabric preset for {row.gpu} in sim/presets/intra.toml")
     site = SITE_OF_SETUP.get((row.source, row.transport, float(row.line_rate_gbps))) if fitted else None
     if site is not None and row.nics_per_node == 1:
-        return cluster(site, row.nodes, row.gpus_per_node, intra, row.gpu, framework=framework_of(row))
-    c = cluster("10gbe", row.nodes, row.gpus_per_node, intra, row.gpu, framework=framework_of(row))
-    return replace(c, nic=_generic_nic(row))
+        c = cluster(site, row.nodes, row.gpus_per_node, intra, row.gpu, framework=framework_of(row))
+    else:
+        c = replace(cluster("10gbe", row.nodes, row.gpus_per_node, intra, row.gpu, framework=framework_of(row)),
+                    nic=_generic_nic(row))
+    if row.measured_link_gbps is None:
+        return c
+    # the source's measured link rate is set-up data: the same in the fitted and the generic prediction
+    return replace(c, nic=replace(c.nic, measured_rate=row.measured_link_gbps * 1e9))
 
 
 def corpus_predict(row: PublishedRow, fitted: bool, measured_node: bool = True) -> workload.Prediction:
@@ -575,7 +586,8 @@ def corpus_predict(row: PublishedRow, fitted: bool, measured_node: bool = True) 
     p = predict(c, model=row.model if known else None, params=None if known else int(row.params),
                 batch_per_gpu=int(row.batch_per_gpu), optimizer=optimizer,
                 single_node_throughput=float(row.single_node_throughput) if measured_node else None,
-                grad_dtype=GRAD_DTYPE_OF_PRECISION[row.precision], accumulation_steps=row.grad_accum)
+                grad_dtype=GRAD_DTYPE_OF_PRECISION[row.precision], accumulation_steps=row.grad_accum,
+                warmup_fraction=row.warmup_fraction)
     return p
 
 
@@ -592,6 +604,7 @@ class CorpusPrediction:
     gpus_per_node: int
     transport: str
     line_rate_gbps: float
+    measured_link_gbps: float | None  # the source's measured link rate (simulator and alpha-beta use it), or None
     nics_per_node: int
     framework: str
     simulated_framework: str  # presets/frameworks.toml's entry it ran with (DDP's where the row's has none)
@@ -843,6 +856,7 @@ class CorpusValidation:
         comm = REGIMES[1]
         return {"corpus": self.corpus, "rows": len(self.rows), "skipped_rows": len(self.skipped),
                 "rows_framework_as_ddp": sum(r.framework != r.simulated_framework for r in self.rows),
+                "rows_measured_link": sum(r.measured_link_gbps is not None for r in self.rows),
                 "skill": self.skill(), "skill_communication_bound": self.skill(comm),
                 "mape_left_out": self.mape("left_out"), "mape_in_sample": self.mape("in_sample"),
                 "mape_linear": self.mape("linear"), "mape_alpha_beta": self.mape("alpha_beta"),
@@ -984,8 +998,8 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
         high = linear_ceiling(high, generic.throughput, linear_scaling(row))
         out.append(CorpusPrediction(
             row.source, row.table, row.model, row.gpu, row.nodes, row.gpus_per_node, row.transport,
-            float(row.line_rate_gbps), row.nics_per_node, row.framework, framework_of(row), row.optimizer,
-            corpus_regime(row), reg,
+            float(row.line_rate_gbps), row.measured_link_gbps, row.nics_per_node, row.framework, framework_of(row),
+            row.optimizer, corpus_regime(row), reg,
             row.throughput, fitted.throughput, generic.throughput, linear_scaling(row), alpha_beta(row),
             low, high))
     unmeasured_ratios = [(reg, math.log(row.throughput / predicted)) for row, predicted, reg in unmeasured]
