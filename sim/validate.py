@@ -676,10 +676,72 @@ def linear_ceiling(high: float, predicted: float, linear: float) -> float:
     return min(high, max(predicted, linear))
 
 
-def interval_quantiles(predictions: list[tuple[str, float]]) -> dict[str, tuple[float, float]]:
+def interval_quantiles(predictions: list[tuple[str, float]], level: float = INTERVAL_LEVEL
+                       ) -> dict[str, tuple[float, float]]:
     """Per interval regime (and ``all``, the regimes pooled), the conformal bounds of log(measured / predicted)
-    over (regime, log ratio) pairs."""
-    return {reg: log_ratio_quantiles([x for r, x in predictions if reg in (r, "all")]) for reg in (*REGIMES, "all")}
+    over (regime, log ratio) pairs at ``level``."""
+    return {reg: log_ratio_quantiles([x for r, x in predictions if reg in (r, "all")], level)
+            for reg in (*REGIMES, "all")}
+
+
+def regime_bounds(q: dict[str, tuple[float, float]], regime: str) -> tuple[float, float]:
+    """A regime's bounds from ``interval_quantiles``, or the regimes pooled where its rows are too few to bound."""
+    return q[regime] if all(map(math.isfinite, q[regime])) else q["all"]
+
+
+# the conformal levels a source-calibrated interval may take, from the nominal one up (half a percent apart)
+LEVEL_GRID = tuple(round(INTERVAL_LEVEL + 0.005 * k, 3) for k in range(int(round((0.99 - INTERVAL_LEVEL) / 0.005)) + 1))
+
+
+@dataclass(frozen=True)
+class LoggedError:
+    """One left-out prediction as the intervals see it: its source, interval regime, log(measured / predicted)
+    and the most its interval's upper end may be in the same units (log(linear scaling / predicted) on a measured
+    node, ``linear_ceiling``; infinite where nothing caps it)."""
+
+    source: str
+    regime: str
+    log_ratio: float
+    cap: float = math.inf
+
+
+def _covered(e: LoggedError, bounds: tuple[float, float]) -> bool:
+    """Whether ``e``'s measurement lies in its interval from ``bounds`` (stretched to hold the prediction,
+    ``interval_around``; capped, ``linear_ceiling``)."""
+    return min(bounds[0], 0.0) <= e.log_ratio <= min(max(bounds[1], 0.0), max(e.cap, 0.0))
+
+
+def source_coverage(errors: list[LoggedError], groups: dict[str, frozenset[str]], level: float) -> float:
+    """Share of ``errors`` covered by intervals at conformal ``level`` fitted, for each, on the errors of the
+    sources not held out with its own (``groups``): leave-one-source-out coverage."""
+    covered = []
+    for held in {groups[e.source] for e in errors}:
+        q = interval_quantiles([(e.regime, e.log_ratio) for e in errors if e.source not in held], level)
+        covered += [_covered(e, regime_bounds(q, e.regime)) for e in errors if e.source in held]
+    return sum(covered) / len(covered) if covered else 1.0
+
+
+def source_calibrated_level(errors: list[LoggedError], groups: dict[str, frozenset[str]],
+                            nominal: float = INTERVAL_LEVEL) -> float:
+    """The least conformal level (``LEVEL_GRID``) at which intervals fitted leave-one-source-out on ``errors``
+    cover at least ``nominal`` of them. Split-conformal's guarantee holds for exchangeable rows, but rows of one
+    source share its set-up's errors, so a new source's rows fall outside more often than the rows' own
+    quantiles say; raising the level until the sources at hand are covered as promised, each judged by the
+    others, calibrates for that (cross-conformal over groups; Barber et al. 2021 on jackknife+, Dunn et al. 2022
+    on conformal prediction for grouped data). The top of the grid where even that falls short."""
+    return next((level for level in LEVEL_GRID if source_coverage(errors, groups, level) >= nominal), LEVEL_GRID[-1])
+
+
+def left_out_bounds(errors: list[LoggedError], groups: dict[str, frozenset[str]]
+                    ) -> dict[frozenset[str], tuple[float, dict[str, tuple[float, float]]]]:
+    """Per held-out group of sources: (the level calibrated on the other sources alone, and the quantiles of
+    their errors at it). Nothing of the held-out group enters either."""
+    out = {}
+    for held in {groups[e.source] for e in errors}:
+        others = [e for e in errors if e.source not in held]
+        level = source_calibrated_level(others, groups)
+        out[held] = level, interval_quantiles([(e.regime, e.log_ratio) for e in others], level)
+    return out
 
 
 # what may differ between two rows of one table that a speed-up compares (the rest is the same set-up)
@@ -813,6 +875,9 @@ class CorpusValidation:
     # high, measured), and their pairs
     unmeasured_rows: tuple[tuple[str, float, float, float, float], ...] = ()
     unmeasured_pairs: tuple[PairPrediction, ...] = ()
+    # the conformal level each stored set of quantiles was taken at (``source_calibrated_level``): measured_node,
+    # unmeasured_node, speedup_measured_node, speedup_unmeasured_node
+    levels: dict[str, float] | None = None
 
     def mape(self, which: str, regime: str | None = None, source: str | None = None) -> float | None:
         chosen = [r for r in self.rows if (regime is None or r.regime == regime)
@@ -860,7 +925,7 @@ class CorpusValidation:
                 "skill": self.skill(), "skill_communication_bound": self.skill(comm),
                 "mape_left_out": self.mape("left_out"), "mape_in_sample": self.mape("in_sample"),
                 "mape_linear": self.mape("linear"), "mape_alpha_beta": self.mape("alpha_beta"),
-                "interval_level": INTERVAL_LEVEL, "coverage": self.coverage(),
+                "interval_level": INTERVAL_LEVEL, "conformal_levels": self.levels, "coverage": self.coverage(),
                 "coverage_by_regime": {reg: self.coverage(reg) for reg in REGIMES},
                 "coverage_by_measured_regime": {reg: self.coverage(reg, measured=True) for reg in REGIMES},
                 "median_half_width": self.median_half_width(),
@@ -904,7 +969,9 @@ def corpus_figures_markdown(summary: dict) -> str:
             f"{pct(summary['mape_in_sample'])}), against {pct(summary['mape_linear'])} for linear scaling and "
             f"{pct(summary['mape_alpha_beta'])} for an alpha-beta ring; skill (our error / linear scaling's) "
             f"**{summary['skill_communication_bound']:.2f}** on communication-bound rows, {summary['skill']:.2f} "
-            f"overall. The {summary['interval_level']:.0%} intervals, fitted without each row's source, cover "
+            f"overall. The {summary['interval_level']:.0%} intervals, fitted without each row's source (conformal "
+            f"quantiles at {pct(summary['conformal_levels']['measured_node'])}, the level at which the other "
+            "sources, each left out in turn, are covered as promised), cover "
             f"**{pct(summary['coverage'])}** of the rows left out with a median half-width of "
             f"**{pct(summary['median_half_width'])}** ({pct(summary['coverage_by_regime'][comp])} and "
             f"{pct(summary['median_half_width_by_regime'][comp])} where an alpha-beta ring predicts compute-bound, "
@@ -987,14 +1054,14 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
     groups = _held_out_groups(corpus)
     # with a source out, its site profiles have no rows to fit on: its rows take the generic prediction; every
     # other source's rows are predicted alike whether or not the site was fitted
-    ratios = {id(row): (interval_regime(alpha_beta(row) / linear_scaling(row)),
-                        math.log(row.throughput / generic.throughput)) for row, _, generic in done}
+    errors = [LoggedError(row.source, interval_regime(alpha_beta(row) / linear_scaling(row)),
+                          math.log(row.throughput / generic.throughput),
+                          math.log(linear_scaling(row) / generic.throughput)) for row, _, generic in done]
+    bounds = left_out_bounds(errors, groups)
     out = []
-    for row, fitted, generic in done:
-        held = groups[row.source]
-        q = interval_quantiles([ratios[id(r)] for r, _, _ in done if r.source not in held])
-        reg = ratios[id(row)][0]
-        low, high = interval_around(generic.throughput, q[reg] if all(map(math.isfinite, q[reg])) else q["all"])
+    for (row, fitted, generic), e in zip(done, errors, strict=True):
+        reg = e.regime
+        low, high = interval_around(generic.throughput, regime_bounds(bounds[groups[row.source]][1], reg))
         high = linear_ceiling(high, generic.throughput, linear_scaling(row))
         out.append(CorpusPrediction(
             row.source, row.table, row.model, row.gpu, row.nodes, row.gpus_per_node, row.transport,
@@ -1002,52 +1069,59 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
             row.optimizer, corpus_regime(row), reg,
             row.throughput, fitted.throughput, generic.throughput, linear_scaling(row), alpha_beta(row),
             low, high))
-    unmeasured_ratios = [(reg, math.log(row.throughput / predicted)) for row, predicted, reg in unmeasured]
+    u_errors_rows = [LoggedError(row.source, reg, math.log(row.throughput / predicted))
+                     for row, predicted, reg in unmeasured]
     pairs, paired_errors = _left_out_pairs([row for row, _, _ in done], [r.left_out for r in out],
                                            [r.interval_regime for r in out], [(r.low, r.high) for r in out], groups)
     u_rows, u_predicted, u_regimes = ([u[k] for u in unmeasured] for k in range(3))
-    u_intervals = []
-    for row, predicted, reg in unmeasured:  # each from the other sources' rows, as the measured nodes' are
-        q = interval_quantiles([(g, math.log(r.throughput / p)) for r, p, g in unmeasured
-                                if r.source not in groups[row.source]])
-        u_intervals.append(interval_around(predicted, q[reg] if all(map(math.isfinite, q[reg])) else q["all"]))
+    u_bounds = left_out_bounds(u_errors_rows, groups)  # each from the other sources' rows, as the measured nodes'
+    u_intervals = [interval_around(predicted, regime_bounds(u_bounds[groups[row.source]][1], reg))
+                   for row, predicted, reg in unmeasured]
     u_pairs, u_errors = _left_out_pairs(u_rows, u_predicted, u_regimes, u_intervals, groups)
-    return CorpusValidation(name or "corpus", tuple(out), tuple(skipped), interval_quantiles(list(ratios.values())),
-                            interval_quantiles(unmeasured_ratios), tuple(pairs),
-                            interval_quantiles([(reg, x) for _, reg, x in paired_errors]),
-                            interval_quantiles([(reg, x) for _, reg, x in u_errors]),
+    levels = {"measured_node": source_calibrated_level(errors, groups),
+              "unmeasured_node": source_calibrated_level(u_errors_rows, groups),
+              "speedup_measured_node": source_calibrated_level(paired_errors, groups),
+              "speedup_unmeasured_node": source_calibrated_level(u_errors, groups)}
+
+    def pooled(errs, key):
+        return interval_quantiles([(e.regime, e.log_ratio) for e in errs], levels[key])
+
+    return CorpusValidation(name or "corpus", tuple(out), tuple(skipped), pooled(errors, "measured_node"),
+                            pooled(u_errors_rows, "unmeasured_node"), tuple(pairs),
+                            pooled(paired_errors, "speedup_measured_node"),
+                            pooled(u_errors, "speedup_unmeasured_node"),
                             tuple((reg, p, low, high, row.throughput) for row, p, reg, (low, high)
                                   in zip(u_rows, u_predicted, u_regimes, u_intervals, strict=True)),
-                            tuple(u_pairs))
+                            tuple(u_pairs), levels)
 
 
 def _pair_errors(rows: list[PublishedRow], predicted: list[float], regimes: list[str]
-                 ) -> list[tuple[tuple[int, int], str, float]]:
-    """Per pair of rows a speed-up compares, oriented faster-first by the prediction: ((faster, slower), the
-    pair's interval regime, log(measured ratio / predicted ratio))."""
-    return [((i, j), pair_regime(regimes[i], regimes[j]),
-             math.log(rows[i].throughput / rows[j].throughput) - math.log(predicted[i] / predicted[j]))
+                 ) -> list[tuple[tuple[int, int], LoggedError]]:
+    """Per pair of rows a speed-up compares, oriented faster-first by the prediction: ((faster, slower), its error:
+    the pair's source and interval regime, log(measured ratio / predicted ratio))."""
+    return [((i, j), LoggedError(rows[i].source, pair_regime(regimes[i], regimes[j]),
+                                 math.log(rows[i].throughput / rows[j].throughput)
+                                 - math.log(predicted[i] / predicted[j])))
             for i, j in oriented_pairs(rows, predicted)]
 
 
 def _left_out_pairs(rows: list[PublishedRow], predicted: list[float], regimes: list[str],
                     intervals: list[tuple[float, float]], groups: dict[str, frozenset[str]]
-                    ) -> tuple[list[PairPrediction], list[tuple[tuple[int, int], str, float]]]:
+                    ) -> tuple[list[PairPrediction], list[LoggedError]]:
     """Every pair of ``rows`` (predicted ``predicted``, with interval regimes ``regimes`` and left-out intervals
     ``intervals``) with its speed-up interval fitted on the pairs of the sources not held out with it (a pair's
-    two rows share their source), and the pairs' errors."""
-    errors = _pair_errors(rows, predicted, regimes)
+    two rows share their source; the level calibrated on those sources alone), and the pairs' errors."""
+    indexed = _pair_errors(rows, predicted, regimes)
+    errors = [e for _, e in indexed]
+    bounds = left_out_bounds(errors, groups)
     pairs = []
-    for (i, j), reg, _ in errors:
-        held = groups[rows[i].source]
-        q = interval_quantiles([(g, x) for (k, _), g, x in errors if rows[k].source not in held])
-        bounds = q[reg] if all(map(math.isfinite, q[reg])) else q["all"]
+    for (i, j), e in indexed:
         ratio = predicted[i] / predicted[j]
-        low, high = interval_around(ratio, bounds)
+        low, high = interval_around(ratio, regime_bounds(bounds[groups[e.source]][1], e.regime))
         (low_i, high_i), (low_j, high_j) = intervals[i], intervals[j]
         a, b = rows[i], rows[j]
-        pairs.append(PairPrediction(a.source, a.table, a.model, a.nodes, pair_label(a, b), pair_label(b, a), reg,
-                                    a.throughput / b.throughput, ratio, low, high, low_i / high_j,
+        pairs.append(PairPrediction(a.source, a.table, a.model, a.nodes, pair_label(a, b), pair_label(b, a),
+                                    e.regime, a.throughput / b.throughput, ratio, low, high, low_i / high_j,
                                     high_i / low_j if low_j > 0 else math.inf))
     return pairs, errors
 
