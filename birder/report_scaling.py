@@ -563,11 +563,12 @@ def speedup_words(g: Grid) -> str:
         f"{100 * f['decided']:.0f}% that excluded 1 named the faster as measured in "
         f"{100 * (f['decided_right'] or 0):.0f}% of cases)")
     return ("A speed-up's range comes from the errors of predicted ratios on pairs of rows of one published table "
-            f"(same set-up and node count), each source left out{checked}: the two predictions' errors are "
-            "correlated, so the ratio's range is narrower than the two ranges divided."
-            + (" It covered fewer left-out pairs than its nominal level: read a named faster one as likely, not "
-               "certain." if f.get("coverage") is not None and f["coverage"] < level else "")
-            + " Where it excludes 1 the faster is named; where it contains 1 the two are within the uncertainty.")
+            f"(same set-up and node count), each source left out{checked}, where the left-out pairs of its "
+            "kind (measured node or not, regime) support it; else the two ranges divided end by end."
+            + (" The pairs' own covered fewer left-out pairs than their nominal level: read a named faster one as "
+               "likely, not certain." if f.get("coverage") is not None and f["coverage"] < level else "")
+            + " Where a speed-up's range excludes 1 the faster is named; where it contains 1 the two are within the "
+              "uncertainty.")
 
 
 def accuracy_words(summary: dict) -> tuple[str, str]:
