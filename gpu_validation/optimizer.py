@@ -48,6 +48,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.autograd.graph import increment_version
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from birder_ref.draws import MASK32, SERVER_STREAM, stream_key
@@ -76,7 +77,8 @@ def _apply_packed_update_(piece: torch.Tensor, bits: torch.Tensor, start: int, l
     start .. start + n - 1 of the packed ``bits``, in preallocated buffers: the same operations, in the same
     order (weight_decay * p, + u_bar, * lr, subtracted), so the same bits. A float32 piece on CPU runs them on
     NumPy views (the coefficients rounded to float32 as torch rounds a Python scalar for a float32 tensor), with
-    less per-call overhead than torch's eager dispatch on pieces this small."""
+    less per-call overhead than torch's eager dispatch on pieces this small; such writes do not advance the
+    parameter's autograd version counter: the caller does (``increment_version``)."""
     n = piece.numel()
     first, last = start // 8, -(-(start + n) // 8)
     signs_all, term, index = work
@@ -571,6 +573,7 @@ class Birder(torch.optim.Optimizer):
                 for lo in range(0, flat.numel(), tb.PIECE):
                     piece = flat[lo:lo + tb.PIECE]
                     _apply_packed_update_(piece, bits, start + lo, lr, decay, work[p.dtype])
+                increment_version(p)  # NumPy writes bypass autograd's check that saved tensors are unchanged
             else:
                 apply_update_(p, tb.unpack_range(bits, start, p.numel(), p.dtype).view_as(p), lr, decay)
         return loss
