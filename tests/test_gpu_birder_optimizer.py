@@ -142,6 +142,20 @@ def test_step_without_a_backward_through_ddp_is_refused(one_rank):
         opt.add_param_group({"params": [torch.zeros(2, requires_grad=True)]})
 
 
+def test_step_advances_the_parameters_autograd_version(one_rank):
+    """step() writes the parameters through NumPy views on CPU: a graph that saved a parameter before step() must
+    still refuse to backward through it afterwards, as after any in-place update."""
+    model, ddp, opt = _trained(1)
+    x, y = batch(3, 2, 0)
+    nn.functional.mse_loss(ddp(x), y).backward()
+    saved = sum((p ** 2).sum() for p in model.parameters())  # pow saves each parameter itself
+    versions = [p._version for p in model.parameters()]
+    opt.step()
+    assert all(p._version > v for p, v in zip(model.parameters(), versions, strict=True))
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        saved.backward()
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"ddp_model": "model"}, "ddp_model must be"),
     ({"lr": 0.0}, "lr must be > 0"),
