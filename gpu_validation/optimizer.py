@@ -169,7 +169,6 @@ class _HookState:
         self.largest: dict[int, float] = {}  # bucket index -> max |gradient| over every rank (last backward)
         self.drifted: set[int] = set()  # buckets whose parameters' checksums differed between ranks
         self.on_bucket = None  # Birder's overlap: starts the bucket's share of the intra-node exchange
-        self.on_backward = None  # called at a backward's first bucket: Birder starts computing its draws (CPU)
 
     def reset(self) -> None:
         """Forget what the hook saw: the next step() needs a new backward."""
@@ -208,8 +207,6 @@ def _local_gradient_hook(state, bucket):  # DDP accepts only real (not string) a
     stalled), backward raises Birder's fault message naming the ranks that never reported. DDP waits for it at
     the end of backward, so it overlaps the backward of the following buckets.
     """
-    if not state.backward_ran and state.on_backward is not None:
-        state.on_backward()
     state.backward_ran = True
     buffer = bucket.buffer()
     index = bucket.index()
@@ -523,9 +520,6 @@ class Birder(torch.optim.Optimizer):
         self._overlap = _Overlap(self) if overlap and self.topology.worker_group is not None else None
         if self._overlap is not None:
             self._hook_state.on_bucket = self._overlap.on_bucket
-        self._draws = tb.DrawPrefetch() if self.device.type == "cpu" else None  # on CUDA the hash runs there
-        if self._draws is not None:
-            self._hook_state.on_backward = self._prefetch_draws
         try:
             ddp_model.register_comm_hook(self._hook_state, _local_gradient_hook)
         except RuntimeError as error:
@@ -682,17 +676,6 @@ class Birder(torch.optim.Optimizer):
                 apply_update_(p, tb.unpack_range(bits, start, p.numel(), p.dtype).view_as(p), lr, decay)
         return loss
 
-    def _draw_jobs(self, t: int) -> list[tuple[int, int, int]]:
-        """(key, start, n) of step t's worker draws (this rank's shard) and server draws (its chunk)."""
-        topo = self.topology
-        shard, chunk = comm.shard_slice(topo, self.length), comm.chunk_slice(topo, self.length)
-        return [(stream_key(self.seed, t, topo.worker), shard.start, shard.stop - shard.start),
-                (stream_key(self.seed, t, SERVER_STREAM), chunk.start, chunk.stop - chunk.start)]
-
-    def _prefetch_draws(self) -> None:
-        """Start hashing the next step's draws in the background (``tb.DrawPrefetch``), during backward."""
-        self._draws.start(self._draw_jobs(self.t + 1))
-
     def _one_bit_allreduce(self, grad: torch.Tensor, largest: float,
                            overlap: _Overlap | None = None) -> torch.Tensor | None:
         """The pipeline of ``comm.one_bit_allreduce`` with in-place state; None if the step is skipped.
@@ -722,15 +705,12 @@ class Birder(torch.optim.Optimizer):
             if bad_ranks:
                 self._skip(bad_ranks, "a node sum overflowed float32 on the shard of")
                 return None
-        (worker_key, _, n_shard), (server_key, _, n_chunk) = self._draw_jobs(t)
-        draws = self._draws
-        packed = tb.worker_step_packed_(self.m, self.b_hat, self.e, rows, self.beta, self.eps, worker_key, shard.start,
-                                        None if draws is None else draws.take(worker_key, shard.start, n_shard))
+        packed = tb.worker_step_packed_(self.m, self.b_hat, self.e, rows, self.beta, self.eps,
+                                        stream_key(self.seed, t, topo.worker), shard.start)
         received = self._collective("inter-node all-to-all", topo.server_group,
                                     lambda: comm.run_phase(phases.inter_all_to_all, packed, topo.server_group))
-        packed_chunk = tb.server_step_packed_(received, self.server_error, server_key, chunk.start, n_workers=servers,
-                                              grid=None if draws is None else draws.take(server_key, chunk.start,
-                                                                                         n_chunk))
+        packed_chunk = tb.server_step_packed_(received, self.server_error, stream_key(self.seed, t, SERVER_STREAM),
+                                              chunk.start, n_workers=servers)
         shard_bits = self._collective("inter-node all-gather", topo.server_group,
                                       lambda: comm.run_phase(phases.inter_all_gather, packed_chunk, topo.server_group))
         bits = self._collective("intra-node all-gather", topo.worker_group, lambda: comm.run_phase(
@@ -930,8 +910,6 @@ class Birder(torch.optim.Optimizer):
         for group, saved in zip(self.param_groups, groups, strict=True):
             group["lr"], group["weight_decay"] = float(saved["lr"]), float(saved["weight_decay"])
         self._hook_state.reset()
-        if self._draws is not None:
-            self._draws.clear()  # memory: a job's tag would no longer match anyway if t changed
 
     def _check_envelope(self, state_dict) -> tuple[dict, list]:
         if not isinstance(state_dict, dict) or set(state_dict) != {"state", "param_groups"}:

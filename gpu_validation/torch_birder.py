@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import sys
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -243,7 +242,7 @@ def _numpy_indices() -> np.ndarray:
     return np.arange(PIECE, dtype=np.uint32)
 
 
-def _grid_into_numpy(key: int, start: int, n: int, ws: _Workspace, out: torch.Tensor | None = None) -> torch.Tensor:
+def _grid_into_numpy(key: int, start: int, n: int, ws: _Workspace) -> torch.Tensor:
     """``_grid_into`` on CPU: the same hash on NumPy uint32 views of the workspace, where a right shift is
     logical (no mask after it) and multiplication wraps modulo 2**32: 19 passes instead of 27, the same bits.
 
@@ -266,60 +265,7 @@ def _grid_into_numpy(key: int, start: int, n: int, ws: _Workspace, out: torch.Te
             if constant is not None:
                 np.multiply(h, np.uint32(constant), out=h)
     np.right_shift(h, 32 - UNIFORM_BITS, out=t)
-    return (ws.grid[:n] if out is None else out).copy_(ws.t[:n])  # integers below 2**24: exact in float32
-
-
-def grid_of(key: int, start: int, n: int) -> torch.Tensor:
-    """The draws' k (u = k / 2**24) of elements start .. start + n - 1 under ``key``, on CPU, as one float32
-    vector: ``_grid_into``'s values piece by piece (so ``DrawPrefetch`` can compute them ahead)."""
-    out = torch.empty(n, dtype=torch.float32)
-    ws = _Workspace.make(n, out.device)
-    for lo in range(0, n, PIECE):
-        hi = min(lo + PIECE, n)
-        _grid_into_numpy(key, start + lo, hi - lo, ws, out[lo:hi])
-    return out
-
-
-class DrawPrefetch:
-    """The CPU draws of the next step computed ahead on one background thread (NumPy's ufuncs release the GIL),
-    while this rank waits on its peers (in backward's all-gathers and the step's collectives).
-
-    A draw is a pure function of (key, index), so a job is tagged (key, start, n) and ``take`` hands its result
-    only to a request with the same tag: any other request (a skipped step, a loaded checkpoint) gets None and
-    the caller hashes as before. Memory: 4 bytes per element of each job started and not yet taken (for Birder,
-    its shard plus its chunk: at most 2 x 4 B x the shard's length). The thread is made on the first ``start``;
-    ``close`` waits for what it is running (milliseconds) and ends it; at exit Python joins it likewise."""
-
-    def __init__(self) -> None:
-        self._pool: ThreadPoolExecutor | None = None
-        self._jobs: dict[tuple[int, int, int], Future] = {}
-
-    def start(self, jobs: list[tuple[int, int, int]]) -> None:
-        """Compute the grids of ``jobs`` ((key, start, n) each) in order, in the background; jobs started before
-        and not listed are dropped (a job already started for the same tag is kept)."""
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="birder-draws")
-        kept = {job: self._jobs.pop(job) for job in jobs if job in self._jobs}
-        self.clear()
-        self._jobs = {job: kept.get(job) or self._pool.submit(grid_of, *job) for job in jobs}
-
-    def take(self, key: int, start: int, n: int) -> torch.Tensor | None:
-        """The grid of job (key, start, n) (waiting for it if it is still running), or None if none was started."""
-        job = self._jobs.pop((key, start, n), None)
-        return None if job is None else job.result()
-
-    def clear(self) -> None:
-        """Drop every job (those not yet running are cancelled)."""
-        for job in self._jobs.values():
-            job.cancel()
-        self._jobs = {}
-
-    def close(self) -> None:
-        """Drop every job and end the thread."""
-        self.clear()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+    return ws.grid[:n].copy_(ws.t[:n])  # integers below 2**24 (int32 words): exact in float32
 
 
 def _range_uniforms(key: int, start: int, n: int, device) -> torch.Tensor:
@@ -391,14 +337,14 @@ def _node_mean(rows: torch.Tensor, out: torch.Tensor | None = None) -> torch.Ten
 
 
 def worker_step_packed_(m: torch.Tensor, b_hat: torch.Tensor, e: torch.Tensor, grad: torch.Tensor, beta: float,
-                        eps: float, key: int, start: int, grid: torch.Tensor | None = None) -> torch.Tensor:
+                        eps: float, key: int, start: int) -> torch.Tensor:
     """Algorithm 1 lines 5-9 in place on (m, b_hat, e) with b = b_hat (T0 off); returns u packed as ``pack_signs``.
 
     m = beta m + (1-beta) g; b_hat = beta b_hat + (1-beta)|g|; y = m / (b_hat + eps) + e; u = Q(y, U);
     e = y - u. The draw of position i is ``uniforms``' at index start + i under ``key`` (``stream_key``).
     Bit for bit ``worker_step`` (T0=None) followed by ``pack_signs``; length a multiple of 8. ``grad`` may also
     be the (G, n) rows of the node's GPUs: the node mean (``comm.node_mean_shard``'s operations) is then taken
-    piece by piece. ``grid``: the draws' k computed ahead (``grid_of(key, start, n)`` on CPU), else hashed here.
+    piece by piece.
     """
     rows = grad if grad.dim() == 2 else grad.reshape(1, -1)
     n = rows.shape[1]
@@ -409,7 +355,7 @@ def worker_step_packed_(m: torch.Tensor, b_hat: torch.Tensor, e: torch.Tensor, g
     mean = torch.empty_like(ws.a) if rows.shape[0] > 1 else None
     if rows.device.type == "cpu" and all(x.is_contiguous() and x.dtype == torch.float32 for x in (m, b_hat, e, rows)):
         with np.errstate(all="ignore"):  # overflow / NaN propagate as in torch, without NumPy's warnings
-            _worker_pieces_numpy(m, b_hat, e, rows, beta, eps, key, start, ws, mean, out, _grid_checked(grid, n))
+            _worker_pieces_numpy(m, b_hat, e, rows, beta, eps, key, start, ws, mean, out)
         return out
     for lo in range(0, n, PIECE):
         hi = min(lo + PIECE, n)
@@ -431,13 +377,7 @@ def worker_step_packed_(m: torch.Tensor, b_hat: torch.Tensor, e: torch.Tensor, g
     return out
 
 
-def _grid_checked(grid: torch.Tensor | None, n: int) -> np.ndarray | None:
-    if grid is not None and (grid.shape != (n,) or grid.dtype != torch.float32 or grid.device.type != "cpu"):
-        raise ValueError(f"grid must be a float32 CPU vector of {n} elements, got {tuple(grid.shape)} {grid.dtype}")
-    return None if grid is None else grid.numpy()
-
-
-def _worker_pieces_numpy(m, b_hat, e, rows, beta, eps, key, start, ws, mean, out, grid) -> None:
+def _worker_pieces_numpy(m, b_hat, e, rows, beta, eps, key, start, ws, mean, out) -> None:
     """``worker_step_packed_``'s loop on CPU, on NumPy views of the same tensors: the same float32 operations in the
     same order (NumPy rounds each to float32 as torch does, the Python coefficients rounded to float32 first; no
     contraction), with less per-operation overhead than torch's eager dispatch on pieces this small."""
@@ -468,9 +408,8 @@ def _worker_pieces_numpy(m, b_hat, e, rows, beta, eps, key, start, ws, mean, out
         np.add(bp, eps32, out=a)
         np.divide(mp, a, out=a)
         a += ep  # a = y
-        if grid is None:
-            _grid_into(key, start + lo, k, ws)
-        _quantize_numpy(a, G[:k] if grid is None else grid[lo:hi], w, plus, ep)
+        _grid_into(key, start + lo, k, ws)
+        _quantize_numpy(a, G[:k], w, plus, ep)
         packed[lo // 8: hi // 8] = np.packbits(plus)  # most significant bit first, as pack_signs
 
 
@@ -486,7 +425,7 @@ def _quantize_numpy(y: np.ndarray, grid: np.ndarray, work: np.ndarray, plus: np.
     np.subtract(y, work, out=error)
 
 
-def _server_pieces_numpy(mean_u, server_error, key, start, n_workers, ws, out, grid) -> None:
+def _server_pieces_numpy(mean_u, server_error, key, start, n_workers, ws, out) -> None:
     """``server_step_packed_``'s loop on CPU, on NumPy views: the same operations (line 12's mean from the +-1
     table as ``_mean_of_packed_signs``, then z = mean + e_s, Q(z), e_s = z - Q(z), packing)."""
     n = server_error.numel()
@@ -509,9 +448,8 @@ def _server_pieces_numpy(mean_u, server_error, key, start, n_workers, ws, out, g
             mean = w
             mean /= f32(U.shape[0])
         np.add(mean, sp, out=z)
-        if grid is None:
-            _grid_into(key, start + lo, k, ws)
-        _quantize_numpy(z, G[:k] if grid is None else grid[lo:hi], w, PLUS[:k], sp)
+        _grid_into(key, start + lo, k, ws)
+        _quantize_numpy(z, G[:k], w, PLUS[:k], sp)
         packed[lo // 8: hi // 8] = np.packbits(PLUS[:k])  # most significant bit first, as pack_signs
 
 
@@ -531,11 +469,11 @@ def _mean_of_packed_signs(packed_rows: torch.Tensor, ws: _Workspace) -> torch.Te
 
 
 def server_step_packed_(mean_u: torch.Tensor, server_error: torch.Tensor, key: int, start: int,
-                        n_workers: int | None = None, grid: torch.Tensor | None = None) -> torch.Tensor:
+                        n_workers: int | None = None) -> torch.Tensor:
     """Algorithm 1 lines 12-13 in place on the server error: z = mean_u + e_s, u_bar = Q(z, V), e_s = z - u_bar;
     returns u_bar packed. Bit for bit ``server_step`` followed by ``pack_signs``. With ``n_workers``, ``mean_u``
     is instead the (n_workers, n / 8) packed signs received, and line 12's mean (``count_plus`` then
-    ``mean_of_signs``) is taken piece by piece. ``grid``: as ``worker_step_packed_``'s."""
+    ``mean_of_signs``) is taken piece by piece."""
     n = server_error.numel()
     if n % 8:
         raise ValueError(f"server_step_packed_ takes a multiple of 8 elements, got {n}")
@@ -544,7 +482,7 @@ def server_step_packed_(mean_u: torch.Tensor, server_error: torch.Tensor, key: i
     if server_error.device.type == "cpu" and server_error.is_contiguous() and server_error.dtype == torch.float32 \
             and (n_workers is not None or mean_u.dtype == torch.float32):
         with np.errstate(all="ignore"):
-            _server_pieces_numpy(mean_u, server_error, key, start, n_workers, ws, out, _grid_checked(grid, n))
+            _server_pieces_numpy(mean_u, server_error, key, start, n_workers, ws, out)
         return out
     for lo in range(0, n, PIECE):
         hi = min(lo + PIECE, n)

@@ -210,22 +210,6 @@ def test_fused_in_place_stages_equal_the_plain_steps_across_pieces(gpus):
     assert torch.equal(tb.server_step_packed_(received, strided, stream_key(4, 2, tb.SERVER_STREAM), start,
                                               n_workers=3), fused) and torch.equal(strided, new_error)
     assert torch.equal(tb.unpack_range(fused, 13, 1000, torch.float32), u_bar[13:1013])
-    worker_key, server_key = stream_key(4, 2, 1), stream_key(4, 2, tb.SERVER_STREAM)
-    draws = tb.DrawPrefetch()  # the same stages with draws computed ahead on the background thread
-    try:
-        draws.start([(worker_key, start, n), (server_key, start, n)])
-        assert draws.take(worker_key, start + 8, n) is None  # another tag (a skipped step, a reload): hash in place
-        m3, b3, e3, error3 = m.clone(), b_hat.clone(), e.clone(), server_error.clone()
-        assert torch.equal(tb.worker_step_packed_(m3, b3, e3, rows, 0.9, 1e-8, worker_key, start,
-                                                  draws.take(worker_key, start, n)), packed)
-        assert torch.equal(m3, new.m) and torch.equal(b3, new.b_hat) and torch.equal(e3, new.e)
-        assert torch.equal(tb.server_step_packed_(received, error3, server_key, start, n_workers=3,
-                                                  grid=draws.take(server_key, start, n)), fused)
-        assert torch.equal(error3, new_error) and draws.take(server_key, start, n) is None  # taken once
-        with pytest.raises(ValueError, match="grid must be a float32 CPU vector"):
-            tb.worker_step_packed_(m3, b3, e3, rows, 0.9, 1e-8, worker_key, start, torch.zeros(n - 8))
-    finally:
-        draws.close()
 
 
 def test_fused_draws_and_packing_equal_the_reference_forms():
