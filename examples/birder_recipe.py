@@ -1,8 +1,8 @@
 """Why Birder lags AdamW on the convergence study's byte LM, and which of its exposed hyper-parameters help.
 
-    python examples/birder_recipe.py              # the committed exploration: about 10 minutes on 2 cores
+    python examples/birder_recipe.py              # the committed exploration: about 15 minutes on 2 cores
     python examples/birder_recipe.py --smoke      # seconds: every variant for 3 steps, nothing to conclude from
-    python examples/birder_recipe.py --render     # train nothing: print the README paragraph from the JSON
+    python examples/birder_recipe.py --render     # train nothing: the README paragraph and the plot from the JSON
 
 The model, data, steps, batch and DDP setup are ``convergence_study.py``'s LM task (2 gloo ranks, 300 steps). The
 algorithm is not changed: each variant moves one hyper-parameter ``gpu_validation.Birder`` already exposes (lr,
@@ -14,7 +14,9 @@ quantization costs, and AdamW at the study's chosen setting gives the same-seed 
 
 Screening is one seed (0), judged on the validation split, as the study's sweep; the variants that beat the base
 by more than ``SCREEN_MARGIN`` then run with the study's three final seeds and are reported on the test split
-beside the base's three seeds. The JSON beside holds every run; ``readme_block`` renders the README paragraph.
+beside the base's three seeds; their combination (the recipe) runs on those seeds and through the study's own sweep,
+and AdamW at the study's setting gets the recipe's embedding lr (``--add-adamw-check`` adds only that to a stored
+JSON). The JSON beside holds every run; ``readme_block`` renders the README paragraph, ``plot`` the PNG.
 """
 
 from __future__ import annotations
@@ -88,8 +90,43 @@ def _rank_main(rank: int, store: str, budget: cs.Budget, names: tuple[str, ...],
                             else None)
         cs._run_all(task, [replace(sweep[chosen], seed=seed, phase="sweep final") for seed in budget.seeds],
                     rank, out)
+        cs._run_all(task, adamw_check(settings["recipe"], budget.seeds), rank, out)
     finally:
         dist.destroy_process_group()
+
+
+# The study's chosen AdamW setting for the LM (lr 0.01, constant, with its warm-up; a test checks it is).
+ADAMW = cs.RunSpec("lm", "adamw", 1e-2, "constant", seed=0, warmup=True, phase="adamw check")
+
+
+def adamw_check(recipe: dict, seeds: tuple[int, ...]) -> list[cs.RunSpec]:
+    """AdamW at the study's setting with the recipe's embedding lr: does AdamW gain from it too?"""
+    return [replace(ADAMW, seed=seed, embedding_lr_scale=recipe.get("embedding_lr_scale", 1.0)) for seed in seeds]
+
+
+def _rank_check(rank: int, store: str, budget: cs.Budget, recipe: dict, out: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=cs.RANKS,
+                            timeout=timedelta(seconds=120))
+    try:
+        cs._run_all(cs.Task("lm", budget), adamw_check(recipe, budget.seeds), rank, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def add_adamw_check(budget: cs.Budget, result: dict) -> dict:
+    """Run only the AdamW check for a stored result (made before the check existed) and add its records."""
+    start_method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "records.jsonl")
+        Path(out).write_text("")
+        mp.start_processes(_rank_check, args=(os.path.join(tmp, "store"), budget, result["settings"]["recipe"], out),
+                           nprocs=cs.RANKS, join=True, start_method=start_method)
+        records = [json.loads(line) for line in Path(out).read_text().splitlines()]
+    kept = [r for r in result["records"] if r["phase"] != "adamw check"]
+    minutes = round(result["minutes"] + (time.monotonic() - started) / 60, 1)
+    return {**result, "records": kept + records, "minutes": minutes}
 
 
 def _broadcast(value):
@@ -178,11 +215,66 @@ def readme_block(result: dict) -> str:
     for name, r in final_rows(result).items():
         lines.append(f"| {name} | {r['mean']:.3f} ± {r['std']:.3f} ({r['seeds']} seeds) |")
     chosen, seeds = swept(result)
+    check = _spread([r for r in result["records"] if r["phase"] == "adamw check"])
     lines += ["", f"The recipe through the study's sweep (lr {', '.join(f'{lr:g}' for lr in result['learning_rates'])}"
               f", {' and '.join(result['schedules'])}, 5% warm-up, seed 0) chose lr {chosen['lr']:g}, "
               f"{chosen['schedule']}; on seeds {', '.join(map(str, result['seeds']))} its held-out loss is "
-              f"{seeds['mean']:.3f} ± {seeds['std']:.3f}."]
+              f"{seeds['mean']:.3f} ± {seeds['std']:.3f}. AdamW at the study's setting (lr {ADAMW.lr:g}, "
+              f"{ADAMW.schedule}, warm-up) with the same embedding lr "
+              f"(x{result['settings']['recipe'].get('embedding_lr_scale', 1.0):g}): {check['mean']:.3f} ± "
+              f"{check['std']:.3f}."]
     return "\n".join(lines)
+
+
+def plot(result: dict, study: dict | None, path: Path) -> Path:
+    """Left: the screen (validation loss per setting, one seed). Right: the final seeds' test loss per setting,
+    with the study's AdamW and Birder (its chosen setting) as lines when ``study`` (its JSON) is given."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.5), gridspec_kw={"width_ratios": [3, 2]})
+    names = list(result["screen"])
+    losses = [result["screen"][n]["validation"]["loss"] for n in names]
+    colors = ["0.6" if result["variants"][n].get("method") in DIAGNOSTICS else "C3" for n in names]
+    left.barh(range(len(names)), losses, color=colors)
+    left.axvline(result["screen"]["base"]["validation"]["loss"], color="k", lw=1, ls="--", label="base")
+    left.set(yticks=range(len(names)), yticklabels=[n + (" *" if c == "0.6" else "") for n, c in zip(names, colors,
+                                                                                                     strict=True)],
+             xlim=(min(losses) - 0.1, max(losses) + 0.05), xlabel="validation loss (nats/byte), seed 0",
+             title=f"screen: one change at a time ({result['steps']} steps; * = diagnostic, not Birder)")
+    left.invert_yaxis()
+    left.legend(fontsize=8)
+    rows = final_rows(result)
+    chosen, seeds = swept(result)
+    recipe = ", ".join(f"{k} {v:g}" for k, v in result["settings"]["recipe"].items())
+    labels = [f"{n}\n({recipe})" if n == "recipe" else n for n in rows]
+    labels.append(f"recipe via the study's sweep\n(lr {chosen['lr']:g}, {chosen['schedule']})")
+    spreads = [*rows.values(), seeds]
+    right.errorbar([r["mean"] for r in spreads], range(len(spreads)), xerr=[r["std"] for r in spreads], fmt="o",
+                   color="C3", capsize=3)
+    check = [r for r in result["records"] if r["phase"] == "adamw check"]
+    if check:
+        spread = _spread(check)
+        right.errorbar([spread["mean"]], [len(spreads)], xerr=[spread["std"]], fmt="s", color="C0", capsize=3)
+        labels.append(f"AdamW (study's setting),\nembeddings lr x{check[0]['embedding_lr_scale']:g}")
+        spreads.append(spread)
+    if study is not None:
+        summary = {(r["phase"], r["task"], r["method"]): r["test_loss"] for r in study["summary"]}
+        for key, color, label in ((("final", "lm", "adamw"), "C0", "study: AdamW"),
+                                  (("final", "lm", "birder"), "C3", "study: Birder")):
+            right.axvspan(summary[key]["mean"] - summary[key]["std"], summary[key]["mean"] + summary[key]["std"],
+                          color=color, alpha=0.2, label=f"{label} (mean ± sd)")
+        right.legend(fontsize=8)
+    right.set(yticks=range(len(spreads)), yticklabels=labels, xlabel="test loss (nats/byte), mean ± sd",
+              title=f"seeds {', '.join(map(str, result['seeds']))}")
+    right.invert_yaxis()
+    fig.tight_layout()
+    with cs.atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
+    plt.close(fig)
+    return path
 
 
 SMOKE = replace(cs.SMOKE, seeds=(1,))
@@ -194,17 +286,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="3 steps of every variant (seconds; for the tests)")
     parser.add_argument("--out", default=str(Path(__file__).with_name("birder_recipe.json")))
     parser.add_argument("--render", action="store_true", help="train nothing: print the README block from --out")
+    parser.add_argument("--add-adamw-check", action="store_true",
+                        help="train only the AdamW check and add it to the JSON at --out")
     parser.add_argument("--variants", nargs="+", choices=tuple(VARIANTS), default=tuple(VARIANTS),
                         help="screen only these (the base always runs)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     if args.render:
         result = json.loads(out.read_text())
+    elif args.add_adamw_check:
+        result = add_adamw_check(SMOKE if args.smoke else STUDY, json.loads(out.read_text()))
+        write_text(out, json.dumps(result, indent=1))
     else:
         names = ("base", *(name for name in args.variants if name != "base"))
         result = run(SMOKE if args.smoke else STUDY, names)
         write_text(out, json.dumps(result, indent=1))
     print(readme_block(result))
+    study = out.parent / "convergence_study.json"
+    print(f"plot: {plot(result, json.loads(study.read_text()) if study.exists() else None, out.with_suffix('.png'))}")
     return 0
 
 

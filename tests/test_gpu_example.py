@@ -150,9 +150,10 @@ def test_birder_recipe_smoke_screens_and_checks_seeds(tmp_path):
     assert list(result["screen"]) == ["base", "beta 0.9", "softsign (m/b unquantized) lr 0.01"]
     assert result["screen"]["beta 0.9"]["beta"] == 0.9 and result["screen"]["base"]["beta"] == 0.95
     assert all(r["ranks_identical"] and r["failure"] is None for r in [*result["screen"].values(), *result["records"]])
-    assert {r["phase"] for r in result["records"]} == {"final", "sweep", "sweep final"}
+    assert {r["phase"] for r in result["records"]} == {"final", "sweep", "sweep final", "adamw check"}
     assert "method" not in result["settings"]["recipe"]  # a diagnostic is never part of the recipe
     assert "| softsign (m/b unquantized) lr 0.01 * |" in done.stdout
+    assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_readme_recipe_figures_are_the_committed_exploration():
@@ -194,9 +195,15 @@ def test_readme_recipe_sentences_hold_for_the_committed_exploration():
     study = {(r["phase"], r["task"], r["method"]): r for r in json.loads(STUDY.with_suffix(".json").read_text())[
         "summary"]}
     adamw = study[("final", "lm", "adamw")]["test_loss"]
+    assert (recipe.ADAMW.lr, recipe.ADAMW.schedule, recipe.ADAMW.warmup) == (
+        study[("final", "lm", "adamw")]["lr"], study[("final", "lm", "adamw")]["schedule"],
+        study[("final", "lm", "adamw")]["warmup"])
     chosen, seeds = recipe.swept(result)
     assert abs(seeds["mean"] - adamw["mean"]) < seeds["std"] + adamw["std"]  # about AdamW's held-out loss
     assert abs(rows["base"]["mean"] - study[("ablation", "lm", "birder")]["test_loss"]["mean"]) < 1e-9
+    check = recipe._spread([r for r in result["records"] if r["phase"] == "adamw check"])
+    assert check["mean"] + check["std"] < min(seeds["mean"], adamw["mean"]) - seeds["std"]  # Birder still behind
     readme = " ".join((RECIPE.parents[1] / "README.md").read_text().split())
+    assert f"the same 10x embedding lr lowers AdamW too, to {check['mean']:.3f} ± {check['std']:.3f}" in readme
     assert (f"from {rows['base']['mean']:.3f} ± {rows['base']['std']:.3f} to about AdamW's held-out loss in the "
             f"study's table ({adamw['mean']:.3f} ± {adamw['std']:.3f})") in readme
