@@ -339,6 +339,9 @@ def run_predict(args) -> int:
     _say(f"    compute               {result['compute_s'] * 1e3:12.2f} ms")
     _say(f"    compression           {result['compression_s'] * 1e3:12.2f} ms")
     _say(f"    exposed communication {result['exposed_communication_s'] * 1e3:12.2f} ms")
+    if result["incast_s"] > 0:
+        _say(f"    TCP incast stalls     {result['incast_s'] * 1e3:12.2f} ms in the communication "
+             f"({result['incast_timeouts']:.2f} retransmission timeouts per step; {result['incast_basis']})")
     _say(f"  bytes per GPU per step  {result['intra_node_bytes_per_gpu'] / 1e6:12.2f} MB intra, "
           f"{result['inter_node_bytes_per_gpu'] / 1e6:.2f} MB inter")
     _say(f"  scale efficiency        {result['scale_efficiency'] * 100:12.1f} %")

@@ -494,6 +494,19 @@ def incast_bracket(cluster: Cluster) -> tuple[float, float]:
     return onset, 2 * onset
 
 
+def incast_basis(cluster: Cluster) -> str:
+    """Where ``incast_bracket``'s onset comes from, in words: a site's fitted bracket, or the preset switch's
+    buffer share over the job's congested ports (an assumed switch: its buffer decides the timeouts)."""
+    nic = cluster.nic
+    onset, _ = incast_bracket(cluster)
+    if math.isfinite(nic.incast_onset_bytes):
+        return f"{nic.name}'s fitted incast onset, {onset / 1e6:.2f} MB bursts into one switch port"
+    nodes = cluster.n_nodes if cluster.nodes_per_leaf == 1 else min(cluster.n_nodes, cluster.nodes_per_leaf)
+    return (f"an assumed switch buffer of {nic.switch_buffer_bytes / 1e6:.0f} MB shared by {nodes * nic.count} "
+            f"congested ports: bursts above {onset / 1e6:.2f} MB into one port lose packets; "
+            f"a deeper-buffered switch or a lossless fabric would not")
+
+
 # ------------------------------------------------------------------------------------------------ operations
 @dataclass(frozen=True)
 class OpTime:
