@@ -511,9 +511,14 @@ def run_validate(args) -> int:
         from sim import plots
 
         with staging_dir(args.out, "validate-plot") as staging:
-            drawn = plots.validation(summary["rows"], staging)
-            os.replace(drawn, Path(args.out) / Path(drawn).name)
-            summary["plot"] = str(Path(args.out) / Path(drawn).name)
+            drawn = [plots.validation(summary["rows"], staging,
+                                      cross_validated=summary.get("cross_validation", {}).get("rows"),
+                                      title="Against the Birder paper: fit (filled) and groups left out (open)"),
+                     plots.corpus_left_out(summary["corpus_validation"]["predictions"], staging)]
+            for path in drawn:
+                os.replace(path, Path(args.out) / Path(path).name)
+            summary["plot"] = str(Path(args.out) / drawn[0].name)
+            summary["corpus_plot"] = str(Path(args.out) / drawn[1].name)
     if args.json:
         print(_strict_json(summary))
         return 0
@@ -547,7 +552,8 @@ def run_validate(args) -> int:
             _say(f"  not testable on these rows (one value each): {', '.join(cross.untestable_columns)}")
     _print_corpus_validation(loso)
     if args.out:
-        _say(f"plot: {summary['plot']}")
+        _say(f"plots: {summary['plot']} (the paper's rows), {summary['corpus_plot']} (the corpus, each source left "
+             "out)")
     return 0
 
 
