@@ -630,7 +630,8 @@ def _collective(key: tuple, schedule: Schedule, cluster: Cluster,
                 in_switch: bool = True) -> tuple[float, float, tuple[OpTime, ...]]:
     ops = tuple(op_time(kind, phases, schedule.layout, cluster) for kind, phases in operations(schedule))
     if in_switch and ops and schedule.scheme in ALLREDUCE_SCHEMES:  # NCCL's NVLS / CollNet where they are faster
-        bits = schedule.phases[0].bits_per_element[0]
+        # the first phase that moves bytes (a tree over one-GPU nodes has no intra-node phase)
+        bits = next(ph.bits_per_element[0] for ph in schedule.phases if ph.n_rounds)
         switch = switch_allreduce(cluster, schedule.padded_dim * bits / 8)
         if switch is not None and switch.seconds < sum(o.seconds for o in ops):
             ops = (switch,)
