@@ -729,6 +729,19 @@ def collective_schedule(name: str, layout: Layout, dim: int, bits: int = 32) -> 
 SUMMATION_SERVERS = "summation_servers"
 
 
+@lru_cache(maxsize=64)
+def _server_groups(layout: Layout, nics: int, colocated: bool) -> tuple[tuple[int, ...], tuple, tuple]:
+    """``summation_servers``' servers, nodes and push/pull groups: they depend on the layout alone, not on the
+    bucket, so they are built once per layout (O(n^2 g) ranks; a bucket's schedule was rebuilding them)."""
+    n, g = layout.n_nodes, layout.gpus_per_node
+    first_node = 0 if colocated else n
+    servers = tuple((first_node + s // nics) * g + (s % nics) * g // nics for s in range(n * nics))
+    nodes = tuple(layout.node_ranks(k) for k in range(n))
+    groups = tuple(tuple(ep for ep in layout.local_rank_group(j) if layout.node_of(ep) != layout.node_of(server))
+                   + (server,) for server in servers for j in range(g))
+    return servers, nodes, tuple(grp for grp in groups if len(grp) > 1)
+
+
 def summation_servers(cluster: Cluster, dim: int, bits: int = 32) -> Schedule:
     """Push-pull through summation servers (BytePS, Jiang et al., OSDI 2020, Section 3; a TensorFlow parameter
     server): the GPUs of a node reduce-scatter inside it, each GPU pushes its shard, split evenly, to the
@@ -737,16 +750,10 @@ def summation_servers(cluster: Cluster, dim: int, bits: int = 32) -> Schedule:
     framework's ``servers_on_workers``, one per worker node (what a node pushes to its own server stays inside
     it). A worker NIC so carries the gradient once each way, where a ring all-reduce carries it 2(n-1)/n times.
     One pipelined operation: the libraries partition tensors and push, sum and pull the pieces concurrently."""
-    layout, nics = cluster.layout, cluster.nic.count
-    n, g = layout.n_nodes, layout.gpus_per_node
-    colocated = framework_preset(cluster.framework).servers_on_workers
-    first_node = 0 if colocated else n
-    servers = tuple((first_node + s // nics) * g + (s % nics) * g // nics for s in range(n * nics))
+    layout, g = cluster.layout, cluster.layout.gpus_per_node
+    servers, nodes, groups = _server_groups(layout, cluster.nic.count,
+                                            framework_preset(cluster.framework).servers_on_workers)
     D = padded_dim(dim, layout.n_ranks * len(servers))
-    nodes = tuple(layout.node_ranks(k) for k in range(n))
-    groups = tuple(tuple(ep for ep in layout.local_rank_group(j) if layout.node_of(ep) != layout.node_of(server))
-                   + (server,) for server in servers for j in range(g))
-    groups = tuple(grp for grp in groups if len(grp) > 1)
     piece = D // (g * len(servers))
     intra = (bits,) * (g - 1)
     phases = (
