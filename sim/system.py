@@ -730,12 +730,12 @@ SUMMATION_SERVERS = "summation_servers"
 
 
 @lru_cache(maxsize=64)
-def _server_groups(layout: Layout, nics: int, colocated: bool) -> tuple[tuple[int, ...], tuple, tuple]:
-    """``summation_servers``' servers, nodes and push/pull groups: they depend on the layout alone, not on the
-    bucket, so they are built once per layout (O(n^2 g) ranks; a bucket's schedule was rebuilding them)."""
+def _server_groups(layout: Layout, nics: int, colocated: bool, count: int) -> tuple[tuple[int, ...], tuple, tuple]:
+    """``summation_servers``' ``count`` servers, the nodes and the push/pull groups: they depend on the layout
+    alone, not on the bucket, so they are built once per layout (O(n^2 g) ranks; each bucket rebuilt them)."""
     n, g = layout.n_nodes, layout.gpus_per_node
     first_node = 0 if colocated else n
-    servers = tuple((first_node + s // nics) * g + (s % nics) * g // nics for s in range(n * nics))
+    servers = tuple((first_node + s // nics) * g + (s % nics) * g // nics for s in range(count))
     nodes = tuple(layout.node_ranks(k) for k in range(n))
     groups = tuple(tuple(ep for ep in layout.local_rank_group(j) if layout.node_of(ep) != layout.node_of(server))
                    + (server,) for server in servers for j in range(g))
@@ -746,13 +746,18 @@ def summation_servers(cluster: Cluster, dim: int, bits: int = 32) -> Schedule:
     """Push-pull through summation servers (BytePS, Jiang et al., OSDI 2020, Section 3; a TensorFlow parameter
     server): the GPUs of a node reduce-scatter inside it, each GPU pushes its shard, split evenly, to the
     servers, which sum and send the result back (pull), and the node all-gathers. As many server NICs as worker
-    NICs (BytePS's rule: the servers' bandwidth at least the workers'), on machines of their own or, with the
-    framework's ``servers_on_workers``, one per worker node (what a node pushes to its own server stays inside
-    it). A worker NIC so carries the gradient once each way, where a ring all-reduce carries it 2(n-1)/n times.
-    One pipelined operation: the libraries partition tensors and push, sum and pull the pieces concurrently."""
-    layout, g = cluster.layout, cluster.layout.gpus_per_node
-    servers, nodes, groups = _server_groups(layout, cluster.nic.count,
-                                            framework_preset(cluster.framework).servers_on_workers)
+    NICs (BytePS's rule: the servers' bandwidth at least the workers') unless ``cluster.servers`` says how many,
+    on machines of their own or, with the framework's ``servers_on_workers``, on the worker nodes, one NIC each
+    (what a node pushes to its own server stays inside it). A worker NIC so carries the gradient once each way,
+    where a ring all-reduce carries it 2(p-1)/p times; fewer servers than worker NICs load the servers' NICs
+    more. One pipelined operation: the libraries partition tensors and push, sum and pull the pieces concurrently."""
+    layout, nics = cluster.layout, cluster.nic.count
+    n, g = layout.n_nodes, layout.gpus_per_node
+    colocated = framework_preset(cluster.framework).servers_on_workers
+    count = cluster.servers or n * nics
+    if colocated and count > n * nics:
+        raise ValueError(f"{count} parameter servers on {n} worker nodes of {nics} NICs: at most one per NIC")
+    servers, nodes, groups = _server_groups(layout, nics, colocated, count)
     D = padded_dim(dim, layout.n_ranks * len(servers))
     piece = D // (g * len(servers))
     intra = (bits,) * (g - 1)
