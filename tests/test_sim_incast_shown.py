@@ -36,3 +36,14 @@ def test_the_report_names_incast_not_per_message_costs():
                      (1, 16), preds)
     reason = why_not(grid, "40gbe", 16)
     assert reason.startswith("TCP incast: Birder's point-to-point phases lose") and "12 MB" in reason
+
+
+def test_the_sweep_csv_carries_the_incast_stalls(tmp_path, capsys):
+    import csv
+
+    assert main(["sweep", "--model", "bert-large", "--nodes", "16", "--networks", "40gbe", "--optimizers",
+                 "sgdm,birder", "--single-node-throughput", "400", "--out", str(tmp_path / "s"), "--quiet"]) == 0
+    capsys.readouterr()
+    with (tmp_path / "s" / "sweep.csv").open() as f:
+        rows = {r["optimizer"]: float(r["incast_s"]) for r in csv.DictReader(f)}
+    assert rows["sgdm"] == 0 and rows["birder"] > 1
