@@ -191,17 +191,17 @@ def interval(p: dict) -> tuple[float, float]:
     return p.get("throughput_low", p["throughput"]), p.get("throughput_high", p["throughput"])
 
 
-def speedup(faster: dict, slower: dict) -> tuple[float, float, float]:
-    """faster / slower and its range: the worst-case combination of the two intervals."""
-    lo_a, hi_a = interval(faster)
-    lo_b, hi_b = interval(slower)
-    return faster["throughput"] / slower["throughput"], lo_a / hi_b, hi_a / lo_b
+def speedup(a: dict, b: dict) -> dict:
+    """a's throughput over b's with its interval, calibrated on the corpus's paired rows
+    (``sim.api.speedup_interval``: ``ratio``, ``low``, ``high``, ``basis``, ``verdict``)."""
+    from sim import api
+
+    return api.speedup_interval(a, b)
 
 
-def overlap(a: dict, b: dict) -> bool:
-    """Whether two predictions' intervals overlap: within the uncertainty, neither is known to be faster."""
-    (lo_a, hi_a), (lo_b, hi_b) = interval(a), interval(b)
-    return lo_a <= hi_b and lo_b <= hi_a
+def within_uncertainty(a: dict, b: dict) -> bool:
+    """Whether the speed-up of a over b has an interval containing 1: neither is known to be faster."""
+    return speedup(a, b)["verdict"] == "within the uncertainty"
 
 
 def best(g: ModelGrid, network: str, nodes: int, optimizers) -> dict | None:
@@ -218,7 +218,7 @@ class Decision:
     without: dict | None  # the cheapest network's best baseline reaching MATCH_SHARE of the reference
     with_birder: dict | None  # the cheapest network where Birder reaches MATCH_SHARE of the reference
     best_birder: dict | None  # Birder's best over the networks
-    speedups: dict[str, tuple[float, float, float]]  # per network: Birder / best baseline there
+    speedups: dict[str, dict]  # per network: Birder / best baseline there (``speedup``)
     best_per_network: dict[str, str]  # per network: the fastest optimizer
 
 
@@ -253,6 +253,12 @@ def pays_runs(g: ModelGrid, network: str) -> tuple[list[int], list[int]]:
             continue
         (pays if b["throughput"] > base["throughput"] else not_pays).append(n)
     return pays, not_pays
+
+
+def tied_counts(g: ModelGrid, network: str) -> list[int]:
+    """Node counts > 1 where Birder's speed-up over the best baseline has an interval containing 1."""
+    return [n for n in g.nodes if n >= 2 and (b := g.get(network, "birder", n)) is not None
+            and (base := best(g, network, n, g.baselines)) is not None and within_uncertainty(b, base)]
 
 
 def why_not(g: ModelGrid, network: str, nodes: int) -> str:
@@ -368,7 +374,7 @@ def cost_ranking(g: ModelGrid, nodes: int, prices: Prices) -> list[str]:
              f"{prices.currency} | vs the first |", "|---:|---|---|---:|---:|---:|---|"]
     for i, (value, p, cost) in enumerate(ranked, 1):
         lo, hi = interval(p)
-        tied = i > 1 and hi / cost >= interval(top[1])[0] / top[2]
+        tied = i > 1 and speedup(p, top[1])["high"] * top[2] / cost >= 1  # samples/s per cost: ratio x cost ratio
         lines.append(f"| {i} | {p['network']} | {p['optimizer']} | {rate(p)} | {num(cost)} | {num(value)} "
                      f"({num(lo / cost * 1e3)} to {num(hi / cost * 1e3)}) | "
                      + ("first" if i == 1 else "within the uncertainty" if tied else "below") + " |")
@@ -391,8 +397,10 @@ def rate(p: dict) -> str:
     return f"{num(p['throughput'])}/s ({num(lo)} to {num(hi)})"
 
 
-def ratio(r: tuple[float, float, float]) -> str:
-    return f"{r[0]:.2f}x ({r[1]:.2f} to {r[2]:.2f})"
+def ratio(r: dict) -> str:
+    """A speed-up (``speedup``) in words: the ratio, its interval, and whether it decides."""
+    verdict = r["verdict"] if r["verdict"] == "within the uncertainty" else f"{r['verdict']} beyond the uncertainty"
+    return f"{r['ratio']:.2f}x ({r['low']:.2f} to {r['high']:.2f}, {verdict})"
 
 
 def spans(values: list[int], all_values: list[int]) -> str:
@@ -409,10 +417,10 @@ def spans(values: list[int], all_values: list[int]) -> str:
     return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in out)
 
 
-def best_alternative(g: ModelGrid, d: Decision) -> tuple[str, tuple[float, float, float]] | None:
+def best_alternative(g: ModelGrid, d: Decision) -> tuple[str, dict] | None:
     """The network slower than the reference's where Birder gains most over the best baseline, if it gains."""
-    cheaper = [(n, r) for n, r in d.speedups.items() if n != d.reference["network"] and r[0] > 1]
-    return max(cheaper, key=lambda item: item[1][0], default=None)
+    cheaper = [(n, r) for n, r in d.speedups.items() if n != d.reference["network"] and r["ratio"] > 1]
+    return max(cheaper, key=lambda item: item[1]["ratio"], default=None)
 
 
 def decision_sentence(g: ModelGrid, d: Decision) -> str:
@@ -439,7 +447,7 @@ def decision_sentence(g: ModelGrid, d: Decision) -> str:
     if alternative is not None:
         net, r = alternative
         b = g.get(net, "birder", d.nodes)
-        text += (f" On a cheaper network Birder helps most on {net}: {ratio(r)} the best baseline there, "
+        text += (f" On a cheaper network Birder gains most on {net}: {ratio(r)} the best baseline there, "
                  f"{100 * b['throughput'] / ref['throughput']:.0f}% of the fastest set-up.")
     else:
         text += " On no cheaper network does Birder beat the best baseline."
@@ -448,32 +456,37 @@ def decision_sentence(g: ModelGrid, d: Decision) -> str:
 
 def uncertainty_sentence(g: ModelGrid, nodes: int) -> str:
     """The cheapest network whose best set-up (any optimizer) is within the uncertainty of the fastest network's:
-    their intervals overlap, so the prediction cannot tell them apart and the cheaper one is the buy."""
+    the interval of their ratio contains 1, so the prediction cannot tell them apart and the cheaper one is the
+    buy."""
     fastest = best(g, g.networks[-1], nodes, g.optimizers)
-    tied = next((p for n in g.networks if (p := best(g, n, nodes, g.optimizers)) and overlap(p, fastest)), None)
+    tied = next((p for n in g.networks if (p := best(g, n, nodes, g.optimizers)) and within_uncertainty(p, fastest)),
+                None)
     if fastest is None or tied is None or tied["network"] == fastest["network"]:
-        return ("No cheaper network's interval reaches the fastest network's: the fastest is faster beyond the "
-                "uncertainty.")
+        return ("Every cheaper network is slower than the fastest beyond the uncertainty of their ratio.")
     return (f"{tied['network']} ({tied['optimizer']} {rate(tied)}) and {fastest['network']} ({fastest['optimizer']} "
             f"{rate(fastest)}) are within the uncertainty: pick the cheaper, {tied['network']}.")
 
 
 def stops_paying_sentence(g: ModelGrid) -> str:
-    """Per network, the node counts where Birder beats the best baseline, and why it does not at the others."""
+    """Per network, the node counts where Birder beats the best baseline, why it does not at the others, and
+    where the speed-up's interval contains 1 (within the uncertainty)."""
     grid_nodes = [n for n in g.nodes if n >= 2]
     words = []
     for net in g.networks:
         pays, not_pays = pays_runs(g, net)
         if not pays:
-            words.append(f"never on {net} ({why_not(g, net, grid_nodes[-1]).split(':')[0]})")
+            text = f"never on {net} ({why_not(g, net, grid_nodes[-1]).split(':')[0]}"
         elif not not_pays:
-            words.append(f"on {net} at every count ({grid_nodes[0]}-{grid_nodes[-1]} nodes)")
+            text = f"on {net} at every count ({grid_nodes[0]}-{grid_nodes[-1]} nodes"
         else:
             later = [n for n in not_pays if n > pays[0]]
             example = later[0] if later else not_pays[0]
-            words.append(f"on {net} at {spans(pays, grid_nodes)} nodes (not at {spans(not_pays, grid_nodes)}: "
-                         f"{why_not(g, net, example).split(':')[0]})")
-    return "1-bit pays: Birder beats the best uncompressed optimizer " + "; ".join(words) + "."
+            text = (f"on {net} at {spans(pays, grid_nodes)} nodes (not at {spans(not_pays, grid_nodes)}: "
+                    f"{why_not(g, net, example).split(':')[0]}")
+        tied = tied_counts(g, net)
+        words.append(text + (f"; within the uncertainty at {spans(tied, grid_nodes)}" if tied else "") + ")")
+    return ("1-bit pays: Birder beats the best uncompressed optimizer (by the prediction; where the speed-up's "
+            "interval contains 1 it is within the uncertainty) " + "; ".join(words) + ".")
 
 
 def stops_paying_details(g: ModelGrid) -> list[str]:
@@ -516,7 +529,9 @@ def summary_rows(g: ModelGrid) -> list[str]:
                 continue
             top = best(g, net, n, g.optimizers)
             b, base = g.get(net, "birder", n), best(g, net, n, g.baselines)
-            ratio_text = f" ({b['throughput'] / base['throughput']:.2f}x)" if b and base else ""
+            r = speedup(b, base) if b and base else None
+            tied = r is not None and r["verdict"] == "within the uncertainty"
+            ratio_text = "" if r is None else f" ({r['ratio']:.2f}x{', tied' if tied else ''})"
             cells.append(f"{top['optimizer']}{ratio_text}" if top else "")
         lines.append(f"| {net} | " + " | ".join(cells) + " |")
     return lines
@@ -535,6 +550,19 @@ def interval_words(g: Grid) -> str:
             "wider where an alpha-beta ring predicts communication-bound"
             + (f"; it covered {100 * coverage:.0f}% of the left-out rows" if coverage is not None else "")
             + (f"; median half-width {100 * widths[len(widths) // 2]:.0f}% here." if widths else "."))
+
+
+def speedup_words(g: Grid) -> str:
+    """How a speed-up's range is made, with the corpus's check of it."""
+    f = ((g.summary.get("corpus_validation") or {}).get("summary") or {}).get("speedup") or {}
+    checked = "" if not f.get("pairs") else (
+        f" ({f['pairs']} pairs: they covered {100 * f['coverage']:.0f}% of the pairs left out with a median "
+        f"half-width of {100 * f['median_half_width']:.0f}%, against {100 * f['naive_coverage']:.0f}% and "
+        f"{100 * f['naive_median_half_width']:.0f}% for the two intervals divided end by end)")
+    return ("A speed-up's range comes from the errors of predicted ratios on pairs of rows of one published table "
+            f"(same set-up and node count), each source left out{checked}: the two predictions' errors are "
+            "correlated, so the ratio is surer than either. Where it excludes 1 the faster is named; where it "
+            "contains 1 the two are within the uncertainty.")
 
 
 def accuracy_words(summary: dict) -> tuple[str, str]:
@@ -619,7 +647,7 @@ def decision_section(outdir: Path, quick: bool) -> Section:
         "## The answer first: which network, and does Birder help?",
         "",
         "Generated from the simulator's predictions (8 A100 GPUs per node; sections below show how). "
-        f"{interval_words(g)} A speed-up's range combines both ends. "
+        f"{interval_words(g)} {speedup_words(g)} "
         f"Networks from the slowest (taken as the cheapest) to the fastest: {', '.join(g.networks)}. \"Enough\" "
         f"means at least {100 * MATCH_SHARE:.0f}% of the fastest uncompressed set-up.",
         "",
@@ -654,7 +682,8 @@ def decision_section(outdir: Path, quick: bool) -> Section:
     lines += [f"Accuracy: {fit}; {cross.rstrip('.')}.", ""]
     for m in g.models:
         lines += [f"Best optimizer per network and node count, {m.title} (Birder / best of "
-                  f"{'/'.join(m.baselines)} in brackets):", "", *summary_rows(m), ""]
+                  f"{'/'.join(m.baselines)} in brackets; tied: its interval contains 1, within the uncertainty):", "",
+                  *summary_rows(m), ""]
     error = (f"fit {100 * g.summary['fit_mape']:.1f}% (in-sample), cross-validated "
              + (f"{100 * g.summary['cross_validated_mape']:.1f}%" if g.summary.get("cross_validated_mape") is not None
                 else "n/a") + " (rows left out of the fit)")
@@ -721,12 +750,12 @@ def scaling_section(outdir: Path, quick: bool) -> str:
     for m in g.models:
         lines += _model_section(m, outdir, plots)
         curves[f"{m.setting.label}, {m.setting.batch_per_gpu}/GPU"] = [
-            {"network": n, "nodes": k, "ratio": r[0], "low": r[1], "high": r[2]}
+            {"network": n, "nodes": k, "ratio": r["ratio"], "low": r["low"], "high": r["high"]}
             for k in m.nodes if k >= 2 for n in m.networks
             if (b := m.get(n, "birder", k)) and (base := best(m, n, k, m.baselines)) and (r := speedup(b, base))]
     speed_png = plots.speedup_vs_nodes(curves, outdir / "sim_birder_speedup.png",
                                        "Birder's throughput over the best uncompressed optimizer (SGDM/Adam); "
-                                       "bands: prediction interval", "best of SGDM/Adam")
+                                       "bands: paired 80% interval", "best of SGDM/Adam")
     lines += ["### Birder's speed-up against nodes, every network", "",
               "Above the black line Birder is faster than the best uncompressed optimizer on the same network.", "",
               f"![Birder speed-up over the best baseline]({speed_png.name})", ""]

@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from sim.hardware import PRESETS, SITES, Cluster, cluster, load_cluster
 from sim.models import model_profile
-from sim.validate import INTERVAL_LEVEL, alpha_beta_throughput, gradient_bits, predicted_regime
+from sim.validate import INTERVAL_LEVEL, alpha_beta_throughput, gradient_bits, interval_regime, predicted_regime
 from sim.workload import predict
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ def interval_quantiles() -> dict:
     if CROSS_VALIDATION_FILE.exists():
         stored = json.loads(CROSS_VALIDATION_FILE.read_text()).get("intervals", {})
         if stored.get("corpus_sha256") == _corpus_digest(corpus) and stored.get("rows_sha256") == _rows_digest(
-                validate.PUBLIC_CSV):
+                validate.PUBLIC_CSV) and all(k in stored for k in (*BOUNDS_BY_REGIME, "site_profile_by_site")):
             return _inflate(stored)
     return _intervals(validate.corpus_validation(), _cross_validation())
 
@@ -69,34 +69,56 @@ def _inflate(stored: dict) -> dict:
     out = dict(stored)
     out["summary"] = finite_json_value(stored["summary"])
     out["site_profile"] = bounds(stored["site_profile"])
-    for key in ("measured_node", "unmeasured_node"):
+    out["site_profile_by_site"] = {k: bounds(v) for k, v in stored["site_profile_by_site"].items()}
+    for key in BOUNDS_BY_REGIME:
         out[key] = {k: bounds(v) for k, v in stored[key].items()}
     return out
+
+
+# the stored bounds kept per interval regime: on a prediction's throughput, and on a speed-up's ratio
+BOUNDS_BY_REGIME = ("measured_node", "unmeasured_node", "speedup_measured_node", "speedup_unmeasured_node")
 
 
 def _intervals(corpus_validation, cross: CrossValidation) -> dict:
     from sim import validate
 
     corpus, _ = validate.corpus_rows()
-    site = [math.log(r.published / r.predicted) for r in cross.rows if not r.left_out.startswith("network=")]
+    site = [r for r in cross.rows if not r.left_out.startswith("network=")]
     return {"corpus": corpus_validation.corpus, "summary": corpus_validation.summary(),
             "table": corpus_validation.table(), "corpus_sha256": _corpus_digest(corpus),
             "rows_sha256": _rows_digest(validate.PUBLIC_CSV), "level": validate.INTERVAL_LEVEL,
-            "site_profile": validate.log_ratio_quantiles(site), "measured_node": dict(corpus_validation.quantiles),
-            "unmeasured_node": dict(corpus_validation.quantiles_unmeasured_node)}
+            "site_profile": validate.log_ratio_quantiles([math.log(r.published / r.predicted) for r in site]),
+            "site_profile_by_site": {
+                name: validate.log_ratio_quantiles([math.log(r.published / r.predicted) for r in site
+                                                    if validate.site_of(r.network) == name])
+                for name in sorted({validate.site_of(r.network) for r in site})},
+            "site_profile_rows": {name: sum(validate.site_of(r.network) == name for r in site)
+                                  for name in sorted({validate.site_of(r.network) for r in site})},
+            "measured_node": dict(corpus_validation.quantiles),
+            "unmeasured_node": dict(corpus_validation.quantiles_unmeasured_node),
+            "speedup_measured_node": dict(corpus_validation.speedup_quantiles),
+            "speedup_unmeasured_node": dict(corpus_validation.speedup_quantiles_unmeasured_node)}
 
 
-def prediction_interval(throughput: float, alpha_beta_efficiency: float, site_profile: bool,
-                        measured_node: bool) -> tuple[float, float, str]:
+def prediction_interval(throughput: float, alpha_beta_efficiency: float, site_profile: str | None,
+                        measured_node: bool, calibrated: bool = False) -> tuple[float, float, str]:
     """(low, high, basis) of a prediction's 80% interval: the quantiles of log(measured / predicted) on rows left
-    out of every fit that match it (a site profile; else the regime a plain alpha-beta ring predicts,
-    ``validate.interval_regime``, calibrated on a measured node or not). A regime whose rows are too few to bound
-    takes the regimes pooled; with no bound at all, the interval is (0, inf) and says so."""
+    out of every fit that match it. A site profile (``site_profile``: its name) takes its own rows' (the group
+    cross-validation of the public rows), or the site profiles' pooled where its own are too few to bound; any
+    other cluster the regime a plain alpha-beta ring predicts (``validate.interval_regime``), calibrated on a
+    measured node or not, from the corpus. A regime whose rows are too few to bound takes the regimes pooled;
+    with no bound at all, the interval is (0, inf) and says so. ``calibrated`` (a cluster file of ``birder
+    calibrate``) says in the basis why its bounds are the generic ones."""
     from sim import validate
 
     q = interval_quantiles()
-    if site_profile:
-        bounds, basis = q["site_profile"], "site profile: its public rows, groups left out of the fit"
+    own = q["site_profile_by_site"].get(site_profile) if site_profile is not None else None
+    if own is not None and all(map(math.isfinite, own)):
+        rows = q["site_profile_rows"][site_profile]
+        bounds, basis = own, f"site profile {site_profile}: its own public rows ({rows}), groups left out of the fit"
+    elif site_profile is not None:
+        bounds, basis = q["site_profile"], ("site profiles' public rows pooled, groups left out of the fit (too few "
+                                            f"rows of {site_profile} alone)")
     else:
         key = "measured_node" if measured_node else "unmeasured_node"
         reg = validate.interval_regime(alpha_beta_efficiency)
@@ -104,9 +126,49 @@ def prediction_interval(throughput: float, alpha_beta_efficiency: float, site_pr
                                       "each source left out")
         if not all(map(math.isfinite, bounds)):
             bounds, basis = q[key]["all"], basis + " (regimes pooled: too few rows of this regime)"
+        if calibrated:
+            basis = ("generic bounds (birder calibrate fitted collective times, not training throughput: no "
+                     "training rows of this cluster to bound it): " + basis)
     if not all(map(math.isfinite, bounds)):
         basis += "; too few left-out rows to bound the interval"
     return (*validate.interval_around(throughput, bounds), basis)
+
+
+SPEEDUP_SETUP = ("model", "batch_per_gpu", "nodes", "gpus_per_node")  # what two predictions share to be paired
+
+
+def speedup_interval(a: dict, b: dict) -> dict:
+    """Prediction ``a``'s throughput over ``b``'s (two dicts of ``predict_on``) with its 80% interval.
+
+    Where the two share model, batch, nodes and GPUs per node (they differ in optimizer, framework or network),
+    their errors are correlated, and the interval is the quantiles of log(measured ratio / predicted ratio) over
+    the corpus's pairs of rows of one table so compared, each source left out (``speedup_measured_node`` where
+    both are calibrated on a measured node, else ``speedup_unmeasured_node``; per interval regime, the pair's
+    communication-bound if either is). One measured node each: the ratio of the measurements, exact. Otherwise
+    the naive worst case of the two intervals. Returns ``ratio``, ``low``, ``high``, ``basis`` and ``verdict``:
+    ``faster`` / ``slower`` where the interval excludes 1, else ``within the uncertainty``."""
+    from sim import validate
+
+    ratio = a["throughput"] / b["throughput"]
+    if any(a.get(k) != b.get(k) for k in SPEEDUP_SETUP):
+        low, high = a["throughput_low"] / b["throughput_high"], a["throughput_high"] / b["throughput_low"]
+        basis = "different set-ups: the two intervals divided end by end"
+    elif a["nodes"] == 1 and a.get("measured_node") and b.get("measured_node"):
+        low, high, basis = ratio, ratio, "one measured node each: the ratio of the measurements"
+    else:
+        q = interval_quantiles()
+        measured = bool(a.get("measured_node") and b.get("measured_node"))
+        key = "speedup_measured_node" if measured else "speedup_unmeasured_node"
+        reg = validate.pair_regime(a["interval_regime"], b["interval_regime"])
+        bounds = q[key][reg] if all(map(math.isfinite, q[key][reg])) else q[key]["all"]
+        # the bounds are of the faster by the prediction over the slower: the other way round, mirrored
+        faster, slower = (a, b) if ratio >= 1 else (b, a)
+        lo, hi = validate.interval_around(faster["throughput"] / slower["throughput"], bounds)
+        low, high = (lo, hi) if ratio >= 1 else (1 / hi, 1 / lo)
+        basis = (f"paired: {reg} pairs of rows of one published table, {'measured' if measured else 'unmeasured'} "
+                 f"node, each source left out ({q['corpus']})")
+    verdict = "faster" if low > 1 else "slower" if high < 1 else "within the uncertainty"
+    return {"ratio": ratio, "low": low, "high": high, "basis": basis, "verdict": verdict}
 
 
 def measured_node_bounds(low: float, high: float, basis: str, throughput: float, nodes: int,
@@ -193,19 +255,22 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                   single_node_throughput=single_node_throughput, warmup_fraction=warmup_fraction,
                   marsit_period=marsit_period, grad_dtype=grad_dtype, accumulation_steps=accumulation_steps,
                   hook_blocks_backward=hook_blocks_backward).as_dict()
-    site = c.nic.name in SITES
+    site = c.nic.name if c.nic.name in SITES else None
     n_params = params if model is None else model_profile(model).n_params
     samples = c.gpus_per_node * batch_per_gpu * accumulation_steps
     naive = alpha_beta_throughput(n_params, gradient_bits(optimizer, grad_dtype), c.n_nodes, samples,
-                                  out["single_node_throughput"], c.nic.line_rate * c.nic.count / 8)
+                                  out["single_node_throughput"], c.nic.link_rate * c.nic.count / 8)
+    regime = interval_regime(naive / (c.n_nodes * out["single_node_throughput"]))
     low, high, basis = prediction_interval(out["throughput"], naive / (c.n_nodes * out["single_node_throughput"]),
-                                           site, single_node_throughput is not None)
+                                           site, single_node_throughput is not None,
+                                           calibrated=c.nic.fitted and not c.nic.fitted_on)
     if single_node_throughput is not None:  # a measured node bounds what more of its kind can do
         low, high, basis = measured_node_bounds(low, high, basis, out["throughput"], c.n_nodes,
                                                 single_node_throughput)
     reasons = extrapolation(c, model, batch_per_gpu, grad_dtype, accumulation_steps)
     out.update({"model": model if model is not None else f"params-{params}", "batch_per_gpu": batch_per_gpu,
-                "network": c.nic.name, "cluster": c.name or c.nic.name, "site_profile": site,
+                "network": c.nic.name, "cluster": c.name or c.nic.name, "site_profile": site is not None,
+                "measured_node": single_node_throughput is not None, "interval_regime": regime,
                 "optimizer": optimizer, "nodes": c.n_nodes, "gpus": c.n_gpus, "gpus_per_node": c.gpus_per_node,
                 "nics_per_node": c.nic.count, "grad_dtype": grad_dtype, "accumulation_steps": accumulation_steps,
                 "relative_error": (high - low) / 2 / out["throughput"], "throughput_low": low,

@@ -33,9 +33,11 @@ from sim.hardware import (
     GPUS,
     INTRA,
     MAX_GPUS,
+    MAX_NICS_PER_GPU,
     MAX_OVERSUBSCRIPTION,
     NETWORKS,
     Cluster,
+    check_measured_rate,
     cluster,
     describe,
     intra_preset,
@@ -142,6 +144,11 @@ def _cluster_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     p.add_argument("--nodes-per-leaf", type=positive_int, default=None,
                    help="nodes under one leaf switch, whose traffic never crosses the spine (default 1, or the "
                         "TOML's [switch] nodes_per_leaf)")
+    p.add_argument("--measured-gbps", type=positive_number("Gb/s"), default=None, metavar="GBPS",
+                   help="the link rate you measured between two of the nodes (Gb/s per NIC, one host-to-host stream: "
+                        "iperf over TCP, ib_write_bw over InfiniBand), at most the line rate; replaces line rate x "
+                        "payload share (default: not measured, or the TOML's [network] measured_gbps)"
+                        + ("; with one network only" if sweep else ""))
 
 
 def _workload_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
@@ -197,9 +204,8 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
     else:
         name = network or getattr(args, "network", None) or "10gbe"
         gpu = args.gpu or "a100"
-        if nics is not None and nics > (args.gpus_per_node or 8):
-            raise ValueError(f"--nics-per-node {nics} exceeds --gpus-per-node {args.gpus_per_node or 8}: at most "
-                             "one NIC per GPU")
+        if nics is not None:
+            check_nics_per_node(nics, args.gpus_per_node or 8)
         nic_preset(name)  # an unknown name fails here, naming the flag's choices
         framework = getattr(args, "framework", None)
         c = cluster(name, nodes or 1, args.gpus_per_node or 8, args.intra, gpu, 1.0 if over is None else over,
@@ -215,13 +221,23 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
     leaf = getattr(args, "nodes_per_leaf", None)
     if leaf is not None:
         c = replace(c, nodes_per_leaf=leaf, provenance=c.provenance + (("nodes per leaf", f"{leaf} (command line)"),))
+    measured = getattr(args, "measured_gbps", None)
+    if measured is not None:
+        check_measured_rate(measured, c.nic.line_rate / 1e9, "--measured-gbps")
+        c = replace(c, nic=replace(c.nic, measured_rate=measured * 1e9),
+                    provenance=c.provenance + (("measured link", f"{measured:g} Gb/s (command line)"),))
     if getattr(args, "cluster", None) and args.intra:
         c = replace(c, intra=intra_preset(args.intra),
                     provenance=c.provenance + (("intra", f"preset {args.intra} (command line)"),))
-    if c.nic.count > c.gpus_per_node:
-        raise ValueError(f"--nics-per-node {c.nic.count} exceeds --gpus-per-node {c.gpus_per_node}: at most one "
-                         "NIC per GPU")
+    check_nics_per_node(c.nic.count, c.gpus_per_node)
     return c
+
+
+def check_nics_per_node(nics: int, gpus: int) -> None:
+    """The NICs of a node serve its GPUs evenly: at most one per GPU, or the same number for every GPU."""
+    if (nics > gpus and nics % gpus) or nics > MAX_NICS_PER_GPU * gpus:
+        raise ValueError(f"--nics-per-node {nics} for --gpus-per-node {gpus}: at most one NIC per GPU, or the same "
+                         f"number for every GPU (a multiple of {gpus}, at most {MAX_NICS_PER_GPU * gpus})")
 
 
 def applies(option: str, optimizer: str) -> bool:
@@ -379,7 +395,23 @@ def _csv(rows: list[dict], fields: list[str]) -> str:
 # --------------------------------------------------------------------------------------------------- sweep
 SWEEP_FIELDS = ("model", "batch_per_gpu", "network", "optimizer", "nodes", "gpus", "throughput", "throughput_low",
                 "throughput_high", "iteration_s", "compute_s", "compression_s", "exposed_communication_s",
-                "inter_node_bytes_per_gpu", "intra_node_bytes_per_gpu", "scale_efficiency", "extrapolated")
+                "inter_node_bytes_per_gpu", "intra_node_bytes_per_gpu", "scale_efficiency", "extrapolated",
+                "measured_node", "interval_regime")
+
+
+def sweep_speedups(results: list[dict], baseline: str) -> list[dict]:
+    """Per network and node count of a sweep, every other optimizer's throughput over ``baseline``'s with its
+    paired interval and verdict (``sim.api.speedup_interval``)."""
+    from sim.api import speedup_interval
+
+    base = {(r["network"], r["nodes"]): r for r in results if r["optimizer"] == baseline}
+    out = []
+    for r in results:
+        b = base.get((r["network"], r["nodes"]))
+        if b is not None and r["optimizer"] != baseline:
+            out.append({"network": r["network"], "nodes": r["nodes"], "optimizer": r["optimizer"],
+                        "baseline": baseline, **speedup_interval(r, b)})
+    return out
 
 
 def sweep(args, nodes: list[int], networks: list[str], optimizers: list[str], progress: bool = True) -> list[dict]:
@@ -413,6 +445,9 @@ def run_sweep(args) -> int:
     check_output_dir(args.out)
     check_options_apply(args, args.optimizers)
     networks = args.networks or ([Path(args.cluster).stem] if args.cluster else ["10gbe", "ib-hdr"])
+    if args.measured_gbps is not None and len(networks) > 1:
+        raise ValueError(f"--measured-gbps is one set-up's measured link rate: give it with one network (--networks "
+                         f"NAME or --cluster FILE), not {len(networks)} ({', '.join(networks)})")
     results = sweep(args, args.nodes, networks, args.optimizers)
     from sim import plots  # matplotlib only when plotting: keeps `birder predict` fast
 
@@ -425,11 +460,17 @@ def run_sweep(args) -> int:
         for path in drawn:
             os.replace(path, out / Path(path).name)
             figures.append(str(out / Path(path).name))
+    speedups = sweep_speedups(results, args.optimizers[0])
     if args.json:
-        print(_strict_json({"csv": str(out / "sweep.csv"), "plots": figures, "results": results}))
+        print(_strict_json({"csv": str(out / "sweep.csv"), "plots": figures, "results": results,
+                            "speedups": speedups}))
     else:
         for net in networks:
             _say(describe(make_cluster(args, args.nodes[0], None if args.cluster else net))[0])
+        for r in speedups:
+            verdict = r["verdict"] if r["verdict"].startswith("within") else f"{r['verdict']} beyond the uncertainty"
+            _say(f"speed-up over {r['baseline']}, {r['network']} {r['nodes']} nodes: {r['optimizer']} "
+                 f"{r['ratio']:.2f}x ({r['low']:.2f} to {r['high']:.2f}, {verdict})")
         _say(f"{len(results)} configurations written to {out / 'sweep.csv'}; plots: {', '.join(figures)}")
     return 0
 
@@ -511,13 +552,26 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.1f}%"
 
 
+def _speedup_line(name: str, f: dict, level: float) -> str:
+    """One line of the speed-up intervals' figures (``CorpusValidation.speedup_figures``)."""
+    if not f["pairs"]:
+        return f"speed-ups, {name}: no pairs"
+    return (f"speed-ups, {name} ({f['pairs']} pairs of rows of one table): {level:.0%} paired intervals cover "
+            f"{_percent(f['coverage'])}, median half-width {_percent(f['median_half_width'])} (naive, the two "
+            f"intervals divided end by end: {_percent(f['naive_coverage'])}, {_percent(f['naive_median_half_width'])}"
+            f"); {_percent(f['decided'])} exclude 1, of those {_percent(f['decided_right'])} on the measured side "
+            f"(naive: {_percent(f['naive_decided'])}, {_percent(f['naive_decided_right'])})")
+
+
 def _print_corpus_validation(loso) -> None:
     from sim.validate import EQUAL_BY_CONSTRUCTION, REGIMES
 
     s = loso.summary()
     print(f"\ncorpus: {s['corpus']}: {s['rows']} multi-node rows predicted, {s['skipped_rows']} skipped; each "
           f"calibrated by its own single-node throughput; {s['rows_framework_as_ddp']} rows of frameworks "
-          "sim/presets/frameworks.toml lacks simulated with DDP's buckets and overlap")
+          "sim/presets/frameworks.toml lacks simulated with DDP's buckets and overlap; "
+          f"{s['rows_measured_link']} rows whose source states its measured link rate run at that rate (iperf, "
+          "perftest) in the simulator and in the alpha-beta baseline alike, the others at the line rate")
     print(EQUAL_BY_CONSTRUCTION)
     table = loso.table()
     wide = max(len("name"), *(len(t["name"]) for t in table))
@@ -536,6 +590,14 @@ def _print_corpus_validation(loso) -> None:
                       f"{_percent(s['median_half_width_by_regime'][reg])}" for reg in REGIMES)
           + "; by measured regime: " + ", ".join(f"{reg} {_percent(s['coverage_by_measured_regime'][reg])} covered"
                                                  for reg in REGIMES))
+    for name, figures in [("all", s["speedup"]), *s["speedup_by_regime"].items(), *s["speedup_by_source"].items(),
+                          ("without a measured node", s["speedup_unmeasured_node"])]:
+        print(_speedup_line(name, figures, s["interval_level"]))
+    u = s["unmeasured_node"]
+    print(f"without a measured node (built-in GPU profiles), {u['rows']} rows, each source left out: coverage "
+          f"{_percent(u['coverage'])}, median half-width {_percent(u['median_half_width'])}; "
+          + "; ".join(f"{reg} {_percent(f['coverage'])} covered, half-width {_percent(f['median_half_width'])}"
+                      for reg, f in u["by_regime"].items()))
     for skipped in loso.skipped:
         print(f"skipped: {skipped.source} {skipped.table} {skipped.model} on {skipped.nodes} nodes: {skipped.reason}")
 

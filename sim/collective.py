@@ -56,7 +56,8 @@ def predict_collective(op: str, nbytes: int, cluster: Cluster, algorithm: str = 
         raise ValueError(f"bytes must be a positive integer, got {nbytes!r}")
     _check_bytes(nbytes, nbytes)
     sched, chosen = schedule_for(op, nbytes, cluster, algorithm)
-    ops = collective_ops(sched, cluster)
+    ops = collective_ops(sched, cluster, in_switch=algorithm == "auto")
+    chosen = ops[0].algorithm if ops and ops[0].algorithm in ("nvls", "collnet") else chosen
     seconds = sum(o.seconds for o in ops)
     ranks = cluster.n_gpus
     algbw = nbytes / seconds / 1e9 if seconds > 0 else math.inf

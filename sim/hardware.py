@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import tomllib
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -31,29 +32,48 @@ class Intra:
     latency: float  # s: NCCL's per-step hardware latency of the link (tuning.cc hwLatencies, Simple)
     kind: str = "nvlink"  # "nvlink" or "pci": which of tuning.cc's latency rows applies
     source: str = ""
+    nvls_bandwidth: float = 0.0  # bytes/s of algorithm bandwidth of an all-reduce the NVSwitch reduces (NVLink
+    # SHARP, NCCL's NVLS algorithm); 0: the fabric cannot reduce
 
     def __post_init__(self) -> None:
         _positive(self.name, port_bandwidth=self.port_bandwidth, fabric_bandwidth=self.fabric_bandwidth)
-        _non_negative(self.name, latency=self.latency)
+        _non_negative(self.name, latency=self.latency, nvls_bandwidth=self.nvls_bandwidth)
         if self.kind not in ("nvlink", "pci"):
             raise ValueError(f"intra-node fabric {self.name!r}: kind must be 'nvlink' or 'pci', got {self.kind!r}")
 
 
+FRAMEWORK_PATTERNS = ("allreduce", "summation-servers")  # how a framework's gradients cross the network
+
+
 @dataclass(frozen=True)
 class Framework:
-    """How a data-parallel framework hands gradients to the collective library (presets/frameworks.toml)."""
+    """How a data-parallel framework hands gradients to the network (presets/frameworks.toml)."""
 
     name: str
-    bucket_cap_bytes: float  # gradient bytes (fp32) fused into one all-reduce
+    bucket_cap_bytes: float  # gradient bytes (fp32) fused into one operation (0: every tensor on its own)
     first_bucket_bytes: float  # ... into the first (the last layers' gradients)
-    overlaps_backward: bool  # an all-reduce may start while the backward pass runs
+    overlaps_backward: bool  # an operation may start while the backward pass runs
     cycle: float = 0.0  # s: a background loop launches what is ready once per cycle (0: at once)
     source: str = ""
+    pattern: str = "allreduce"  # "allreduce" among the GPUs, or "summation-servers" (push to servers, pull back)
+    servers_on_workers: bool = False  # summation servers run on the worker nodes (else on machines of their own)
+    fusion_splits: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (model, tensor indices where a fusion group
+    # starts): groups by parameter index instead of caps, for the models a framework's scripts split so
 
     def __post_init__(self) -> None:
-        _positive(f"framework {self.name!r}", bucket_cap_bytes=self.bucket_cap_bytes,
-                  first_bucket_bytes=self.first_bucket_bytes)
-        _non_negative(f"framework {self.name!r}", cycle=self.cycle)
+        _non_negative(f"framework {self.name!r}", bucket_cap_bytes=self.bucket_cap_bytes,
+                      first_bucket_bytes=self.first_bucket_bytes, cycle=self.cycle)
+        if self.pattern not in FRAMEWORK_PATTERNS:
+            raise ValueError(f"framework {self.name!r}: pattern must be one of {', '.join(FRAMEWORK_PATTERNS)}, "
+                             f"got {self.pattern!r}")
+        for model, starts in self.fusion_splits:
+            if list(starts) != sorted(set(starts)) or any(not isinstance(i, int) or i < 1 for i in starts):
+                raise ValueError(f"framework {self.name!r}: fusion split of {model!r} must be increasing positive "
+                                 f"tensor indices, got {list(starts)!r}")
+
+    def split_of(self, model: str) -> tuple[int, ...] | None:
+        """The tensor indices where this framework's fusion groups of ``model`` start, or None (use the caps)."""
+        return dict(self.fusion_splits).get(model)
 
 
 @dataclass(frozen=True)
@@ -77,8 +97,14 @@ class Nic:
     host_bandwidth: float = math.inf  # bytes/s one NIC's host-staged socket path moves (NCCL over TCP)
     share_at_8_gpus: float = 1.0  # share of that left when 8 GPUs' proxies share one socket NIC (1 GPU: all)
     pcie_bandwidth: float = math.inf  # bytes/s of the GPU-NIC PCIe path (inf: the GPU's, gpus.toml)
+    collnet_bandwidth: float = 0.0  # bytes/s one NIC's switch reduces (InfiniBand SHARP, NCCL's CollNet); 0: none
     switch_buffer_bytes: float = math.inf  # shared packet buffer of the Ethernet switch the NICs plug into
     buffer_alpha: float = 1.0  # its dynamic-threshold factor: one queue may hold alpha x the free buffer
+    # A set-up's measured link rate (set-up data, like a measured single node; never fitted): bits/s of payload
+    # one host-to-host stream carried on this cluster (iperf over TCP, perftest over verbs). It replaces the wire
+    # term (line rate x payload share); the limits behind the NIC (sockets shared by GPUs, host staging, PCIe)
+    # still apply on top (Cluster.nic_limits). None: not measured.
+    measured_rate: float | None = None
     fitted: bool = False  # True for a site profile: some constants were fitted to that site's rows
     fitted_on: tuple[tuple[str, tuple], ...] = ()  # (what, values) the fit saw: models, batches, gpus
     source: str = ""
@@ -98,12 +124,29 @@ class Nic:
             raise ValueError(f"network {self.name!r}: efficiency must be at most 1, got {self.efficiency}")
         _non_negative(self.name, latency=self.latency, peer_overhead=self.peer_overhead,
                       message_overhead=self.message_overhead, step_overhead=self.step_overhead,
-                      retransmission_timeout=self.retransmission_timeout)
+                      retransmission_timeout=self.retransmission_timeout, collnet_bandwidth=self.collnet_bandwidth)
+        if self.collnet_bandwidth and self.transport != "ib":
+            raise ValueError(f"network {self.name!r}: collnet_gbytes_per_s needs switches that reduce (InfiniBand "
+                             "SHARP, transport 'ib'); sockets have none")
+        if self.measured_rate is not None:
+            check_measured_rate(self.measured_rate / 1e9, self.line_rate / 1e9, f"network {self.name!r} measured_gbps")
+
+    @property
+    def wire_bandwidth(self) -> float:
+        """Payload bytes/s of one NIC per direction at the wire: line rate x payload share."""
+        return self.line_rate * self.efficiency / 8
 
     @property
     def bandwidth(self) -> float:
-        """Payload bytes/s of one NIC per direction at the wire (before the limits of the path behind it)."""
-        return self.line_rate * self.efficiency / 8
+        """Payload bytes/s of one NIC per direction before the limits of the path behind it: the measured
+        host-to-host rate where one was measured, else the wire's (``wire_bandwidth``)."""
+        return self.wire_bandwidth if self.measured_rate is None else self.measured_rate / 8
+
+    @property
+    def link_rate(self) -> float:
+        """Bits/s a plain alpha-beta model sends at: the measured rate where one was measured, else the line
+        rate (the baselines then use the same set-up data as the simulator)."""
+        return self.line_rate if self.measured_rate is None else self.measured_rate
 
     def socket_share(self, gpus_per_nic: float) -> float:
         """Share of one GPU's socket throughput left when ``gpus_per_nic`` GPUs' proxies share the NIC: 1 for
@@ -115,6 +158,7 @@ class Nic:
 
 
 # Bounds of what the simulator answers, checked where values enter (command line, TOML, Python API).
+MAX_NICS_PER_GPU = 8  # an HGX H100 tray wires one 400G NIC per GPU; 2 x 200G per GPU exists; 8 is far beyond any
 MAX_GPUS = 65_536  # the largest count benchmarks/sim_scaling.py holds to its target (10 s); past it, minutes
 MAX_OVERSUBSCRIPTION = 64.0  # a spine taper of 64:1 already leaves each node 1/64 of its NIC across the spine;
 # beyond it the fabric is no longer the two-level fat tree the flow model describes (a bound of the model)
@@ -127,8 +171,27 @@ MAX_TIME_US = 1e6  # 1 s per message or step: light in fibre (2e8 m/s) crosses h
 # a larger latency or overhead is no cluster network (often seconds typed as microseconds' digits)
 MAX_RETRANSMISSION_TIMEOUT_S = 120.0  # Linux's TCP_RTO_MAX (include/net/tcp.h): no TCP stack waits longer
 MAX_INTRA_GBYTES_PER_S = 3600.0  # twice NVLink 5's 1.8 TB/s per GPU (NVIDIA B200 datasheet), as MAX_LINE_RATE_GBPS
+MEASURED_OVER_LINE_RATE = 0.01  # a measured link rate may exceed the line rate by rounding only (1%: a 2-3 digit
+# figure such as "9.9" or "100"); payload above the line rate is no measurement of that link
 MIN_NONZERO_LATENCY_US = 0.01  # 10 ns: light covers 2 m of fibre in that time; a smaller nonzero latency is
 # seconds typed into the us key
+
+
+def check_measured_rate(measured_gbps: Any, line_rate_gbps: float, owner: str) -> float:
+    """A measured link rate in Gb/s (``owner``: the key or option that gave it), checked against physics: a
+    positive finite number, at least 10 Mb/s (as a line rate) and at most the NIC's line rate plus rounding
+    (``MEASURED_OVER_LINE_RATE``). One ValueError naming ``owner``, the unit and both rates otherwise."""
+    if not (isinstance(measured_gbps, int | float) and not isinstance(measured_gbps, bool)
+            and math.isfinite(measured_gbps) and measured_gbps > 0):
+        raise ValueError(f"{owner} must be a positive number (Gb/s a host-to-host stream carried, measured with "
+                         f"iperf or perftest), got {measured_gbps!r}")
+    if measured_gbps < MIN_LINE_RATE_GBPS:
+        raise ValueError(f"{owner} = {measured_gbps!r} Gb/s is below {MIN_LINE_RATE_GBPS:g} Gb/s (10 Mb/s), no "
+                         "cluster network (the figure is in Gb/s)")
+    if measured_gbps > line_rate_gbps * (1 + MEASURED_OVER_LINE_RATE):
+        raise ValueError(f"{owner} = {measured_gbps:g} Gb/s exceeds the NIC's line rate of {line_rate_gbps:g} "
+                         "Gb/s: a measured rate is at most the line rate (Gb/s per NIC, one host-to-host stream)")
+    return float(measured_gbps)
 
 
 def layout_of(n_nodes: int, gpus_per_node: int) -> Layout:
@@ -169,24 +232,51 @@ class Cluster(OnLayout):
         _count("cluster", "nodes_per_leaf", self.nodes_per_leaf)
         if self.framework not in FRAMEWORKS:
             raise ValueError(f"unknown framework {self.framework!r}; choose one of {', '.join(FRAMEWORKS)}")
-        if self.nic.count > self.gpus_per_node:
+        if self.nic.count > self.gpus_per_node and self.nic.count % self.gpus_per_node:
             raise ValueError(f"[network] count = {self.nic.count} NICs for {self.gpus_per_node} GPUs per node: "
-                             "at most one NIC per GPU (count <= gpus_per_node)")
+                             "at most one NIC per GPU, or the same number of NICs for every GPU (count a multiple "
+                             "of gpus_per_node)")
+        if self.nic.count > MAX_NICS_PER_GPU * self.gpus_per_node:
+            raise ValueError(f"[network] count = {self.nic.count} NICs for {self.gpus_per_node} GPUs per node: at "
+                             f"most {MAX_NICS_PER_GPU} NICs per GPU")
 
     @property
     def n_gpus(self) -> int:
         return self.layout.n_ranks
 
+    @property
+    def rails(self) -> int:
+        """Rails of a node: a NIC per rail where GPUs share NICs, the NICs of one GPU where it has several (GPU i
+        on rail i * rails // gpus_per_node; NCCL runs a channel through each of a GPU's NICs)."""
+        return min(self.nic.count, self.gpus_per_node)
+
+    @property
+    def rail_bandwidth(self) -> float:
+        """Payload bytes/s one rail moves per direction: its NICs together."""
+        return self.nic_bandwidth * self.nic.count / self.rails
+
     def nic_limits(self) -> dict[str, float]:
         """Bytes/s one NIC moves per direction under each limit of its path: the wire (line rate x payload
-        share), the sockets shared by the GPUs behind it (socket transport), the host-staged socket path, the
-        GPU-NIC PCIe link."""
+        share) or, where the set-up's link rate was measured host to host, that rate in its place; the sockets
+        shared by the GPUs behind it (socket transport: a share of the wire, NVIDIA/nccl issue 209); the
+        host-staged socket path; the GPU-NIC PCIe link.
+
+        A measured rate is a ceiling of its own, not scaled by the sockets' share: iperf and perftest measure one
+        host-to-host stream, and NCCL's socket transport opens one TCP socket per connection on one helper
+        thread outside AWS and GCP (src/transport/net_socket.cc, ncclNetSocketGetNsockNthread: 1 x 1 unless the
+        NIC's PCI vendor is AWS's, 2 threads x 8 sockets, or GCP's), so it moves at most what one stream does;
+        the share of the wire that the GPUs' proxies reach when they contend is a separate limit. (MPI's
+        point-to-point messages open one TCP connection per pair of ranks and may exceed one stream; no
+        measured figure says by how much, so none is modelled.)"""
         nic = self.nic
         gpus_per_nic = self.gpus_per_node / nic.count
+        if framework_preset(self.framework).pattern == "summation-servers":
+            gpus_per_nic = 1.0  # one process per node talks to the servers (not one NCCL proxy per GPU)
         pcie = nic.pcie_bandwidth if math.isfinite(nic.pcie_bandwidth) else GPUS[self.gpu]["pcie_gbytes_per_s"] * 1e9
-        limits = {"wire": nic.bandwidth, "pcie": pcie}
+        nics_per_gpu = max(nic.count // self.gpus_per_node, 1)  # a GPU's several NICs share its own PCIe link
+        limits = {"wire" if nic.measured_rate is None else "measured": nic.bandwidth, "pcie": pcie / nics_per_gpu}
         if nic.transport == "socket":
-            limits["sockets"] = nic.bandwidth * nic.socket_share(gpus_per_nic)
+            limits["sockets"] = nic.wire_bandwidth * nic.socket_share(gpus_per_nic)
             limits["host"] = nic.host_bandwidth
         return limits
 
@@ -239,12 +329,14 @@ NIC_KEYS = {"line_rate_gbps": ("line_rate", 1e9), "efficiency": ("efficiency", 1
             "retransmission_timeout_s": ("retransmission_timeout", 1.0),
             "host_gbytes_per_s": ("host_bandwidth", 1e9), "share_at_8_gpus": ("share_at_8_gpus", 1.0),
             "pcie_gbytes_per_s": ("pcie_bandwidth", 1e9), "switch_buffer_bytes": ("switch_buffer_bytes", 1.0),
-            "buffer_alpha": ("buffer_alpha", 1.0)}
+            "buffer_alpha": ("buffer_alpha", 1.0), "measured_gbps": ("measured_rate", 1e9),
+            "collnet_gbytes_per_s": ("collnet_bandwidth", 1e9)}
 UNITS = {"line_rate_gbps": "Gb/s", "efficiency": "share of line rate", "latency_us": "us", "peer_overhead_us": "us",
          "count": "NICs per node", "message_overhead_us": "us", "step_overhead_us": "us",
          "incast_onset_bytes": "bytes", "incast_certain_bytes": "bytes", "retransmission_timeout_s": "s",
          "host_gbytes_per_s": "GB/s", "share_at_8_gpus": "share", "pcie_gbytes_per_s": "GB/s",
-         "switch_buffer_bytes": "bytes", "buffer_alpha": "factor",
+         "switch_buffer_bytes": "bytes", "buffer_alpha": "factor", "collnet_gbytes_per_s": "GB/s",
+         "measured_gbps": "Gb/s measured host to host (iperf, perftest), not fitted",
          "port_gbytes_per_s": "GB/s", "fabric_gbytes_per_s": "GB/s", "oversubscription": "factor >= 1",
          "nodes": "nodes", "gpus_per_node": "GPUs", "nodes_per_leaf": "nodes under one leaf switch"}
 SITE_ONLY_KEYS = ("message_overhead_us", "step_overhead_us", "incast_onset_bytes", "incast_certain_bytes")
@@ -264,7 +356,7 @@ def network_spec(name: str) -> dict[str, Any]:
 NIC_RANGES = {"line_rate_gbps": "positive", "efficiency": "share", "count": "count", "incast_onset_bytes": "positive",
               "incast_certain_bytes": "positive", "host_gbytes_per_s": "positive", "share_at_8_gpus": "share",
               "pcie_gbytes_per_s": "positive", "switch_buffer_bytes": "positive",
-              "buffer_alpha": "positive"}  # every other NIC key: a non-negative number
+              "buffer_alpha": "positive", "measured_gbps": "positive"}  # every other NIC key: a non-negative number
 
 
 INFINITE_OK = ("incast_onset_bytes", "incast_certain_bytes", "switch_buffer_bytes")  # inf: no such limit
@@ -307,8 +399,9 @@ def make_nic(name: str, spec: dict[str, Any], owner: str | None = None) -> Nic:
             raise ValueError(f"{owner} latency_us = {value!r} us is below {MIN_NONZERO_LATENCY_US:g} us (10 ns) "
                              "and not 0 (the key is in microseconds, not seconds)")
         values[attr] = value * factor if key != "count" else value
-    if "line_rate" not in values:
-        raise ValueError(f"{owner}: needs line_rate_gbps (Gb/s) or a preset")
+    for key, (attr, _) in NIC_KEYS.items():
+        if key in ("line_rate_gbps", "efficiency", "latency_us") and attr not in values:
+            raise ValueError(f"{owner}: needs {key} ({UNITS[key]}) or a preset")
     fitted_on = tuple((k, tuple(v)) for k, v in spec.get("fitted_on", {}).items())
     try:
         return Nic(name=name, transport=spec.get("transport", ""), fitted=bool(spec.get("fitted", False)),
@@ -327,16 +420,20 @@ def intra_preset(name: str) -> Intra:
         raise ValueError(f"unknown intra-node fabric {name!r}; choose one of {', '.join(INTRA)}")
     spec = INTRA[name]
     return Intra(name, spec["port_gbytes_per_s"] * 1e9, spec.get("fabric_gbytes_per_s", math.inf) * 1e9,
-                 spec["latency_us"] * 1e-6, spec.get("kind", "nvlink"), spec.get("source", ""))
+                 spec["latency_us"] * 1e-6, spec.get("kind", "nvlink"), spec.get("source", ""),
+                 spec.get("nvls_gbytes_per_s", 0.0) * 1e9)
 
 
+@lru_cache(maxsize=64)
 def framework_preset(name: str) -> Framework:
     """A training framework by name (presets/frameworks.toml), its figures converted to bytes and seconds."""
     if name not in FRAMEWORKS:
         raise ValueError(f"unknown framework {name!r}; choose one of {', '.join(FRAMEWORKS)}")
     spec = FRAMEWORKS[name]
+    splits = tuple((model, tuple(starts)) for model, starts in spec.get("fusion_splits", {}).items())
     return Framework(name, spec["bucket_cap_mb"] * 2**20, spec["first_bucket_mb"] * 2**20,
-                     bool(spec["overlaps_backward"]), spec["cycle_ms"] * 1e-3, spec.get("source", ""))
+                     bool(spec["overlaps_backward"]), spec["cycle_ms"] * 1e-3, spec.get("source", ""),
+                     spec.get("pattern", "allreduce"), bool(spec.get("servers_on_workers", False)), splits)
 
 
 def default_intra(gpu: str) -> str:
@@ -369,7 +466,8 @@ def load_cluster(path: str | Path, n_nodes: int | None = None, gpus_per_node: in
     the key and its unit if malformed. The arguments given (the command line's) win over the file's values.
 
     Keys: ``name``, ``nodes``, ``gpus_per_node``, ``gpu``; ``[network]`` with ``preset`` (any ``--network`` name)
-    and/or ``transport``, ``line_rate_gbps``, ``efficiency``, ``latency_us``, ``peer_overhead_us``, ``count``
+    and/or ``transport``, ``line_rate_gbps``, ``efficiency``, ``latency_us``, ``peer_overhead_us``, ``count``,
+    ``measured_gbps`` (a link rate measured host to host, set-up data in place of line rate x efficiency)
     (and a site's ``message_overhead_us``, ``step_overhead_us``, ``incast_*_bytes``); ``[intra]`` with ``preset``
     and/or ``port_gbytes_per_s``, ``fabric_gbytes_per_s``, ``latency_us``; ``[switch]`` with
     ``oversubscription``; ``framework`` (presets/frameworks.toml, default ddp). A file without
@@ -425,6 +523,9 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
         defaulted = sorted(k for k in TRANSPORTS[transport] if k in NIC_KEYS and k not in net)
         prov.append(("network", f"from the file ({', '.join(sorted(net))}); transport {transport} defaults: "
                                 f"{', '.join(defaulted) or 'none'}"))
+    if "measured_gbps" in net and "efficiency" in net:
+        raise ValueError("[network] gives both measured_gbps (a measured link rate) and efficiency (a share of the "
+                         "line rate): the measured rate replaces line rate x efficiency; keep one")
     nic = make_nic(preset if preset is not None and not net else str(name), spec, owner="[network]")
     gpu_from = "command line" if gpu else ("file" if "gpu" in data else "default a100")
     gpu = gpu or data.get("gpu", "a100")
@@ -450,7 +551,7 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
     intra = Intra(base.name, intra_spec.pop("port_gbytes_per_s", base.port_bandwidth / 1e9) * 1e9,
                   intra_spec.pop("fabric_gbytes_per_s", base.fabric_bandwidth / 1e9) * 1e9,
                   intra_spec.pop("latency_us", base.latency * 1e6) * 1e-6, intra_spec.pop("kind", base.kind),
-                  base.source)
+                  base.source, base.nvls_bandwidth)
     prov.append(("intra", f"preset {base.name}" + (" (file)" if base_name else f" (default for {gpu})")
                  + (", overridden in the file" if set(data.get("intra", {})) - {"preset"} else "")))
     switch = dict(data.get("switch", {}))
@@ -489,7 +590,8 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
                    tuple(prov), leaf, framework)
 
 
-LIMIT_NAMES = {"wire": "the wire", "pcie": "the GPU-NIC PCIe link", "sockets": "sockets shared by its GPUs",
+LIMIT_NAMES = {"wire": "the wire", "measured": "the measured link rate", "pcie": "the GPU-NIC PCIe link",
+               "sockets": "sockets shared by its GPUs",
                "host": "the host-staged socket path"}
 
 
@@ -504,7 +606,8 @@ def describe(c: Cluster) -> list[str]:
     nodes = f"{c.n_nodes} node{'s' if c.n_nodes != 1 else ''}"
     lines = [f"cluster {c.name or nic.name}: {nodes} x {c.gpus_per_node} {c.gpu.upper()}, "
              f"{nic.count} x {nic.line_rate / 1e9:g} Gb/s {nic.transport} NIC per node "
-             f"({c.nic_bandwidth / 1e9:.2f} GB/s payload each, limited by {_binding(c)}), intra {c.intra.name} "
+             + (f"(measured {nic.measured_rate / 1e9:g} Gb/s host to host) " if nic.measured_rate is not None else "")
+             + f"({c.nic_bandwidth / 1e9:.2f} GB/s payload each, limited by {_binding(c)}), intra {c.intra.name} "
              f"{c.intra.port_bandwidth / 1e9:g} GB/s per GPU, oversubscription {c.oversubscription:g}"
              + (f" above leaves of {c.nodes_per_leaf} nodes" if c.nodes_per_leaf > 1 else "")]
     if nic.fitted and not nic.fitted_on:  # a cluster file written by birder calibrate

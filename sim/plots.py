@@ -10,6 +10,7 @@ band when the results carry one.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import matplotlib
@@ -204,9 +205,10 @@ def speedup_vs_nodes(curves: dict[str, list[dict]], path: Path, title: str, base
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel(f"Birder throughput / {baseline_label}")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
+    columns = min(len(labels), 2 * len(curves) + 1)  # the legend no wider than the panels
+    fig.legend(handles, labels, loc="lower center", ncol=columns, fontsize=9, frameon=False)
     fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.07, 1, _below_title(fig)))
+    fig.tight_layout(rect=(0, 0.035 + 0.035 * math.ceil(len(labels) / columns), 1, _below_title(fig)))
     return _save(fig, path)
 
 

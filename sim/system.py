@@ -41,7 +41,7 @@ from birder_ref.schedules import (
     padded_dim,
     tree_allreduce,
 )
-from sim.hardware import GPUS, Cluster
+from sim.hardware import GPUS, Cluster, framework_preset
 from sim.network import Link, transfer_time
 
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -65,6 +65,54 @@ TREE_CORRECTION = {
     "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
     "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
 }
+
+
+# ------------------------------------------- NCCL's channels (NVIDIA/nccl 2.30.7, src/enqueue.cc, graph/tuning.cc)
+# An operation runs on channels, each a ring (or tree) of its own with 1/nChannels of the bandwidth: tuning.cc
+# models busBw = nChannels x per-channel bandwidth, capped per channel and protocol as below.
+MAX_CHANNELS = 32  # the ring graph's maxChannels (MAXCHANNELS 64 / 2, src/graph/search.cc)
+MAX_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}  # NCCL_{LL,LL128,SIMPLE}_MAX_NTHREADS (src/include/device.h)
+THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}  # NCCL_*_THREAD_THRESHOLD bytes per thread (include/comm.h);
+# tuning.cc multiplies the ring's LL threshold by nRanks
+# GB/s of bus bandwidth (tuning.cc's ncclTunerConstantsDefaults). llMaxBws: LL's ceiling, by GPU arch on one
+# node, by CPU on several (row Intel: NET_OVERHEAD_US assumes Intel hosts too), 2 nodes / more.
+LL_MAX_BW = {"single": {"volta": 39.0, "ampere": 87.7, "hopper": 141.0}, "intel": (39.0, 20.4)}
+PER_CHANNEL_MAX_BW = {  # (2 nodes, more than 2 nodes) per channel
+    ("ring", "LL128"): {"volta": (20.0, 20.0), "ampere": (20.0, 20.0), "hopper": (36.7, 36.7)},
+    ("tree", "LL128"): {"volta": (20.0, 20.0), "ampere": (20.0, 20.0), "hopper": (36.7, 29.0)},
+    ("tree", "Simple"): {"volta": (18.5, 10.0), "ampere": (23.6, 17.8), "hopper": (41.4, 36.0)},  # perChMaxTreeBws
+}
+PER_CHANNEL_MAX_BW[("tree", "LL")] = PER_CHANNEL_MAX_BW[("tree", "Simple")]  # tree all-reduce: every protocol
+
+
+def nccl_channels(cluster: Cluster) -> int:
+    """Channels of a multi-node ring: the graph search finds one ring per NIC (src/graph/search.cc), and
+    ncclTopoDupChannels doubles them where the intra-node path is fast (NVLink between the node's GPUs; with
+    one GPU or over PCIe it stays one per NIC: a simplification of its 25 GB/s test); at most MAX_CHANNELS."""
+    per_nic = 2 if cluster.intra.kind == "nvlink" and cluster.gpus_per_node > 1 else 1
+    return min(per_nic * cluster.nic.count, MAX_CHANNELS)
+
+
+def channels_used(nbytes: float, channels: int, protocol: str, algorithm: str, ranks: int) -> int:
+    """enqueue.cc topoGetAlgoInfo: while the operation's bytes are below channels x threads x the protocol's
+    bytes per thread, one channel fewer (at least one). Small operations run on few channels, each with its
+    share of the bandwidth."""
+    threshold = THREAD_THRESHOLD[protocol] * (ranks if (algorithm == "ring" and protocol == "LL") else 1)
+    per_channel = MAX_THREADS[protocol] * threshold
+    return max(1, min(channels, int(nbytes // per_channel)))
+
+
+def bus_bandwidth_cap(cluster: Cluster, algorithm: str, protocol: str, channels: int) -> float:
+    """Bytes/s of bus bandwidth tuning.cc lets ``channels`` channels reach with this algorithm and protocol on
+    several nodes (math.inf where it sets none): LL's ceiling, and LL128's and the tree's per-channel ceilings."""
+    arch, two = _arch(cluster), cluster.n_nodes <= 2
+    cap = math.inf
+    if protocol == "LL":
+        cap = LL_MAX_BW["intel"][0 if two else 1] * 1e9
+    per_channel = PER_CHANNEL_MAX_BW.get((algorithm, protocol), {}).get(arch)
+    if per_channel is not None:
+        cap = min(cap, channels * per_channel[0 if two else 1] * 1e9)
+    return cap
 
 
 def protocols(cluster: Cluster, multi_node: bool) -> tuple[str, ...]:
@@ -93,7 +141,7 @@ class RoundLoad:
     gpu_net_tx: int = 0  # inter-node messages the busiest GPU sends (its proxy posts them one by one)
     gpu_net_rx: int = 0  # ... receives
     intra_total: int = 0  # intra-node messages sent by GPUs in the whole cluster
-    inter_total: int = 0  # inter-node messages sent by GPUs (not the parameter server) in the whole cluster
+    inter_total: int = 0  # inter-node messages sent by GPUs (not parameter servers) in the whole cluster
     pcie_tx: float = 0  # messages, intra- and inter-node, the busiest GPU sends through its own link
     pcie_rx: float = 0  # ... receives
 
@@ -145,7 +193,7 @@ class _Counts:
             self.node_rx[dst_node // self.leaf] += weight
         self.gpu_net_tx[src] += 1
         self.gpu_net_rx[dst] += 1
-        self.inter_total += src != self.layout.server
+        self.inter_total += src < self.layout.n_ranks  # a GPU's, not a server's
 
     def everyone_to_everyone(self, group: tuple[int, ...], weight: float = 1.0) -> None:
         """One message from every member to every other member, counted in O(len(group))."""
@@ -290,12 +338,12 @@ class NodeLinks:
     oversubscription; absent if non-blocking)."""
 
     def __init__(self, cluster: Cluster):
-        intra, nic = cluster.intra, cluster.nic
+        intra = cluster.intra
         self.gpu_tx, self.gpu_rx = Link("gpu_tx", intra.port_bandwidth), Link("gpu_rx", intra.port_bandwidth)
         self.fabric = Link("fabric", intra.fabric_bandwidth) if math.isfinite(intra.fabric_bandwidth) else None
-        bw = cluster.nic_bandwidth
+        bw = cluster.rail_bandwidth  # one rail: a NIC, or the several NICs of one GPU
         self.nic_tx, self.nic_rx = Link("nic_tx", bw), Link("nic_rx", bw)
-        spine = cluster.nodes_per_leaf * nic.count * bw / cluster.oversubscription
+        spine = cluster.nodes_per_leaf * cluster.rails * bw / cluster.oversubscription
         self.shared_pcie = intra.kind == "pci"  # a PCIe node: a GPU's own link carries its NIC traffic too
         oversubscribed = cluster.oversubscription > 1
         self.up = Link("switch_uplink", spine) if oversubscribed else None
@@ -324,14 +372,14 @@ class NodeLinks:
 def flow_time(phases: tuple[Phase, ...], layout: Layout, cluster: Cluster) -> float:
     """Seconds the phases' bytes take when they stream at once over the representative node's links (one flow
     of one byte whose multiplicity on each link is the bytes the busiest such link carries)."""
-    load = byte_load(phases, layout, cluster.nic.count, cluster.nodes_per_leaf)
+    load = byte_load(phases, layout, cluster.rails, cluster.nodes_per_leaf)
     return transfer_time(NodeLinks(cluster).flows(load, 1.0))
 
 
 def expanded_flow_time(phases: tuple[Phase, ...], layout: Layout, cluster: Cluster) -> float:
     """The same as ``flow_time`` with every link of every node and every message of the cluster (for tests at
     small sizes: the representative node is exact where the schedule is symmetric)."""
-    k, nic_bw = cluster.nic.count, cluster.nic_bandwidth
+    k, nic_bw = cluster.rails, cluster.rail_bandwidth
     links: dict[tuple, Link] = {}
 
     def link(*key) -> Link:
@@ -463,7 +511,21 @@ def operations(schedule: Schedule) -> list[tuple[str, tuple[Phase, ...]]]:
         return [("ring_allreduce", phases)] if phases else []
     if schedule.scheme in ("tree_allreduce", "tree-allreduce"):
         return [("tree_allreduce", phases)] if phases else []
+    if schedule.scheme == SUMMATION_SERVERS:
+        return [("servers", phases)] if phases else []
     return [("ring" if ph.pattern.is_ring else "p2p", (ph,)) for ph in phases]
+
+
+def channel_time(cluster: Cluster, algorithm: str, protocol: str, t_bytes: float, buffer: float, bus_bytes: float,
+                 ranks: int, multi_node: bool) -> float:
+    """The bytes' time of a multi-node ring or tree on the channels NCCL gives it: ``t_bytes`` (all channels'
+    share of the links) stretched by channels / channels used (enqueue.cc), and at least the bus bytes at
+    tuning.cc's per-channel and LL ceilings. Within a node NCCL's channels are NVLink's and are not modelled."""
+    if not multi_node:
+        return t_bytes
+    channels = nccl_channels(cluster)
+    used = channels_used(buffer, channels, protocol, algorithm, ranks)
+    return max(t_bytes * channels / used, bus_bytes / bus_bandwidth_cap(cluster, algorithm, protocol, used))
 
 
 def op_time(kind: str, phases: tuple[Phase, ...], layout: Layout, cluster: Cluster,
@@ -472,23 +534,36 @@ def op_time(kind: str, phases: tuple[Phase, ...], layout: Layout, cluster: Clust
     g = layout.gpus_per_node
     t_flow = flow_time(phases, layout, cluster)
     multi = any(layout.nodes_spanned(grp) > 1 for ph in phases for grp in ph.groups)
-    choices = (protocol,) if protocol else protocols(cluster, multi)
+    choices = (protocol,) if protocol else ("Simple",) if kind == "servers" else protocols(cluster, multi)
     nic = cluster.nic
     best: OpTime | None = None
     for proto in choices:
         if kind == "tree_allreduce":
             piece = edge_bytes(phases[1]) if len(phases) > 1 else edge_bytes(phases[0])
             factor = TREE_FACTOR[proto] * tree_correction(proto, piece * 2 * g)
-            t = tree_latency(cluster, proto) + t_flow / factor
+            # tuning.cc counts a tree all-reduce's bus bytes as twice the buffer (its busBw x 0.5 = algBw)
+            t_bytes = channel_time(cluster, "tree", proto, t_flow / factor, piece * 2 * g, 2 * piece * 2 * g,
+                                   layout.n_ranks, multi)
+            t = tree_latency(cluster, proto) + t_bytes
             algorithm, timeouts = "tree", 0.0
+        elif kind == "servers":  # a push-pull library's own transport, pipelined over its partitions: no NCCL
+            # protocol; one hop's latency and each worker's per-peer cost to the servers
+            servers = {m for ph in phases if ph.pattern.name == "push" for grp in ph.groups for m in grp[-1:]}
+            t = p2p_latency(cluster, proto, True, len(servers)) + t_flow
+            algorithm, timeouts = "servers", 0.0
         elif kind in ("ring_allreduce", "ring"):
             steps = sum(ph.n_rounds for ph in phases)
             inter = sum(layout.nodes_spanned(ph.groups[0]) - 1 for ph in phases)
-            t = ring_latency(cluster, proto, steps, inter, kind == "ring_allreduce") + t_flow / RING_FACTOR[proto]
+            ring_bytes = sum(edge_bytes(ph) for ph in phases)  # what one ring edge carries: nccl-tests' bus bytes
+            ranks = len(phases[0].groups[0])
+            buffer = max(ph.message_bytes(0) for ph in phases) * ranks
+            t_bytes = channel_time(cluster, "ring", proto, t_flow / RING_FACTOR[proto], buffer, ring_bytes, ranks,
+                                   multi)
+            t = ring_latency(cluster, proto, steps, inter, kind == "ring_allreduce") + t_bytes
             algorithm, timeouts = "ring", 0.0
         else:
             (ph,) = phases
-            load = phase_load(ph, layout, nic.count, cluster.nodes_per_leaf)
+            load = phase_load(ph, layout, cluster.rails, cluster.nodes_per_leaf)
             posts = max(load.gpu_net_tx, load.gpu_net_rx)
             t_bytes = t_flow / RING_FACTOR[proto]
             if nic.message_overhead > 0 and posts:  # a site's per-message cost, posted one peer after another
@@ -503,6 +578,34 @@ def op_time(kind: str, phases: tuple[Phase, ...], layout: Layout, cluster: Clust
     return best
 
 
+# ---------------------------------------------------------------- reduction in the switch: NVLS and CollNet
+NVLS_LATENCY_US = 25.0  # tuning.cc: NVLS base latency 0, hwLatencies[NVLINK][NVLS][Simple] 25 us
+COLLNET_LATENCY_US = {"net": 31.0, "intra": 3.7, "arity": 0.4}  # tuning.cc CollNetDirect: NET 31, NVLink 3.7, and
+# "0.4 us arity serialization latency" per local rank
+ALLREDUCE_SCHEMES = ("allreduce", "ring-allreduce", "tree_allreduce", "tree-allreduce")
+
+
+def switch_allreduce(cluster: Cluster, nbytes: float) -> OpTime | None:
+    """An all-reduce the switches reduce, where the hardware can (None elsewhere). Closed forms, exact for the
+    bytes: each GPU sends its buffer into the switch once and receives the sum once, half the 2(p-1)/p buffers
+    a ring moves. One node with NVLink SHARP (NVLS): the NVSwitch's measured all-reduce rate. Several nodes with
+    InfiniBand SHARP (CollNet Direct): each node's NICs send the node's buffer up once and receive the result
+    once, at the NICs' reduction rate, while NVLink still moves about twice the buffer inside the node
+    (sjeaugey, NVIDIA/nccl issue 320); latencies are tuning.cc's."""
+    g, nic = cluster.gpus_per_node, cluster.nic
+    if cluster.n_nodes == 1:
+        if g < 2 or not cluster.intra.nvls_bandwidth:
+            return None
+        return OpTime(NVLS_LATENCY_US * 1e-6 + nbytes / cluster.intra.nvls_bandwidth, "nvls", "Simple")
+    if not nic.collnet_bandwidth:
+        return None
+    nics = nic.count * min(nic.collnet_bandwidth, cluster.nic_bandwidth)
+    algbw = min(nics, cluster.intra.port_bandwidth / 2) if g > 1 else nics
+    lat = COLLNET_LATENCY_US
+    latency = 2 * (min(1, g - 1) * lat["intra"] + (g - 1) * lat["arity"]) + lat["net"] + nic.latency * 1e6
+    return OpTime(latency * 1e-6 + nbytes / algbw, "collnet", "Simple")
+
+
 def _schedule_key(schedule: Schedule, cluster: Cluster) -> tuple:
     return (schedule.scheme, schedule.layout, schedule.padded_dim, cluster,
             tuple((ph.name, ph.pattern, ph.chunk_elements, ph.bits_per_element, ph.header_bytes)
@@ -510,13 +613,21 @@ def _schedule_key(schedule: Schedule, cluster: Cluster) -> tuple:
 
 
 @lru_cache(maxsize=8192)
-def _collective(key: tuple, schedule: Schedule, cluster: Cluster) -> tuple[float, float, tuple[OpTime, ...]]:
+def _collective(key: tuple, schedule: Schedule, cluster: Cluster,
+                in_switch: bool = True) -> tuple[float, float, tuple[OpTime, ...]]:
     ops = tuple(op_time(kind, phases, schedule.layout, cluster) for kind, phases in operations(schedule))
+    if in_switch and ops and schedule.scheme in ALLREDUCE_SCHEMES:  # NCCL's NVLS / CollNet where they are faster
+        bits = schedule.phases[0].bits_per_element[0]
+        switch = switch_allreduce(cluster, schedule.padded_dim * bits / 8)
+        if switch is not None and switch.seconds < sum(o.seconds for o in ops):
+            ops = (switch,)
     return sum(o.seconds for o in ops), sum(o.incast_timeouts for o in ops), ops
 
 
-def collective_ops(schedule: Schedule, cluster: Cluster) -> tuple[OpTime, ...]:
-    return _collective(_schedule_key(schedule, cluster), schedule, cluster)[2]
+def collective_ops(schedule: Schedule, cluster: Cluster, in_switch: bool = True) -> tuple[OpTime, ...]:
+    """The NCCL operations of one collective with their times; ``in_switch``: an all-reduce may be reduced in
+    the switches where the hardware can (False: the ring or tree asked for)."""
+    return _collective(_schedule_key(schedule, cluster), schedule, cluster, in_switch)[2]
 
 
 def collective_time(schedule: Schedule, cluster: Cluster) -> float:
@@ -545,11 +656,12 @@ def nccl_model_time(cluster: Cluster, nbytes: float, algorithm: str, protocol: s
     n, p = cluster.n_nodes, cluster.n_gpus
     bus = min(cluster.nic.count * cluster.nic_bandwidth, cluster.intra.port_bandwidth) / 1e9 if n > 1 \
         else cluster.intra.port_bandwidth / 1e9  # GB/s = bytes per ns
+    cap = bus_bandwidth_cap(cluster, algorithm, protocol, nccl_channels(cluster)) / 1e9 if n > 1 else math.inf
     if algorithm == "ring":
-        bw = bus * RING_FACTOR[protocol] * p / (2 * (p - 1))
+        bw = min(bus * RING_FACTOR[protocol], cap) * p / (2 * (p - 1))
         lat = ring_latency(cluster, protocol, 2 * (p - 1), 2 * (n - 1), True) * 1e6
     else:
-        bw = bus * TREE_FACTOR[protocol] * 0.5 * tree_correction(protocol, nbytes)
+        bw = min(bus * TREE_FACTOR[protocol], cap) * 0.5 * tree_correction(protocol, nbytes)
         lat = tree_latency(cluster, protocol) * 1e6
     return lat + nbytes / (1000 * bw)
 
@@ -600,12 +712,47 @@ def collective_schedule(name: str, layout: Layout, dim: int, bits: int = 32) -> 
     return Schedule(name, layout, int(dim), D, phases)
 
 
+SUMMATION_SERVERS = "summation_servers"
+
+
+def summation_servers(cluster: Cluster, dim: int, bits: int = 32) -> Schedule:
+    """Push-pull through summation servers (BytePS, Jiang et al., OSDI 2020, Section 3; a TensorFlow parameter
+    server): the GPUs of a node reduce-scatter inside it, each GPU pushes its shard, split evenly, to the
+    servers, which sum and send the result back (pull), and the node all-gathers. As many server NICs as worker
+    NICs (BytePS's rule: the servers' bandwidth at least the workers'), on machines of their own or, with the
+    framework's ``servers_on_workers``, one per worker node (what a node pushes to its own server stays inside
+    it). A worker NIC so carries the gradient once each way, where a ring all-reduce carries it 2(n-1)/n times.
+    One pipelined operation: the libraries partition tensors and push, sum and pull the pieces concurrently."""
+    layout, nics = cluster.layout, cluster.nic.count
+    n, g = layout.n_nodes, layout.gpus_per_node
+    colocated = framework_preset(cluster.framework).servers_on_workers
+    first_node = 0 if colocated else n
+    servers = tuple((first_node + s // nics) * g + (s % nics) * g // nics for s in range(n * nics))
+    D = padded_dim(dim, layout.n_ranks * len(servers))
+    nodes = tuple(layout.node_ranks(k) for k in range(n))
+    groups = tuple(tuple(ep for ep in layout.local_rank_group(j) if layout.node_of(ep) != layout.node_of(server))
+                   + (server,) for server in servers for j in range(g))
+    groups = tuple(grp for grp in groups if len(grp) > 1)
+    piece = D // (g * len(servers))
+    intra = (bits,) * (g - 1)
+    phases = (
+        Phase("intra_reduce_scatter", "ring_reduce_scatter", nodes, D // g, intra, "reduce"),
+        Phase("push", "push", groups, piece, (bits,) if groups else (), "reduce"),
+        Phase("pull", "pull", groups, piece, (bits,) if groups else (), "copy"),
+        Phase("intra_all_gather", "ring_all_gather", nodes, D // g, intra, "copy"),
+    )
+    return Schedule(SUMMATION_SERVERS, layout, int(dim), D, phases)
+
+
 def step_schedule(optimizer: str, cluster: Cluster, dim: int, scheme: str | None = None,
                   full_precision: bool = False, grad_bits: int = 32) -> Schedule:
-    """The schedule one communicating step of ``optimizer`` runs (its ``birder_ref.registry`` spec): DDP's
-    all-reduce for full-precision steps, unless the optimizer has a full-precision schedule of its own."""
+    """The schedule one communicating step of ``optimizer`` runs (its ``birder_ref.registry`` spec): the
+    framework's full-precision exchange (DDP's all-reduce, or its summation servers) for full-precision steps,
+    unless the optimizer has a full-precision schedule of its own."""
     spec = simulated_spec(optimizer)
     if not spec.compressed or (full_precision and not spec.own_full_precision):
+        if cluster.n_nodes > 1 and framework_preset(cluster.framework).pattern == "summation-servers":
+            return summation_servers(cluster, dim, grad_bits)
         return fp32_allreduce(cluster, dim, grad_bits)
     options = {"full_precision": True} if full_precision else {}
     return spec.schedule(cluster.layout, dim, scheme=scheme, **options)

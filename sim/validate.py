@@ -305,7 +305,7 @@ def row_bursts(row: Row) -> set[float]:
         for elements in sizes:
             sched = step_schedule(row.optimizer, c, elements, "hierarchical", kind.full_precision)
             for phase in sched.phases:
-                load = phase_load(phase, sched.layout, c.nic.count)
+                load = phase_load(phase, sched.layout, c.rails)
                 if load.nic_rx > 1 and not phase.pattern.is_ring and phase.n_rounds:
                     out.add(burst_bytes(load, phase.message_bytes(0)))
     return out
@@ -501,13 +501,19 @@ def gradient_bits(optimizer: str, grad_dtype: str) -> int:
     return 1 if registry.get(optimizer).compressed else GRAD_BITS[grad_dtype]
 
 
+def link_rate_gbps(row: PublishedRow) -> float:
+    """Gb/s per NIC of a row's link as the simulator and the alpha-beta baseline both take it: the rate its source
+    measured host to host where it states one (set-up data), else the line rate."""
+    return row.line_rate_gbps if row.measured_link_gbps is None else row.measured_link_gbps
+
+
 def alpha_beta(row: PublishedRow) -> float:
-    """``alpha_beta_throughput`` of a corpus row: its line rate on all its NICs, once per optimizer step
-    (``grad_accum`` micro-batches)."""
+    """``alpha_beta_throughput`` of a corpus row: its link rate (``link_rate_gbps``) on all its NICs, once per
+    optimizer step (``grad_accum`` micro-batches)."""
     bits = gradient_bits(SIMULATED_AS.get(row.optimizer, row.optimizer),
                          GRAD_DTYPE_OF_PRECISION.get(row.precision, "fp32"))
     return alpha_beta_throughput(row.params, bits, row.nodes, row.gpus_per_node * row.batch_per_gpu * row.grad_accum,
-                                 row.single_node_throughput, row.line_rate_gbps * 1e9 * row.nics_per_node / 8)
+                                 row.single_node_throughput, link_rate_gbps(row) * 1e9 * row.nics_per_node / 8)
 
 
 def interval_regime(alpha_beta_efficiency: float) -> str:
@@ -556,9 +562,14 @@ def corpus_cluster(row: PublishedRow, fitted: bool) -> Cluster:
         raise ValueError(f"no {row.intra} fabric preset for {row.gpu} in sim/presets/intra.toml")
     site = SITE_OF_SETUP.get((row.source, row.transport, float(row.line_rate_gbps))) if fitted else None
     if site is not None and row.nics_per_node == 1:
-        return cluster(site, row.nodes, row.gpus_per_node, intra, row.gpu, framework=framework_of(row))
-    c = cluster("10gbe", row.nodes, row.gpus_per_node, intra, row.gpu, framework=framework_of(row))
-    return replace(c, nic=_generic_nic(row))
+        c = cluster(site, row.nodes, row.gpus_per_node, intra, row.gpu, framework=framework_of(row))
+    else:
+        c = replace(cluster("10gbe", row.nodes, row.gpus_per_node, intra, row.gpu, framework=framework_of(row)),
+                    nic=_generic_nic(row))
+    if row.measured_link_gbps is None:
+        return c
+    # the source's measured link rate is set-up data: the same in the fitted and the generic prediction
+    return replace(c, nic=replace(c.nic, measured_rate=row.measured_link_gbps * 1e9))
 
 
 def corpus_predict(row: PublishedRow, fitted: bool, measured_node: bool = True) -> workload.Prediction:
@@ -575,7 +586,8 @@ def corpus_predict(row: PublishedRow, fitted: bool, measured_node: bool = True) 
     p = predict(c, model=row.model if known else None, params=None if known else int(row.params),
                 batch_per_gpu=int(row.batch_per_gpu), optimizer=optimizer,
                 single_node_throughput=float(row.single_node_throughput) if measured_node else None,
-                grad_dtype=GRAD_DTYPE_OF_PRECISION[row.precision], accumulation_steps=row.grad_accum)
+                grad_dtype=GRAD_DTYPE_OF_PRECISION[row.precision], accumulation_steps=row.grad_accum,
+                warmup_fraction=row.warmup_fraction)
     return p
 
 
@@ -592,6 +604,7 @@ class CorpusPrediction:
     gpus_per_node: int
     transport: str
     line_rate_gbps: float
+    measured_link_gbps: float | None  # the source's measured link rate (simulator and alpha-beta use it), or None
     nics_per_node: int
     framework: str
     simulated_framework: str  # presets/frameworks.toml's entry it ran with (DDP's where the row's has none)
@@ -663,10 +676,171 @@ def linear_ceiling(high: float, predicted: float, linear: float) -> float:
     return min(high, max(predicted, linear))
 
 
-def interval_quantiles(predictions: list[tuple[str, float]]) -> dict[str, tuple[float, float]]:
+def interval_quantiles(predictions: list[tuple[str, float]], level: float = INTERVAL_LEVEL
+                       ) -> dict[str, tuple[float, float]]:
     """Per interval regime (and ``all``, the regimes pooled), the conformal bounds of log(measured / predicted)
-    over (regime, log ratio) pairs."""
-    return {reg: log_ratio_quantiles([x for r, x in predictions if reg in (r, "all")]) for reg in (*REGIMES, "all")}
+    over (regime, log ratio) pairs at ``level``."""
+    return {reg: log_ratio_quantiles([x for r, x in predictions if reg in (r, "all")], level)
+            for reg in (*REGIMES, "all")}
+
+
+def regime_bounds(q: dict[str, tuple[float, float]], regime: str) -> tuple[float, float]:
+    """A regime's bounds from ``interval_quantiles``, or the regimes pooled where its rows are too few to bound."""
+    return q[regime] if all(map(math.isfinite, q[regime])) else q["all"]
+
+
+# the conformal levels a source-calibrated interval may take, from the nominal one up (half a percent apart)
+LEVEL_GRID = tuple(round(INTERVAL_LEVEL + 0.005 * k, 3) for k in range(int(round((0.99 - INTERVAL_LEVEL) / 0.005)) + 1))
+
+
+@dataclass(frozen=True)
+class LoggedError:
+    """One left-out prediction as the intervals see it: its source, interval regime, log(measured / predicted)
+    and the most its interval's upper end may be in the same units (log(linear scaling / predicted) on a measured
+    node, ``linear_ceiling``; infinite where nothing caps it)."""
+
+    source: str
+    regime: str
+    log_ratio: float
+    cap: float = math.inf
+
+
+def _covered(e: LoggedError, bounds: tuple[float, float]) -> bool:
+    """Whether ``e``'s measurement lies in its interval from ``bounds`` (stretched to hold the prediction,
+    ``interval_around``; capped, ``linear_ceiling``)."""
+    return min(bounds[0], 0.0) <= e.log_ratio <= min(max(bounds[1], 0.0), max(e.cap, 0.0))
+
+
+def source_coverage(errors: list[LoggedError], groups: dict[str, frozenset[str]], level: float) -> float:
+    """Share of ``errors`` covered by intervals at conformal ``level`` fitted, for each, on the errors of the
+    sources not held out with its own (``groups``): leave-one-source-out coverage."""
+    covered = []
+    for held in {groups[e.source] for e in errors}:
+        q = interval_quantiles([(e.regime, e.log_ratio) for e in errors if e.source not in held], level)
+        covered += [_covered(e, regime_bounds(q, e.regime)) for e in errors if e.source in held]
+    return sum(covered) / len(covered) if covered else 1.0
+
+
+def source_calibrated_level(errors: list[LoggedError], groups: dict[str, frozenset[str]],
+                            nominal: float = INTERVAL_LEVEL) -> float:
+    """The least conformal level (``LEVEL_GRID``) at which intervals fitted leave-one-source-out on ``errors``
+    cover at least ``nominal`` of them. Split-conformal's guarantee holds for exchangeable rows, but rows of one
+    source share its set-up's errors, so a new source's rows fall outside more often than the rows' own
+    quantiles say; raising the level until the sources at hand are covered as promised, each judged by the
+    others, calibrates for that (cross-conformal over groups; Barber et al. 2021 on jackknife+, Dunn et al. 2022
+    on conformal prediction for grouped data). The top of the grid where even that falls short."""
+    return next((level for level in LEVEL_GRID if source_coverage(errors, groups, level) >= nominal), LEVEL_GRID[-1])
+
+
+def left_out_bounds(errors: list[LoggedError], groups: dict[str, frozenset[str]]
+                    ) -> dict[frozenset[str], tuple[float, dict[str, tuple[float, float]]]]:
+    """Per held-out group of sources: (the level calibrated on the other sources alone, and the quantiles of
+    their errors at it). Nothing of the held-out group enters either."""
+    out = {}
+    for held in {groups[e.source] for e in errors}:
+        others = [e for e in errors if e.source not in held]
+        level = source_calibrated_level(others, groups)
+        out[held] = level, interval_quantiles([(e.regime, e.log_ratio) for e in others], level)
+    return out
+
+
+# what may differ between two rows of one table that a speed-up compares (the rest is the same set-up)
+PAIR_COLUMNS = ("optimizer", "framework", "comm_library", "precision", "transport", "line_rate_gbps",
+                "nics_per_node", "intra")
+# what two rows of one table share to be paired: the same model, batch, GPUs and node count
+PAIR_KEY = ("source", "table", "model", "batch_per_gpu", "gpu", "gpus_per_node", "nodes")
+
+
+def pair_regime(a: str, b: str) -> str:
+    """A speed-up's interval regime: communication-bound if either side's is (its errors dominate the ratio's)."""
+    return REGIMES[1] if REGIMES[1] in (a, b) else REGIMES[0]
+
+
+def paired_rows(rows: list[PublishedRow]) -> list[tuple[int, int]]:
+    """Index pairs (i, j), i < j, of rows of one table measured on the same model, batch, GPUs and node count
+    that differ in what a speed-up compares (``PAIR_COLUMNS``: an optimizer, a framework, a network ...)."""
+    groups: dict[tuple, list[int]] = {}
+    for i, row in enumerate(rows):
+        groups.setdefault(tuple(getattr(row, k) for k in PAIR_KEY), []).append(i)
+    return [(i, j) for members in groups.values() for k, i in enumerate(members) for j in members[k + 1:]
+            if any(getattr(rows[i], c) != getattr(rows[j], c) for c in PAIR_COLUMNS)]
+
+
+def pair_label(row: PublishedRow, other: PublishedRow) -> str:
+    """What ``row`` is in a pair: its values of the columns in which it differs from ``other``."""
+    return " ".join(f"{c}={getattr(row, c)}" for c in PAIR_COLUMNS if getattr(row, c) != getattr(other, c))
+
+
+@dataclass(frozen=True)
+class PairPrediction:
+    """Two rows of one table (same set-up and node count but for what is compared): the measured and predicted
+    ratio of the one predicted faster over the other, the ratio's interval fitted on other sources' pairs, and the
+    naive interval of the two rows' own intervals divided end by end."""
+
+    source: str
+    table: str
+    model: str
+    nodes: int
+    faster: str  # the row predicted faster, by the columns it differs in (``pair_label``)
+    slower: str
+    interval_regime: str  # ``pair_regime`` of the two rows'
+    measured: float  # measured throughput ratio faster / slower
+    predicted: float  # predicted ratio, >= 1
+    low: float  # the interval fitted on the other sources' pairs
+    high: float
+    naive_low: float  # the faster row's low over the slower's high
+    naive_high: float  # the faster row's high over the slower's low
+
+    @property
+    def covered(self) -> bool:
+        return self.low <= self.measured <= self.high
+
+    @property
+    def naive_covered(self) -> bool:
+        return self.naive_low <= self.measured <= self.naive_high
+
+    @property
+    def decided(self) -> bool:
+        """The interval excludes 1: the prediction says which is faster."""
+        return self.low > 1 or self.high < 1
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "covered": self.covered, "naive_covered": self.naive_covered, "decided": self.decided}
+
+
+def oriented_pairs(rows: list[PublishedRow], predicted: list[float]) -> list[tuple[int, int]]:
+    """``paired_rows`` each as (faster, slower) by the prediction (ties: the first row first)."""
+    return [(i, j) if predicted[i] >= predicted[j] else (j, i) for i, j in paired_rows(rows)]
+
+
+def median(values: list[float]) -> float | None:
+    xs = sorted(values)
+    if not xs:
+        return None
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def share(flags) -> float | None:
+    """The share of true values (None of none)."""
+    flags = list(flags)
+    return sum(flags) / len(flags) if flags else None
+
+
+def pair_figures(pairs: list[PairPrediction]) -> dict:
+    """Over left-out pairs: how many, the coverage and median half-width (relative to the predicted ratio) of
+    the paired intervals and of the naive ones, the share whose paired interval excludes 1 (``decided``) and, of
+    those, the share on the measured side of 1 (``decided_right``); the same two for the naive intervals."""
+    decided = [p for p in pairs if p.decided]
+    naive_decided = [p for p in pairs if p.naive_low > 1 or p.naive_high < 1]
+    return {"pairs": len(pairs), "coverage": share(p.covered for p in pairs),
+            "median_half_width": median([(p.high - p.low) / 2 / p.predicted for p in pairs]),
+            "naive_coverage": share(p.naive_covered for p in pairs),
+            "naive_median_half_width": median([(p.naive_high - p.naive_low) / 2 / p.predicted for p in pairs]),
+            "decided": share(p.decided for p in pairs),
+            "decided_right": share((p.measured > 1) == (p.low > 1) for p in decided),
+            "naive_decided": len(naive_decided) / len(pairs) if pairs else None,
+            "naive_decided_right": share((p.measured > 1) == (p.naive_low > 1) for p in naive_decided)}
 
 
 @dataclass(frozen=True)
@@ -692,6 +866,18 @@ class CorpusValidation:
     # the same for predictions whose compute comes from the built-in GPU profiles (no node measured), on the rows
     # whose model and GPU the simulator knows
     quantiles_unmeasured_node: dict[str, tuple[float, float]]
+    pairs: tuple[PairPrediction, ...] = ()  # every pair of rows a speed-up compares, its interval left out
+    # bounds on log(measured ratio / predicted ratio) of a speed-up (the faster by the prediction over the slower),
+    # per interval regime, from every pair's left-out predictions: with a measured node, and without
+    speedup_quantiles: dict[str, tuple[float, float]] | None = None
+    speedup_quantiles_unmeasured_node: dict[str, tuple[float, float]] | None = None
+    # predictions from the built-in GPU profiles, each source left out: per row (interval regime, predicted, low,
+    # high, measured), and their pairs
+    unmeasured_rows: tuple[tuple[str, float, float, float, float], ...] = ()
+    unmeasured_pairs: tuple[PairPrediction, ...] = ()
+    # the conformal level each stored set of quantiles was taken at (``source_calibrated_level``): measured_node,
+    # unmeasured_node, speedup_measured_node, speedup_unmeasured_node
+    levels: dict[str, float] | None = None
 
     def mape(self, which: str, regime: str | None = None, source: str | None = None) -> float | None:
         chosen = [r for r in self.rows if (regime is None or r.regime == regime)
@@ -710,12 +896,14 @@ class CorpusValidation:
         return sum(r.covered for r in chosen) / len(chosen) if chosen else None
 
     def median_half_width(self, regime: str | None = None) -> float | None:
-        widths = sorted((r.high - r.low) / 2 / r.left_out for r in self.rows
-                        if regime is None or r.interval_regime == regime)
-        if not widths:
-            return None
-        mid = len(widths) // 2
-        return widths[mid] if len(widths) % 2 else (widths[mid - 1] + widths[mid]) / 2
+        return median([(r.high - r.low) / 2 / r.left_out for r in self.rows
+                       if regime is None or r.interval_regime == regime])
+
+    def speedup_figures(self, regime: str | None = None, source: str | None = None) -> dict:
+        """``pair_figures`` of the left-out pairs calibrated on a measured node (of one interval regime or
+        source, or all)."""
+        return pair_figures([p for p in self.pairs if (regime is None or p.interval_regime == regime)
+                             and (source is None or p.source == source)])
 
     def table(self) -> list[dict]:
         """Per source, per regime and overall: rows and the MAPE of in-sample, left-out, linear and alpha-beta."""
@@ -733,19 +921,40 @@ class CorpusValidation:
         comm = REGIMES[1]
         return {"corpus": self.corpus, "rows": len(self.rows), "skipped_rows": len(self.skipped),
                 "rows_framework_as_ddp": sum(r.framework != r.simulated_framework for r in self.rows),
+                "rows_measured_link": sum(r.measured_link_gbps is not None for r in self.rows),
                 "skill": self.skill(), "skill_communication_bound": self.skill(comm),
                 "mape_left_out": self.mape("left_out"), "mape_in_sample": self.mape("in_sample"),
                 "mape_linear": self.mape("linear"), "mape_alpha_beta": self.mape("alpha_beta"),
-                "interval_level": INTERVAL_LEVEL, "coverage": self.coverage(),
+                "interval_level": INTERVAL_LEVEL, "conformal_levels": self.levels, "coverage": self.coverage(),
                 "coverage_by_regime": {reg: self.coverage(reg) for reg in REGIMES},
                 "coverage_by_measured_regime": {reg: self.coverage(reg, measured=True) for reg in REGIMES},
                 "median_half_width": self.median_half_width(),
-                "median_half_width_by_regime": {reg: self.median_half_width(reg) for reg in REGIMES}}
+                "median_half_width_by_regime": {reg: self.median_half_width(reg) for reg in REGIMES},
+                "speedup": self.speedup_figures(),
+                "speedup_by_regime": {reg: self.speedup_figures(reg) for reg in REGIMES},
+                "speedup_by_source": {src: self.speedup_figures(source=src)
+                                      for src in sorted({p.source for p in self.pairs})},
+                "unmeasured_node": self.unmeasured_figures(),
+                "speedup_unmeasured_node": pair_figures(list(self.unmeasured_pairs))}
+
+    def unmeasured_figures(self) -> dict:
+        """The intervals of predictions from the built-in GPU profiles (no node measured), each source left out:
+        rows, coverage and median half-width, overall and per interval regime."""
+        def figures(chosen):
+            return {"rows": len(chosen), "coverage": share(low <= m <= high for _, _, low, high, m in chosen),
+                    "median_half_width": median([(high - low) / 2 / p for _, p, low, high, _ in chosen])}
+
+        rows = list(self.unmeasured_rows)
+        return {**figures(rows), "by_regime": {reg: figures([r for r in rows if r[0] == reg]) for reg in REGIMES}}
 
     def as_dict(self) -> dict:
         return {**self.summary(), "table": self.table(), "quantiles": {k: list(v) for k, v in self.quantiles.items()},
                 "quantiles_unmeasured_node": {k: list(v) for k, v in self.quantiles_unmeasured_node.items()},
-                "predictions": [r.as_dict() for r in self.rows], "skipped": [s.as_dict() for s in self.skipped]}
+                "speedup_quantiles": {k: list(v) for k, v in (self.speedup_quantiles or {}).items()},
+                "speedup_quantiles_unmeasured_node": {
+                    k: list(v) for k, v in (self.speedup_quantiles_unmeasured_node or {}).items()},
+                "predictions": [r.as_dict() for r in self.rows], "pairs": [p.as_dict() for p in self.pairs],
+                "skipped": [s.as_dict() for s in self.skipped]}
 
 
 def corpus_figures_markdown(summary: dict) -> str:
@@ -760,13 +969,50 @@ def corpus_figures_markdown(summary: dict) -> str:
             f"{pct(summary['mape_in_sample'])}), against {pct(summary['mape_linear'])} for linear scaling and "
             f"{pct(summary['mape_alpha_beta'])} for an alpha-beta ring; skill (our error / linear scaling's) "
             f"**{summary['skill_communication_bound']:.2f}** on communication-bound rows, {summary['skill']:.2f} "
-            f"overall. The {summary['interval_level']:.0%} intervals, fitted without each row's source, cover "
+            f"overall. The {summary['interval_level']:.0%} intervals, fitted without each row's source (conformal "
+            f"quantiles at {pct(summary['conformal_levels']['measured_node'])}, the level at which the other "
+            "sources, each left out in turn, are covered as promised), cover "
             f"**{pct(summary['coverage'])}** of the rows left out with a median half-width of "
             f"**{pct(summary['median_half_width'])}** ({pct(summary['coverage_by_regime'][comp])} and "
             f"{pct(summary['median_half_width_by_regime'][comp])} where an alpha-beta ring predicts compute-bound, "
             f"{pct(summary['coverage_by_regime'][comm])} and {pct(summary['median_half_width_by_regime'][comm])} "
             f"where it predicts communication-bound; {pct(summary['coverage_by_measured_regime'][comm])} of the "
-            "rows measured communication-bound).")
+            "rows measured communication-bound)." + speedup_figures_markdown(summary))
+
+
+def speedup_figures_markdown(summary: dict) -> str:
+    """The speed-up intervals' sentence of ``corpus_figures_markdown`` (empty where the corpus has no pairs)."""
+    f = summary.get("speedup") or {}
+    if not f.get("pairs"):
+        return ""
+
+    def pct(x):
+        return "-" if x is None else f"{100 * x:.1f}%"
+
+    return (f" Speed-ups (one row's throughput over another's of the same published table, set-up and node "
+            f"count: {f['pairs']} pairs) get intervals fitted on the pairs' own errors, each source left out: they "
+            f"cover **{pct(f['coverage'])}** of the pairs left out with a median half-width of "
+            f"**{pct(f['median_half_width'])}**, against {pct(f['naive_coverage'])} and "
+            f"{pct(f['naive_median_half_width'])} for the two rows' intervals divided end by end; "
+            f"{pct(f['decided'])} of them exclude 1 ({pct(f['naive_decided'])} of the naive ones), and "
+            f"{pct(f['decided_right'])} of those name the faster as measured ({pct(f['naive_decided_right'])})."
+            + unmeasured_figures_markdown(summary))
+
+
+def unmeasured_figures_markdown(summary: dict) -> str:
+    """The sentence on predictions without a measured node (built-in GPU profiles), each source left out."""
+    rows, pairs = summary.get("unmeasured_node") or {}, summary.get("speedup_unmeasured_node") or {}
+    if not rows.get("rows") or not pairs.get("pairs"):
+        return ""
+
+    def pct(x):
+        return "-" if x is None else f"{100 * x:.1f}%"
+
+    return (f" Without a measured node (compute from the built-in GPU profiles, {rows['rows']} rows) the "
+            f"intervals cover {pct(rows['coverage'])} with a median half-width of "
+            f"{pct(rows['median_half_width'])}, and the speed-ups' {pct(pairs['coverage'])} with "
+            f"{pct(pairs['median_half_width'])} (naive {pct(pairs['naive_coverage'])} and "
+            f"{pct(pairs['naive_median_half_width'])}).")
 
 
 _SHIPPED: list[CorpusValidation] = []  # the shipped corpus's run, once per process
@@ -800,8 +1046,7 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
             if row.model in MODELS:
                 p = corpus_predict(row, False, measured_node=False)
                 shown = replace(row, single_node_throughput=p.single_node_throughput)
-                unmeasured.append((interval_regime(alpha_beta(shown) / linear_scaling(shown)),
-                                   math.log(row.throughput / p.throughput)))
+                unmeasured.append((row, p.throughput, interval_regime(alpha_beta(shown) / linear_scaling(shown))))
         except ValueError as error:
             skipped.append(SkippedRow(row.source, row.table, row.model, row.nodes, str(error)))
         if progress is not None:
@@ -809,23 +1054,76 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
     groups = _held_out_groups(corpus)
     # with a source out, its site profiles have no rows to fit on: its rows take the generic prediction; every
     # other source's rows are predicted alike whether or not the site was fitted
-    ratios = {id(row): (interval_regime(alpha_beta(row) / linear_scaling(row)),
-                        math.log(row.throughput / generic.throughput)) for row, _, generic in done}
+    errors = [LoggedError(row.source, interval_regime(alpha_beta(row) / linear_scaling(row)),
+                          math.log(row.throughput / generic.throughput),
+                          math.log(linear_scaling(row) / generic.throughput)) for row, _, generic in done]
+    bounds = left_out_bounds(errors, groups)
     out = []
-    for row, fitted, generic in done:
-        held = groups[row.source]
-        q = interval_quantiles([ratios[id(r)] for r, _, _ in done if r.source not in held])
-        reg = ratios[id(row)][0]
-        low, high = interval_around(generic.throughput, q[reg] if all(map(math.isfinite, q[reg])) else q["all"])
+    for (row, fitted, generic), e in zip(done, errors, strict=True):
+        reg = e.regime
+        low, high = interval_around(generic.throughput, regime_bounds(bounds[groups[row.source]][1], reg))
         high = linear_ceiling(high, generic.throughput, linear_scaling(row))
         out.append(CorpusPrediction(
             row.source, row.table, row.model, row.gpu, row.nodes, row.gpus_per_node, row.transport,
-            float(row.line_rate_gbps), row.nics_per_node, row.framework, framework_of(row), row.optimizer,
-            corpus_regime(row), reg,
+            float(row.line_rate_gbps), row.measured_link_gbps, row.nics_per_node, row.framework, framework_of(row),
+            row.optimizer, corpus_regime(row), reg,
             row.throughput, fitted.throughput, generic.throughput, linear_scaling(row), alpha_beta(row),
             low, high))
-    return CorpusValidation(name or "corpus", tuple(out), tuple(skipped), interval_quantiles(list(ratios.values())),
-                            interval_quantiles(unmeasured))
+    u_errors_rows = [LoggedError(row.source, reg, math.log(row.throughput / predicted))
+                     for row, predicted, reg in unmeasured]
+    pairs, paired_errors = _left_out_pairs([row for row, _, _ in done], [r.left_out for r in out],
+                                           [r.interval_regime for r in out], [(r.low, r.high) for r in out], groups)
+    u_rows, u_predicted, u_regimes = ([u[k] for u in unmeasured] for k in range(3))
+    u_bounds = left_out_bounds(u_errors_rows, groups)  # each from the other sources' rows, as the measured nodes'
+    u_intervals = [interval_around(predicted, regime_bounds(u_bounds[groups[row.source]][1], reg))
+                   for row, predicted, reg in unmeasured]
+    u_pairs, u_errors = _left_out_pairs(u_rows, u_predicted, u_regimes, u_intervals, groups)
+    levels = {"measured_node": source_calibrated_level(errors, groups),
+              "unmeasured_node": source_calibrated_level(u_errors_rows, groups),
+              "speedup_measured_node": source_calibrated_level(paired_errors, groups),
+              "speedup_unmeasured_node": source_calibrated_level(u_errors, groups)}
+
+    def pooled(errs, key):
+        return interval_quantiles([(e.regime, e.log_ratio) for e in errs], levels[key])
+
+    return CorpusValidation(name or "corpus", tuple(out), tuple(skipped), pooled(errors, "measured_node"),
+                            pooled(u_errors_rows, "unmeasured_node"), tuple(pairs),
+                            pooled(paired_errors, "speedup_measured_node"),
+                            pooled(u_errors, "speedup_unmeasured_node"),
+                            tuple((reg, p, low, high, row.throughput) for row, p, reg, (low, high)
+                                  in zip(u_rows, u_predicted, u_regimes, u_intervals, strict=True)),
+                            tuple(u_pairs), levels)
+
+
+def _pair_errors(rows: list[PublishedRow], predicted: list[float], regimes: list[str]
+                 ) -> list[tuple[tuple[int, int], LoggedError]]:
+    """Per pair of rows a speed-up compares, oriented faster-first by the prediction: ((faster, slower), its error:
+    the pair's source and interval regime, log(measured ratio / predicted ratio))."""
+    return [((i, j), LoggedError(rows[i].source, pair_regime(regimes[i], regimes[j]),
+                                 math.log(rows[i].throughput / rows[j].throughput)
+                                 - math.log(predicted[i] / predicted[j])))
+            for i, j in oriented_pairs(rows, predicted)]
+
+
+def _left_out_pairs(rows: list[PublishedRow], predicted: list[float], regimes: list[str],
+                    intervals: list[tuple[float, float]], groups: dict[str, frozenset[str]]
+                    ) -> tuple[list[PairPrediction], list[LoggedError]]:
+    """Every pair of ``rows`` (predicted ``predicted``, with interval regimes ``regimes`` and left-out intervals
+    ``intervals``) with its speed-up interval fitted on the pairs of the sources not held out with it (a pair's
+    two rows share their source; the level calibrated on those sources alone), and the pairs' errors."""
+    indexed = _pair_errors(rows, predicted, regimes)
+    errors = [e for _, e in indexed]
+    bounds = left_out_bounds(errors, groups)
+    pairs = []
+    for (i, j), e in indexed:
+        ratio = predicted[i] / predicted[j]
+        low, high = interval_around(ratio, regime_bounds(bounds[groups[e.source]][1], e.regime))
+        (low_i, high_i), (low_j, high_j) = intervals[i], intervals[j]
+        a, b = rows[i], rows[j]
+        pairs.append(PairPrediction(a.source, a.table, a.model, a.nodes, pair_label(a, b), pair_label(b, a),
+                                    e.regime, a.throughput / b.throughput, ratio, low, high, low_i / high_j,
+                                    high_i / low_j if low_j > 0 else math.inf))
+    return pairs, errors
 
 
 def main(argv: list[str] | None = None) -> int:

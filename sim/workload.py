@@ -75,6 +75,22 @@ def ddp_buckets(model: ModelProfile, bytes_per_element: int = 4, cap_bytes: floa
     return tuple(buckets)
 
 
+def split_buckets(model: ModelProfile, starts: tuple[int, ...]) -> tuple[Bucket, ...]:
+    """Fusion groups by parameter index (MindSpore's all_reduce_fusion_config): tensor indices in registration
+    order, a group from each start to the next; a group is ready when the backward pass reaches the layer of
+    its first tensor, so the last group is all-reduced first."""
+    layer_of, sizes = [], []
+    for index, layer in enumerate(model.layers):
+        layer_of += [index] * len(layer.tensors)
+        sizes += list(layer.tensors)
+    if starts and starts[-1] >= len(sizes):
+        raise ValueError(f"{model.name}: fusion split {list(starts)} past its {len(sizes)} tensors")
+    bounds = (0, *starts, len(sizes))
+    last = len(model.layers) - 1
+    groups = zip(bounds[:-1], bounds[1:], strict=True)
+    return tuple(Bucket(sum(sizes[lo:hi]), last - layer_of[lo]) for lo, hi in reversed(list(groups)))
+
+
 # ------------------------------------------------------------------------------------------------ kernels
 def _kernel_seconds(gpu: str, elements: float, bytes_per_element: float, launches: int) -> float:
     spec = GPUS[gpu]
@@ -151,7 +167,9 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float) ->
     spec = simulated_spec(work.optimizer)
     opt_s = _kernel_seconds(cluster.gpu, n_params, spec.step_bytes_per_element, 4)
     framework = framework_preset(cluster.framework)
-    buckets = ddp_buckets(model, 4, framework.bucket_cap_bytes, framework.first_bucket_bytes)
+    split = framework.split_of(model.name)
+    buckets = split_buckets(model, split) if split is not None else \
+        ddp_buckets(model, 4, framework.bucket_cap_bytes, framework.first_bucket_bytes)
     layer_done = [env.event() for _ in layers]
     compressed = not kind.full_precision
     scheme = work.scheme if spec.takes_scheme else ""
@@ -160,7 +178,7 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float) ->
     def communicate(elements: int):
         schedule = step_schedule(work.optimizer, cluster, elements, work.scheme, kind.full_precision,
                                  work.grad_bits)
-        t = traffic(schedule, cluster.nic.count)
+        t = traffic(schedule, cluster.rails)
         totals["intra"] += t.intra_node_bytes_per_gpu
         totals["inter"] += t.inter_node_bytes_per_gpu
         compress = decompress = 0.0

@@ -434,7 +434,16 @@ ROWS = [
     api("sim-nic-retransmission-timeout-a-day", lambda: call(make_nic, "x", {"line_rate_gbps": 10,
                                                                              "retransmission_timeout_s": 86400}),
         "retransmission_timeout_s"),
-
+    # issue 18: a measured link rate is set-up data, at most the line rate
+    api("sim-nic-measured-above-line-rate", lambda: call(make_nic, "x", {
+        "transport": "ib", "line_rate_gbps": 10, "efficiency": 0.96, "latency_us": 0, "measured_gbps": 11}),
+        "measured_gbps", "line rate"),
+    api("sim-nic-without-efficiency", lambda: call(make_nic, "x", {"transport": "ib", "line_rate_gbps": 10}),
+        "efficiency"),
+    api("sim-nic-measured-zero", lambda: call(make_nic, "x", {"line_rate_gbps": 10, "measured_gbps": 0}),
+        "measured_gbps"),
+    api("sim-nic-measured-nan", lambda: call(make_nic, "x", {"line_rate_gbps": 10, "measured_gbps": NAN}),
+        "measured_gbps"),
 ]
 
 

@@ -95,6 +95,12 @@ TOML = {
     "intra_port_absurd.toml": '[network]\npreset = "10gbe"\n[intra]\nport_gbytes_per_s = 1e300\n',
     "intra_port_in_bits.toml": '[network]\npreset = "10gbe"\n[intra]\nport_gbytes_per_s = 900000000000\n',
     "intra_latency_huge.toml": '[network]\npreset = "10gbe"\n[intra]\nlatency_us = 1e9\n',
+    # issue 18: a measured link rate is positive and at most the line rate; it replaces line rate x efficiency
+    "measured_above_line.toml": '[network]\npreset = "40gbe"\nmeasured_gbps = 41\n',
+    "measured_zero.toml": '[network]\npreset = "40gbe"\nmeasured_gbps = 0\n',
+    "measured_string.toml": '[network]\npreset = "40gbe"\nmeasured_gbps = "4.1 Gbps"\n',
+    "measured_in_bits.toml": '[network]\ntransport = "socket"\nline_rate_gbps = 40\nmeasured_gbps = 4.1e9\n',
+    "measured_and_efficiency.toml": '[network]\npreset = "40gbe"\nefficiency = 0.5\nmeasured_gbps = 4.1\n',
 }
 HEADER = "model,batch_per_gpu,network,optimizer,gpus,throughput\n"
 GOOD_ROW = "resnet50,32,10gbe,sgdm,8,3693\n"
@@ -269,7 +275,7 @@ ROWS = [
     row("predict-nics-zero", "predict --nics-per-node 0", "--nics-per-node"),
     row("predict-nics-text", "predict --nics-per-node two", "--nics-per-node"),
     row("predict-nics-beyond-gpus", "predict --nics-per-node 9", "--nics-per-node"),
-    row("predict-nics-beyond-cli-gpus", "predict --gpus-per-node 4 --nics-per-node 8", "--nics-per-node"),
+    row("predict-nics-uneven-cli-gpus", "predict --gpus-per-node 4 --nics-per-node 6", "--nics-per-node"),
     row("predict-nodes-per-leaf-zero", "predict --nodes-per-leaf 0", "--nodes-per-leaf"),
     row("predict-nodes-per-leaf-text", "predict --nodes-per-leaf rack", "--nodes-per-leaf"),
     row("predict-hook-unknown", "predict --hook async", "--hook"),
@@ -615,6 +621,23 @@ ROWS = [
     row("report-prices-device", "report --quick --out r --prices /dev/urandom", "/dev/urandom", wall_s=HANG_S),
     row("gpu-validate-timeout-1e308", "gpu-validate --timeout 1e308", "--timeout", "86400"),
     row("gpu-validate-timeout-a-microsecond", "gpu-validate --timeout 1e-6", "--timeout"),
+    row("cluster-measured-above-line-rate", "predict --cluster {d}/measured_above_line.toml --nodes 2",
+        "measured_gbps", "line rate"),
+    row("cluster-measured-zero", "predict --cluster {d}/measured_zero.toml --nodes 2", "measured_gbps"),
+    row("cluster-measured-string", "predict --cluster {d}/measured_string.toml --nodes 2", "measured_gbps"),
+    row("cluster-measured-in-bits", "predict --cluster {d}/measured_in_bits.toml --nodes 2", "measured_gbps"),
+    row("cluster-measured-and-efficiency", "predict --cluster {d}/measured_and_efficiency.toml --nodes 2",
+        "measured_gbps", "efficiency"),
+    row("predict-measured-above-line-rate", "predict --network 10gbe --nodes 2 --measured-gbps 25 --json",
+        "--measured-gbps", "line rate"),
+    row("predict-measured-zero", "predict --nodes 2 --measured-gbps 0", "--measured-gbps"),
+    row("predict-measured-nan", "predict --nodes 2 --measured-gbps nan", "--measured-gbps"),
+    row("predict-measured-text", "predict --nodes 2 --measured-gbps fast", "--measured-gbps"),
+    row("predict-measured-tiny", "predict --nodes 2 --measured-gbps 1e-9", "--measured-gbps", "below"),
+    row("predict-measured-above-cluster-line-rate", "predict --cluster {d}/good.toml --nodes 2 --measured-gbps 40",
+        "--measured-gbps", "line rate"),
+    row("sweep-measured-two-networks", "sweep --nodes 2 --optimizers sgdm --measured-gbps 4 --out s",
+        "--measured-gbps", "one network"),
 ]
 
 if HAS_COLLECTIVE:  # the subcommand is being added beside this suite; its rows run once it is there
@@ -647,7 +670,7 @@ if HAS_COLLECTIVE:  # the subcommand is being added beside this suite; its rows 
             "--algorithm"),
         row("collective-nodes-negative", "collective --op all-reduce --bytes 8 --nodes -1", "--nodes"),
         row("collective-nodes-past-bound", "collective --op all-reduce --bytes 8 --nodes 8193", "--nodes"),
-        row("collective-nics-beyond-gpus", "collective --op all-reduce --bytes 8 --nics-per-node 16",
+        row("collective-nics-uneven-gpus", "collective --op all-reduce --bytes 8 --nics-per-node 12",
             "--nics-per-node"),
         row("collective-oversubscription-half", "collective --op all-reduce --bytes 8 --oversubscription 0.5",
             "--oversubscription"),

@@ -77,6 +77,8 @@ def test_calibrated_cluster_reproduces_the_measured_all_reduce(tmp_path, capsys)
                  "--single-node-throughput", "2500", "--json"]) == 0
     predicted = json.loads(capsys.readouterr().out)
     assert predicted["nodes"] == 64 and not predicted["site_profile"]
+    # nccl-tests rows bound collective times, not training throughput: the corpus's bounds, and it says so
+    assert predicted["interval_basis"].startswith("generic bounds (birder calibrate fitted collective times")
     assert predicted["throughput_low"] <= predicted["throughput"] <= predicted["throughput_high"]
 
 

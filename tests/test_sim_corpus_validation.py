@@ -88,6 +88,23 @@ def test_conformal_bounds_are_order_statistics():
     assert validate.log_ratio_quantiles(values[:5]) == (-math.inf, math.inf)
 
 
+def test_the_level_is_calibrated_on_whole_sources_left_out():
+    """Ten sources of 20 rows each, every source's errors shifted by its own offset (-0.45 .. +0.45 in log units)
+    around a spread of +-0.1: the rows' own 80% quantiles, judged source by source, cover 72% (a
+    new source's shift is outside most of the others' spread); the calibrated level raises them until they do,
+    and a held-out source's own errors never enter its bounds or its level."""
+    errors = [validate.LoggedError(f"s{s}", "compute-bound", 0.1 * (s - 4.5) + 0.01 * (k - 9.5))
+              for s in range(10) for k in range(20)]
+    groups = {f"s{s}": frozenset({f"s{s}"}) for s in range(10)}
+    assert validate.source_coverage(errors, groups, 0.8) == pytest.approx(0.72)
+    level = validate.source_calibrated_level(errors, groups)
+    assert level > 0.8 and validate.source_coverage(errors, groups, level) >= 0.8
+    bounds = validate.left_out_bounds(errors, groups)
+    moved = [replace(e, log_ratio=e.log_ratio + 5) if e.source == "s3" else e for e in errors]
+    assert validate.left_out_bounds(moved, groups)[groups["s3"]] == bounds[groups["s3"]]
+    assert validate.left_out_bounds(moved, groups)[groups["s4"]] != bounds[groups["s4"]]
+
+
 def test_validate_reports_skill_coverage_and_width_beside_the_baselines(capsys):
     """The whole corpus (the same run as the stored intervals): each row predicted or listed as skipped; the
     80% intervals, fitted without each row's source, cover at least 80% of all the rows left out."""
@@ -103,9 +120,19 @@ def test_validate_reports_skill_coverage_and_width_beside_the_baselines(capsys):
     assert {("all", "all"), ("regime", "compute-bound"), ("regime", "communication-bound")} <= groups
     assert all({"mape_in_sample", "mape_left_out", "mape_linear", "mape_alpha_beta"} <= set(t) for t in out["table"])
     assert 0 <= out["coverage"] <= 1
+    speedup = out["speedup"]  # the paired speed-up intervals, beside the naive ones, on the pairs left out
+    assert speedup["pairs"] == len(out["pairs"]) > 0
+    assert speedup["coverage"] == pytest.approx(sum(p["covered"] for p in out["pairs"]) / speedup["pairs"])
+    assert speedup["naive_coverage"] == pytest.approx(
+        sum(p["naive_covered"] for p in out["pairs"]) / speedup["pairs"])
+    assert speedup["median_half_width"] > 0 and speedup["naive_median_half_width"] > 0
+    assert set(out["speedup_by_regime"]) == {"compute-bound", "communication-bound"}
+    assert sum(f["pairs"] for f in out["speedup_by_source"].values()) == speedup["pairs"]
     assert main(["validate", "--no-cross-validation", "--quiet"]) == 0  # the second run reuses the first's
     text = capsys.readouterr().out
     assert "skill (left-out MAPE / linear scaling's)" in text and "median half-width" in text
+    assert f"speed-ups, all ({speedup['pairs']} pairs of rows of one table): 80% paired intervals cover " \
+           f"{100 * speedup['coverage']:.1f}%, median half-width {100 * speedup['median_half_width']:.1f}%" in text
     assert "in-sample and left out are equal by construction for every source but birder-neurips2023" in text
     header = next(line for line in text.splitlines() if line.startswith("group "))
     rows = [line for line in text.splitlines() if line.split(" ", 1)[0] in ("all", "regime", "source")]

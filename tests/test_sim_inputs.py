@@ -61,7 +61,7 @@ def test_validate_json_is_strict(tmp_path, capsys):
     (["sweep", "--nodes", "2,1,2"], "repeated"),
     (["sweep", "--nodes", ""], "expected comma-separated"),
     (["predict", "--network", "no-such-net"], "invalid choice"),
-    (["predict", "--gpus-per-node", "2", "--nics-per-node", "4"], "nics-per-node"),
+    (["predict", "--gpus-per-node", "2", "--nics-per-node", "3"], "nics-per-node"),
     (["predict", "--single-node-throughput", "nan"], "positive"),
     (["predict", "--oversubscription", "0.5"], "oversubscription"),
 ])

@@ -309,8 +309,10 @@ def test_a_cluster_holds_the_one_layout_its_schedules_run_on():
         c.with_nodes(0)
     with pytest.raises(ValueError, match="16385 nodes x 4 GPUs per node = 65540 GPUs exceeds 65,536"):
         replace(c, layout=Layout(16385, 4))
-    with pytest.raises(ValueError, match="count = 2 NICs for 1 GPUs per node"):
-        replace(c, layout=Layout(3, 1))
+    with pytest.raises(ValueError, match="count = 6 NICs for 4 GPUs per node"):  # GPUs with unequal NICs
+        replace(c, nic=replace(c.nic, count=6))
+    with pytest.raises(ValueError, match="at most 8 NICs per GPU"):
+        replace(c, layout=Layout(3, 1), nic=replace(c.nic, count=9))
 
 
 def test_transfer_time_of_nothing_is_zero():

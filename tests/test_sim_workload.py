@@ -139,7 +139,7 @@ def test_the_interval_comes_from_the_stored_cross_validation_of_these_rows():
     assert json.dumps(read_back) == json.dumps(stored["cross_validation"])  # the stored file reads back unchanged
     corpus, _ = validate.corpus_rows()
     assert stored["intervals"]["corpus_sha256"] == api._corpus_digest(corpus)  # and of the corpus as it is
-    low, high = stored["intervals"]["site_profile"]
+    low, high = stored["intervals"]["site_profile_by_site"]["birder-paper-ib"]  # its own rows' bounds
     out = api.predict_config("resnet50", 4, "birder-paper-ib")
     assert out["throughput_low"] == pytest.approx(min(out["throughput"], out["throughput"] * math.exp(low)))
     assert out["throughput_high"] == pytest.approx(max(out["throughput"], out["throughput"] * math.exp(high)))
@@ -290,12 +290,12 @@ def test_validate_prints_fit_and_group_cross_validation(tmp_path, capsys):
 def test_every_framework_is_sourced_data_and_ddp_keeps_torchs_buckets():
     for name in FRAMEWORKS:
         fw = framework_preset(name)
-        assert fw.source and fw.bucket_cap_bytes > 0
+        assert fw.source and fw.bucket_cap_bytes >= 0
     ddp = framework_preset("ddp")
     assert (ddp.bucket_cap_bytes, ddp.first_bucket_bytes, ddp.overlaps_backward, ddp.cycle) == \
         (BUCKET_CAP_BYTES, FIRST_BUCKET_BYTES, True, 0.0)
-    with pytest.raises(ValueError, match="unknown framework 'byteps'"):
-        cluster("10gbe", 2, framework="byteps")
+    with pytest.raises(ValueError, match="unknown framework 'mxnet-kvstore'"):
+        cluster("10gbe", 2, framework="mxnet-kvstore")
 
 
 def test_a_framework_that_waits_for_backward_exposes_all_its_all_reduces():

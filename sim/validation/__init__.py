@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from safeio.inputs import read_text_bounded
-from sim.hardware import MAX_LINE_RATE_GBPS
+from sim.hardware import MAX_LINE_RATE_GBPS, check_measured_rate
 from sim.models import MODELS, model_profile
 
 HERE = Path(__file__).resolve().parent
@@ -24,8 +24,9 @@ CORPUS_CSV = HERE / "corpus.csv"
 SOURCES_TOML = HERE / "sources.toml"
 
 COLUMNS = ("source", "table", "model", "params", "gpu", "gpus_per_node", "intra", "nodes", "line_rate_gbps",
-           "transport", "nics_per_node", "framework", "comm_library", "optimizer", "precision", "batch_per_gpu",
-           "throughput", "single_node_throughput", "notes")
+           "transport", "nics_per_node", "measured_link_gbps", "framework", "comm_library", "optimizer", "precision",
+           "batch_per_gpu", "throughput", "single_node_throughput", "notes")
+OPTIONAL_COLUMNS = ("measured_link_gbps",)  # a file may leave these out of its header (every row: empty)
 INTRA = ("nvlink", "pcie")
 TRANSPORTS = ("tcp", "ib", "roce")
 PRECISIONS = ("fp32", "fp16", "amp", "bf16")
@@ -39,6 +40,10 @@ REGIMES = ("compute-bound", "communication-bound")
 COMM_BOUND_GAP = 0.15  # linear scaling more than 15% above the measured throughput: communication-bound
 MAX_FILE_BYTES = 16 << 20  # the shipped corpus is ~0.2 MB; a bounded read never hangs on a device such as /dev/zero
 GRAD_ACCUM = re.compile(r"\bgrad_accum=(\d+)\b")  # in notes: micro-batches per all-reduce (absent: 1)
+WARMUP = re.compile(r"\bwarmup_fraction=(\d+(?:\.\d+)?)\b")  # in notes: 1-bit Adam's uncompressed share of the steps
+# measured (absent: the simulator's default for the model)
+# what may have measured a row's link rate host to host; the notes must name it
+LINK_TOOLS = ("iperf", "perftest", "ib_write_bw", "ib_send_bw", "netperf", "qperf")
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,7 @@ class PublishedRow:
     line_rate_gbps: float
     transport: str
     nics_per_node: int
+    measured_link_gbps: float | None  # Gb/s per NIC the source measured host to host (empty: not stated)
     framework: str
     comm_library: str
     optimizer: str
@@ -72,6 +78,13 @@ class PublishedRow:
         """Micro-batches of ``batch_per_gpu`` per all-reduce, from ``grad_accum=N`` in the notes (absent: 1)."""
         found = GRAD_ACCUM.search(self.notes)
         return int(found.group(1)) if found else 1
+
+    @property
+    def warmup_fraction(self) -> float | None:
+        """Share of the measured steps that ran 1-bit Adam's uncompressed warm-up, from ``warmup_fraction=F`` in
+        the notes (0: the compression stage alone; absent: None, the simulator's default)."""
+        found = WARMUP.search(self.notes)
+        return float(found.group(1)) if found else None
 
 
 @dataclass(frozen=True)
@@ -183,11 +196,11 @@ def _parse_row(record: dict[str, str], sources: dict[str, Source]) -> PublishedR
     values: dict[str, object] = {}
     for column in COLUMNS:
         text = record[column].strip()
-        if column == "single_node_throughput" and text == "":
+        if column in ("single_node_throughput", "measured_link_gbps") and text == "":
             values[column] = None
         elif column in ("params", "gpus_per_node", "nodes", "nics_per_node", "batch_per_gpu"):
             values[column] = _positive(text, column, integer=True)
-        elif column in ("line_rate_gbps", "throughput", "single_node_throughput"):
+        elif column in ("line_rate_gbps", "measured_link_gbps", "throughput", "single_node_throughput"):
             values[column] = _positive(text, column, integer=False)
         else:
             values[column] = text
@@ -210,10 +223,19 @@ def _parse_row(record: dict[str, str], sources: dict[str, Source]) -> PublishedR
             raise ValueError(f"column {column}: {getattr(row, column)!r} is not one of {', '.join(allowed)}")
     if len(GRAD_ACCUM.findall(row.notes)) > 1 or row.grad_accum < 1:
         raise ValueError(f"column notes: grad_accum=N must appear at most once, with N >= 1 ({row.notes[:60]!r}...)")
+    warmups = WARMUP.findall(row.notes)
+    if len(warmups) > 1 or (warmups and not 0 <= float(warmups[0]) < 1):
+        raise ValueError(f"column notes: warmup_fraction=F must appear at most once, with 0 <= F < 1 "
+                         f"({row.notes[:60]!r}...)")
     if row.nodes < 2:
         raise ValueError(f"column nodes: {row.nodes} is not a multi-node measurement (nodes >= 2)")
     if row.line_rate_gbps > MAX_LINE_RATE_GBPS:
         raise ValueError(f"column line_rate_gbps: {row.line_rate_gbps} Gb/s per NIC is not physical")
+    if row.measured_link_gbps is not None:
+        check_measured_rate(row.measured_link_gbps, row.line_rate_gbps, "column measured_link_gbps")
+        if not any(tool in row.notes.lower() for tool in LINK_TOOLS):
+            raise ValueError(f"column measured_link_gbps: the notes must say what measured it (one of "
+                             f"{', '.join(LINK_TOOLS)})")
     if row.single_node_throughput is not None:
         linear = row.nodes * row.single_node_throughput
         if row.throughput > MAX_SCALING_EFFICIENCY * linear:
@@ -237,7 +259,7 @@ def load_corpus(path: str | Path | None = None, sources_path: str | Path | None 
     header = [name.strip() for name in header]
     duplicate = sorted({name for name in header if header.count(name) > 1})
     unknown = [name for name in header if name not in COLUMNS]
-    missing = [name for name in COLUMNS if name not in header]
+    missing = [name for name in COLUMNS if name not in header and name not in OPTIONAL_COLUMNS]
     if duplicate or unknown or missing:
         raise ValueError(f"{path}: line 1: duplicate columns {duplicate}, unknown columns {unknown}, "
                          f"missing columns {missing}")
@@ -248,7 +270,8 @@ def load_corpus(path: str | Path | None = None, sources_path: str | Path | None 
         if len(cells) != len(header):
             raise ValueError(f"{path}: line {line}: {len(cells)} cells for {len(header)} columns")
         try:
-            row = _parse_row(dict(zip(header, cells, strict=True)), sources)
+            record = dict.fromkeys(OPTIONAL_COLUMNS, "") | dict(zip(header, cells, strict=True))
+            row = _parse_row(record, sources)
         except ValueError as err:
             raise ValueError(f"{path}: line {line}: {err}") from None
         key = tuple(getattr(row, f.name) for f in fields(row) if f.name != "throughput")

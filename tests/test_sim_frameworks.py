@@ -1,0 +1,154 @@
+"""The training frameworks of sim/presets/frameworks.toml, each against the published figures it explains.
+
+Every constant is quoted from its source (never fitted); each framework's mechanism (buckets, splits, overlap,
+summation servers) is checked on the corpus rows of a framework that ran it, beside what DDP's buckets and
+all-reduce predict for the same rows."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import replace
+
+import pytest
+
+from sim.hardware import FRAMEWORKS, cluster, framework_preset
+from sim.models import model_profile
+from sim.system import byte_load, fp32_allreduce, step_schedule, summation_servers
+from sim.validate import GRAD_DTYPE_OF_PRECISION, SIMULATED_AS, corpus_cluster
+from sim.validation import load_corpus
+from sim.workload import predict, split_buckets
+
+ROWS = load_corpus()
+
+
+def rows(source: str, framework: str, **match) -> list:
+    out = [r for r in ROWS if r.source == source and r.framework == framework
+           and all(getattr(r, k) == v for k, v in match.items())]
+    assert out, (source, framework, match)
+    return out
+
+
+def throughput(row, framework: str) -> float:
+    """The row predicted with ``framework``'s preset (its own, or DDP's for comparison)."""
+    c = replace(corpus_cluster(row, False), framework=framework)
+    return predict(c, model=row.model, batch_per_gpu=int(row.batch_per_gpu),
+                   optimizer=SIMULATED_AS.get(row.optimizer, row.optimizer),
+                   single_node_throughput=float(row.single_node_throughput),
+                   grad_dtype=GRAD_DTYPE_OF_PRECISION[row.precision], accumulation_steps=row.grad_accum).throughput
+
+
+def mape(rows_, framework: str) -> float:
+    return statistics.mean(abs(throughput(r, framework) / r.throughput - 1) for r in rows_)
+
+
+def linear_mape(rows_) -> float:
+    return statistics.mean(abs(r.nodes * r.single_node_throughput / r.throughput - 1) for r in rows_)
+
+
+def quoted(value: float) -> set[str]:
+    forms = {f"{value:g}", f"{value:.0e}".replace("e+0", "e")}
+    if float(value).is_integer():
+        forms.add(str(int(value)))
+    return forms
+
+
+@pytest.mark.parametrize("name", list(FRAMEWORKS))
+def test_every_framework_constant_is_quoted_from_its_source(name):
+    """No constant is fitted to the corpus: every non-zero figure and every fusion split stands in the entry's
+    source text, so changing a number without its source fails here."""
+    spec = FRAMEWORKS[name]
+    for key in ("bucket_cap_mb", "first_bucket_mb", "cycle_ms"):
+        if spec[key]:
+            assert any(re.search(rf"(?<![\d.]){re.escape(f)}(?![\d])", spec["source"]) for f in quoted(spec[key])), \
+                (name, key, spec[key])
+    for model, starts in spec.get("fusion_splits", {}).items():
+        model_profile(model)  # a model the simulator knows
+        assert str(list(starts)) in spec["source"], (name, model)
+
+
+def test_summation_servers_move_the_gradient_once_each_way_where_a_ring_moves_it_twice():
+    """BytePS (OSDI 2020, Section 3): with enough servers a worker NIC sends and receives the gradient once;
+    an NCCL ring all-reduce sends 2(p-1)/p of it through each node's NIC; servers on the worker nodes (TensorFlow's
+    distributed_replicated) move 2(n-1)/n of it, what a hierarchical all-reduce moves."""
+    dim = 25_000_000
+    for n in (2, 8):
+        byteps = cluster("ib-edr", n, 8, gpu="v100", framework="byteps")
+        load = byte_load(summation_servers(byteps, dim).phases, byteps.layout, 1)
+        assert load.nic_tx == pytest.approx(4 * dim, rel=1e-3) and load.nic_rx == pytest.approx(4 * dim, rel=1e-3)
+        ring = fp32_allreduce(replace(byteps, framework="ddp"), dim)
+        ring_load = byte_load(ring.phases, ring.layout, 1)
+        p = n * 8
+        assert ring_load.nic_tx == pytest.approx(4 * dim * 2 * (p - 1) / p, rel=1e-3)
+        tf = replace(byteps, framework="tf-parameter-server")
+        tf_load = byte_load(summation_servers(tf, dim).phases, tf.layout, 1)
+        assert tf_load.nic_tx == pytest.approx(4 * dim * 2 * (n - 1) / n, rel=1e-3)
+    # one worker machine: BytePS runs NCCL's all-reduce (docs/best-practice.md)
+    one = cluster("ib-edr", 1, 8, gpu="v100", framework="byteps")
+    assert step_schedule("sgdm", one, dim, full_precision=True).scheme != "summation_servers"
+
+
+def test_byteps_gain_over_horovod_on_tcp_comes_from_its_servers():
+    """BytePS docs/performance.md: on 20 Gbps TCP with 8 V100 per machine, BytePS beats Horovod (NCCL) by 44% for
+    ResNet-50 and 100% for VGG-16 at 64 GPUs. The summation-server pattern predicts each gain within 30%; for
+    VGG-16, whose exchange dominates, BytePS simulated as an all-reduce (DDP's pattern) predicts none (ResNet-50's
+    gain it gets from DDP's smaller buckets against Horovod's 128 MB fusion already)."""
+    for model, published in (("resnet50", 1.44), ("vgg16", 2.0)):
+        (byteps,) = rows("byteps-docs", "byteps", model=model, nodes=8, transport="tcp")
+        (horovod,) = rows("byteps-docs", "horovod", model=model, nodes=8, transport="tcp")
+        assert byteps.throughput / horovod.throughput == pytest.approx(published, rel=0.02)  # the rows say so
+        base = throughput(horovod, "horovod")
+        servers, as_ddp = throughput(byteps, "byteps") / base, throughput(byteps, "ddp") / base
+        assert abs(servers / published - 1) < 0.30, (model, servers)
+        if model == "vgg16":
+            assert as_ddp < 1.1 and abs(servers / published - 1) < abs(as_ddp / published - 1) / 2
+
+
+def test_tensorflow_parameter_servers_on_k80_instances():
+    """TensorFlow benchmarks page, EC2 distributed (p2.8xlarge, 8 K80 GPUs each): the rows run with as many
+    parameter servers as workers are predicted within 15% each, 8% on average, and better than linear scaling;
+    the 8-instance rows with 4 parameter servers (notes) are simulated with 8 and left out here."""
+    equal = [r for r in rows("tf-benchmarks-2017", "tf-parameter-server")
+             if not (r.nodes == 8 and "4 parameter" in r.notes)]
+    assert len(equal) == 7
+    errors = [abs(throughput(r, "tf-parameter-server") / r.throughput - 1) for r in equal]
+    assert max(errors) < 0.15 and statistics.mean(errors) < 0.08
+    assert statistics.mean(errors) < linear_mape(equal)
+
+
+def test_mindspore_fuses_by_parameter_index_and_predicts_its_resnet50_rows():
+    """MindSpore's model zoo splits ResNet-50's 161 gradients at [85, 160]: three all-reduces, the last
+    tensor's first; DLPerf's MindSpore ResNet-50 rows (4 V100 nodes, EDR) within 15% each."""
+    profile = model_profile("resnet50")
+    sizes = [t for layer in profile.layers for t in layer.tensors]
+    groups = split_buckets(profile, (85, 160))
+    assert [b.elements for b in groups] == [sum(sizes[160:]), sum(sizes[85:160]), sum(sizes[:85])]
+    assert sizes[160:] == [1000]  # the classifier's bias, the first gradient the backward pass produces
+    assert [b.ready_layer for b in groups] == [0, 53 - 28, 53]  # backward order: tensor 85 is layer3.1.conv1, layer 28
+    with pytest.raises(ValueError, match="past its 161 tensors"):
+        split_buckets(model_profile("resnet50"), (85, 161))
+    resnet = rows("dlperf-mindspore", "mindspore", model="resnet50")
+    assert max(abs(throughput(r, "mindspore") / r.throughput - 1) for r in resnet) < 0.15
+    assert mape(rows("dlperf-mindspore", "mindspore"), "mindspore") < linear_mape(rows("dlperf-mindspore", "mindspore"))
+
+
+def test_tensorflow_multiworker_all_reduces_one_pack_after_backward():
+    """TF 2.3 MultiWorkerMirroredStrategy all-reduces all gradients in one pack after the backward pass
+    (bytes_per_pack = 0): nothing overlaps, so DLPerf's TF2 rows (which scale worst on that cluster) are
+    predicted closer than with DDP's overlapped buckets."""
+    fw = framework_preset("tf-distributed")
+    assert not fw.overlaps_backward and fw.bucket_cap_bytes > model_profile("resnet50").n_params * 4
+    tf2 = rows("dlperf-oneflow", "tf-distributed")
+    assert mape(tf2, "tf-distributed") < mape(tf2, "ddp")
+
+
+@pytest.mark.parametrize("source, framework, bound", [
+    ("paddle-fleetx-vgg16", "paddle-fleet", 0.08),  # Baidu's FleetX pages: 4 communication-bound VGG-16 rows
+    ("dlperf-oneflow", "oneflow", 0.08),  # DLPerf's OneFlow 0.2 rows, ResNet-50 and BERT-Base
+])
+def test_fused_all_reduce_frameworks_predict_their_rows(source, framework, bound):
+    """Paddle Fleet's 32 MB fusion and OneFlow's 16 MB boxing fusion predict their own sources' rows within
+    ``bound`` on average, better than linear scaling."""
+    own = rows(source, framework)
+    assert mape(own, framework) < bound
+    assert mape(own, framework) < linear_mape(own)
