@@ -90,11 +90,16 @@ def peer_fault(kind: str, faulty: int, rank: int) -> dict:
 
 def ddp_fault(where: str, kind: str, faulty: int, rank: int) -> dict:
     """Rank ``faulty`` fails (``_fail``) where the others are about to enter one of DDP's own collectives:
-    "rebuild" before step 2's forward (DDP's bucket-rebuild broadcast), "buffers" before step 3's forward of a
-    BatchNorm model (DDP's buffer broadcast), "buffers_inside" inside that forward, after Birder's record exchange
-    and before DDP's broadcast (a forward pre-hook of its own, registered after Birder's), "unused" before step
-    3's forward under find_unused_parameters (DDP's bitmap all-reduce in backward), "unused_inside" in step 3's
-    backward right after its last bucket's record all-gather completed, before DDP's bitmap all-reduce."""
+    "init" before DDP(model) (its parameter check and broadcast, before Birder exists), "rebuild" before step 2's
+    forward (DDP's bucket-rebuild broadcast), "buffers" before step 3's forward of a BatchNorm model (DDP's buffer
+    broadcast), "buffers_inside" inside that forward, after Birder's record exchange and before DDP's broadcast (a
+    forward pre-hook of its own, registered after Birder's), "unused" before step 3's forward under
+    find_unused_parameters (DDP's bitmap all-reduce in backward), "unused_inside" in step 3's backward right after
+    its last bucket's record all-gather completed, before DDP's bitmap all-reduce."""
+    if where == "init":  # before Birder exists: whatever DDP's constructor raises reaches the caller as it is
+        if rank == faulty:
+            _fail(kind)
+        return _timed(lambda: nn.parallel.DistributedDataParallel(make_model(0)), rank)
     ddp = nn.parallel.DistributedDataParallel(_bn_model() if where.startswith("buffers") else make_model(0),
                                               bucket_cap_mb=0.0003, find_unused_parameters=where.startswith("unused"))
     if where == "unused_inside" and rank == faulty:
@@ -143,3 +148,57 @@ def rank0_state_dict(rank: int) -> dict:
         except RuntimeError as error:
             raised[where] = (round(time.monotonic() - started, 2), str(error))
     return raised
+
+
+_TABLE = (  # (fault, where the other ranks are, body, its arguments, ranks, process-group timeout in s)
+    ("rank 1 raises before step 3's forward", "Birder's hook (backward)", peer_fault, ("raise", 1), 3, 60),
+    ("rank 1 stalls before step 3's forward", "Birder's hook (backward)", peer_fault, ("stall", 1), 3, 10),
+    ("rank 1 exits before DDP(model)", "DDP's initial parameter check/broadcast", ddp_fault, ("init", "exit", 1), 3,
+     60),
+    ("rank 1 exits before step 2's forward", "DDP's bucket rebuild", ddp_fault, ("rebuild", "exit", 1), 3, 60),
+    ("rank 1 stalls before step 2's forward", "DDP's bucket rebuild", ddp_fault, ("rebuild", "stall", 1), 3, 10),
+    ("rank 1 raises before step 3's forward (BatchNorm)", "DDP's buffer broadcast", ddp_fault,
+     ("buffers", "raise", 1), 3, 60),
+    ("rank 1 exits inside step 3's forward, after Birder's record", "DDP's buffer broadcast", ddp_fault,
+     ("buffers_inside", "exit", 1), 3, 60),
+    ("rank 1 stalls inside step 3's forward, after Birder's record", "DDP's buffer broadcast", ddp_fault,
+     ("buffers_inside", "stall", 1), 3, 10),
+    ("rank 1 exits before step 3's forward (find_unused_parameters)", "Birder's hook, then DDP's bitmap all-reduce",
+     ddp_fault, ("unused", "exit", 1), 3, 60),
+    ("rank 1 exits after its last bucket's record in step 3's backward", "DDP's bitmap all-reduce", ddp_fault,
+     ("unused_inside", "exit", 1), 3, 60),
+)
+
+
+def fault_table() -> str:
+    """Run every fault of ``_TABLE`` and the rank-0-only state_dict() cases on local gloo ranks: a markdown table
+    of what each other rank raised (its message, torch's cause cut to 80 characters) and how many seconds after
+    the fault (the injected one, or rank 0's state_dict() call)."""
+    from gpu_validation import launch
+
+    def cell(rank: int, seconds, message: str) -> str:  # one line, torch's traceback ("At: ...") left out
+        text = " ".join(message.split()).split(" At: ")[0]
+        head, cut, cause = text.partition("Cause: ")
+        return f"rank {rank}, {seconds} s: ``{head}{cut}{cause[:80]}``"
+
+    rows = ["| fault | the other ranks were in | timeout | outcome on each other rank (s to the error: message) |",
+            "|---|---|---|---|"]
+    for fault, where, body, args, world, timeout in _TABLE:
+        outcome = launch.launch(body, args, world, "gloo", timeout, 120)
+        cells = [cell(rank, *message.removeprefix("RuntimeError: after ").split(" s: ", 1))
+                 for rank, message in outcome.errors.items() if rank != args[-1]]
+        rows.append(f"| {fault} | {where} | {timeout} s | {'<br>'.join(cells) or outcome.describe_failures()} |")
+    outcome = launch.launch(rank0_state_dict, (), 2, "gloo", 60, 120)
+    for case, where in (("rebuild", "DDP's bucket rebuild"), ("buffers", "DDP's buffer broadcast"),
+                        ("backward", "Birder's hook (backward)")):
+        cells = [cell(rank, *report["result"][case]) for rank, report in sorted(outcome.reports.items())
+                 if "result" in report]
+        rows.append(f"| `if rank == 0: opt.state_dict()` ({case}) | {where} | 60 s | "
+                    f"{'<br>'.join(cells) or outcome.describe_failures()} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    from gpu_validation import guards  # by its own name, so the ranks can unpickle the bodies
+
+    print(guards.fault_table())
