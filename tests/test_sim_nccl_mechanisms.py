@@ -89,9 +89,10 @@ def test_two_200g_nics_per_gpu_double_one_where_pcie_allows(gpu, twice):
 
 def test_on_two_nodes_the_tree_moves_half_the_nic_bytes_of_the_ring():
     """NCCL's double binary tree on 2 nodes: each node's NICs carry the buffer once each way, the ring 2(p-1)/p
-    times it; so with 8 GPUs a node on one NIC the tree's bus bandwidth is near twice the ring's (and why
-    NVIDIA asks for NCCL_ALGO=RING to measure the NICs on two nodes: AddyLaddy, nccl-tests issue 290). With
-    one GPU a node the two move the same bytes."""
+    times it ("Ring: (S/N) x 2(N-1), Tree: S"; "We often see two nodes Tree BusBW figures that exceed the
+    theoretical limit of the network cards", AddyLaddy, NVIDIA/nccl issue 812, 2 DGX-A100); so with 8 GPUs a
+    node on one NIC the tree's bus bandwidth is near twice the ring's. Not so on 3 nodes; with one GPU a node
+    the two move the same bytes."""
     def tree_over_ring(nodes, gpus):
         c = cluster("ib-hdr", nodes, gpus, nic_count=1)
         ring, tree = (predict_collective("all-reduce", 2**30, c, algorithm=a)["busbw_gbytes_per_s"]
