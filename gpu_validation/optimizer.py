@@ -165,8 +165,8 @@ class _HookState:
 
 def check_records(rows: torch.Tensor, doing: int, step: int) -> None:
     """Raise one RuntimeError if the ranks' records (world, _RECORD) say that they are not all doing ``doing`` at
-    Birder step ``step`` (one rank called state_dict() while the others ran backward, or the ranks are steps
-    apart). Every rank gathered the same rows, so every rank raises the same error, at once."""
+    Birder step ``step`` (one rank called state_dict() while the others ran forward or backward, or the ranks are
+    steps apart). Every rank gathered the same rows, so every rank raises the same error, at once."""
     calls, steps = rows[:, 0].tolist(), rows[:, 1].tolist()
     if all(c == doing for c in calls) and all(s == step for s in steps):
         return
@@ -431,19 +431,19 @@ def _failed_in_ddp_collective(error: BaseException) -> bool:
     return code.co_filename == nn.parallel.distributed.__file__ and any(call in line for call in _DDP_FORWARD_CALLS)
 
 
-def _guard_ddp_forward(birder_ref, ddp: nn.parallel.DistributedDataParallel):
+def _guard_ddp_forward(birder_ref):
     """Forward hooks on the DDP model around DDP's own collectives. Before them (``before``), the ranks exchange a
     record on Birder's group: a rank that called state_dict() alone meets it and every rank raises at once, and a
     peer that failed before this forward is named by Birder's fault message. If one of them fails all the same
     (a peer died inside it), ``after`` (called by torch while that error propagates) rewrites the error's message
     into Birder's, naming the ranks that never reported; the error keeps its type and traceback."""
-    def before(module, args):
+    def before(ddp, args):
         birder = birder_ref()
         if birder is not None and not torch.compiler.is_compiling() and \
                 _ddp_forward_communicates(ddp, birder._hook_state.backward_seen):
             birder._exchange_record(_FORWARD)
 
-    def after(module, args, output):
+    def after(ddp, args, output):
         birder, error = birder_ref(), sys.exc_info()[1]
         if birder is None or output is not None or error is None or not _failed_in_ddp_collective(error):
             return None  # a forward that returned, or an error that is not from DDP's collectives
@@ -544,7 +544,7 @@ class Birder(torch.optim.Optimizer):
         if self._overlap is not None:
             self._hook_state.on_bucket = self._overlap.on_bucket
         ddp_model.register_comm_hook(self._hook_state, _local_gradient_hook)
-        before, after = _guard_ddp_forward(weakref.ref(self), ddp_model)
+        before, after = _guard_ddp_forward(weakref.ref(self))
         for handle in (ddp_model.register_forward_pre_hook(before),
                        ddp_model.register_forward_hook(after, always_call=True)):
             weakref.finalize(self, handle.remove)
