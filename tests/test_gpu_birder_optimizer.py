@@ -142,6 +142,18 @@ def test_step_without_a_backward_through_ddp_is_refused(one_rank):
         opt.add_param_group({"params": [torch.zeros(2, requires_grad=True)]})
 
 
+def test_an_error_of_the_models_own_in_forward_keeps_torchs_message(one_rank):
+    """Birder's forward hook rewrites only errors raised by DDP's own collectives: a shape error in the model
+    reaches the caller as torch wrote it, and the next forward and step work."""
+    model, ddp, opt = _trained(1)
+    with pytest.raises(RuntimeError, match=r"^mat1 and mat2 shapes cannot be multiplied"):
+        ddp(torch.zeros(4, 5))
+    x, y = batch(3, 2, 0)
+    nn.functional.mse_loss(ddp(x), y).backward()
+    opt.step()
+    assert opt.t == 2
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"ddp_model": "model"}, "ddp_model must be"),
     ({"lr": 0.0}, "lr must be > 0"),
