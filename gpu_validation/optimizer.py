@@ -157,10 +157,17 @@ class _HookState:
         self.fault_message = fault_message  # (phase, group, error) -> Birder's one-line fault message
         self.backward_ran = False
         self.backward_seen = False  # a backward ran at least once (DDP rebuilds its buckets in the next forward)
+        self.seen: set[int] = set()  # ids of the parameters whose bucket the hook saw since the last step
         self.nonfinite_ranks: set[int] = set()  # ranks whose local gradient was NaN/inf since the last step
         self.largest: dict[int, float] = {}  # bucket index -> max |gradient| over every rank (last backward)
         self.drifted: set[int] = set()  # buckets whose parameters' checksums differed between ranks
         self.on_bucket = None  # Birder's overlap: starts the bucket's share of the intra-node exchange
+
+    def reset(self) -> None:
+        """Forget what the hook saw: the next step() needs a new backward."""
+        self.backward_ran = False
+        for seen in (self.seen, self.nonfinite_ranks, self.largest, self.drifted):
+            seen.clear()
 
 
 def check_records(rows: torch.Tensor, doing: int, step: int) -> None:
@@ -199,6 +206,8 @@ def _local_gradient_hook(state, bucket):  # DDP accepts only real (not string) a
     state.backward_ran = state.backward_seen = True
     buffer = bucket.buffer()
     index = bucket.index()
+    params = bucket.parameters()
+    state.seen.update(map(id, params))
     if state.on_bucket is not None:
         state.on_bucket(bucket)
     if buffer.numel():
@@ -215,7 +224,7 @@ def _local_gradient_hook(state, bucket):  # DDP accepts only real (not string) a
         done.set_result(buffer)
         return done
     record = torch.cat([torch.tensor([_HOOK, step], dtype=torch.int64, device=buffer.device),
-                        largest.view(torch.int32).to(torch.int64), bits_checksum(bucket.parameters()).reshape(1)])
+                        largest.view(torch.int32).to(torch.int64), bits_checksum(params).reshape(1)])
     every = torch.empty(state.world * _RECORD, dtype=torch.int64, device=buffer.device)
     work = comm._all_gather(every, record, group=state.group, async_op=True)
 
@@ -315,7 +324,7 @@ class _Overlap:
         grad = self.opt._buffer("grad")
         for p, start in zip(self.opt._params, self.opt.offsets, strict=True):
             sent = grad[start:start + p.numel()]
-            if p.grad is None:
+            if p.grad is None or not p.requires_grad:
                 if bool(sent.any()):
                     return False
             elif p.grad.is_sparse or not torch.equal(p.grad.reshape(-1).to(torch.float32), sent):
@@ -370,6 +379,31 @@ def _param_groups(given, named: list[tuple[str, torch.Tensor]], lr: float, weigh
     return groups
 
 
+def _names(names: list[str]) -> str:
+    return ", ".join(names[:4]) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
+
+
+def _refuse_what_cannot_be_stepped(ddp_model: nn.parallel.DistributedDataParallel,
+                                   named: list[tuple[str, torch.Tensor]]) -> None:
+    """One ValueError for trainable parameters Birder cannot step: complex ones (the signs of a complex number are
+    undefined; the imaginary part would be dropped), sparse embeddings, and ones DDP was told to ignore (their
+    gradients never pass Birder's hook, which checks them for NaN and across ranks)."""
+    complex_ = [name for name, p in named if p.is_complex()]
+    if complex_:
+        raise ValueError(f"parameter(s) {_names(complex_)} are complex: Birder's signs are defined for real tensors "
+                         "only; keep such a parameter as a real tensor with a last dimension of 2 "
+                         "(torch.view_as_complex in forward)")
+    ignored = sorted(set(getattr(ddp_model, "parameters_to_ignore", ())) & {name for name, _ in named})
+    if ignored:
+        raise ValueError(f"parameter(s) {_names(ignored)} are trainable but DDP ignores them: Birder steps every "
+                         "trainable parameter and needs its gradient in DDP's buckets; freeze them "
+                         "(requires_grad_(False)) or stop ignoring them")
+    for name, child in ddp_model.module.named_modules():
+        if isinstance(child, (nn.Embedding, nn.EmbeddingBag)) and child.sparse and child.weight.requires_grad:
+            raise ValueError(f"module {name!r} is {type(child).__name__}(sparse=True): its gradient is sparse and "
+                             "Birder takes dense gradients; build it with sparse=False")
+
+
 def _refuse_other_optimizers(birder_ref):
     """A pre-step hook for every torch optimizer: one that holds parameters of a live Birder raises, naming them.
     .grad holds each rank's local gradient under Birder, so any other optimizer's step on those parameters
@@ -382,7 +416,7 @@ def _refuse_other_optimizers(birder_ref):
         shared = [mine[id(p)] for g in optimizer.param_groups for p in g["params"] if id(p) in mine]
         if shared:
             raise ValueError(f"{type(optimizer).__name__}.step(): it holds {len(shared)} parameter(s) that Birder "
-                             f"also updates ({', '.join(shared[:4])}{', ...' if len(shared) > 4 else ''}); under "
+                             f"also updates ({_names(shared)}); under "
                              "Birder .grad holds each rank's LOCAL gradient, so this step would make the ranks "
                              "drift apart. Give those parameters to Birder (param_groups=[...] for their own lr), "
                              "or wrap them in a separate DDP model for the other optimizer")
@@ -504,6 +538,7 @@ class Birder(torch.optim.Optimizer):
             raise ValueError("ddp_model has no trainable parameters (none with requires_grad)")
         if any(p.is_sparse for p in params) or len({p.device for p in params}) != 1:
             raise ValueError("Birder needs dense parameters on one device")
+        _refuse_what_cannot_be_stepped(ddp_model, named)
         groups = _param_groups(param_groups, named, lr, weight_decay)
         n_nodes, gpus = _layout(scheme, gpus_per_node)
         super().__init__(groups, {"lr": lr, "weight_decay": weight_decay})
@@ -511,6 +546,7 @@ class Birder(torch.optim.Optimizer):
         self.param_names = [name for name, _ in named]  # in element order: the draws' index order
         self._params = params
         self._name_of_id = {id(p): name for name, p in named}
+        self._frozen_at_start = [(name, p) for name, p in ddp_model.module.named_parameters() if not p.requires_grad]
         group_of = {id(p): i for i, g in enumerate(self.param_groups) for p in g["params"]}
         self._group_of = [group_of[id(p)] for p in params]
         handle = register_optimizer_step_pre_hook(_refuse_other_optimizers(weakref.ref(self)))
@@ -543,7 +579,14 @@ class Birder(torch.optim.Optimizer):
         self._overlap = _Overlap(self) if overlap and self.topology.worker_group is not None else None
         if self._overlap is not None:
             self._hook_state.on_bucket = self._overlap.on_bucket
-        ddp_model.register_comm_hook(self._hook_state, _local_gradient_hook)
+        try:
+            ddp_model.register_comm_hook(self._hook_state, _local_gradient_hook)
+        except RuntimeError as error:
+            if "only be called once" not in str(error):
+                raise
+            raise ValueError("this DDP model already has a communication hook (a register_comm_hook line kept from "
+                             "an fp16/PowerSGD script, or an earlier Birder on it): Birder registers its own, so drop "
+                             "that line, or wrap the model in a new DistributedDataParallel for a new Birder") from None
         before, after = _guard_ddp_forward(weakref.ref(self))
         for handle in (ddp_model.register_forward_pre_hook(before),
                        ddp_model.register_forward_hook(after, always_call=True)):
@@ -565,16 +608,12 @@ class Birder(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        if not self._hook_state.backward_ran:
-            raise RuntimeError("Birder.step(): no backward pass through the DDP model since the last step (its "
-                               "communication hook did not run); call loss.backward() on the DDP model's output first")
-        self._hook_state.backward_ran = False
+        self._check_trainable_set()
+        self._check_group_settings()
         hook_bad = sorted(self._hook_state.nonfinite_ranks)
         largest = max(self._hook_state.largest.values(), default=0.0)
         drifted = bool(self._hook_state.drifted)
-        self._hook_state.nonfinite_ranks.clear()
-        self._hook_state.largest.clear()
-        self._hook_state.drifted.clear()
+        self._hook_state.reset()
         if drifted:  # every rank saw the same records: all raise here, together
             raise RuntimeError(self._drift_message())
         scale = getattr(self, "grad_scale", None)  # set by GradScaler.step: the scale still in .grad
@@ -595,7 +634,7 @@ class Birder(torch.optim.Optimizer):
             overlap.drain()
             overlap.frontier, overlap.sent = self.length, False
         for p, start in zip(self._params, self.offsets, strict=True):
-            if p.grad is None:
+            if p.grad is None or not p.requires_grad:  # frozen since Birder was built: gradient 0, and it stays put
                 grad[start:start + p.numel()] = 0.0
             elif p.grad.is_sparse:
                 raise ValueError("Birder takes dense gradients")
@@ -619,6 +658,63 @@ class Birder(torch.optim.Optimizer):
             overlap.frontier, overlap.sent = self.length, False  # nothing sent matches: exchange it all now
         return self._finish_step(loss, grad, largest, overlap)
 
+    def _check_trainable_set(self) -> None:
+        """Raise one RuntimeError (on every rank alike) if step() cannot mean what the loop intends: a parameter
+        frozen when Birder was built and unfrozen since (neither DDP nor Birder holds it: it would never train); no
+        backward since the last step (named as torch.distributed.checkpoint's state initialisation when it looks
+        like one); a bucket whose hook never ran (a parameter that got no gradient, or was frozen after DDP was
+        built, which DDP without find_unused_parameters waits for); or every gradient gone (zero_grad() before
+        step())."""
+        unfrozen = [name for name, p in self._frozen_at_start if p.requires_grad]
+        if unfrozen:
+            raise RuntimeError(f"Birder.step(): parameter(s) {_names(unfrozen)} were frozen when DDP and Birder were "
+                               "built and have requires_grad=True now; neither holds them, so they would never train: "
+                               "wrap the model in a new DistributedDataParallel and build a new Birder after "
+                               "unfreezing (its state starts afresh)")
+        hook, ran = self._hook_state, self._hook_state.backward_ran
+        missing = [name for p, name in zip(self._params, self.param_names, strict=True) if id(p) not in hook.seen]
+        if ran and not missing:
+            if any(p.grad is not None for p in self._params):
+                return
+            hook.reset()
+            raise RuntimeError("Birder.step(): backward ran, but every gradient is None now: zero_grad() between "
+                               "backward() and step()? Call zero_grad() after step() (or before backward())")
+        hook.reset()
+        frozen = [name for p, name in zip(self._params, self.param_names, strict=True) if not p.requires_grad]
+        gradless = [name for p, name in zip(self._params, self.param_names, strict=True) if p.grad is None]
+        unused = ("DDP waits for the gradient of a parameter unused in the loss unless built with "
+                  "find_unused_parameters=True")
+        if frozen:
+            what, why = (f"DDP's hook did not run for the bucket(s) of {_names(missing)}",
+                         f"parameter(s) {_names(frozen)} were frozen after DDP was built: {unused} (then Birder "
+                         "keeps frozen parameters in place)")
+        elif ran or 0 < len(gradless) < len(self._params):
+            what = (f"DDP's hook did not run for the bucket(s) of {_names(missing)}" if ran else
+                    f"DDP's hook did not run, and parameter(s) {_names(gradless)} got no gradient")
+            why = unused
+        elif not gradless and all(g["lr"] == 0 for g in self.param_groups) and not any(
+                bool(p.grad.any()) for p in self._params):
+            what, why = ("no backward since the last step, zero gradients and lr 0: the way torch.distributed."
+                         "checkpoint's get_state_dict / set_state_dict initialise an optimizer", "Birder does not "
+                         "support them: every rank calls opt.state_dict(), rank 0 saves it, every rank loads it with "
+                         "opt.load_state_dict()")
+        else:
+            what, why = ("no backward pass through the DDP model since the last step (its communication hook did "
+                         "not run)", "call loss.backward() on the DDP model's output first (not the unwrapped "
+                         f"module's); or, if a parameter was left out of the loss: {unused}")
+        raise RuntimeError(f"Birder.step(): {what}; {why}")
+
+    def _check_group_settings(self) -> None:
+        """Each group's lr and weight decay as step() is about to use them (a scheduler may have set them): finite
+        and >= 0, else one ValueError (every rank's scheduler computes the same, so every rank raises)."""
+        for i, group in enumerate(self.param_groups):
+            for key in ("lr", "weight_decay"):
+                try:
+                    _check_real(f"param_groups[{i}][{key!r}]", group[key], 0.0, False)
+                except ValueError as error:
+                    raise ValueError(f"Birder.step(): {error} (an LR schedule run past its end, or a lambda that "
+                                     "goes negative?)") from None
+
     def _finish_step(self, loss, grad: torch.Tensor, largest: float, overlap: _Overlap | None):
         bits = self._one_bit_allreduce(grad, largest, overlap)
         del grad
@@ -626,6 +722,8 @@ class Birder(torch.optim.Optimizer):
             return loss
         work = self.__dict__.setdefault("_update_work", {})
         for p, start, g in zip(self._params, self.offsets, self._group_of, strict=True):
+            if not p.requires_grad:
+                continue
             lr, decay = self.param_groups[g]["lr"], self.param_groups[g]["weight_decay"]
             if p.is_contiguous():  # piece by piece, so the temporaries stay in cache (element-wise: same bits)
                 if p.dtype not in work:  # (signs, decay term, byte indices), reused for every piece and step
@@ -881,7 +979,7 @@ class Birder(torch.optim.Optimizer):
         self.t, self.skipped_steps, self.consecutive_skips = t, skipped, consecutive
         for group, saved in zip(self.param_groups, groups, strict=True):
             group["lr"], group["weight_decay"] = float(saved["lr"]), float(saved["weight_decay"])
-        self._hook_state.backward_ran = False
+        self._hook_state.reset()
 
     def _check_envelope(self, state_dict) -> tuple[dict, list]:
         if not isinstance(state_dict, dict) or set(state_dict) != {"state", "param_groups"}:

@@ -728,8 +728,16 @@ def source_calibrated_level(errors: list[LoggedError], groups: dict[str, frozens
     source share its set-up's errors, so a new source's rows fall outside more often than the rows' own
     quantiles say; raising the level until the sources at hand are covered as promised, each judged by the
     others, calibrates for that (cross-conformal over groups; Barber et al. 2021 on jackknife+, Dunn et al. 2022
-    on conformal prediction for grouped data). The top of the grid where even that falls short."""
-    return next((level for level in LEVEL_GRID if source_coverage(errors, groups, level) >= nominal), LEVEL_GRID[-1])
+    on conformal prediction for grouped data). The top of the grid where even that falls short. Coverage grows
+    with the level (wider quantiles), so the grid is bisected."""
+    low, high = 0, len(LEVEL_GRID) - 1
+    while low < high:
+        mid = (low + high) // 2
+        if source_coverage(errors, groups, LEVEL_GRID[mid]) >= nominal:
+            high = mid
+        else:
+            low = mid + 1
+    return LEVEL_GRID[low]
 
 
 def left_out_bounds(errors: list[LoggedError], groups: dict[str, frozenset[str]]

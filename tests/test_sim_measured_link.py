@@ -43,6 +43,9 @@ def test_the_measured_rate_brings_deepspeeds_tcp_adam_rows_from_300_percent_to_w
     assert mape(deepspeed_tcp_adam, measured) < 0.20
     assert mape(deepspeed_tcp_adam, unmeasured) > 2.0
     assert all(m < u for m, u in zip(measured, unmeasured, strict=True))
+    for row in deepspeed_tcp_adam:  # a step is never shorter than its node's bytes through the NIC at 4.1 Gb/s
+        p = validate.corpus_predict(row, fitted=False)
+        assert p.iteration_s >= p.inter_node_bytes_per_gpu * row.gpus_per_node / (4.1e9 / 8) * (1 - 1e-9)
 
 
 def test_the_alpha_beta_baseline_runs_at_the_same_measured_rate(deepspeed_tcp_adam):
@@ -110,3 +113,17 @@ def test_the_cluster_file_key_and_the_option_give_the_same_prediction(tmp_path, 
     bare = predict(cluster("40gbe", 2, 4, gpu="v100"), model="bert-large", batch_per_gpu=3, optimizer="adam",
                    single_node_throughput=27.4, grad_dtype="fp16")
     assert bare.throughput == pytest.approx(at_line_rate["throughput"], rel=1e-12)
+
+
+def test_validate_says_which_rows_ran_at_a_measured_rate(capsys):
+    """The corpus report counts the rows run at their source's measured link rate and says that the alpha-beta
+    baseline used the same rate; the stored run (sim/presets/cross_validation.json) counts the DeepSpeed blog's 22."""
+    from sim import api
+    from sim.cli import _print_corpus_validation
+
+    rows = tuple(r for r in load_corpus() if r.source == DEEPSPEED)
+    _print_corpus_validation(validate.corpus_validation(rows, "deepspeed"))
+    assert ("22 rows whose source states its measured link rate run at that rate (iperf, perftest) in the simulator "
+            "and in the alpha-beta baseline alike") in capsys.readouterr().out
+    stored = json.loads(api.CROSS_VALIDATION_FILE.read_text())["intervals"]["summary"]
+    assert stored["rows_measured_link"] == 22
