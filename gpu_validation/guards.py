@@ -186,6 +186,7 @@ def fault_table() -> str:
     for fault, where, body, args, world, timeout in _TABLE:
         outcome = launch.launch(body, args, world, "gloo", timeout, 120)
         cells = [cell(rank, *message.removeprefix("RuntimeError: after ").split(" s: ", 1))
+                 if message.startswith("RuntimeError: after ") else cell(rank, "(before the fault)", message)
                  for rank, message in outcome.errors.items() if rank != args[-1]]
         rows.append(f"| {fault} | {where} | {timeout} s | {'<br>'.join(cells) or outcome.describe_failures()} |")
     outcome = launch.launch(rank0_state_dict, (), 2, "gloo", 60, 120)
