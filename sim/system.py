@@ -719,15 +719,19 @@ def summation_servers(cluster: Cluster, dim: int, bits: int = 32) -> Schedule:
     """Push-pull through summation servers (BytePS, Jiang et al., OSDI 2020, Section 3; a TensorFlow parameter
     server): the GPUs of a node reduce-scatter inside it, each GPU pushes its shard, split evenly, to the
     servers, which sum and send the result back (pull), and the node all-gathers. As many server NICs as worker
-    NICs (BytePS's rule: the servers' bandwidth at least the workers'), on machines of their own or, with the
-    framework's ``servers_on_workers``, one per worker node (what a node pushes to its own server stays inside
-    it). A worker NIC so carries the gradient once each way, where a ring all-reduce carries it 2(n-1)/n times.
-    One pipelined operation: the libraries partition tensors and push, sum and pull the pieces concurrently."""
+    NICs (BytePS's rule: the servers' bandwidth at least the workers') unless ``cluster.servers`` says how many,
+    on machines of their own or, with the framework's ``servers_on_workers``, on the worker nodes, one NIC each
+    (what a node pushes to its own server stays inside it). A worker NIC so carries the gradient once each way,
+    where a ring all-reduce carries it 2(p-1)/p times; fewer servers than worker NICs load the servers' NICs
+    more. One pipelined operation: the libraries partition tensors and push, sum and pull the pieces concurrently."""
     layout, nics = cluster.layout, cluster.nic.count
     n, g = layout.n_nodes, layout.gpus_per_node
     colocated = framework_preset(cluster.framework).servers_on_workers
     first_node = 0 if colocated else n
-    servers = tuple((first_node + s // nics) * g + (s % nics) * g // nics for s in range(n * nics))
+    count = cluster.servers or n * nics
+    if colocated and count > n * nics:
+        raise ValueError(f"{count} parameter servers on {n} worker nodes of {nics} NICs: at most one per NIC")
+    servers = tuple((first_node + s // nics) * g + (s % nics) * g // nics for s in range(count))
     D = padded_dim(dim, layout.n_ranks * len(servers))
     nodes = tuple(layout.node_ranks(k) for k in range(n))
     groups = tuple(tuple(ep for ep in layout.local_rank_group(j) if layout.node_of(ep) != layout.node_of(server))
