@@ -268,6 +268,9 @@ def why_not(g: ModelGrid, network: str, nodes: int) -> str:
     if base_comm < 0.10:
         return (f"compute-bound: {base['optimizer']}'s communication is {100 * base_comm:.0f}% of its iteration, "
                 "so there is little to save")
+    if b.get("incast_s", 0.0) >= 0.5 * b["exposed_communication_s"] > 0:
+        return (f"TCP incast: Birder's point-to-point phases lose {b['incast_timeouts']:.1f} retransmission "
+                f"timeouts per step ({1e3 * b['incast_s']:,.0f} ms; {b['incast_basis']})")
     if (b["exposed_communication_s"] >= base["exposed_communication_s"]
             and b["inter_node_bytes_per_gpu"] < base["inter_node_bytes_per_gpu"]):
         fewer = base["inter_node_bytes_per_gpu"] / max(1.0, b["inter_node_bytes_per_gpu"])
@@ -554,15 +557,21 @@ def interval_words(g: Grid) -> str:
 
 def speedup_words(g: Grid) -> str:
     """How a speed-up's range is made, with the corpus's check of it."""
-    f = ((g.summary.get("corpus_validation") or {}).get("summary") or {}).get("speedup") or {}
+    corpus = (g.summary.get("corpus_validation") or {}).get("summary") or {}
+    f, level = corpus.get("speedup") or {}, corpus.get("interval_level", 0.8)
     checked = "" if not f.get("pairs") else (
         f" ({f['pairs']} pairs: they covered {100 * f['coverage']:.0f}% of the pairs left out with a median "
         f"half-width of {100 * f['median_half_width']:.0f}%, against {100 * f['naive_coverage']:.0f}% and "
-        f"{100 * f['naive_median_half_width']:.0f}% for the two intervals divided end by end)")
+        f"{100 * f['naive_median_half_width']:.0f}% for the two intervals divided end by end; the "
+        f"{100 * f['decided']:.0f}% that excluded 1 named the faster as measured in "
+        f"{100 * (f['decided_right'] or 0):.0f}% of cases)")
     return ("A speed-up's range comes from the errors of predicted ratios on pairs of rows of one published table "
-            f"(same set-up and node count), each source left out{checked}: the two predictions' errors are "
-            "correlated, so the ratio is surer than either. Where it excludes 1 the faster is named; where it "
-            "contains 1 the two are within the uncertainty.")
+            f"(same set-up and node count), each source left out{checked}, where the left-out pairs of its "
+            "kind (measured node or not, regime) support it; else the two ranges divided end by end."
+            + (" The pairs' own covered fewer left-out pairs than their nominal level: read a named faster one as "
+               "likely, not certain." if f.get("coverage") is not None and f["coverage"] < level else "")
+            + " Where a speed-up's range excludes 1 the faster is named; where it contains 1 the two are within the "
+              "uncertainty.")
 
 
 def accuracy_words(summary: dict) -> tuple[str, str]:

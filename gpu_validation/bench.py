@@ -507,21 +507,26 @@ def _training_setup(hook_name: str, world: int, nodes: int, width: int):
 
 def _interleaved_steps(world: int, nodes: int, hooks: tuple[str, ...], steps: int, width: int, rank: int) -> dict:
     """Every method's DDP model in this one process set, their steps interleaved (A, B, A, B, ...), so that the
-    load of a shared machine weighs on each alike; median seconds per step of each, from rank 0."""
+    load of a shared machine weighs on each alike; median seconds per step of each, from rank 0: wall-clock
+    (``median_s``) and this process's CPU time (``median_cpu_s``: every thread of the rank, gloo's included; time
+    spent waiting for a core or a peer does not count, so it moves less with the machine's load)."""
     runs = {name: _training_setup(name, world, nodes, width) for name in hooks}
     x = torch.randn(8, width)
     times: dict[str, list[float]] = {name: [] for name in hooks}
+    cpu: dict[str, list[float]] = {name: [] for name in hooks}
     for step in range(steps + 2):  # two warm-up steps: the first has a single bucket, then DDP rebuilds
         for name, (_, ddp, optimizer) in runs.items():
             dist.barrier()
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             optimizer.zero_grad()
             ddp(x).square().mean().backward()
             optimizer.step()
             if step >= 2:
                 times[name].append(time.perf_counter() - start)
+                cpu[name].append(time.process_time() - start_cpu)
     parameters = sum(p.numel() for p in next(iter(runs.values()))[0].parameters())
-    return {"median_s": {name: statistics.median(t) for name, t in times.items()}, "parameters": parameters}
+    return {"median_s": {name: statistics.median(t) for name, t in times.items()},
+            "median_cpu_s": {name: statistics.median(t) for name, t in cpu.items()}, "parameters": parameters}
 
 
 def hook_step_seconds(hooks: tuple[str, ...], nodes: int, gpus_per_node: int, steps: int = 10,

@@ -30,23 +30,31 @@ micro-batch accumulation without ``no_sync`` sums local gradients into one Birde
 Faults: every collective has the process group's timeout (``comm.make_topology``); when one fails, the rank
 waits briefly for the others to report the same iteration through the default store and raises one
 ``RuntimeError`` naming the ranks that did not (hung or dead); so does backward when the hook's all-gather fails.
+Before DDP's own collectives in forward (its bucket rebuild, its buffer broadcast) the ranks exchange a record on
+Birder's group (``_guard_ddp_forward``): a peer that failed is named there, a rank that called state_dict() alone
+meets it, and an error from inside those collectives gets the same message.
 A step skipped for a non-finite gradient names the ranks that had one, is counted (``skipped_steps``) and
-logged; ``max_consecutive_skips`` in a row raise (a GradScaler's back-offs count only at a scale of at most 1).
+logged; ``max_consecutive_skips`` in a row raise (a GradScaler's back-offs count only at a scale above 1, read
+from the calling ``GradScaler.step`` after ``unscale_``).
 """
 
 from __future__ import annotations
 
+import linecache
 import logging
 import math
 import numbers
 import os
+import sys
 import time
 import weakref
 from collections.abc import Iterable
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.autograd.graph import increment_version
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from birder_ref.draws import MASK32, SERVER_STREAM, stream_key
@@ -73,13 +81,25 @@ def _apply_packed_update_(piece: torch.Tensor, bits: torch.Tensor, start: int, l
                           work: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
     """``apply_update_`` on a contiguous piece (at most ``torch_birder.PIECE`` elements) whose u_bar is signs
     start .. start + n - 1 of the packed ``bits``, in preallocated buffers: the same operations, in the same
-    order (weight_decay * p, + u_bar, * lr, subtracted), so the same bits."""
+    order (weight_decay * p, + u_bar, * lr, subtracted), so the same bits. A float32 piece on CPU runs them on
+    NumPy views (the coefficients rounded to float32 as torch rounds a Python scalar for a float32 tensor), with
+    less per-call overhead than torch's eager dispatch on pieces this small; such writes do not advance the
+    parameter's autograd version counter: the caller does (``increment_version``)."""
     n = piece.numel()
     first, last = start // 8, -(-(start + n) // 8)
     signs_all, term, index = work
+    table = tb._sign_table(piece.dtype, piece.device)
+    if piece.device.type == "cpu" and piece.dtype == torch.float32 and signs_all.dtype == torch.float32:
+        f32 = np.float32
+        signs, p, t = signs_all.numpy()[:8 * (last - first)], piece.detach().numpy(), term.numpy()[:n]
+        np.take(table.numpy(), bits.numpy()[first:last], axis=0, out=signs.reshape(-1, 8))
+        np.multiply(p, f32(weight_decay), out=t)
+        np.add(signs[start - 8 * first: start - 8 * first + n], t, out=t)
+        t *= f32(lr)
+        p -= t
+        return
     index = index[:last - first]
     index.copy_(bits[first:last])
-    table = tb._sign_table(piece.dtype, piece.device)
     torch.index_select(table, 0, index, out=signs_all[:8 * (last - first)].view(-1, 8))
     u_bar, term = signs_all[start - 8 * first: start - 8 * first + n], term[:n]
     torch.mul(piece, weight_decay, out=term)
@@ -119,8 +139,8 @@ def _layout(scheme: str, gpus_per_node) -> tuple[int, int]:
     return (world // g, g) if scheme == "hierarchical" else (1, world)
 
 
-_HOOK, _STATE_DICT = 1, 2  # what a rank is doing when it joins the record all-gather on Birder's world group
-_CALLS = {_HOOK: "backward", _STATE_DICT: "state_dict()"}
+_HOOK, _STATE_DICT, _FORWARD = 1, 2, 3  # what a rank is doing when it joins a record all-gather on Birder's group
+_CALLS = {_HOOK: "backward", _STATE_DICT: "state_dict()", _FORWARD: "forward"}
 _RECORD = 4  # int64 words per rank: (what it is doing, Birder step, largest |gradient| as float32 bits, checksum)
 
 
@@ -150,24 +170,35 @@ class _HookState:
         self.step_of = step_of  # () -> the Birder step the next step() computes
         self.fault_message = fault_message  # (phase, group, error) -> Birder's one-line fault message
         self.backward_ran = False
+        self.backward_seen = False  # a backward ran at least once (DDP rebuilds its buckets in the next forward)
+        self.seen: set[int] = set()  # ids of the parameters whose bucket the hook saw since the last step
         self.nonfinite_ranks: set[int] = set()  # ranks whose local gradient was NaN/inf since the last step
         self.largest: dict[int, float] = {}  # bucket index -> max |gradient| over every rank (last backward)
         self.drifted: set[int] = set()  # buckets whose parameters' checksums differed between ranks
         self.on_bucket = None  # Birder's overlap: starts the bucket's share of the intra-node exchange
 
+    def reset(self) -> None:
+        """Forget what the hook saw: the next step() needs a new backward."""
+        self.backward_ran = False
+        for seen in (self.seen, self.nonfinite_ranks, self.largest, self.drifted):
+            seen.clear()
+
 
 def check_records(rows: torch.Tensor, doing: int, step: int) -> None:
     """Raise one RuntimeError if the ranks' records (world, _RECORD) say that they are not all doing ``doing`` at
-    Birder step ``step`` (one rank called state_dict() while the others ran backward, or the ranks are steps
-    apart). Every rank gathered the same rows, so every rank raises the same error, at once."""
+    Birder step ``step`` (one rank called state_dict() while the others ran forward or backward, or the ranks are
+    steps apart). Every rank gathered the same rows, so every rank raises the same error, at once."""
     calls, steps = rows[:, 0].tolist(), rows[:, 1].tolist()
     if all(c == doing for c in calls) and all(s == step for s in steps):
         return
     by_call = {_CALLS.get(c, f"code {c}"): [r for r, x in enumerate(calls) if x == c] for c in dict.fromkeys(calls)}
     if len(by_call) > 1:
         who = "; ".join(f"rank(s) {ranks} called {call}" for call, ranks in by_call.items())
-        raise RuntimeError(f"Birder step {step}: {who}. state_dict() is collective: call it on every rank (before "
-                           f"`if rank == 0: torch.save(...)`), or save sharded_state_dict() on each rank")
+        if _STATE_DICT in calls:
+            raise RuntimeError(f"Birder step {step}: {who}. state_dict() is collective: call it on every rank (before "
+                               f"`if rank == 0: torch.save(...)`), or save sharded_state_dict() on each rank")
+        raise RuntimeError(f"Birder step {step}: {who}: every rank must run the same forwards and backwards through "
+                           "the DDP model")
     by_step = {s: [r for r, x in enumerate(steps) if x == s] for s in dict.fromkeys(steps)}
     raise RuntimeError("Birder: the ranks are at different steps (" + "; ".join(
         f"rank(s) {ranks} at step {s}" for s, ranks in by_step.items()) + "): every rank must call step() once per "
@@ -186,9 +217,11 @@ def _local_gradient_hook(state, bucket):  # DDP accepts only real (not string) a
     stalled), backward raises Birder's fault message naming the ranks that never reported. DDP waits for it at
     the end of backward, so it overlaps the backward of the following buckets.
     """
-    state.backward_ran = True
+    state.backward_ran = state.backward_seen = True
     buffer = bucket.buffer()
     index = bucket.index()
+    params = bucket.parameters()
+    state.seen.update(map(id, params))
     if state.on_bucket is not None:
         state.on_bucket(bucket)
     if buffer.numel():
@@ -205,7 +238,7 @@ def _local_gradient_hook(state, bucket):  # DDP accepts only real (not string) a
         done.set_result(buffer)
         return done
     record = torch.cat([torch.tensor([_HOOK, step], dtype=torch.int64, device=buffer.device),
-                        largest.view(torch.int32).to(torch.int64), bits_checksum(bucket.parameters()).reshape(1)])
+                        largest.view(torch.int32).to(torch.int64), bits_checksum(params).reshape(1)])
     every = torch.empty(state.world * _RECORD, dtype=torch.int64, device=buffer.device)
     work = comm._all_gather(every, record, group=state.group, async_op=True)
 
@@ -305,7 +338,7 @@ class _Overlap:
         grad = self.opt._buffer("grad")
         for p, start in zip(self.opt._params, self.opt.offsets, strict=True):
             sent = grad[start:start + p.numel()]
-            if p.grad is None:
+            if p.grad is None or not p.requires_grad:
                 if bool(sent.any()):
                     return False
             elif p.grad.is_sparse or not torch.equal(p.grad.reshape(-1).to(torch.float32), sent):
@@ -360,6 +393,31 @@ def _param_groups(given, named: list[tuple[str, torch.Tensor]], lr: float, weigh
     return groups
 
 
+def _names(names: list[str]) -> str:
+    return ", ".join(names[:4]) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
+
+
+def _refuse_what_cannot_be_stepped(ddp_model: nn.parallel.DistributedDataParallel,
+                                   named: list[tuple[str, torch.Tensor]]) -> None:
+    """One ValueError for trainable parameters Birder cannot step: complex ones (the signs of a complex number are
+    undefined; the imaginary part would be dropped), sparse embeddings, and ones DDP was told to ignore (their
+    gradients never pass Birder's hook, which checks them for NaN and across ranks)."""
+    complex_ = [name for name, p in named if p.is_complex()]
+    if complex_:
+        raise ValueError(f"parameter(s) {_names(complex_)} are complex: Birder's signs are defined for real tensors "
+                         "only; keep such a parameter as a real tensor with a last dimension of 2 "
+                         "(torch.view_as_complex in forward)")
+    ignored = sorted(set(getattr(ddp_model, "parameters_to_ignore", ())) & {name for name, _ in named})
+    if ignored:
+        raise ValueError(f"parameter(s) {_names(ignored)} are trainable but DDP ignores them: Birder steps every "
+                         "trainable parameter and needs its gradient in DDP's buckets; freeze them "
+                         "(requires_grad_(False)) or stop ignoring them")
+    for name, child in ddp_model.module.named_modules():
+        if isinstance(child, (nn.Embedding, nn.EmbeddingBag)) and child.sparse and child.weight.requires_grad:
+            raise ValueError(f"module {name!r} is {type(child).__name__}(sparse=True): its gradient is sparse and "
+                             "Birder takes dense gradients; build it with sparse=False")
+
+
 def _refuse_other_optimizers(birder_ref):
     """A pre-step hook for every torch optimizer: one that holds parameters of a live Birder raises, naming them.
     .grad holds each rank's local gradient under Birder, so any other optimizer's step on those parameters
@@ -372,13 +430,76 @@ def _refuse_other_optimizers(birder_ref):
         shared = [mine[id(p)] for g in optimizer.param_groups for p in g["params"] if id(p) in mine]
         if shared:
             raise ValueError(f"{type(optimizer).__name__}.step(): it holds {len(shared)} parameter(s) that Birder "
-                             f"also updates ({', '.join(shared[:4])}{', ...' if len(shared) > 4 else ''}); under "
+                             f"also updates ({_names(shared)}); under "
                              "Birder .grad holds each rank's LOCAL gradient, so this step would make the ranks "
                              "drift apart. Give those parameters to Birder (param_groups=[...] for their own lr), "
                              "or wrap them in a separate DDP model for the other optimizer")
         return None
 
     return pre_step
+
+
+def _calling_scaler_scale(optimizer: torch.optim.Optimizer) -> float | None:
+    """The scale of the ``torch.amp.GradScaler`` whose step() is calling ``optimizer.step()``, read from that call
+    on the stack (after ``scaler.unscale_(optimizer)`` the scaler passes the optimizer no scale); None if no
+    GradScaler is calling it."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is torch.amp.GradScaler.step.__code__ and frame.f_locals.get("optimizer") is optimizer:
+            return float(frame.f_locals["self"].get_scale())
+        frame = frame.f_back
+    return None
+
+
+def _ddp_forward_communicates(ddp: nn.parallel.DistributedDataParallel, backward_seen: bool) -> bool:
+    """Whether this forward of ``ddp`` runs a collective of DDP's own before the module's forward (as its
+    ``_pre_forward`` decides): the broadcast of the module's buffers, or the one bucket rebuild, in the first
+    forward with gradients after a backward. Every rank gets the same answer; a yes where DDP then runs none
+    costs one small exchange and nothing else."""
+    if ddp.will_sync_module_buffers():
+        return True
+    return (torch.is_grad_enabled() and backward_seen and not getattr(ddp, "_has_rebuilt_buckets", True)
+            and (ddp.static_graph or not ddp.find_unused_parameters))
+
+
+_DDP_FORWARD_CALLS = ("_rebuild_buckets", "_broadcast_coalesced")  # DDP's own collectives in _pre_forward
+
+
+def _failed_in_ddp_collective(error: BaseException) -> bool:
+    """Whether ``error`` was raised by one of DDP's own collectives in forward: the innermost Python frame of its
+    traceback is DDP's, on a line calling its bucket rebuild or its buffer broadcast (torch raises a plain
+    RuntimeError from both, so the type alone cannot tell a failed peer from a bug in the model)."""
+    tb = error.__traceback__
+    if not isinstance(error, RuntimeError) or tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    line = linecache.getline(code.co_filename, tb.tb_lineno)
+    return code.co_filename == nn.parallel.distributed.__file__ and any(call in line for call in _DDP_FORWARD_CALLS)
+
+
+def _guard_ddp_forward(birder_ref):
+    """Forward hooks on the DDP model around DDP's own collectives. Before them (``before``), the ranks exchange a
+    record on Birder's group: a rank that called state_dict() alone meets it and every rank raises at once, and a
+    peer that failed before this forward is named by Birder's fault message. If one of them fails all the same
+    (a peer died inside it), ``after`` (called by torch while that error propagates) rewrites the error's message
+    into Birder's, naming the ranks that never reported; the error keeps its type and traceback."""
+    def before(ddp, args):
+        birder = birder_ref()
+        if birder is not None and not torch.compiler.is_compiling() and \
+                _ddp_forward_communicates(ddp, birder._hook_state.backward_seen):
+            birder._exchange_record(_FORWARD)
+
+    def after(ddp, args, output):
+        birder, error = birder_ref(), sys.exc_info()[1]
+        if birder is None or output is not None or error is None or not _failed_in_ddp_collective(error):
+            return None  # a forward that returned, or an error that is not from DDP's collectives
+        error.args = (birder._fault_message("bucket rebuild or buffer broadcast (DDP's own collective in forward)",
+                                            ddp.process_group, error),)
+        return None
+
+    return before, after
 
 
 class Birder(torch.optim.Optimizer):
@@ -431,6 +552,7 @@ class Birder(torch.optim.Optimizer):
             raise ValueError("ddp_model has no trainable parameters (none with requires_grad)")
         if any(p.is_sparse for p in params) or len({p.device for p in params}) != 1:
             raise ValueError("Birder needs dense parameters on one device")
+        _refuse_what_cannot_be_stepped(ddp_model, named)
         groups = _param_groups(param_groups, named, lr, weight_decay)
         n_nodes, gpus = _layout(scheme, gpus_per_node)
         super().__init__(groups, {"lr": lr, "weight_decay": weight_decay})
@@ -438,6 +560,7 @@ class Birder(torch.optim.Optimizer):
         self.param_names = [name for name, _ in named]  # in element order: the draws' index order
         self._params = params
         self._name_of_id = {id(p): name for name, p in named}
+        self._frozen_at_start = [(name, p) for name, p in ddp_model.module.named_parameters() if not p.requires_grad]
         group_of = {id(p): i for i, g in enumerate(self.param_groups) for p in g["params"]}
         self._group_of = [group_of[id(p)] for p in params]
         handle = register_optimizer_step_pre_hook(_refuse_other_optimizers(weakref.ref(self)))
@@ -470,7 +593,18 @@ class Birder(torch.optim.Optimizer):
         self._overlap = _Overlap(self) if overlap and self.topology.worker_group is not None else None
         if self._overlap is not None:
             self._hook_state.on_bucket = self._overlap.on_bucket
-        ddp_model.register_comm_hook(self._hook_state, _local_gradient_hook)
+        try:
+            ddp_model.register_comm_hook(self._hook_state, _local_gradient_hook)
+        except RuntimeError as error:
+            if "only be called once" not in str(error):
+                raise
+            raise ValueError("this DDP model already has a communication hook (a register_comm_hook line kept from "
+                             "an fp16/PowerSGD script, or an earlier Birder on it): Birder registers its own, so drop "
+                             "that line, or wrap the model in a new DistributedDataParallel for a new Birder") from None
+        before, after = _guard_ddp_forward(weakref.ref(self))
+        for handle in (ddp_model.register_forward_pre_hook(before),
+                       ddp_model.register_forward_hook(after, always_call=True)):
+            weakref.finalize(self, handle.remove)
         self._fault_stall: tuple[int, str] | None = None  # (step, phase): a test stalls here (fault injection)
 
     def add_param_group(self, param_group: dict) -> None:
@@ -488,16 +622,12 @@ class Birder(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        if not self._hook_state.backward_ran:
-            raise RuntimeError("Birder.step(): no backward pass through the DDP model since the last step (its "
-                               "communication hook did not run); call loss.backward() on the DDP model's output first")
-        self._hook_state.backward_ran = False
+        self._check_trainable_set()
+        self._check_group_settings()
         hook_bad = sorted(self._hook_state.nonfinite_ranks)
         largest = max(self._hook_state.largest.values(), default=0.0)
         drifted = bool(self._hook_state.drifted)
-        self._hook_state.nonfinite_ranks.clear()
-        self._hook_state.largest.clear()
-        self._hook_state.drifted.clear()
+        self._hook_state.reset()
         if drifted:  # every rank saw the same records: all raise here, together
             raise RuntimeError(self._drift_message())
         scale = getattr(self, "grad_scale", None)  # set by GradScaler.step: the scale still in .grad
@@ -518,7 +648,7 @@ class Birder(torch.optim.Optimizer):
             overlap.drain()
             overlap.frontier, overlap.sent = self.length, False
         for p, start in zip(self._params, self.offsets, strict=True):
-            if p.grad is None:
+            if p.grad is None or not p.requires_grad:  # frozen since Birder was built: gradient 0, and it stays put
                 grad[start:start + p.numel()] = 0.0
             elif p.grad.is_sparse:
                 raise ValueError("Birder takes dense gradients")
@@ -528,10 +658,10 @@ class Birder(torch.optim.Optimizer):
             grad.div_(scale.to(device=self.device, dtype=torch.float32))  # exact for powers of two
         local_bad = bool(found_inf is not None and float(found_inf) > 0)
         if hook_bad:  # every rank knows it from the hook: all skip, no collective needed
-            # a GradScaler backs off after this step: its skips count towards the limit only once its scale is at
-            # most 1 (then the gradient itself overflows); after unscale_ the scale is unknown and none count
-            backoff = found_inf is not None and (scale is None or float(scale) > 1.0)
-            self._skip(hook_bad, backoff=backoff)
+            # a GradScaler backs off after this step: its skips count towards the limit only once the scale it used
+            # is at most 1 (then the gradient itself overflows, a NaN from the model, say)
+            used = None if found_inf is None else float(scale) if scale is not None else _calling_scaler_scale(self)
+            self._skip(hook_bad, backoff=used is not None and used > 1.0)
             return loss
         if local_bad:
             raise RuntimeError("Birder.step(): GradScaler found a non-finite gradient on this rank that was finite "
@@ -542,6 +672,63 @@ class Birder(torch.optim.Optimizer):
             overlap.frontier, overlap.sent = self.length, False  # nothing sent matches: exchange it all now
         return self._finish_step(loss, grad, largest, overlap)
 
+    def _check_trainable_set(self) -> None:
+        """Raise one RuntimeError (on every rank alike) if step() cannot mean what the loop intends: a parameter
+        frozen when Birder was built and unfrozen since (neither DDP nor Birder holds it: it would never train); no
+        backward since the last step (named as torch.distributed.checkpoint's state initialisation when it looks
+        like one); a bucket whose hook never ran (a parameter that got no gradient, or was frozen after DDP was
+        built, which DDP without find_unused_parameters waits for); or every gradient gone (zero_grad() before
+        step())."""
+        unfrozen = [name for name, p in self._frozen_at_start if p.requires_grad]
+        if unfrozen:
+            raise RuntimeError(f"Birder.step(): parameter(s) {_names(unfrozen)} were frozen when DDP and Birder were "
+                               "built and have requires_grad=True now; neither holds them, so they would never train: "
+                               "wrap the model in a new DistributedDataParallel and build a new Birder after "
+                               "unfreezing (its state starts afresh)")
+        hook, ran = self._hook_state, self._hook_state.backward_ran
+        missing = [name for p, name in zip(self._params, self.param_names, strict=True) if id(p) not in hook.seen]
+        if ran and not missing:
+            if any(p.grad is not None for p in self._params):
+                return
+            hook.reset()
+            raise RuntimeError("Birder.step(): backward ran, but every gradient is None now: zero_grad() between "
+                               "backward() and step()? Call zero_grad() after step() (or before backward())")
+        hook.reset()
+        frozen = [name for p, name in zip(self._params, self.param_names, strict=True) if not p.requires_grad]
+        gradless = [name for p, name in zip(self._params, self.param_names, strict=True) if p.grad is None]
+        unused = ("DDP waits for the gradient of a parameter unused in the loss unless built with "
+                  "find_unused_parameters=True")
+        if frozen:
+            what, why = (f"DDP's hook did not run for the bucket(s) of {_names(missing)}",
+                         f"parameter(s) {_names(frozen)} were frozen after DDP was built: {unused} (then Birder "
+                         "keeps frozen parameters in place)")
+        elif ran or 0 < len(gradless) < len(self._params):
+            what = (f"DDP's hook did not run for the bucket(s) of {_names(missing)}" if ran else
+                    f"DDP's hook did not run, and parameter(s) {_names(gradless)} got no gradient")
+            why = unused
+        elif not gradless and all(g["lr"] == 0 for g in self.param_groups) and not any(
+                bool(p.grad.any()) for p in self._params):
+            what, why = ("no backward since the last step, zero gradients and lr 0: the way torch.distributed."
+                         "checkpoint's get_state_dict / set_state_dict initialise an optimizer", "Birder does not "
+                         "support them: every rank calls opt.state_dict(), rank 0 saves it, every rank loads it with "
+                         "opt.load_state_dict()")
+        else:
+            what, why = ("no backward pass through the DDP model since the last step (its communication hook did "
+                         "not run)", "call loss.backward() on the DDP model's output first (not the unwrapped "
+                         f"module's); or, if a parameter was left out of the loss: {unused}")
+        raise RuntimeError(f"Birder.step(): {what}; {why}")
+
+    def _check_group_settings(self) -> None:
+        """Each group's lr and weight decay as step() is about to use them (a scheduler may have set them): finite
+        and >= 0, else one ValueError (every rank's scheduler computes the same, so every rank raises)."""
+        for i, group in enumerate(self.param_groups):
+            for key in ("lr", "weight_decay"):
+                try:
+                    _check_real(f"param_groups[{i}][{key!r}]", group[key], 0.0, False)
+                except ValueError as error:
+                    raise ValueError(f"Birder.step(): {error} (an LR schedule run past its end, or a lambda that "
+                                     "goes negative?)") from None
+
     def _finish_step(self, loss, grad: torch.Tensor, largest: float, overlap: _Overlap | None):
         bits = self._one_bit_allreduce(grad, largest, overlap)
         del grad
@@ -549,6 +736,8 @@ class Birder(torch.optim.Optimizer):
             return loss
         work = self.__dict__.setdefault("_update_work", {})
         for p, start, g in zip(self._params, self.offsets, self._group_of, strict=True):
+            if not p.requires_grad:
+                continue
             lr, decay = self.param_groups[g]["lr"], self.param_groups[g]["weight_decay"]
             if p.is_contiguous():  # piece by piece, so the temporaries stay in cache (element-wise: same bits)
                 if p.dtype not in work:  # (signs, decay term, byte indices), reused for every piece and step
@@ -559,6 +748,7 @@ class Birder(torch.optim.Optimizer):
                 for lo in range(0, flat.numel(), tb.PIECE):
                     piece = flat[lo:lo + tb.PIECE]
                     _apply_packed_update_(piece, bits, start + lo, lr, decay, work[p.dtype])
+                increment_version(p)  # NumPy writes bypass autograd's check that saved tensors are unchanged
             else:
                 apply_update_(p, tb.unpack_range(bits, start, p.numel(), p.dtype).view_as(p), lr, decay)
         return loss
@@ -645,6 +835,18 @@ class Birder(torch.optim.Optimizer):
                 "LOCAL gradient, so a second optimizer on these parameters, or code updating them from .grad, "
                 "makes the ranks drift apart; give them to Birder (param_groups=[...]) or to a separate DDP model")
 
+    def _exchange_record(self, doing: int) -> None:
+        """One all-gather over Birder's group of all ranks of what this rank is doing at which step (4 words, as
+        the hook's records): raises at once on every rank unless all do the same (``check_records``)."""
+        group = self.topology.world_group
+        if group is None:
+            return
+        record = torch.tensor([doing, self.t + 1, 0, 0], dtype=torch.int64, device=self.device)
+        phase = {_STATE_DICT: "state_dict() record all-gather",
+                 _FORWARD: "record all-gather before DDP's collectives in forward"}[doing]
+        rows = self._collective(phase, group, lambda: comm.all_gather_rows(record, group, dist.get_world_size()))
+        check_records(rows.cpu(), doing, self.t + 1)
+
     def _collective(self, phase: str, group, run):
         """Run one collective; on failure (timeout, dead peer) raise one error naming the ranks that went silent."""
         if group is None:
@@ -705,11 +907,7 @@ class Birder(torch.optim.Optimizer):
         any layout with the same number of workers (nodes in hierarchical, ranks in flat).
         """
         topo, world, group = self.topology, dist.get_world_size(), self.topology.world_group
-        if group is not None:  # first the hook's record: a rank in backward meets it and both sides raise at once
-            record = torch.tensor([_STATE_DICT, self.t + 1, 0, 0], dtype=torch.int64, device=self.device)
-            rows = self._collective("state_dict() record all-gather", group,
-                                    lambda: comm.all_gather_rows(record, group, world))
-            check_records(rows.cpu(), _STATE_DICT, self.t + 1)
+        self._exchange_record(_STATE_DICT)  # a rank in backward or forward meets it: both sides raise at once
         mine = torch.cat([self.m, self.b_hat, self.e, self.server_error])
         rows = self._collective("state_dict all-gather", group,
                                 lambda: comm.all_gather_rows(mine, group, world)).cpu()
@@ -796,7 +994,7 @@ class Birder(torch.optim.Optimizer):
         self.t, self.skipped_steps, self.consecutive_skips = t, skipped, consecutive
         for group, saved in zip(self.param_groups, groups, strict=True):
             group["lr"], group["weight_decay"] = float(saved["lr"]), float(saved["weight_decay"])
-        self._hook_state.backward_ran = False
+        self._hook_state.reset()
 
     def _check_envelope(self, state_dict) -> tuple[dict, list]:
         if not isinstance(state_dict, dict) or set(state_dict) != {"state", "param_groups"}:

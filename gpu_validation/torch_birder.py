@@ -244,21 +244,28 @@ def _numpy_indices() -> np.ndarray:
 
 def _grid_into_numpy(key: int, start: int, n: int, ws: _Workspace) -> torch.Tensor:
     """``_grid_into`` on CPU: the same hash on NumPy uint32 views of the workspace, where a right shift is
-    logical (no mask after it) and multiplication wraps modulo 2**32: 19 passes instead of 27, the same bits."""
+    logical (no mask after it) and multiplication wraps modulo 2**32: 19 passes instead of 27, the same bits.
+
+    The first pass forms index ^ key at once: within one aligned block of PIECE indices (a power of two) the
+    index is block + j = block ^ j (j < PIECE), so index ^ key = j ^ (block ^ key), one XOR of the cached j."""
     h, t = ws.h[:n].numpy().view(np.uint32), ws.t[:n].numpy().view(np.uint32)
-    k = np.uint32(key)
-    np.add(_numpy_indices()[:n], np.uint32(start), out=h)  # start + n <= 2**32: no wrap
-    for _ in range(2):  # h = fmix32(fmix32(index ^ key) ^ key)
-        h ^= k
+    j = _numpy_indices()
+    lo = start
+    while lo < start + n:  # at most two blocks per piece of at most PIECE elements
+        block = lo - lo % PIECE
+        hi = min(start + n, block + PIECE)
+        np.bitwise_xor(j[lo - block: hi - block], np.uint32(block ^ key), out=h[lo - start: hi - start])
+        lo = hi
+    for round_ in range(2):  # h = fmix32(fmix32(index ^ key) ^ key)
+        if round_:
+            h ^= np.uint32(key)
         for shift, constant in ((16, _FMIX_C1), (13, _FMIX_C2), (16, None)):
             np.right_shift(h, shift, out=t)
             h ^= t
             if constant is not None:
                 np.multiply(h, np.uint32(constant), out=h)
     np.right_shift(h, 32 - UNIFORM_BITS, out=t)
-    grid = ws.grid[:n]
-    grid.numpy()[:] = t  # integers below 2**24: exact in float32
-    return grid
+    return ws.grid[:n].copy_(ws.t[:n])  # integers below 2**24 (int32 words): exact in float32
 
 
 def _range_uniforms(key: int, start: int, n: int, device) -> torch.Tensor:
@@ -377,7 +384,7 @@ def _worker_pieces_numpy(m, b_hat, e, rows, beta, eps, key, start, ws, mean, out
     n = rows.shape[1]
     f32 = np.float32
     beta32, rest32, eps32 = f32(beta), f32(1 - beta), f32(eps)
-    M, B, E, R = m.numpy(), b_hat.numpy(), e.numpy(), rows.numpy()
+    M, B, E, R, packed = m.numpy(), b_hat.numpy(), e.numpy(), rows.numpy(), out.numpy()
     A, W, G, PLUS = ws.a.numpy(), ws.work.numpy(), ws.grid.numpy(), ws.plus.numpy()
     total = None if mean is None else mean.numpy()
     divisor = f32(rows.shape[0])
@@ -396,15 +403,14 @@ def _worker_pieces_numpy(m, b_hat, e, rows, beta, eps, key, start, ws, mean, out
         np.multiply(gp, rest32, out=a)
         mp += a
         bp *= beta32
-        np.abs(gp, out=a)
-        a *= rest32
+        np.abs(a, out=a)  # |g| (1-beta) as |g (1-beta)|: the same value (rounding is symmetric, 1-beta > 0)
         bp += a
         np.add(bp, eps32, out=a)
         np.divide(mp, a, out=a)
         a += ep  # a = y
         _grid_into(key, start + lo, k, ws)
         _quantize_numpy(a, G[:k], w, plus, ep)
-        _pack_into(ws.plus[:k], ws, out[lo // 8: hi // 8])
+        packed[lo // 8: hi // 8] = np.packbits(plus)  # most significant bit first, as pack_signs
 
 
 def _quantize_numpy(y: np.ndarray, grid: np.ndarray, work: np.ndarray, plus: np.ndarray, error: np.ndarray) -> None:
@@ -424,7 +430,7 @@ def _server_pieces_numpy(mean_u, server_error, key, start, n_workers, ws, out) -
     table as ``_mean_of_packed_signs``, then z = mean + e_s, Q(z), e_s = z - Q(z), packing)."""
     n = server_error.numel()
     f32 = np.float32
-    S, U = server_error.numpy(), mean_u.numpy()
+    S, U, packed = server_error.numpy(), mean_u.numpy(), out.numpy()
     A, W, G, PLUS = ws.a.numpy(), ws.work.numpy(), ws.grid.numpy(), ws.plus.numpy()
     table = _sign_table(torch.float32, server_error.device).numpy()
     for lo in range(0, n, PIECE):
@@ -444,7 +450,7 @@ def _server_pieces_numpy(mean_u, server_error, key, start, n_workers, ws, out) -
         np.add(mean, sp, out=z)
         _grid_into(key, start + lo, k, ws)
         _quantize_numpy(z, G[:k], w, PLUS[:k], sp)
-        _pack_into(ws.plus[:k], ws, out[lo // 8: hi // 8])
+        packed[lo // 8: hi // 8] = np.packbits(PLUS[:k])  # most significant bit first, as pack_signs
 
 
 def _mean_of_packed_signs(packed_rows: torch.Tensor, ws: _Workspace) -> torch.Tensor:

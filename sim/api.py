@@ -6,7 +6,9 @@ Each prediction is a dict with the keys of ``birder predict --json`` (``throughp
 an 80% interval from the quantiles of log(measured / predicted) on rows left out of every fit: for a site
 profile, the group cross-validation of its public rows; otherwise the validation corpus with each source left
 out, per predicted regime (compute- or communication-bound) and apart for predictions calibrated on a measured
-node and those from built-in compute profiles. They are measured once and stored
+node and those from built-in compute profiles; a site profile takes its own rows' bounds. A speed-up (one
+prediction over another of the same set-up, ``speedup_interval``) takes bounds of its own, fitted on the corpus's
+pairs of rows of one table. They are measured once and stored
 (``presets/cross_validation.json``, written by ``python -m sim.api --write-cross-validation``) so that no
 prediction pays a refit. ``validation_summary`` gives the fit (in-sample) and the cross-validated errors apart.
 """
@@ -26,6 +28,7 @@ from tqdm import tqdm
 
 from sim.hardware import PRESETS, SITES, Cluster, cluster, load_cluster
 from sim.models import model_profile
+from sim.system import incast_basis
 from sim.validate import INTERVAL_LEVEL, alpha_beta_throughput, gradient_bits, interval_regime, predicted_regime
 from sim.workload import predict
 
@@ -46,8 +49,11 @@ def _corpus_digest(corpus) -> str:
 @lru_cache(maxsize=1)
 def interval_quantiles() -> dict:
     """The intervals' bounds on log(measured / predicted), 80% nominal: ``site_profile`` (the group
-    cross-validation's rows of the site profiles), ``measured_node`` and ``unmeasured_node`` (per interval
-    regime, ``validate.interval_regime``, the corpus left out source by source; ``all`` pools the regimes). Read
+    cross-validation's rows of the site profiles; ``site_profile_by_site``, each site's own, with
+    ``site_profile_rows``), ``measured_node`` and ``unmeasured_node`` (per interval regime,
+    ``validate.interval_regime``, the corpus left out source by source; ``all`` pools the regimes), and
+    ``speedup_measured_node`` and ``speedup_unmeasured_node``, the same on log(measured ratio / predicted ratio)
+    of the corpus's pairs (``validate.paired_rows``). Read
     from the stored measurement when it was taken on the same rows and corpus, else measured now (once per
     process)."""
     from sim import validate
@@ -56,7 +62,8 @@ def interval_quantiles() -> dict:
     if CROSS_VALIDATION_FILE.exists():
         stored = json.loads(CROSS_VALIDATION_FILE.read_text()).get("intervals", {})
         if stored.get("corpus_sha256") == _corpus_digest(corpus) and stored.get("rows_sha256") == _rows_digest(
-                validate.PUBLIC_CSV) and all(k in stored for k in (*BOUNDS_BY_REGIME, "site_profile_by_site")):
+                validate.PUBLIC_CSV) and all(k in stored for k in (*BOUNDS_BY_REGIME, "site_profile_by_site",
+                                                                   "speedup_methods")):
             return _inflate(stored)
     return _intervals(validate.corpus_validation(), _cross_validation())
 
@@ -97,7 +104,8 @@ def _intervals(corpus_validation, cross: CrossValidation) -> dict:
             "measured_node": dict(corpus_validation.quantiles),
             "unmeasured_node": dict(corpus_validation.quantiles_unmeasured_node),
             "speedup_measured_node": dict(corpus_validation.speedup_quantiles),
-            "speedup_unmeasured_node": dict(corpus_validation.speedup_quantiles_unmeasured_node)}
+            "speedup_unmeasured_node": dict(corpus_validation.speedup_quantiles_unmeasured_node),
+            "speedup_methods": corpus_validation.speedup_methods()}
 
 
 def prediction_interval(throughput: float, alpha_beta_efficiency: float, site_profile: str | None,
@@ -141,32 +149,39 @@ def speedup_interval(a: dict, b: dict) -> dict:
     """Prediction ``a``'s throughput over ``b``'s (two dicts of ``predict_on``) with its 80% interval.
 
     Where the two share model, batch, nodes and GPUs per node (they differ in optimizer, framework or network),
-    their errors are correlated, and the interval is the quantiles of log(measured ratio / predicted ratio) over
-    the corpus's pairs of rows of one table so compared, each source left out (``speedup_measured_node`` where
-    both are calibrated on a measured node, else ``speedup_unmeasured_node``; per interval regime, the pair's
-    communication-bound if either is). One measured node each: the ratio of the measurements, exact. Otherwise
-    the naive worst case of the two intervals. Returns ``ratio``, ``low``, ``high``, ``basis`` and ``verdict``:
+    their errors may be correlated, and the interval is the quantiles of log(measured ratio / predicted ratio)
+    over the corpus's pairs of rows of one table so compared, each source left out (``speedup_measured_node``
+    where both are calibrated on a measured node, else ``speedup_unmeasured_node``; per interval regime, the
+    pair's communication-bound if either is), where the corpus's left-out pairs of that kind support it
+    (``validate.speedup_method``: covered as promised, and no wider than the naive interval); else, and across
+    set-ups, the naive worst case of the two intervals. One measured node each: the ratio of the measurements,
+    exact. Returns ``ratio``, ``low``, ``high``, ``basis`` and ``verdict``:
     ``faster`` / ``slower`` where the interval excludes 1, else ``within the uncertainty``."""
     from sim import validate
 
     ratio = a["throughput"] / b["throughput"]
+    naive = (a["throughput_low"] / b["throughput_high"],
+             a["throughput_high"] / b["throughput_low"] if b["throughput_low"] > 0 else math.inf)
+    q = interval_quantiles()
+    measured = bool(a.get("measured_node") and b.get("measured_node"))
+    key = "measured_node" if measured else "unmeasured_node"
+    reg = validate.pair_regime(a.get("interval_regime"), b.get("interval_regime"))
     if any(a.get(k) != b.get(k) for k in SPEEDUP_SETUP):
-        low, high = a["throughput_low"] / b["throughput_high"], a["throughput_high"] / b["throughput_low"]
-        basis = "different set-ups: the two intervals divided end by end"
-    elif a["nodes"] == 1 and a.get("measured_node") and b.get("measured_node"):
+        (low, high), basis = naive, "different set-ups: the two intervals divided end by end"
+    elif a["nodes"] == 1 and measured:
         low, high, basis = ratio, ratio, "one measured node each: the ratio of the measurements"
+    elif q["speedup_methods"][key][reg] == "naive":
+        (low, high), basis = naive, (f"the two intervals divided end by end: the corpus's {reg} pairs of rows of "
+                                     f"one table, {key.replace('_', ' ')}, each source left out, support it over "
+                                     "intervals fitted on the pairs' ratios (validate.speedup_method)")
     else:
-        q = interval_quantiles()
-        measured = bool(a.get("measured_node") and b.get("measured_node"))
-        key = "speedup_measured_node" if measured else "speedup_unmeasured_node"
-        reg = validate.pair_regime(a["interval_regime"], b["interval_regime"])
-        bounds = q[key][reg] if all(map(math.isfinite, q[key][reg])) else q[key]["all"]
+        bounds = validate.regime_bounds(q[f"speedup_{key}"], reg)
         # the bounds are of the faster by the prediction over the slower: the other way round, mirrored
         faster, slower = (a, b) if ratio >= 1 else (b, a)
         lo, hi = validate.interval_around(faster["throughput"] / slower["throughput"], bounds)
         low, high = (lo, hi) if ratio >= 1 else (1 / hi, 1 / lo)
-        basis = (f"paired: {reg} pairs of rows of one published table, {'measured' if measured else 'unmeasured'} "
-                 f"node, each source left out ({q['corpus']})")
+        basis = (f"paired: {reg} pairs of rows of one published table, {key.replace('_', ' ')}, each source left "
+                 f"out ({q['corpus']})")
     verdict = "faster" if low > 1 else "slower" if high < 1 else "within the uncertainty"
     return {"ratio": ratio, "low": low, "high": high, "basis": basis, "verdict": verdict}
 
@@ -276,7 +291,9 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                 "relative_error": (high - low) / 2 / out["throughput"], "throughput_low": low,
                 "throughput_high": high, "interval_level": INTERVAL_LEVEL, "interval_basis": basis,
                 "regime": predicted_regime(out["scale_efficiency"]), "extrapolated": bool(reasons),
-                "extrapolation_reasons": reasons, "provenance": [f"{k}: {v}" for k, v in c.provenance]})
+                "extrapolation_reasons": reasons, "provenance": [f"{k}: {v}" for k, v in c.provenance],
+                "incast_s": out["incast_timeouts"] * c.nic.retransmission_timeout,
+                "incast_basis": incast_basis(c) if out["incast_timeouts"] > 0 else ""})
     return out
 
 

@@ -216,6 +216,7 @@ class Cluster(OnLayout):
     provenance: tuple[tuple[str, str], ...] = field(default=(), compare=False)  # (figure, where it came from)
     nodes_per_leaf: int = 1  # nodes under one leaf switch; traffic between them never crosses the spine
     framework: str = "ddp"  # the training framework (presets/frameworks.toml): its buckets, overlap and cycle
+    servers: int = 0  # summation / parameter servers of a push-pull framework (0: its own rule, one per worker NIC)
 
     def __post_init__(self) -> None:
         if not isinstance(self.layout, Layout):
@@ -232,6 +233,8 @@ class Cluster(OnLayout):
         _count("cluster", "nodes_per_leaf", self.nodes_per_leaf)
         if self.framework not in FRAMEWORKS:
             raise ValueError(f"unknown framework {self.framework!r}; choose one of {', '.join(FRAMEWORKS)}")
+        if not (isinstance(self.servers, int) and not isinstance(self.servers, bool) and self.servers >= 0):
+            raise ValueError(f"cluster: servers must be a non-negative integer, got {self.servers!r}")
         if self.nic.count > self.gpus_per_node and self.nic.count % self.gpus_per_node:
             raise ValueError(f"[network] count = {self.nic.count} NICs for {self.gpus_per_node} GPUs per node: "
                              "at most one NIC per GPU, or the same number of NICs for every GPU (count a multiple "

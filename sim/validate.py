@@ -566,6 +566,7 @@ def corpus_cluster(row: PublishedRow, fitted: bool) -> Cluster:
     else:
         c = replace(cluster("10gbe", row.nodes, row.gpus_per_node, intra, row.gpu, framework=framework_of(row)),
                     nic=_generic_nic(row))
+    c = replace(c, servers=row.parameter_servers)
     if row.measured_link_gbps is None:
         return c
     # the source's measured link rate is set-up data: the same in the fitted and the generic prediction
@@ -851,6 +852,21 @@ def pair_figures(pairs: list[PairPrediction]) -> dict:
             "naive_decided_right": share((p.measured > 1) == (p.naive_low > 1) for p in naive_decided)}
 
 
+def speedup_method(figures: dict, level: float = INTERVAL_LEVEL) -> str:
+    """Which speed-up interval the left-out pairs of one regime support (``pair_figures``): ``paired`` (fitted on
+    the pairs' ratio errors) where it covers at least ``level`` and is no wider in median than ``naive`` (the two
+    intervals divided end by end) or the naive one falls short; else ``naive`` where it covers at least
+    ``level``; where neither does, the one that covers more; ``naive`` where there are no pairs."""
+    if not figures.get("pairs"):
+        return "naive"
+    paired_ok, naive_ok = figures["coverage"] >= level, figures["naive_coverage"] >= level
+    if paired_ok and (not naive_ok or figures["median_half_width"] <= figures["naive_median_half_width"]):
+        return "paired"
+    if naive_ok or figures["naive_coverage"] >= figures["coverage"]:
+        return "naive"
+    return "paired"
+
+
 @dataclass(frozen=True)
 class SkippedRow:
     source: str
@@ -907,6 +923,15 @@ class CorpusValidation:
         return median([(r.high - r.low) / 2 / r.left_out for r in self.rows
                        if regime is None or r.interval_regime == regime])
 
+    def speedup_methods(self) -> dict[str, dict[str, str]]:
+        """Per node calibration (``measured_node``, ``unmeasured_node``) and interval regime: the speed-up
+        interval the corpus's left-out pairs support (``speedup_method``)."""
+        def methods(pairs):
+            return {reg: speedup_method(pair_figures([p for p in pairs if p.interval_regime == reg]))
+                    for reg in REGIMES}
+
+        return {"measured_node": methods(self.pairs), "unmeasured_node": methods(self.unmeasured_pairs)}
+
     def speedup_figures(self, regime: str | None = None, source: str | None = None) -> dict:
         """``pair_figures`` of the left-out pairs calibrated on a measured node (of one interval regime or
         source, or all)."""
@@ -943,7 +968,8 @@ class CorpusValidation:
                 "speedup_by_source": {src: self.speedup_figures(source=src)
                                       for src in sorted({p.source for p in self.pairs})},
                 "unmeasured_node": self.unmeasured_figures(),
-                "speedup_unmeasured_node": pair_figures(list(self.unmeasured_pairs))}
+                "speedup_unmeasured_node": pair_figures(list(self.unmeasured_pairs)),
+                "speedup_methods": self.speedup_methods()}
 
     def unmeasured_figures(self) -> dict:
         """The intervals of predictions from the built-in GPU profiles (no node measured), each source left out:
@@ -998,13 +1024,24 @@ def speedup_figures_markdown(summary: dict) -> str:
         return "-" if x is None else f"{100 * x:.1f}%"
 
     return (f" Speed-ups (one row's throughput over another's of the same published table, set-up and node "
-            f"count: {f['pairs']} pairs) get intervals fitted on the pairs' own errors, each source left out: they "
+            f"count: {f['pairs']} pairs), each source left out: intervals fitted on the pairs' own ratio errors "
             f"cover **{pct(f['coverage'])}** of the pairs left out with a median half-width of "
             f"**{pct(f['median_half_width'])}**, against {pct(f['naive_coverage'])} and "
             f"{pct(f['naive_median_half_width'])} for the two rows' intervals divided end by end; "
             f"{pct(f['decided'])} of them exclude 1 ({pct(f['naive_decided'])} of the naive ones), and "
             f"{pct(f['decided_right'])} of those name the faster as measured ({pct(f['naive_decided_right'])})."
-            + unmeasured_figures_markdown(summary))
+            + methods_markdown(summary) + unmeasured_figures_markdown(summary))
+
+
+def methods_markdown(summary: dict) -> str:
+    """Which speed-up interval predictions use, per node calibration and regime (``speedup_method``)."""
+    methods = summary.get("speedup_methods") or {}
+    if not methods:
+        return ""
+    words = {"paired": "the pairs' own", "naive": "the two divided"}
+    return (" Predictions take, as the left-out pairs support (covered as promised, then the narrower): "
+            + "; ".join(f"{key.replace('_', ' ')}, " + ", ".join(f"{reg} {words[m]}" for reg, m in regimes.items())
+                        for key, regimes in methods.items()) + ".")
 
 
 def unmeasured_figures_markdown(summary: dict) -> str:

@@ -782,7 +782,8 @@ def test_validate_json_is_strict_json_with_cross_validation(tmp_path):
     """Good input, the default path through cross-validation: the JSON must parse with a strict parser."""
     (tmp_path / "cv.csv").write_text(HEADER + GOOD_ROW + "resnet50,32,10gbe,sgdm,16,2959\n"
                                      "resnet50,32,10gbe,sgdm,32,4270\n")
-    outcome = run_cli(["validate", "--csv", "cv.csv", "--json"], tmp_path, wall_s=120.0)  # good input, slow under load: only a hang guard
+    # good input, slow under load: the wall bound is only a hang guard
+    outcome = run_cli(["validate", "--csv", "cv.csv", "--json"], tmp_path, wall_s=120.0)
     assert outcome.status == 0, outcome.stderr
     strict_json(outcome.stdout)
 

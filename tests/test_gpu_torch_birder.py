@@ -220,7 +220,8 @@ def test_fused_draws_and_packing_equal_the_reference_forms():
 
     key = stream_key(9, 3, 2)
     ws = tb._Workspace.make(tb.PIECE, torch.device("cpu"))
-    for start, n in ((0, tb.PIECE), (77_777, 1000), (2**31 - 500, 1000), (2**32 - 1000, 1000)):
+    for start, n in ((0, tb.PIECE), (77_777, 1000), (tb.PIECE - 300, tb.PIECE), (2**31 - 500, 1000),
+                     (2**32 - 1000, 1000)):  # one spans two aligned blocks of PIECE indices
         expected = tb.uniforms(9, 3, 2, torch.arange(start, start + n, dtype=torch.int64))
         for form in (tb._grid_into, tb._grid_into_torch, tb._grid_into_numpy):  # CPU's NumPy form; CUDA's torch one
             assert torch.equal(form(key, start, n, ws) * 2.0**-24, expected), (start, form.__name__)

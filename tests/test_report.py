@@ -329,3 +329,15 @@ def test_a_report_the_user_edited_is_not_replaced(tmp_path):
     (out / "report.md").unlink()  # a file of the report removed: nothing of the user's is at stake
     report.write_report(out, sections=(lambda outdir, quick: "new",))
     assert "new" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("coverage, cautioned", [(0.734, True), (0.85, False)])
+def test_speedup_words_quote_the_paired_check_and_caution_below_nominal(coverage, cautioned):
+    speedup = {"pairs": 214, "coverage": coverage, "median_half_width": 0.213, "naive_coverage": 0.874,
+               "naive_median_half_width": 0.295, "decided": 0.383, "decided_right": 0.976}
+    summary = {"corpus_validation": {"summary": {"interval_level": 0.8, "speedup": speedup}}}
+    words = report_scaling.speedup_words(report_scaling.Grid((), summary, ()))
+    assert (f"(214 pairs: they covered {100 * coverage:.0f}% of the pairs left out with a median half-width of 21%, "
+            "against 87% and 30% for the two intervals divided end by end; the 38% that excluded 1 named the faster "
+            "as measured in 98% of cases)") in words
+    assert ("read a named faster one as likely, not certain" in words) == cautioned

@@ -153,6 +153,8 @@ def test_bad_header_is_refused(tmp_path, header, message):
     ("table", "", r"column table: empty"),
     ("notes", "grad_accum=0", r"column notes: grad_accum=N must appear at most once, with N >= 1"),
     ("notes", "grad_accum=2; grad_accum=4", r"column notes: grad_accum=N must appear at most once"),
+    ("notes", "parameter_servers=0", r"column notes: parameter_servers=N must appear at most once, with N >= 1"),
+    ("notes", "parameter_servers=2; parameter_servers=4", r"column notes: parameter_servers=N must appear"),
     ("notes", "warmup_fraction=1.5", r"column notes: warmup_fraction=F must appear at most once, with 0 <= F < 1"),
     ("measured_link_gbps", "-4", r"column measured_link_gbps: '-4' is not positive"),
     ("measured_link_gbps", "inf", r"column measured_link_gbps: 'inf' is not positive and finite"),

@@ -73,11 +73,11 @@ def test_a_source_left_out_loses_its_site_fit_and_its_interval_never_sees_it(pub
 
 
 def test_rows_the_simulator_cannot_express_are_listed_as_skipped(public):
-    k80 = replace(public[0], gpu="k80", source="other")
+    no_gpu = replace(public[0], gpu="m40", source="other")  # a GPU gpus.toml has no entry for
     no_single = replace(public[1], single_node_throughput=None, source="other")
-    cv = validate.corpus_validation((*public, k80, no_single), "test")
+    cv = validate.corpus_validation((*public, no_gpu, no_single), "test")
     assert len(cv.rows) == 18 and len(cv.skipped) == 2
-    assert "k80" in cv.skipped[0].reason and "single-node" in cv.skipped[1].reason
+    assert "m40" in cv.skipped[0].reason and "single-node" in cv.skipped[1].reason
     assert cv.summary()["skipped_rows"] == 2
 
 

@@ -83,6 +83,16 @@ def test_summation_servers_move_the_gradient_once_each_way_where_a_ring_moves_it
         tf = replace(byteps, framework="tf-parameter-server")
         tf_load = byte_load(summation_servers(tf, dim).phases, tf.layout, 1)
         assert tf_load.nic_tx == pytest.approx(4 * dim * 2 * (n - 1) / n, rel=1e-3)
+    # fewer servers than workers (TensorFlow's page: 8 instances, 4 parameter servers): a server's node receives
+    # 7 workers' quarters and its own worker's 3 remote quarters, 2.5 gradients
+    four = replace(cluster("10gbe", 8, 8, gpu="k80", framework="tf-parameter-server"), servers=4)
+    assert byte_load(summation_servers(four, dim).phases, four.layout, 1).nic_rx == pytest.approx(4 * dim * 2.5,
+                                                                                                  rel=1e-3)
+    assert [r.parameter_servers for r in rows("tf-benchmarks-2017", "tf-parameter-server", nodes=8)] == [0, 4, 4]
+    with pytest.raises(ValueError, match="at most one per NIC"):
+        summation_servers(replace(four, servers=9), dim)
+    with pytest.raises(ValueError, match="servers must be a non-negative integer"):
+        replace(four, servers=-1)
     # one worker machine: BytePS runs NCCL's all-reduce (docs/best-practice.md)
     one = cluster("ib-edr", 1, 8, gpu="v100", framework="byteps")
     assert step_schedule("sgdm", one, dim, full_precision=True).scheme != "summation_servers"

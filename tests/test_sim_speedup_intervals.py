@@ -97,25 +97,50 @@ def _pair(optimizer_a: str, optimizer_b: str, nodes: int, network: str = "10gbe"
                  for o in (optimizer_a, optimizer_b))
 
 
-def test_a_speedup_interval_is_the_stored_paired_bounds_mirrored_and_decided():
-    """Birder over SGDM on 16 nodes of 10 GbE: the interval is the stored paired bounds around the predicted
-    ratio (the faster over the slower), its mirror the other way round; the verdict names the faster only where
-    the interval excludes 1."""
-    birder, sgdm = _pair("birder", "sgdm", 16)
+@pytest.mark.parametrize("measured", [True, False])
+def test_a_speedup_interval_is_the_supported_method_mirrored_and_decided(measured):
+    """Birder over SGDM on 16 nodes of 10 GbE, with and without measured nodes: the interval is the method the
+    stored left-out pairs support for its kind (``validate.speedup_method``): the stored paired bounds around the
+    predicted ratio (the faster over the slower), or the two intervals divided end by end; its mirror the other
+    way round; the verdict names the faster only where the interval excludes 1."""
+    birder, sgdm = _pair("birder", "sgdm", 16) if measured else (
+        api.predict_config("resnet50", 16, "10gbe", o) for o in ("birder", "sgdm"))
     forward, backward = api.speedup_interval(birder, sgdm), api.speedup_interval(sgdm, birder)
     assert forward["ratio"] == pytest.approx(birder["throughput"] / sgdm["throughput"])
     assert (forward["low"], forward["high"]) == pytest.approx((1 / backward["high"], 1 / backward["low"]))
-    q = api.interval_quantiles()["speedup_measured_node"]
+    q = api.interval_quantiles()
+    key = "measured_node" if measured else "unmeasured_node"
     regime = validate.pair_regime(birder["interval_regime"], sgdm["interval_regime"])
-    bounds = q[regime] if all(map(math.isfinite, q[regime])) else q["all"]
-    faster = max(forward["ratio"], 1 / forward["ratio"])
-    expected = validate.interval_around(faster, bounds)
-    shown = (forward["low"], forward["high"]) if forward["ratio"] >= 1 else (1 / forward["high"], 1 / forward["low"])
-    assert shown == pytest.approx(expected)
-    assert forward["basis"].startswith(f"paired: {regime} pairs")
+    if q["speedup_methods"][key][regime] == "paired":
+        faster = max(forward["ratio"], 1 / forward["ratio"])
+        expected = validate.interval_around(faster, validate.regime_bounds(q[f"speedup_{key}"], regime))
+        shown = (forward["low"], forward["high"]) if forward["ratio"] >= 1 else (
+            1 / forward["high"], 1 / forward["low"])
+        assert shown == pytest.approx(expected) and forward["basis"].startswith(f"paired: {regime} pairs")
+    else:
+        assert (forward["low"], forward["high"]) == pytest.approx(
+            (birder["throughput_low"] / sgdm["throughput_high"], birder["throughput_high"] / sgdm["throughput_low"]))
+        assert forward["basis"].startswith("the two intervals divided end by end")
     for r in (forward, backward):
         assert r["verdict"] == ("faster" if r["low"] > 1 else "slower" if r["high"] < 1 else "within the uncertainty")
     assert {forward["verdict"], backward["verdict"]} in ({"faster", "slower"}, {"within the uncertainty"})
+
+
+@pytest.mark.parametrize("figures, method", [
+    ({"pairs": 0}, "naive"),
+    ({"pairs": 9, "coverage": 0.85, "naive_coverage": 0.9, "median_half_width": 0.2, "naive_median_half_width": 0.3},
+     "paired"),
+    ({"pairs": 9, "coverage": 0.85, "naive_coverage": 0.9, "median_half_width": 0.4, "naive_median_half_width": 0.3},
+     "naive"),
+    ({"pairs": 9, "coverage": 0.7, "naive_coverage": 0.9, "median_half_width": 0.1, "naive_median_half_width": 0.3},
+     "naive"),
+    ({"pairs": 9, "coverage": 0.85, "naive_coverage": 0.7, "median_half_width": 0.4, "naive_median_half_width": 0.3},
+     "paired"),
+    ({"pairs": 9, "coverage": 0.75, "naive_coverage": 0.7, "median_half_width": 0.4, "naive_median_half_width": 0.3},
+     "paired"),
+])
+def test_the_supported_method_covers_as_promised_then_is_the_narrower(figures, method):
+    assert validate.speedup_method(figures) == method
 
 
 def test_a_speedup_across_set_ups_or_of_measured_nodes_says_how_it_was_made():

@@ -40,6 +40,7 @@ REGIMES = ("compute-bound", "communication-bound")
 COMM_BOUND_GAP = 0.15  # linear scaling more than 15% above the measured throughput: communication-bound
 MAX_FILE_BYTES = 16 << 20  # the shipped corpus is ~0.2 MB; a bounded read never hangs on a device such as /dev/zero
 GRAD_ACCUM = re.compile(r"\bgrad_accum=(\d+)\b")  # in notes: micro-batches per all-reduce (absent: 1)
+PARAMETER_SERVERS = re.compile(r"\bparameter_servers=(\d+)\b")  # in notes: servers a push-pull run used
 WARMUP = re.compile(r"\bwarmup_fraction=(\d+(?:\.\d+)?)\b")  # in notes: 1-bit Adam's uncompressed share of the steps
 # measured (absent: the simulator's default for the model)
 # what may have measured a row's link rate host to host; the notes must name it
@@ -78,6 +79,13 @@ class PublishedRow:
         """Micro-batches of ``batch_per_gpu`` per all-reduce, from ``grad_accum=N`` in the notes (absent: 1)."""
         found = GRAD_ACCUM.search(self.notes)
         return int(found.group(1)) if found else 1
+
+    @property
+    def parameter_servers(self) -> int:
+        """Parameter / summation servers of a push-pull run, from ``parameter_servers=N`` in the notes (absent: 0,
+        the framework's own rule, sim.system.summation_servers)."""
+        found = PARAMETER_SERVERS.search(self.notes)
+        return int(found.group(1)) if found else 0
 
     @property
     def warmup_fraction(self) -> float | None:
@@ -223,6 +231,10 @@ def _parse_row(record: dict[str, str], sources: dict[str, Source]) -> PublishedR
             raise ValueError(f"column {column}: {getattr(row, column)!r} is not one of {', '.join(allowed)}")
     if len(GRAD_ACCUM.findall(row.notes)) > 1 or row.grad_accum < 1:
         raise ValueError(f"column notes: grad_accum=N must appear at most once, with N >= 1 ({row.notes[:60]!r}...)")
+    servers = PARAMETER_SERVERS.findall(row.notes)
+    if len(servers) > 1 or any(int(n) < 1 for n in servers):
+        raise ValueError("column notes: parameter_servers=N must appear at most once, with N >= 1 "
+                         f"({row.notes[:60]!r}...)")
     warmups = WARMUP.findall(row.notes)
     if len(warmups) > 1 or (warmups and not 0 <= float(warmups[0]) < 1):
         raise ValueError(f"column notes: warmup_fraction=F must appear at most once, with 0 <= F < 1 "
