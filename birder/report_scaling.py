@@ -268,6 +268,9 @@ def why_not(g: ModelGrid, network: str, nodes: int) -> str:
     if base_comm < 0.10:
         return (f"compute-bound: {base['optimizer']}'s communication is {100 * base_comm:.0f}% of its iteration, "
                 "so there is little to save")
+    if b.get("incast_s", 0.0) >= 0.5 * b["exposed_communication_s"] > 0:
+        return (f"TCP incast: Birder's point-to-point phases lose {b['incast_timeouts']:.1f} retransmission "
+                f"timeouts per step ({1e3 * b['incast_s']:,.0f} ms; {b['incast_basis']})")
     if (b["exposed_communication_s"] >= base["exposed_communication_s"]
             and b["inter_node_bytes_per_gpu"] < base["inter_node_bytes_per_gpu"]):
         fewer = base["inter_node_bytes_per_gpu"] / max(1.0, b["inter_node_bytes_per_gpu"])

@@ -30,16 +30,22 @@ micro-batch accumulation without ``no_sync`` sums local gradients into one Birde
 Faults: every collective has the process group's timeout (``comm.make_topology``); when one fails, the rank
 waits briefly for the others to report the same iteration through the default store and raises one
 ``RuntimeError`` naming the ranks that did not (hung or dead); so does backward when the hook's all-gather fails.
+Before DDP's own collectives in forward (its bucket rebuild, its buffer broadcast) the ranks exchange a record on
+Birder's group (``_guard_ddp_forward``): a peer that failed is named there, a rank that called state_dict() alone
+meets it, and an error from inside those collectives gets the same message.
 A step skipped for a non-finite gradient names the ranks that had one, is counted (``skipped_steps``) and
-logged; ``max_consecutive_skips`` in a row raise (a GradScaler's back-offs count only at a scale of at most 1).
+logged; ``max_consecutive_skips`` in a row raise (a GradScaler's back-offs count only at a scale above 1, read
+from the calling ``GradScaler.step`` after ``unscale_``).
 """
 
 from __future__ import annotations
 
+import linecache
 import logging
 import math
 import numbers
 import os
+import sys
 import time
 import weakref
 from collections.abc import Iterable
@@ -133,8 +139,8 @@ def _layout(scheme: str, gpus_per_node) -> tuple[int, int]:
     return (world // g, g) if scheme == "hierarchical" else (1, world)
 
 
-_HOOK, _STATE_DICT = 1, 2  # what a rank is doing when it joins the record all-gather on Birder's world group
-_CALLS = {_HOOK: "backward", _STATE_DICT: "state_dict()"}
+_HOOK, _STATE_DICT, _FORWARD = 1, 2, 3  # what a rank is doing when it joins a record all-gather on Birder's group
+_CALLS = {_HOOK: "backward", _STATE_DICT: "state_dict()", _FORWARD: "forward"}
 _RECORD = 4  # int64 words per rank: (what it is doing, Birder step, largest |gradient| as float32 bits, checksum)
 
 
@@ -164,6 +170,7 @@ class _HookState:
         self.step_of = step_of  # () -> the Birder step the next step() computes
         self.fault_message = fault_message  # (phase, group, error) -> Birder's one-line fault message
         self.backward_ran = False
+        self.backward_seen = False  # a backward ran at least once (DDP rebuilds its buckets in the next forward)
         self.seen: set[int] = set()  # ids of the parameters whose bucket the hook saw since the last step
         self.nonfinite_ranks: set[int] = set()  # ranks whose local gradient was NaN/inf since the last step
         self.largest: dict[int, float] = {}  # bucket index -> max |gradient| over every rank (last backward)
@@ -179,16 +186,19 @@ class _HookState:
 
 def check_records(rows: torch.Tensor, doing: int, step: int) -> None:
     """Raise one RuntimeError if the ranks' records (world, _RECORD) say that they are not all doing ``doing`` at
-    Birder step ``step`` (one rank called state_dict() while the others ran backward, or the ranks are steps
-    apart). Every rank gathered the same rows, so every rank raises the same error, at once."""
+    Birder step ``step`` (one rank called state_dict() while the others ran forward or backward, or the ranks are
+    steps apart). Every rank gathered the same rows, so every rank raises the same error, at once."""
     calls, steps = rows[:, 0].tolist(), rows[:, 1].tolist()
     if all(c == doing for c in calls) and all(s == step for s in steps):
         return
     by_call = {_CALLS.get(c, f"code {c}"): [r for r, x in enumerate(calls) if x == c] for c in dict.fromkeys(calls)}
     if len(by_call) > 1:
         who = "; ".join(f"rank(s) {ranks} called {call}" for call, ranks in by_call.items())
-        raise RuntimeError(f"Birder step {step}: {who}. state_dict() is collective: call it on every rank (before "
-                           f"`if rank == 0: torch.save(...)`), or save sharded_state_dict() on each rank")
+        if _STATE_DICT in calls:
+            raise RuntimeError(f"Birder step {step}: {who}. state_dict() is collective: call it on every rank (before "
+                               f"`if rank == 0: torch.save(...)`), or save sharded_state_dict() on each rank")
+        raise RuntimeError(f"Birder step {step}: {who}: every rank must run the same forwards and backwards through "
+                           "the DDP model")
     by_step = {s: [r for r, x in enumerate(steps) if x == s] for s in dict.fromkeys(steps)}
     raise RuntimeError("Birder: the ranks are at different steps (" + "; ".join(
         f"rank(s) {ranks} at step {s}" for s, ranks in by_step.items()) + "): every rank must call step() once per "
@@ -207,7 +217,7 @@ def _local_gradient_hook(state, bucket):  # DDP accepts only real (not string) a
     stalled), backward raises Birder's fault message naming the ranks that never reported. DDP waits for it at
     the end of backward, so it overlaps the backward of the following buckets.
     """
-    state.backward_ran = True
+    state.backward_ran = state.backward_seen = True
     buffer = bucket.buffer()
     index = bucket.index()
     params = bucket.parameters()
@@ -429,6 +439,69 @@ def _refuse_other_optimizers(birder_ref):
     return pre_step
 
 
+def _calling_scaler_scale(optimizer: torch.optim.Optimizer) -> float | None:
+    """The scale of the ``torch.amp.GradScaler`` whose step() is calling ``optimizer.step()``, read from that call
+    on the stack (after ``scaler.unscale_(optimizer)`` the scaler passes the optimizer no scale); None if no
+    GradScaler is calling it."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is torch.amp.GradScaler.step.__code__ and frame.f_locals.get("optimizer") is optimizer:
+            return float(frame.f_locals["self"].get_scale())
+        frame = frame.f_back
+    return None
+
+
+def _ddp_forward_communicates(ddp: nn.parallel.DistributedDataParallel, backward_seen: bool) -> bool:
+    """Whether this forward of ``ddp`` runs a collective of DDP's own before the module's forward (as its
+    ``_pre_forward`` decides): the broadcast of the module's buffers, or the one bucket rebuild, in the first
+    forward with gradients after a backward. Every rank gets the same answer; a yes where DDP then runs none
+    costs one small exchange and nothing else."""
+    if ddp.will_sync_module_buffers():
+        return True
+    return (torch.is_grad_enabled() and backward_seen and not getattr(ddp, "_has_rebuilt_buckets", True)
+            and (ddp.static_graph or not ddp.find_unused_parameters))
+
+
+_DDP_FORWARD_CALLS = ("_rebuild_buckets", "_broadcast_coalesced")  # DDP's own collectives in _pre_forward
+
+
+def _failed_in_ddp_collective(error: BaseException) -> bool:
+    """Whether ``error`` was raised by one of DDP's own collectives in forward: the innermost Python frame of its
+    traceback is DDP's, on a line calling its bucket rebuild or its buffer broadcast (torch raises a plain
+    RuntimeError from both, so the type alone cannot tell a failed peer from a bug in the model)."""
+    tb = error.__traceback__
+    if not isinstance(error, RuntimeError) or tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    line = linecache.getline(code.co_filename, tb.tb_lineno)
+    return code.co_filename == nn.parallel.distributed.__file__ and any(call in line for call in _DDP_FORWARD_CALLS)
+
+
+def _guard_ddp_forward(birder_ref):
+    """Forward hooks on the DDP model around DDP's own collectives. Before them (``before``), the ranks exchange a
+    record on Birder's group: a rank that called state_dict() alone meets it and every rank raises at once, and a
+    peer that failed before this forward is named by Birder's fault message. If one of them fails all the same
+    (a peer died inside it), ``after`` (called by torch while that error propagates) rewrites the error's message
+    into Birder's, naming the ranks that never reported; the error keeps its type and traceback."""
+    def before(ddp, args):
+        birder = birder_ref()
+        if birder is not None and not torch.compiler.is_compiling() and \
+                _ddp_forward_communicates(ddp, birder._hook_state.backward_seen):
+            birder._exchange_record(_FORWARD)
+
+    def after(ddp, args, output):
+        birder, error = birder_ref(), sys.exc_info()[1]
+        if birder is None or output is not None or error is None or not _failed_in_ddp_collective(error):
+            return None  # a forward that returned, or an error that is not from DDP's collectives
+        error.args = (birder._fault_message("bucket rebuild or buffer broadcast (DDP's own collective in forward)",
+                                            ddp.process_group, error),)
+        return None
+
+    return before, after
+
+
 class Birder(torch.optim.Optimizer):
     """Birder (Algorithm 1 with Section 4's hierarchical 1-bit all-reduce) for a ``DistributedDataParallel`` model.
 
@@ -528,6 +601,10 @@ class Birder(torch.optim.Optimizer):
             raise ValueError("this DDP model already has a communication hook (a register_comm_hook line kept from "
                              "an fp16/PowerSGD script, or an earlier Birder on it): Birder registers its own, so drop "
                              "that line, or wrap the model in a new DistributedDataParallel for a new Birder") from None
+        before, after = _guard_ddp_forward(weakref.ref(self))
+        for handle in (ddp_model.register_forward_pre_hook(before),
+                       ddp_model.register_forward_hook(after, always_call=True)):
+            weakref.finalize(self, handle.remove)
         self._fault_stall: tuple[int, str] | None = None  # (step, phase): a test stalls here (fault injection)
 
     def add_param_group(self, param_group: dict) -> None:
@@ -581,10 +658,10 @@ class Birder(torch.optim.Optimizer):
             grad.div_(scale.to(device=self.device, dtype=torch.float32))  # exact for powers of two
         local_bad = bool(found_inf is not None and float(found_inf) > 0)
         if hook_bad:  # every rank knows it from the hook: all skip, no collective needed
-            # a GradScaler backs off after this step: its skips count towards the limit only once its scale is at
-            # most 1 (then the gradient itself overflows); after unscale_ the scale is unknown and none count
-            backoff = found_inf is not None and (scale is None or float(scale) > 1.0)
-            self._skip(hook_bad, backoff=backoff)
+            # a GradScaler backs off after this step: its skips count towards the limit only once the scale it used
+            # is at most 1 (then the gradient itself overflows, a NaN from the model, say)
+            used = None if found_inf is None else float(scale) if scale is not None else _calling_scaler_scale(self)
+            self._skip(hook_bad, backoff=used is not None and used > 1.0)
             return loss
         if local_bad:
             raise RuntimeError("Birder.step(): GradScaler found a non-finite gradient on this rank that was finite "
@@ -758,6 +835,18 @@ class Birder(torch.optim.Optimizer):
                 "LOCAL gradient, so a second optimizer on these parameters, or code updating them from .grad, "
                 "makes the ranks drift apart; give them to Birder (param_groups=[...]) or to a separate DDP model")
 
+    def _exchange_record(self, doing: int) -> None:
+        """One all-gather over Birder's group of all ranks of what this rank is doing at which step (4 words, as
+        the hook's records): raises at once on every rank unless all do the same (``check_records``)."""
+        group = self.topology.world_group
+        if group is None:
+            return
+        record = torch.tensor([doing, self.t + 1, 0, 0], dtype=torch.int64, device=self.device)
+        phase = {_STATE_DICT: "state_dict() record all-gather",
+                 _FORWARD: "record all-gather before DDP's collectives in forward"}[doing]
+        rows = self._collective(phase, group, lambda: comm.all_gather_rows(record, group, dist.get_world_size()))
+        check_records(rows.cpu(), doing, self.t + 1)
+
     def _collective(self, phase: str, group, run):
         """Run one collective; on failure (timeout, dead peer) raise one error naming the ranks that went silent."""
         if group is None:
@@ -818,11 +907,7 @@ class Birder(torch.optim.Optimizer):
         any layout with the same number of workers (nodes in hierarchical, ranks in flat).
         """
         topo, world, group = self.topology, dist.get_world_size(), self.topology.world_group
-        if group is not None:  # first the hook's record: a rank in backward meets it and both sides raise at once
-            record = torch.tensor([_STATE_DICT, self.t + 1, 0, 0], dtype=torch.int64, device=self.device)
-            rows = self._collective("state_dict() record all-gather", group,
-                                    lambda: comm.all_gather_rows(record, group, world))
-            check_records(rows.cpu(), _STATE_DICT, self.t + 1)
+        self._exchange_record(_STATE_DICT)  # a rank in backward or forward meets it: both sides raise at once
         mine = torch.cat([self.m, self.b_hat, self.e, self.server_error])
         rows = self._collective("state_dict all-gather", group,
                                 lambda: comm.all_gather_rows(mine, group, world)).cpu()

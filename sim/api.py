@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from sim.hardware import PRESETS, SITES, Cluster, cluster, load_cluster
 from sim.models import model_profile
+from sim.system import incast_basis
 from sim.validate import INTERVAL_LEVEL, alpha_beta_throughput, gradient_bits, interval_regime, predicted_regime
 from sim.workload import predict
 
@@ -290,7 +291,9 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                 "relative_error": (high - low) / 2 / out["throughput"], "throughput_low": low,
                 "throughput_high": high, "interval_level": INTERVAL_LEVEL, "interval_basis": basis,
                 "regime": predicted_regime(out["scale_efficiency"]), "extrapolated": bool(reasons),
-                "extrapolation_reasons": reasons, "provenance": [f"{k}: {v}" for k, v in c.provenance]})
+                "extrapolation_reasons": reasons, "provenance": [f"{k}: {v}" for k, v in c.provenance],
+                "incast_s": out["incast_timeouts"] * c.nic.retransmission_timeout,
+                "incast_basis": incast_basis(c) if out["incast_timeouts"] > 0 else ""})
     return out
 
 

@@ -339,6 +339,9 @@ def run_predict(args) -> int:
     _say(f"    compute               {result['compute_s'] * 1e3:12.2f} ms")
     _say(f"    compression           {result['compression_s'] * 1e3:12.2f} ms")
     _say(f"    exposed communication {result['exposed_communication_s'] * 1e3:12.2f} ms")
+    if result["incast_s"] > 0:
+        _say(f"    TCP incast stalls     {result['incast_s'] * 1e3:12.2f} ms in the communication "
+             f"({result['incast_timeouts']:.2f} retransmission timeouts per step; {result['incast_basis']})")
     _say(f"  bytes per GPU per step  {result['intra_node_bytes_per_gpu'] / 1e6:12.2f} MB intra, "
           f"{result['inter_node_bytes_per_gpu'] / 1e6:.2f} MB inter")
     _say(f"  scale efficiency        {result['scale_efficiency'] * 100:12.1f} %")
@@ -396,7 +399,7 @@ def _csv(rows: list[dict], fields: list[str]) -> str:
 SWEEP_FIELDS = ("model", "batch_per_gpu", "network", "optimizer", "nodes", "gpus", "throughput", "throughput_low",
                 "throughput_high", "iteration_s", "compute_s", "compression_s", "exposed_communication_s",
                 "inter_node_bytes_per_gpu", "intra_node_bytes_per_gpu", "scale_efficiency", "extrapolated",
-                "measured_node", "interval_regime")
+                "measured_node", "interval_regime", "incast_s")
 
 
 def sweep_speedups(results: list[dict], baseline: str) -> list[dict]:
@@ -508,9 +511,14 @@ def run_validate(args) -> int:
         from sim import plots
 
         with staging_dir(args.out, "validate-plot") as staging:
-            drawn = plots.validation(summary["rows"], staging)
-            os.replace(drawn, Path(args.out) / Path(drawn).name)
-            summary["plot"] = str(Path(args.out) / Path(drawn).name)
+            drawn = [plots.validation(summary["rows"], staging,
+                                      cross_validated=summary.get("cross_validation", {}).get("rows"),
+                                      title="Against the Birder paper: fit (filled) and groups left out (open)"),
+                     plots.corpus_left_out(summary["corpus_validation"]["predictions"], staging)]
+            for path in drawn:
+                os.replace(path, Path(args.out) / Path(path).name)
+            summary["plot"] = str(Path(args.out) / drawn[0].name)
+            summary["corpus_plot"] = str(Path(args.out) / drawn[1].name)
     if args.json:
         print(_strict_json(summary))
         return 0
@@ -544,7 +552,8 @@ def run_validate(args) -> int:
             _say(f"  not testable on these rows (one value each): {', '.join(cross.untestable_columns)}")
     _print_corpus_validation(loso)
     if args.out:
-        _say(f"plot: {summary['plot']}")
+        _say(f"plots: {summary['plot']} (the paper's rows), {summary['corpus_plot']} (the corpus, each source left "
+             "out)")
     return 0
 
 

@@ -247,6 +247,53 @@ def validation(results: list[dict], out: Path, prefix: str = "", cross_validated
     return _save(fig, out / f"{prefix}validation.png")
 
 
+def corpus_left_out_figures(predictions: list[dict]) -> tuple[int, float, float, float]:
+    """(rows, left-out error, linear scaling's error, share of measurements inside the 80% interval): the
+    figures ``corpus_left_out``'s title states, each a mean over the rows drawn."""
+    n = len(predictions)
+    if not n:
+        raise ValueError("no corpus predictions to draw")
+    return (n, sum(abs(r["left_out"] / r["measured"] - 1) for r in predictions) / n,
+            sum(abs(r["linear"] / r["measured"] - 1) for r in predictions) / n,
+            sum(r["low"] <= r["measured"] <= r["high"] for r in predictions) / n)
+
+
+def corpus_left_out(predictions: list[dict], out: Path, prefix: str = "") -> Path:
+    """The validation corpus, each source left out (``CorpusValidation.as_dict()["predictions"]``): prediction /
+    measurement against the measured scale efficiency, the simulator's left-out prediction with its 80% interval
+    beside linear scaling's on the same rows (communication-bound left of the 85% line)."""
+    out.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    efficiency = [100 * r["measured"] / r["linear"] for r in predictions]
+    left_out = [r["left_out"] / r["measured"] for r in predictions]
+    ax.errorbar(efficiency, left_out, yerr=[[(r["left_out"] - r["low"]) / r["measured"] for r in predictions],
+                                            [(r["high"] - r["left_out"]) / r["measured"] for r in predictions]],
+                fmt="o", ms=3.5, color="tab:blue", ecolor="tab:blue", elinewidth=0.6, alpha=0.7,
+                label="simulator, its source left out (bar: 80% interval)")
+    ax.scatter(efficiency, [r["linear"] / r["measured"] for r in predictions], marker="x", s=16, color="grey",
+               label="linear scaling (nodes x single node)")
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.axvline(100 / 1.15, color="grey", ls=":", lw=0.8)
+    ax.set_yscale("log")
+    drawn = left_out + [r["linear"] / r["measured"] for r in predictions] + [
+        r[end] / r["measured"] for r in predictions for end in ("low", "high")]
+    ax.set_ylim(min(1 / 3, min(drawn) / 1.1), max(3, max(drawn) * 1.1))  # no row drawn off the axes
+    ticks = [1 / 3, 0.5, 2 / 3, 0.8, 1, 1.25, 1.5, 2, 3]
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.2g}x"))
+    ax.set_xlabel("measured scale efficiency (measured / linear scaling of the same table's node), %")
+    ax.set_ylabel("prediction / measurement (log scale)")
+    n, mape, linear, covered = corpus_left_out_figures(predictions)
+    ax.set_title(f"Validation corpus, each source left out: {n} rows, error {100 * mape:.1f}% "
+                 f"(linear scaling {100 * linear:.1f}%),\n80% intervals cover {100 * covered:.1f}%; "
+                 "left of the dotted line: communication-bound (measured)", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    return _save(fig, out / f"{prefix}corpus_left_out.png")
+
+
 def network_choice(rows: list[dict], path: Path, title: str) -> Path:
     """The buyer's comparison on a linear axis from zero (differences of a few percent stay visible as such):
     one panel per node count, per network (slowest first) a bar per series (``label``) at ``throughput`` with

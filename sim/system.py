@@ -494,6 +494,19 @@ def incast_bracket(cluster: Cluster) -> tuple[float, float]:
     return onset, 2 * onset
 
 
+def incast_basis(cluster: Cluster) -> str:
+    """Where ``incast_bracket``'s onset comes from, in words: a site's fitted bracket, or the preset switch's
+    buffer share over the job's congested ports (an assumed switch: its buffer decides the timeouts)."""
+    nic = cluster.nic
+    onset, _ = incast_bracket(cluster)
+    if math.isfinite(nic.incast_onset_bytes):
+        return f"{nic.name}'s fitted incast onset, {onset / 1e6:.2f} MB bursts into one switch port"
+    nodes = cluster.n_nodes if cluster.nodes_per_leaf == 1 else min(cluster.n_nodes, cluster.nodes_per_leaf)
+    return (f"an assumed switch buffer of {nic.switch_buffer_bytes / 1e6:.0f} MB shared by {nodes * nic.count} "
+            f"congested ports: bursts above {onset / 1e6:.2f} MB into one port lose packets; "
+            f"a deeper-buffered switch or a lossless fabric would not")
+
+
 # ------------------------------------------------------------------------------------------------ operations
 @dataclass(frozen=True)
 class OpTime:
@@ -617,7 +630,8 @@ def _collective(key: tuple, schedule: Schedule, cluster: Cluster,
                 in_switch: bool = True) -> tuple[float, float, tuple[OpTime, ...]]:
     ops = tuple(op_time(kind, phases, schedule.layout, cluster) for kind, phases in operations(schedule))
     if in_switch and ops and schedule.scheme in ALLREDUCE_SCHEMES:  # NCCL's NVLS / CollNet where they are faster
-        bits = schedule.phases[0].bits_per_element[0]
+        # the first phase that moves bytes (a tree over one-GPU nodes has no intra-node phase)
+        bits = next(ph.bits_per_element[0] for ph in schedule.phases if ph.n_rounds)
         switch = switch_allreduce(cluster, schedule.padded_dim * bits / 8)
         if switch is not None and switch.seconds < sum(o.seconds for o in ops):
             ops = (switch,)
@@ -715,6 +729,19 @@ def collective_schedule(name: str, layout: Layout, dim: int, bits: int = 32) -> 
 SUMMATION_SERVERS = "summation_servers"
 
 
+@lru_cache(maxsize=64)
+def _server_groups(layout: Layout, nics: int, colocated: bool, count: int) -> tuple[tuple[int, ...], tuple, tuple]:
+    """``summation_servers``' ``count`` servers, the nodes and the push/pull groups: they depend on the layout
+    alone, not on the bucket, so they are built once per layout (O(n^2 g) ranks; each bucket rebuilt them)."""
+    n, g = layout.n_nodes, layout.gpus_per_node
+    first_node = 0 if colocated else n
+    servers = tuple((first_node + s // nics) * g + (s % nics) * g // nics for s in range(count))
+    nodes = tuple(layout.node_ranks(k) for k in range(n))
+    groups = tuple(tuple(ep for ep in layout.local_rank_group(j) if layout.node_of(ep) != layout.node_of(server))
+                   + (server,) for server in servers for j in range(g))
+    return servers, nodes, tuple(grp for grp in groups if len(grp) > 1)
+
+
 def summation_servers(cluster: Cluster, dim: int, bits: int = 32) -> Schedule:
     """Push-pull through summation servers (BytePS, Jiang et al., OSDI 2020, Section 3; a TensorFlow parameter
     server): the GPUs of a node reduce-scatter inside it, each GPU pushes its shard, split evenly, to the
@@ -727,16 +754,11 @@ def summation_servers(cluster: Cluster, dim: int, bits: int = 32) -> Schedule:
     layout, nics = cluster.layout, cluster.nic.count
     n, g = layout.n_nodes, layout.gpus_per_node
     colocated = framework_preset(cluster.framework).servers_on_workers
-    first_node = 0 if colocated else n
     count = cluster.servers or n * nics
     if colocated and count > n * nics:
         raise ValueError(f"{count} parameter servers on {n} worker nodes of {nics} NICs: at most one per NIC")
-    servers = tuple((first_node + s // nics) * g + (s % nics) * g // nics for s in range(count))
+    servers, nodes, groups = _server_groups(layout, nics, colocated, count)
     D = padded_dim(dim, layout.n_ranks * len(servers))
-    nodes = tuple(layout.node_ranks(k) for k in range(n))
-    groups = tuple(tuple(ep for ep in layout.local_rank_group(j) if layout.node_of(ep) != layout.node_of(server))
-                   + (server,) for server in servers for j in range(g))
-    groups = tuple(grp for grp in groups if len(grp) > 1)
     piece = D // (g * len(servers))
     intra = (bits,) * (g - 1)
     phases = (

@@ -338,3 +338,15 @@ def test_on_a_pcie_node_a_gpus_link_is_shared_by_its_intra_and_inter_node_messag
         (all_to_all, *_) = sched.phases
         assert flow_time((all_to_all,), layout, c) > 1.2 * flow_time(
             (all_to_all,), layout, replace(c, intra=replace(c.intra, kind="nvlink")))
+
+
+@pytest.mark.parametrize("optimizer", ["sgdm", "onebit-adam"])
+def test_one_gpu_per_node_from_16_nodes_runs_nccls_tree(optimizer):
+    """NCCL's tree from 16 one-GPU nodes has no intra-node phase: the all-reduce (and 1-bit Adam's warm-up) is
+    timed, not an IndexError (the in-switch check read the first phase's bits, which is empty there)."""
+    from sim.workload import predict
+
+    for nodes in (16, 64):
+        c = cluster("ib-hdr", nodes, 1)
+        r = predict(c, model="bert-base", optimizer=optimizer).as_dict()
+        assert 0 < r["throughput"] and r["scale_efficiency"] <= 1 + 1e-9
