@@ -38,6 +38,9 @@ PLATEAU_BYTES = 256 << 20  # busbw on InfiniBand and RoCE flattens by a few hund
 _PREFIX = re.compile(r"^\s*(\[[^\]]*\](<\w+>)?:?\s*)+")  # mpirun --tag-output and similar rank prefixes
 _RANK = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s*(.*)")
 _REDOPS = {"sum", "prod", "min", "max", "avg", "none", "mulsum"}
+# bytes per element of nccl-tests' type names (nccl-tests src/common.cu, test_typenames)
+TYPE_BYTES = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "half": 2, "float": 4,
+              "double": 8, "bfloat16": 2, "f8e4m3": 1, "f8e5m2": 1}
 GPU_NAMES = {"A100": "a100", "H100": "h100", "H200": "h200", "V100": "v100"}  # nccl-tests device name -> gpus.toml
 
 
@@ -69,11 +72,22 @@ def _number(token: str) -> float:
     return value
 
 
+def all_reduce_row(nbytes: int, count: int, type_name: str, redop: str | None, root: str | None) -> bool:
+    """Whether a row's columns show an all-reduce in nccl-tests' format: a reduction (redop not ``none``), no
+    root (``-1`` or no root column: reduce_perf has one), and count x element size = size (reduce_scatter_perf
+    prints the count per rank, a ranks-th of the size). all_gather_perf and alltoall_perf print the same columns
+    as each other (redop ``none`` or empty, count per rank), so their rows say nothing."""
+    element = TYPE_BYTES.get(type_name)
+    return (redop is not None and redop != "none" and root in (None, "-1") and element is not None
+            and count * element == nbytes)
+
+
 def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTestsOutput:
     """The rows of one nccl-tests run pasted as ``text`` (``source`` names it in errors). ``op``: the collective
-    when the paste does not name its binary (all_reduce_perf, all_gather_perf, alltoall_perf). ValueError if
+    when the paste does not name its binary (all_reduce_perf, all_gather_perf, alltoall_perf) and its columns do
+    not show an all-reduce (``all_reduce_row``, every row). ValueError if
     there is no row, the op is unknown or ambiguous, or a row cannot be read."""
-    rows, ranks, gpus = [], {}, set()
+    rows, ranks, gpus, evidence = [], {}, set(), []
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = _PREFIX.sub("", raw).strip()
         rank = _RANK.match(line)
@@ -85,11 +99,11 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
         if line.startswith("#") or len(tokens) < 3 or not (tokens[0].isdigit() and tokens[1].isdigit()
                                                             and tokens[2].isalpha()):
             continue  # comments, NCCL logs, prompts: only lines of a size, a count and a type are rows
-        rest = tokens[3:]
+        rest, redop, root = tokens[3:], None, None
         if rest and rest[0] in _REDOPS:
-            rest = rest[1:]
+            redop, rest = rest[0], rest[1:]
         if len(rest) == 9:  # the root column (-1 where the collective has none)
-            rest = rest[1:]
+            root, rest = rest[0], rest[1:]
         try:
             if len(rest) != 8:
                 raise ValueError(f"{len(rest)} columns after the type, expected time, algbw, busbw, error twice")
@@ -102,9 +116,12 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
         if time_us <= 0:
             raise ValueError(f"{source}, line {lineno}: a time of {time_us} us is not a measurement")
         rows.append((nbytes, time_us * 1e-6, busbw, lineno))
+        evidence.append(all_reduce_row(nbytes, int(tokens[1]), tokens[2], redop, root))
     if not rows:
         raise ValueError(f"{source}: no nccl-tests rows (lines of size, count, type, ..., time, algbw, busbw)")
     named = {OPS[b] for b in OPS if b in text}
+    if op is None and not named and all(evidence):
+        named = {"all-reduce"}  # the columns say so (all_reduce_row)
     if op is None:
         if len(named) != 1:
             found = ", ".join(sorted(named)) or "none"

@@ -45,7 +45,9 @@ def test_mpi_prefixes_and_logs_around_the_table_are_ignored():
     ("all_reduce_perf\n  8192  2048  float  sum  -1  27.8  0.29\n", "line 2: not an nccl-tests row"),
     ("all_reduce_perf all_gather_perf\n8192 2048 float sum -1 27.8 0.29 0.29 0 28.5 0.29 0.29 0\n",
      "cannot tell which collective"),
-    ("8192 2048 float sum -1 27.8 0.29 0.29 0 28.5 0.29 0.29 0\n", "pass --op"),
+    ("8192 1024 float none -1 27.8 0.29 0.29 0 28.5 0.29 0.29 0\n", "pass --op"),  # all-gather or all-to-all
+    ("8192 1024 float sum -1 27.8 0.29 0.29 0 28.5 0.29 0.29 0\n", "pass --op"),  # count per rank: reduce-scatter
+    ("8192 2048 float sum 0 27.8 0.29 0.29 0 28.5 0.29 0.29 0\n", "pass --op"),  # a root: reduce
 ])
 def test_bad_pastes_are_refused_with_one_error(text, message):
     with pytest.raises(ValueError, match=message):
@@ -122,3 +124,14 @@ def test_bad_calibrate_input_is_one_line_and_exit_2(tmp_path, extra, message):
                           *extra, "--out", str(out)], capture_output=True, text=True)
     assert run.returncode == 2 and message in run.stderr and len(run.stderr.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_a_paste_without_its_binary_is_an_all_reduce_when_its_columns_say_so():
+    """nccl-tests prints a reduction op, root -1 and count x element size = size only for all_reduce_perf: a paste
+    that lost its command line is still read as an all-reduce; all-gather's columns (redop none) are not enough."""
+    table = "\n".join(line for line in GB10_SMALL.read_text().splitlines() if "all_reduce_perf" not in line)
+    assert "all_reduce_perf" not in table
+    parsed = calibrate.parse_nccl_tests(table, "paste")
+    assert {m.op for m in parsed.rows} == {"all-reduce"} and len(parsed.rows) == 4
+    half = "   8192    4096    half    sum    -1   27.8  0.29  0.29  0  28.5  0.29  0.29  0\n"
+    assert calibrate.parse_nccl_tests(half, "paste").rows[0].op == "all-reduce"
