@@ -839,7 +839,7 @@ class ServerGroups:
         return f"ServerGroups({self.layout!r}, servers={self.servers!r})"
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=512)
 def _server_groups(layout: Layout, nics: int, colocated: bool, count: int) -> tuple[tuple[int, ...], tuple, tuple]:
     """``summation_servers``' ``count`` servers, the nodes and the push/pull groups: they depend on the layout
     alone, not on the bucket, so they are built once per layout. Servers on machines of their own get
@@ -865,16 +865,23 @@ def summation_servers(cluster: Cluster, dim: int, bits: int = 32) -> Schedule:
     on machines of their own or, with the framework's ``servers_on_workers``, on the worker nodes, one NIC each
     (what a node pushes to its own server stays inside it). A worker NIC so carries the gradient once each way,
     where a ring all-reduce carries it 2(p-1)/p times; fewer servers than worker NICs load the servers' NICs
-    more. One pipelined operation: the libraries partition tensors and push, sum and pull the pieces concurrently."""
+    more. One pipelined operation: the libraries partition tensors and push, sum and pull the pieces concurrently.
+    Each tensor is spread evenly over the servers, the steady state of BytePS hashing the 4,096,000-byte
+    partitions of the many tensors in flight over every server (byteps/common/global.cc)."""
     layout, nics = cluster.layout, cluster.nic.count
     n, g = layout.n_nodes, layout.gpus_per_node
     colocated = framework_preset(cluster.framework).servers_on_workers
     count = cluster.servers or n * nics
     if colocated and count > n * nics:
         raise ValueError(f"{count} parameter servers on {n} worker nodes of {nics} NICs: at most one per NIC")
-    servers, nodes, groups = _server_groups(layout, nics, colocated, count)
-    D = padded_dim(dim, layout.n_ranks * len(servers))
-    piece = D // (g * len(servers))
+    # every GPU's shard split over the servers in pieces of whole elements (whole bytes): a tensor smaller than
+    # G x servers elements uses only as many servers as give each a piece of one element, so the bytes on the
+    # wire are the tensor's plus at most one element per message, never padded to the worker count
+    whole_bytes = 8 // math.gcd(bits, 8)
+    engaged = min(count, max(1, math.ceil(dim / (g * whole_bytes))))
+    servers, nodes, groups = _server_groups(layout, nics, colocated, engaged)
+    piece = whole_bytes * max(1, math.ceil(dim / (g * engaged * whole_bytes)))
+    D = g * engaged * piece
     intra = (bits,) * (g - 1)
     phases = (
         Phase("intra_reduce_scatter", "ring_reduce_scatter", nodes, D // g, intra, "reduce"),
