@@ -227,3 +227,13 @@ def test_summation_servers_put_a_tensors_own_bytes_on_the_wire_at_any_scale():
         assert out_of_a_node == 4 * sched.padded_dim
         if dim < 8 * n:  # a small tensor: as many servers as give each GPU's piece one element
             assert out_of_a_node - 4 * dim < 4 * 8
+
+
+def test_byteps_resnet50_keeps_scaling_at_512_nodes_on_a_fast_network():
+    """Summation servers move a worker's gradient once each way whatever the cluster size, so on 200 Gb/s RoCE
+    ResNet-50 keeps BytePS's efficiency near DDP's at 512 nodes (with the tensors padded to 8 x GPUs x servers
+    elements it fell to 18%)."""
+    byteps, ddp = (predict(cluster("roce-200gbe", 512, framework=fw), model="resnet50", batch_per_gpu=32,
+                           single_node_throughput=2000.0) for fw in ("byteps", "ddp"))
+    assert byteps.inter_node_bytes_per_gpu == pytest.approx(4 * model_profile("resnet50").n_params / 8, rel=1e-3)
+    assert byteps.scale_efficiency > 0.9 * ddp.scale_efficiency
