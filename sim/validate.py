@@ -496,6 +496,12 @@ def alpha_beta_throughput(params: int, bits: int, nodes: int, samples_per_node: 
     return nodes * samples_per_node / (one_node_s + allreduce_s)
 
 
+def incast_slowed(throughput: float, samples_per_step: int, incast_s: float) -> float:
+    """``throughput`` (samples/s, ``samples_per_step`` a step) with ``incast_s`` seconds of TCP incast stalls added
+    to each step: what the alpha-beta baseline becomes where the simulator sees incast."""
+    return samples_per_step / (samples_per_step / throughput + incast_s)
+
+
 def gradient_bits(optimizer: str, grad_dtype: str) -> int:
     """Bits per gradient element a step sends: 1 for an optimizer that compresses, else the gradient dtype's."""
     return 1 if registry.get(optimizer).compressed else GRAD_BITS[grad_dtype]
