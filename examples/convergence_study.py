@@ -214,14 +214,63 @@ class RunSpec:
     schedule: str
     seed: int
     warmup: bool = True
-    phase: str = "sweep"  # sweep, final or ablation
+    phase: str = "sweep"  # sweep, final or ablation (birder_recipe.py adds its own)
+    # Hyper-parameters the optimizers already expose (the study keeps the defaults; birder_recipe.py varies them).
+    beta: float = 0.95  # Algorithm 1's beta (birder and softsign only; AdamW keeps torch's betas)
+    weight_decay: float = WEIGHT_DECAY
+    decay_norms_embeddings: bool = True  # False: no weight decay on biases, LayerNorms and embeddings
+    embedding_lr_scale: float = 1.0  # the byte and position embeddings' lr relative to the base lr
+    warmup_fraction: float = WARMUP_FRACTION  # of the steps, when ``warmup``
 
 
-def _optimizer(method: str, ddp: nn.parallel.DistributedDataParallel, lr: float):
+def _is_embedding(name: str) -> bool:
+    return name.startswith(("embed.", "position"))
+
+
+def param_groups(model: nn.Module, spec: RunSpec) -> list[dict]:
+    """The model's parameters in groups by the spec's decay and embedding-lr choices (one group when default)."""
+    keys: dict[tuple[float, float], list[torch.Tensor]] = {}
+    for name, p in model.named_parameters():
+        embedding = _is_embedding(name)
+        no_decay = not spec.decay_norms_embeddings and (embedding or p.ndim < 2)
+        lr = spec.lr * (spec.embedding_lr_scale if embedding else 1.0)
+        keys.setdefault((lr, 0.0 if no_decay else spec.weight_decay), []).append(p)
+    return [{"params": params, "lr": lr, "weight_decay": decay} for (lr, decay), params in keys.items()]
+
+
+class SoftSign(torch.optim.Optimizer):
+    """Diagnostic, not Birder: Algorithm 1's m and b (lines 5-6, b = b-hat) on the all-reduced gradient and the
+    update x -= lr * (m / (b + eps) + weight_decay * x) without the 1-bit quantizer Q or its error feedback. It
+    separates what Birder's rule m/b costs from what its quantization costs."""
+
+    def __init__(self, params, lr: float, weight_decay: float, beta: float, eps: float = 1e-8):
+        super().__init__(params, {"lr": lr, "weight_decay": weight_decay, "beta": beta, "eps": eps})
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for group in self.param_groups:
+            beta = group["beta"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["m"], state["b"] = torch.zeros_like(p), torch.zeros_like(p)
+                m, b = state["m"], state["b"]
+                m.mul_(beta).add_(p.grad, alpha=1 - beta)
+                b.mul_(beta).add_(p.grad.abs(), alpha=1 - beta)
+                p.sub_(group["lr"] * (m / (b + group["eps"]) + group["weight_decay"] * p))
+
+
+def _optimizer(spec: RunSpec, ddp: nn.parallel.DistributedDataParallel):
+    method, groups = spec.method, param_groups(ddp.module, spec)
     if method == "birder":
         import gpu_validation
 
-        return gpu_validation.Birder(ddp, lr=lr, weight_decay=WEIGHT_DECAY, gpus_per_node=1)
+        return gpu_validation.Birder(ddp, lr=spec.lr, weight_decay=spec.weight_decay, beta=spec.beta,
+                                     gpus_per_node=1, param_groups=groups if len(groups) > 1 else None)
+    if method == "softsign":
+        return SoftSign(groups, lr=spec.lr, weight_decay=spec.weight_decay, beta=spec.beta)
     if method == "fp16":
         ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
     elif method == "powersgd":
@@ -229,17 +278,17 @@ def _optimizer(method: str, ddp: nn.parallel.DistributedDataParallel, lr: float)
         ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     elif method != "adamw":
         raise ValueError(f"unknown method {method!r}")
-    return torch.optim.AdamW(ddp.parameters(), lr=lr, weight_decay=WEIGHT_DECAY)
+    return torch.optim.AdamW(groups, lr=spec.lr, weight_decay=spec.weight_decay)
 
 
 def train_one(task: Task, spec: RunSpec, rank: int) -> dict | None:
     """One run on this rank (process group up); rank 0 returns its record."""
     budget = task.budget
     steps = budget.steps[task.name]
-    warmup = max(1, round(WARMUP_FRACTION * steps)) if spec.warmup else 0
+    warmup = max(1, round(spec.warmup_fraction * steps)) if spec.warmup else 0
     model = task.model(spec.seed)
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=500)  # one bucket (PowerSGD's gloo path)
-    opt = _optimizer(spec.method, ddp, spec.lr)
+    opt = _optimizer(spec, ddp)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda step: lr_factor(spec.schedule, step, steps, warmup))
     evaluate_at = set() if spec.phase == "sweep" else {
@@ -311,15 +360,17 @@ def _broadcast(value):
 
 
 def _run_all(task: Task, specs: list[RunSpec], rank: int, out: str) -> list[dict]:
-    done = []
-    for spec in specs:
+    done, started = [], time.monotonic()
+    for i, spec in enumerate(specs, 1):
         record = train_one(task, spec, rank)
         if record is None:
             continue
         done.append(record)
         with open(out, "a") as f:
             f.write(json.dumps(record) + "\n")
-        print(f"[{time.strftime('%H:%M:%S')}] {spec.phase:>8} {spec.task:>6} {spec.method:>8} lr {spec.lr:<6g} "
+        left = (time.monotonic() - started) / i * (len(specs) - i)
+        print(f"[{time.strftime('%H:%M:%S')} {i}/{len(specs)}, ~{left / 60:.1f} min left] "
+              f"{spec.phase:>8} {spec.task:>6} {spec.method:>8} lr {spec.lr:<6g} "
               f"{spec.schedule:>8}{'' if spec.warmup else ' no-warmup'} seed {spec.seed}: validation loss "
               f"{record['validation']['loss']:.4f}, test accuracy {100 * record['test']['accuracy']:.2f}% "
               f"({record['seconds']:.1f} s)", flush=True)

@@ -102,3 +102,108 @@ def test_readme_convergence_sentences_hold_for_the_committed_study():
     digits_off, lm_off = loss("digits", "birder", "ablation"), loss("lm", "birder", "ablation")  # warm-up
     assert abs(digits_off["mean"] - birder["mean"]) < digits_off["std"] + birder["std"]
     assert lm_off["mean"] < lm["birder"]
+
+
+RECIPE = EXAMPLE.with_name("birder_recipe.py")
+
+
+def _recipe_module():
+    import importlib.util
+
+    _study_module()
+    if "birder_recipe" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("birder_recipe", RECIPE)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["birder_recipe"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["birder_recipe"]
+
+
+def test_param_groups_split_decay_and_embedding_lr_and_default_to_one_group():
+    import torch
+
+    study = _study_module()
+    model = study.ByteLM(0)
+    names = {id(p): n for n, p in model.named_parameters()}
+    base = study.RunSpec("lm", "birder", 3e-3, "constant", 0)
+    assert study.param_groups(model, base) == [{"params": list(model.parameters()), "lr": 3e-3, "weight_decay": 0.01}]
+    groups = study.param_groups(model, study.RunSpec("lm", "birder", 3e-3, "constant", 0, beta=0.9,
+                                                     decay_norms_embeddings=False, embedding_lr_scale=3.0))
+    by_name = {names[id(p)]: (g["lr"], g["weight_decay"]) for g in groups for p in g["params"]}
+    assert len(by_name) == len(names)
+    assert by_name["embed.weight"] == by_name["position"] == (3e-3 * 3.0, 0.0)
+    assert by_name["norm.weight"] == by_name["head.bias"] == (3e-3, 0.0) and by_name["head.weight"] == (3e-3, 0.01)
+    p = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    p.grad = torch.tensor([0.5, 4.0])
+    study.SoftSign([p], lr=0.1, weight_decay=0.01, beta=0.9).step()  # m/b = sign(g) after one step
+    assert torch.allclose(p.detach(), torch.tensor([1.0 - 0.1 * (1 + 0.01), -2.0 - 0.1 * (1 - 0.02)]))
+
+
+def test_birder_recipe_smoke_screens_and_checks_seeds(tmp_path):
+    """The recipe exploration end to end at the smoke budget (3 steps): the screen, the promotion, the final
+    seeds and the README block. Nothing is concluded from these figures."""
+    out = tmp_path / "recipe.json"
+    done = subprocess.run([sys.executable, str(RECIPE), "--smoke", "--out", str(out), "--variants", "beta 0.9",
+                           "softsign (m/b unquantized) lr 0.01"], capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert list(result["screen"]) == ["base", "beta 0.9", "softsign (m/b unquantized) lr 0.01"]
+    assert result["screen"]["beta 0.9"]["beta"] == 0.9 and result["screen"]["base"]["beta"] == 0.95
+    assert all(r["ranks_identical"] and r["failure"] is None for r in [*result["screen"].values(), *result["records"]])
+    assert {r["phase"] for r in result["records"]} == {"final", "sweep", "sweep final", "adamw check"}
+    assert "method" not in result["settings"]["recipe"]  # a diagnostic is never part of the recipe
+    assert "| softsign (m/b unquantized) lr 0.01 * |" in done.stdout
+    assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_readme_recipe_figures_are_the_committed_exploration():
+    recipe = _recipe_module()
+    result = json.loads(RECIPE.with_suffix(".json").read_text())
+    assert result["steps"] == _study_module().STUDY.steps["lm"] and list(result["variants"]) == list(recipe.VARIANTS)
+    assert all(r["ranks_identical"] for r in [*result["screen"].values(), *result["records"]])
+    assert recipe.readme_block(result) in (RECIPE.parents[1] / "README.md").read_text()
+
+
+def test_readme_recipe_sentences_hold_for_the_committed_exploration():
+    """Each qualitative sentence of the README's recipe and its reading, checked on the committed JSON."""
+    recipe = _recipe_module()
+    result = json.loads(RECIPE.with_suffix(".json").read_text())
+    screen = {name: r["validation"]["loss"] for name, r in result["screen"].items()}
+    base = screen["base"]
+    # the quantizer's price: unquantized m/b far lower at the same lr, lower still at AdamW's
+    assert screen["softsign (m/b unquantized) lr 0.01"] < screen["softsign (m/b unquantized) lr 0.003"] < base - 0.1
+    share = (base - screen["softsign (m/b unquantized) lr 0.01"]) / (base - screen["AdamW lr 0.01, no warm-up"])
+    assert 0.4 < share < 0.6  # "about half of the screen's gap"
+    for sweep in (result["records"], json.loads(STUDY.with_suffix(".json").read_text())["records"]):
+        birder = {(r["lr"], r["schedule"]): r["validation"]["loss"] for r in sweep
+                  if r["phase"] == "sweep" and r["method"] == "birder" and r["task"] == "lm"}
+        assert min(birder[(1e-2, s)] for s in ("constant", "cosine")) > birder[(3e-3, "constant")]
+    # beta: smaller helps, 0.99 hurts; embeddings: larger lr helps, smaller does not
+    assert screen["beta 0.8"] < screen["beta 0.9"] < base < screen["beta 0.99"]
+    assert screen["embeddings lr x10"] < screen["embeddings lr x3"] < base <= screen["embeddings lr x1/3"]
+    margin = result["screen_margin"]
+    for name in ("warm-up 5%", "warm-up 20%", "lr 0.002", "lr 0.005", "no decay on norms, biases, embeddings",
+                 "no weight decay"):  # change little (or hurt)
+        assert screen[name] > base - margin, name
+    assert screen["warm-up 5%"] > base and screen["warm-up 20%"] > base
+    assert result["settings"]["recipe"] == {"beta": 0.8, "embedding_lr_scale": 10.0}
+    rows = recipe.final_rows(result)
+    spread = rows["base"]["mean"] - rows["base"]["std"]
+    for name in ("beta 0.8", "embeddings lr x10", "recipe"):  # beyond the seeds' spread
+        assert rows[name]["mean"] + rows[name]["std"] < spread, name
+    assert rows["recipe"]["mean"] < min(rows[n]["mean"] for n in rows if n != "recipe")  # more than either alone
+    study = {(r["phase"], r["task"], r["method"]): r for r in json.loads(STUDY.with_suffix(".json").read_text())[
+        "summary"]}
+    adamw = study[("final", "lm", "adamw")]["test_loss"]
+    assert (recipe.ADAMW.lr, recipe.ADAMW.schedule, recipe.ADAMW.warmup) == (
+        study[("final", "lm", "adamw")]["lr"], study[("final", "lm", "adamw")]["schedule"],
+        study[("final", "lm", "adamw")]["warmup"])
+    chosen, seeds = recipe.swept(result)
+    assert abs(seeds["mean"] - adamw["mean"]) < seeds["std"] + adamw["std"]  # about AdamW's held-out loss
+    assert abs(rows["base"]["mean"] - study[("ablation", "lm", "birder")]["test_loss"]["mean"]) < 1e-9
+    check = recipe._spread([r for r in result["records"] if r["phase"] == "adamw check"])
+    assert check["mean"] + check["std"] < min(seeds["mean"], adamw["mean"]) - seeds["std"]  # Birder still behind
+    readme = " ".join((RECIPE.parents[1] / "README.md").read_text().split())
+    assert f"the same 10x embedding lr lowers AdamW too, to {check['mean']:.3f} ± {check['std']:.3f}" in readme
+    assert (f"from {rows['base']['mean']:.3f} ± {rows['base']['std']:.3f} to about AdamW's held-out loss in the "
+            f"study's table ({adamw['mean']:.3f} ± {adamw['std']:.3f})") in readme
