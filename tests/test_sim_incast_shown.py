@@ -84,6 +84,9 @@ def test_a_switch_the_user_names_or_a_fitted_onset_is_no_assumption(tmp_path):
     assert mine["throughput"] == pytest.approx(preset["throughput"], rel=1e-12) and mine["incast_s"] > 1
     assert mine["incast_free_throughput"] is None and mine["throughput_high"] < preset["throughput_high"]
     assert "the cluster file's switch buffer of 12 MB" in mine["incast_basis"]
+    site = predict_config("bert-large", 8, "birder-paper-10gbe", "onebit-adam")  # a site's onset fitted to its rows
+    assert site["incast_s"] > 0 and site["incast_free_throughput"] is None
+    assert "upper end raised" not in site["interval_basis"]
 
 
 def test_a_speedup_resting_on_an_assumed_buffer_is_not_a_verdict():
