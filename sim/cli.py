@@ -342,6 +342,9 @@ def run_predict(args) -> int:
     if result["incast_s"] > 0:
         _say(f"    TCP incast stalls     {result['incast_s'] * 1e3:12.2f} ms in the communication "
              f"({result['incast_timeouts']:.2f} retransmission timeouts per step; {result['incast_basis']})")
+    if result["incast_free_throughput"] is not None:
+        _say(f"  TCP incast on an assumed switch buffer of {result['switch_buffer_assumed_bytes'] / 1e6:.0f} MB: "
+             f"{result['throughput']:.0f} to {result['incast_free_throughput']:.0f} samples/s depending on the switch")
     _say(f"  bytes per GPU per step  {result['intra_node_bytes_per_gpu'] / 1e6:12.2f} MB intra, "
           f"{result['inter_node_bytes_per_gpu'] / 1e6:.2f} MB inter")
     _say(f"  scale efficiency        {result['scale_efficiency'] * 100:12.1f} %")

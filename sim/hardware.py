@@ -526,6 +526,8 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
         defaulted = sorted(k for k in TRANSPORTS[transport] if k in NIC_KEYS and k not in net)
         prov.append(("network", f"from the file ({', '.join(sorted(net))}); transport {transport} defaults: "
                                 f"{', '.join(defaulted) or 'none'}"))
+    if "switch_buffer_bytes" in net:  # the user's own switch: its incast is no assumption of ours
+        prov.append(("switch buffer", f"the file's switch_buffer_bytes = {net['switch_buffer_bytes']}"))
     if "measured_gbps" in net and "efficiency" in net:
         raise ValueError("[network] gives both measured_gbps (a measured link rate) and efficiency (a share of the "
                          "line rate): the measured rate replaces line rate x efficiency; keep one")

@@ -572,6 +572,14 @@ def incast_bracket(cluster: Cluster) -> tuple[float, float]:
     return onset, 2 * onset
 
 
+def switch_buffer_assumed(cluster: Cluster) -> bool:
+    """Whether ``incast_bracket`` rests on a switch the user has not named: a preset's (or a transport default's)
+    buffer, not a site's fitted onset nor a cluster file's own ``switch_buffer_bytes``."""
+    nic = cluster.nic
+    return (not math.isfinite(nic.incast_onset_bytes) and math.isfinite(nic.switch_buffer_bytes)
+            and not any(what == "switch buffer" for what, _ in cluster.provenance))
+
+
 def incast_basis(cluster: Cluster) -> str:
     """Where ``incast_bracket``'s onset comes from, in words: a site's fitted bracket, or the preset switch's
     buffer share over the job's congested ports (an assumed switch: its buffer decides the timeouts)."""
@@ -580,7 +588,8 @@ def incast_basis(cluster: Cluster) -> str:
     if math.isfinite(nic.incast_onset_bytes):
         return f"{nic.name}'s fitted incast onset, {onset / 1e6:.2f} MB bursts into one switch port"
     nodes = cluster.n_nodes if cluster.nodes_per_leaf == 1 else min(cluster.n_nodes, cluster.nodes_per_leaf)
-    return (f"an assumed switch buffer of {nic.switch_buffer_bytes / 1e6:.0f} MB shared by {nodes * nic.count} "
+    named = "an assumed" if switch_buffer_assumed(cluster) else "the cluster file's"
+    return (f"{named} switch buffer of {nic.switch_buffer_bytes / 1e6:.0f} MB shared by {nodes * nic.count} "
             f"congested ports: bursts above {onset / 1e6:.2f} MB into one port lose packets; "
             f"a deeper-buffered switch or a lossless fabric would not")
 
@@ -883,6 +892,17 @@ def summation_servers(cluster: Cluster, dim: int, bits: int = 32) -> Schedule:
         Phase("intra_all_gather", "ring_all_gather", nodes, D // g, intra, "copy"),
     )
     return Schedule(SUMMATION_SERVERS, layout, int(dim), D, phases)
+
+
+def check_optimizer_framework(optimizer: str, framework: str) -> None:
+    """Refuse a compressed optimizer (``birder_ref.registry``) with a summation-server framework
+    (presets/frameworks.toml): its 1-bit steps run as a communication hook among the GPUs (Birder's schedule,
+    DeepSpeed's compressed all-reduce), never through the framework's servers, which sum full-precision tensors;
+    no such run exists to predict."""
+    if simulated_spec(optimizer).compressed and framework_preset(framework).pattern == "summation-servers":
+        raise ValueError(f"optimizer {optimizer!r} sends its 1-bit messages through its own hook among the GPUs, "
+                         f"not through {framework}'s summation servers: use an all-reduce framework (e.g. ddp) "
+                         "or an uncompressed optimizer")
 
 
 def step_schedule(optimizer: str, cluster: Cluster, dim: int, scheme: str | None = None,

@@ -496,6 +496,12 @@ def alpha_beta_throughput(params: int, bits: int, nodes: int, samples_per_node: 
     return nodes * samples_per_node / (one_node_s + allreduce_s)
 
 
+def incast_slowed(throughput: float, samples_per_step: int, incast_s: float) -> float:
+    """``throughput`` (samples/s, ``samples_per_step`` a step) with ``incast_s`` seconds of TCP incast stalls added
+    to each step: what the alpha-beta baseline becomes where the simulator sees incast."""
+    return samples_per_step / (samples_per_step / throughput + incast_s)
+
+
 def gradient_bits(optimizer: str, grad_dtype: str) -> int:
     """Bits per gradient element a step sends: 1 for an optimizer that compresses, else the gradient dtype's."""
     return 1 if registry.get(optimizer).compressed else GRAD_BITS[grad_dtype]
@@ -521,6 +527,17 @@ def interval_regime(alpha_beta_efficiency: float) -> str:
     scale efficiency), known before measuring and, unlike the simulator's own, not optimistic where the
     simulator is."""
     return predicted_regime(alpha_beta_efficiency)
+
+
+def row_interval_regime(row: PublishedRow, prediction: workload.Prediction) -> str:
+    """A corpus row's interval regime as ``api.predict_on`` keys a prediction on a generic network: the alpha-beta
+    ring's efficiency with the simulator's TCP incast stalls (``prediction``'s, on the row's generic cluster)."""
+    efficiency = alpha_beta(row) / linear_scaling(row)
+    if prediction.incast_timeouts > 0:
+        incast_s = prediction.incast_timeouts * corpus_cluster(row, False).nic.retransmission_timeout
+        samples = row.nodes * row.gpus_per_node * row.batch_per_gpu * row.grad_accum
+        efficiency = incast_slowed(alpha_beta(row), samples, incast_s) / linear_scaling(row)
+    return interval_regime(efficiency)
 
 
 def _generic_nic(row) -> Nic:
@@ -1008,7 +1025,8 @@ def corpus_figures_markdown(summary: dict) -> str:
             "sources, each left out in turn, are covered as promised), cover "
             f"**{pct(summary['coverage'])}** of the rows left out with a median half-width of "
             f"**{pct(summary['median_half_width'])}** ({pct(summary['coverage_by_regime'][comp])} and "
-            f"{pct(summary['median_half_width_by_regime'][comp])} where an alpha-beta ring predicts compute-bound, "
+            f"{pct(summary['median_half_width_by_regime'][comp])} where an alpha-beta ring with the "
+            "simulated incast stalls predicts compute-bound, "
             f"{pct(summary['coverage_by_regime'][comm])} and {pct(summary['median_half_width_by_regime'][comm])} "
             f"where it predicts communication-bound; {pct(summary['coverage_by_measured_regime'][comm])} of the "
             "rows measured communication-bound)." + speedup_figures_markdown(summary))
@@ -1091,7 +1109,7 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
             if row.model in MODELS:
                 p = corpus_predict(row, False, measured_node=False)
                 shown = replace(row, single_node_throughput=p.single_node_throughput)
-                unmeasured.append((row, p.throughput, interval_regime(alpha_beta(shown) / linear_scaling(shown))))
+                unmeasured.append((row, p.throughput, row_interval_regime(shown, p)))
         except ValueError as error:
             skipped.append(SkippedRow(row.source, row.table, row.model, row.nodes, str(error)))
         if progress is not None:
@@ -1099,7 +1117,7 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
     groups = _held_out_groups(corpus)
     # with a source out, its site profiles have no rows to fit on: its rows take the generic prediction; every
     # other source's rows are predicted alike whether or not the site was fitted
-    errors = [LoggedError(row.source, interval_regime(alpha_beta(row) / linear_scaling(row)),
+    errors = [LoggedError(row.source, row_interval_regime(row, generic),
                           math.log(row.throughput / generic.throughput),
                           math.log(linear_scaling(row) / generic.throughput)) for row, _, generic in done]
     bounds = left_out_bounds(errors, groups)
