@@ -279,9 +279,10 @@ class Cluster(OnLayout):
         gpus_per_nic = self.gpus_per_node / nic.count
         if framework_preset(self.framework).pattern == "summation-servers":
             # one process per node sends for all its GPUs, so its NIC's sockets are not shared among GPUs' proxies:
-            # BytePS's local root device does the push-pull for its machine (byteps/common/global.cc,
-            # _is_root_device; OSDI 2020, Section 3), and tf_cnn_benchmarks' distributed_replicated ran one worker
-            # task per instance over all its GPUs (TensorFlow benchmarks page, EC2 distributed section, May 2017)
+            # only BytePS's local root process of a machine starts ps-lite's worker ("only the root need to do
+            # networking", byteps/common/global.cc, BytePSGlobal::Init, role LOCAL_ROOT), and tf_cnn_benchmarks'
+            # distributed_replicated ran one worker task per instance over all its GPUs (TensorFlow benchmarks page,
+            # EC2 distributed section, May 2017)
             gpus_per_nic = 1.0
         pcie = nic.pcie_bandwidth if math.isfinite(nic.pcie_bandwidth) else GPUS[self.gpu]["pcie_gbytes_per_s"] * 1e9
         nics_per_gpu = max(nic.count // self.gpus_per_node, 1)  # a GPU's several NICs share its own PCIe link
