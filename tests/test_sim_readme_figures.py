@@ -1,13 +1,17 @@
-"""The simulator figures sim/README.md quotes are the simulator's: each predicted cell of its physical-checks table
-is recomputed here and must read exactly as printed (the published ranges they are checked against are asserted,
-with their sources, in tests/test_sim_collective.py)."""
+"""The simulator figures sim/README.md quotes are the simulator's: each predicted cell of its physical-checks table,
+and the figures its prose quotes, are recomputed here and must read exactly as printed (the published ranges they
+are checked against are asserted, with their sources, in tests/test_sim_collective.py)."""
 
+import re
 from pathlib import Path
 
 import pytest
 
+from sim import validate
+from sim.api import predict_config
 from sim.collective import predict_collective
 from sim.hardware import cluster
+from sim.validation import load_corpus
 
 GiB = 2**30
 README = Path(__file__).resolve().parents[1] / "sim" / "README.md"
@@ -78,3 +82,30 @@ def test_readme_physical_check_reads_as_the_simulator_predicts(check):
 def test_every_predicted_row_of_the_readme_table_is_computed_here():
     table = readme_table()
     assert set(table) - set(ROWS) <= {"no collective beats the line-rate bound or one hop"}, set(table) - set(ROWS)
+
+
+def quoted(pattern: str) -> tuple[str, ...]:
+    """The groups of ``pattern`` where it matches sim/README.md (its prose wraps lines: whitespace is one space)."""
+    found = re.search(pattern, " ".join(README.read_text(encoding="utf-8").split()))
+    assert found, f"sim/README.md no longer says {pattern!r}"
+    return found.groups()
+
+
+def test_readme_deepspeed_measured_link_error_reads_as_the_simulator_predicts():
+    """The DeepSpeed blog's 1-bit Adam rows at their measured 4.1 Gb/s: how much too slow they are predicted."""
+    rows = [r for r in load_corpus() if r.source == "deepspeed-onebit-adam-blog" and r.optimizer == "onebit-adam"]
+    slow = [1 - validate.corpus_predict(r, fitted=False).throughput / r.throughput for r in rows]
+    assert rows and min(slow) > 0
+    assert quoted(r"are predicted (\d+)-(\d+)% too slow at that rate") == (f"{min(slow):.0%}"[:-1],
+                                                                            f"{max(slow):.0%}"[:-1])
+
+
+def test_readme_40gbe_slower_than_25gbe_from_the_node_count_it_quotes():
+    """The incast paragraph: Birder on the 40 GbE preset falls behind 25 GbE from the node count quoted, on."""
+    nodes = (2, 4, 8, 16, 32, 64)
+    slower = [predict_config("resnet50", n, "40gbe", "birder")["throughput"]
+              < predict_config("resnet50", n, "25gbe", "birder")["throughput"] for n in nodes]
+    first = nodes[slower.index(True)]
+    assert all(slower[nodes.index(first):])
+    assert quoted(r"slower on 40 GbE than on 25 GbE from (\d+) nodes \(ResNet-50, built-in A100 compute, 2-64 "
+                  r"nodes\)") == (str(first),)
