@@ -53,8 +53,8 @@ HW_LATENCY_US = {
     "pci": {"tree": {"LL": 1.0, "LL128": 1.9, "Simple": 4.0}, "ring": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7}},
     "net": {"tree": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0}, "ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}},
 }
-# [assumption] a push-pull library's own transport (BytePS's ps-lite, TensorFlow's gRPC) has no published
-# small-message latency we found; its one hop to the servers is charged NCCL's Simple ring base latency plus one
+# [assumption, unsourced] no figure here gives the small-message latency of a push-pull library's own transport
+# (BytePS's ps-lite, TensorFlow's gRPC); its one hop to the servers is charged NCCL's Simple ring base latency plus one
 # NET hop (the figures above) and the NIC's own latency and per-peer cost, as a point-to-point NCCL step would be
 SERVERS_LATENCY_PROTOCOL = "Simple"
 NET_OVERHEAD_US = 1.0  # getNetOverhead on x86 Intel (2.0 on AMD), x3 for Simple: posting a network step
