@@ -142,6 +142,7 @@ def prediction_interval(throughput: float, alpha_beta_efficiency: float, site_pr
     return (*validate.interval_around(throughput, bounds), basis)
 
 
+EQUAL_RATIO = 0.005  # two predictions whose ratio prints as 1.00x are equal within rounding (speedup_interval)
 SPEEDUP_SETUP = ("model", "batch_per_gpu", "nodes", "gpus_per_node")  # what two predictions share to be paired
 
 
@@ -154,7 +155,9 @@ def speedup_interval(a: dict, b: dict) -> dict:
     where both are calibrated on a measured node, else ``speedup_unmeasured_node``; per interval regime, the
     pair's communication-bound if either is), where the corpus's left-out pairs of that kind support it
     (``validate.speedup_method``: covered as promised, and no wider than the naive interval); else, and across
-    set-ups, the naive worst case of the two intervals. One measured node each: the ratio of the measurements,
+    set-ups, the naive worst case of the two intervals. Two predictions equal within rounding (``EQUAL_RATIO``)
+    take the paired bounds' wider tail on both sides, so that which is called the faster never turns on a last
+    digit. One measured node each: the ratio of the measurements,
     exact. Returns ``ratio``, ``low``, ``high``, ``basis`` and ``verdict``:
     ``faster`` / ``slower`` where the interval excludes 1, else ``within the uncertainty``."""
     from sim import validate
@@ -176,6 +179,10 @@ def speedup_interval(a: dict, b: dict) -> dict:
                                      "intervals fitted on the pairs' ratios (validate.speedup_method)")
     else:
         bounds = validate.regime_bounds(q[f"speedup_{key}"], reg)
+        if abs(ratio - 1) < EQUAL_RATIO:
+            # neither is the faster but for rounding: the lopsided bounds could point either way, so the wider
+            # tail is taken both ways rather than flipping on a last digit
+            bounds = (-max(-bounds[0], bounds[1]), max(-bounds[0], bounds[1]))
         # the bounds are of the faster by the prediction over the slower: the other way round, mirrored
         faster, slower = (a, b) if ratio >= 1 else (b, a)
         lo, hi = validate.interval_around(faster["throughput"] / slower["throughput"], bounds)

@@ -628,6 +628,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
     body = {"cluster_file": str(args.out), "nodes": nodes, "gpus_per_node": per_node, "gpu": gpu, "base": base_name,
             "constants": fit.constants, "fitted": list(fit.fitted), "rms_log_error": fit.rms_log_error,
             "max_relative_error": fit.max_relative_error, "warnings": list(fit.warnings),
+            "unidentified": dict(fit.unidentified),
+            "band_errors": [{"band": band, "rows": n, "rms_log_error": rms, "max_relative_error": worst}
+                            for band, n, rms, worst in fit.band_errors],
             "rows": [{"op": m.op, "bytes": m.nbytes, "measured_time_s": m.time_s,
                       "simulated_time_s": m.time_s * (1 + e), "relative_error": e} for m, e in zip(rows, errors,
                                                                                                    strict=True)]}
@@ -640,9 +643,14 @@ def run_calibrate(args: argparse.Namespace) -> int:
     for r in body["rows"]:
         _say(f"{r['op']:11} {r['bytes']:12d} {r['measured_time_s'] * 1e6:14.1f} {r['simulated_time_s'] * 1e6:15.1f} "
              f"{r['relative_error'] * 100:+6.1f}%")
+    unpinned = dict(fit.unidentified)
     for key, value in fit.constants.items():
-        _say(f"  {key:17} {value:12.4g}  " + ("FITTED" if key in fit.fitted else "not constrained by the table: "
-                                                "the base's value"))
+        limit = f" ({calibrate.efficiency_limit(fit.cluster)})" if key == "efficiency" else ""
+        _say(f"  {key:17} {value:12.4g}  " + (f"FITTED{limit}" if key in fit.identified else
+                                                f"NOT IDENTIFIED: {unpinned[key]}" if key in unpinned else
+                                                "not constrained by the table: the base's value"))
+    for band, n, rms, worst in fit.band_errors:
+        _say(f"  {band:17} {n:3d} rows: rms log error {rms:.3f}, largest {worst * 100:.1f}%")
     for warning in fit.warnings:
         _say(f"warning: {warning}")
     _say(f"rms log error {fit.rms_log_error:.3f}, largest {fit.max_relative_error * 100:.1f}%; wrote {args.out} "

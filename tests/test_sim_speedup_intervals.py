@@ -188,3 +188,29 @@ def test_sweep_prints_and_returns_each_speedup_over_the_first_optimizer(tmp_path
     verdict = first["verdict"] + ("" if first["verdict"].startswith("within") else " beyond the uncertainty")
     assert (f"speed-up over sgdm, 10gbe 16 nodes: birder {first['ratio']:.2f}x ({first['low']:.2f} to "
             f"{first['high']:.2f}, {verdict})") in text
+
+
+def test_two_predictions_equal_within_rounding_get_a_symmetric_interval_whatever_the_last_digit(monkeypatch):
+    """Adam and SGDM send the same bytes: their predictions differ in a last digit, either way. Lopsided paired
+    bounds (-0.47, +0.25) oriented by that digit gave 0.78-1.60 one way and 0.63-1.28 the other; equal within
+    rounding, the wider tail is taken both ways, so both orders give the same 0.63-1.60 (to the digit)."""
+    stored = api.interval_quantiles()
+    bounds = {"compute-bound": (-0.47, 0.25), "communication-bound": (-0.47, 0.25), "all": (-0.47, 0.25)}
+    lopsided = {**stored, "speedup_measured_node": bounds,
+                "speedup_methods": {**stored["speedup_methods"],
+                                    "measured_node": {"compute-bound": "paired", "communication-bound": "paired"}}}
+    monkeypatch.setattr(api, "interval_quantiles", lambda: lopsided)
+    setup = {"model": "bert-large", "batch_per_gpu": 32, "nodes": 16, "gpus_per_node": 8, "measured_node": True,
+             "interval_regime": "communication-bound", "throughput_low": 800.0, "throughput_high": 1200.0}
+    sgdm = {**setup, "optimizer": "sgdm", "throughput": 1000.0}
+    shown = set()
+    for digit in (1 + 1e-6, 1 - 1e-6):
+        adam = {**setup, "optimizer": "adam", "throughput": 1000.0 * digit}
+        r = api.speedup_interval(adam, sgdm)
+        assert r["low"] == pytest.approx(math.exp(-0.47), rel=1e-5) and r["high"] == pytest.approx(math.exp(0.47),
+                                                                                                    rel=1e-5)
+        shown.add((f"{r['low']:.2f}", f"{r['high']:.2f}"))
+    assert shown == {("0.63", "1.60")}
+    # a real difference (1.01x) keeps the paired bounds oriented by the faster
+    r = api.speedup_interval({**setup, "optimizer": "adam", "throughput": 1010.0}, sgdm)
+    assert r["low"] == pytest.approx(1.01 * math.exp(-0.47)) and r["high"] == pytest.approx(1.01 * math.exp(0.25))
