@@ -33,11 +33,11 @@ from sim.hardware import (
     GPUS,
     INTRA,
     MAX_GPUS,
-    MAX_NICS_PER_GPU,
     MAX_OVERSUBSCRIPTION,
     NETWORKS,
     Cluster,
     check_measured_rate,
+    check_nics_per_node,
     cluster,
     describe,
     intra_preset,
@@ -199,13 +199,14 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
     if getattr(args, "cluster", None):
         c = load_cluster(args.cluster, nodes, args.gpus_per_node, args.gpu, over, getattr(args, "framework", None))
         if nics is not None:
+            check_nics_per_node(nics, c.gpus_per_node, "--nics-per-node")
             c = replace(c, nic=replace(c.nic, count=nics),
                         provenance=c.provenance + (("nics per node", f"{nics} (command line)"),))
     else:
         name = network or getattr(args, "network", None) or "10gbe"
         gpu = args.gpu or "a100"
         if nics is not None:
-            check_nics_per_node(nics, args.gpus_per_node or 8)
+            check_nics_per_node(nics, args.gpus_per_node or 8, "--nics-per-node")
         nic_preset(name)  # an unknown name fails here, naming the flag's choices
         framework = getattr(args, "framework", None)
         c = cluster(name, nodes or 1, args.gpus_per_node or 8, args.intra, gpu, 1.0 if over is None else over,
@@ -229,15 +230,7 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
     if getattr(args, "cluster", None) and args.intra:
         c = replace(c, intra=intra_preset(args.intra),
                     provenance=c.provenance + (("intra", f"preset {args.intra} (command line)"),))
-    check_nics_per_node(c.nic.count, c.gpus_per_node)
     return c
-
-
-def check_nics_per_node(nics: int, gpus: int) -> None:
-    """The NICs of a node serve its GPUs evenly: at most one per GPU, or the same number for every GPU."""
-    if (nics > gpus and nics % gpus) or nics > MAX_NICS_PER_GPU * gpus:
-        raise ValueError(f"--nics-per-node {nics} for --gpus-per-node {gpus}: at most one NIC per GPU, or the same "
-                         f"number for every GPU (a multiple of {gpus}, at most {MAX_NICS_PER_GPU * gpus})")
 
 
 def applies(option: str, optimizer: str) -> bool:

@@ -53,6 +53,10 @@ HW_LATENCY_US = {
     "pci": {"tree": {"LL": 1.0, "LL128": 1.9, "Simple": 4.0}, "ring": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7}},
     "net": {"tree": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0}, "ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}},
 }
+# [assumption, unsourced] no figure here gives the small-message latency of a push-pull library's own transport
+# (BytePS's ps-lite, TensorFlow's gRPC); its one hop to the servers is charged NCCL's Simple ring base latency plus one
+# NET hop (the figures above) and the NIC's own latency and per-peer cost, as a point-to-point NCCL step would be
+SERVERS_LATENCY_PROTOCOL = "Simple"
 NET_OVERHEAD_US = 1.0  # getNetOverhead on x86 Intel (2.0 on AMD), x3 for Simple: posting a network step
 RING_PLATEAU = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4}  # Simple ring all-reduce latency factor, multi-node
 # bandwidth factors: LL moves 4 data bytes per 8-byte line; LL128 120 of 128; tree all-reduce busBw * 0.92, and
@@ -634,7 +638,8 @@ def op_time(kind: str, phases: tuple[Phase, ...], layout: Layout, cluster: Clust
     g = layout.gpus_per_node
     t_flow = flow_time(phases, layout, cluster)
     multi = any(layout.nodes_spanned(grp) > 1 for ph in phases for grp in ph.groups)
-    choices = (protocol,) if protocol else ("Simple",) if kind == "servers" else protocols(cluster, multi)
+    choices = (protocol,) if protocol else (SERVERS_LATENCY_PROTOCOL,) if kind == "servers" else \
+        protocols(cluster, multi)
     nic = cluster.nic
     best: OpTime | None = None
     for proto in choices:
@@ -647,7 +652,8 @@ def op_time(kind: str, phases: tuple[Phase, ...], layout: Layout, cluster: Clust
             t = tree_latency(cluster, proto) + t_bytes
             algorithm, timeouts = "tree", 0.0
         elif kind == "servers":  # a push-pull library's own transport, pipelined over its partitions: no NCCL
-            # protocol; one hop's latency and each worker's per-peer cost to the servers
+            # protocol; one hop's latency (SERVERS_LATENCY_PROTOCOL's, an assumption) and each worker's per-peer
+            # cost to the servers
             servers = {m for ph in phases if ph.pattern.name == "push"
                        for m in (ph.groups.servers if _is_server_phase(ph) else (grp[-1] for grp in ph.groups))}
             t = p2p_latency(cluster, proto, True, len(servers)) + t_flow
