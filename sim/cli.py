@@ -553,12 +553,10 @@ def run_validate(args) -> int:
     return 0
 
 
-def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.1f}%"
-
-
 def _speedup_line(name: str, f: dict, level: float) -> str:
     """One line of the speed-up intervals' figures (``CorpusValidation.speedup_figures``)."""
+    from sim.validate import percent as _percent
+
     if not f["pairs"]:
         return f"speed-ups, {name}: no pairs"
     return (f"speed-ups, {name} ({f['pairs']} pairs of rows of one table): {level:.0%} paired intervals cover "
@@ -570,6 +568,7 @@ def _speedup_line(name: str, f: dict, level: float) -> str:
 
 def _print_corpus_validation(loso) -> None:
     from sim.validate import EQUAL_BY_CONSTRUCTION, REGIMES
+    from sim.validate import percent as _percent
 
     s = loso.summary()
     print(f"\ncorpus: {s['corpus']}: {s['rows']} multi-node rows predicted, {s['skipped_rows']} skipped; each "
@@ -598,11 +597,23 @@ def _print_corpus_validation(loso) -> None:
     for name, figures in [("all", s["speedup"]), *s["speedup_by_regime"].items(), *s["speedup_by_source"].items(),
                           ("without a measured node", s["speedup_unmeasured_node"])]:
         print(_speedup_line(name, figures, s["interval_level"]))
+    for key, methods in s["speedup_methods"].items():
+        f = s["speedup_nested"][key]
+        print(f"speed-up method, {key.replace('_', ' ')}: predictions use "
+              + ", ".join(f"{reg} {m}" for reg, m in methods.items())
+              + " (chosen on all sources' left-out pairs, so the chosen one's coverage above is post-selection); "
+              f"chosen for each source on the other sources' pairs alone: {f['pairs']} pairs, coverage "
+              f"{_percent(f['coverage'])}, median half-width {_percent(f['median_half_width'])}, paired for "
+              f"{_percent(f['paired_share'])} of them")
     u = s["unmeasured_node"]
     print(f"without a measured node (built-in GPU profiles), {u['rows']} rows, each source left out: coverage "
           f"{_percent(u['coverage'])}, median half-width {_percent(u['median_half_width'])}; "
           + "; ".join(f"{reg} {_percent(f['coverage'])} covered, half-width {_percent(f['median_half_width'])}"
                       for reg, f in u["by_regime"].items()))
+    if u["rows_excluded"]:
+        print(f"  left out of those figures, as their source set their GPU's compute figure (gpus.toml "
+              f"*_calibrated_on): {u['rows_excluded']} rows ("
+              + ", ".join(f"{src} {n}" for src, n in sorted(u["excluded_by_source"].items())) + ")")
     for skipped in loso.skipped:
         print(f"skipped: {skipped.source} {skipped.table} {skipped.model} on {skipped.nodes} nodes: {skipped.reason}")
 
