@@ -609,6 +609,8 @@ def interval_words(g: Grid) -> str:
 
 def speedup_words(g: Grid) -> str:
     """How a speed-up's range is made, with the corpus's check of it."""
+    from sim.validate import percent
+
     corpus = (g.summary.get("corpus_validation") or {}).get("summary") or {}
     f, level = corpus.get("speedup") or {}, corpus.get("interval_level", 0.8)
     checked = "" if not f.get("pairs") else (
@@ -616,7 +618,7 @@ def speedup_words(g: Grid) -> str:
         f"half-width of {100 * f['median_half_width']:.0f}%, against {100 * f['naive_coverage']:.0f}% and "
         f"{100 * f['naive_median_half_width']:.0f}% for the two intervals divided end by end; the "
         f"{100 * f['decided']:.0f}% that excluded 1 named the faster as measured in "
-        f"{100 * (f['decided_right'] or 0):.0f}% of cases)")
+        f"{percent(f['decided_right'], 0)} of cases)")
     return ("A speed-up's range comes from the errors of predicted ratios on pairs of rows of one published table "
             f"(same set-up and node count), each source left out{checked}, where the left-out pairs of its "
             "kind (measured node or not, regime) support it; else the two ranges divided end by end."
@@ -654,6 +656,7 @@ def corpus_lines(summary: dict) -> list[str]:
     """The validation corpus with each source left out (``birder validate``), as the READMEs quote it, and its
     per-source table."""
     from sim.validate import EQUAL_BY_CONSTRUCTION, corpus_figures_markdown
+    from sim.validate import percent as pct
 
     corpus = summary.get("corpus_validation")
     if not corpus:
@@ -662,9 +665,6 @@ def corpus_lines(summary: dict) -> list[str]:
              f"{corpus_figures_markdown(corpus['summary'])}", "", f"Per source ({EQUAL_BY_CONSTRUCTION}):", "",
              "| group | rows | in-sample | source left out | linear scaling | alpha-beta ring |",
              "|---|---:|---:|---:|---:|---:|"]
-
-    def pct(x):
-        return "-" if x is None else f"{100 * x:.1f}%"
 
     lines += [f"| {t['name']} | {t['rows']} | {pct(t['mape_in_sample'])} | {pct(t['mape_left_out'])} | "
               f"{pct(t['mape_linear'])} | {pct(t['mape_alpha_beta'])} |" for t in corpus["table"]]

@@ -53,6 +53,10 @@ HW_LATENCY_US = {
     "pci": {"tree": {"LL": 1.0, "LL128": 1.9, "Simple": 4.0}, "ring": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7}},
     "net": {"tree": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0}, "ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}},
 }
+# [assumption, unsourced] no figure here gives the small-message latency of a push-pull library's own transport
+# (BytePS's ps-lite, TensorFlow's gRPC); its one hop to the servers is charged NCCL's Simple ring base latency plus one
+# NET hop (the figures above) and the NIC's own latency and per-peer cost, as a point-to-point NCCL step would be
+SERVERS_LATENCY_PROTOCOL = "Simple"
 NET_OVERHEAD_US = 1.0  # getNetOverhead on x86 Intel (2.0 on AMD), x3 for Simple: posting a network step
 RING_PLATEAU = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4}  # Simple ring all-reduce latency factor, multi-node
 # bandwidth factors: LL moves 4 data bytes per 8-byte line; LL128 120 of 128; tree all-reduce busBw * 0.92, and
@@ -572,6 +576,14 @@ def incast_bracket(cluster: Cluster) -> tuple[float, float]:
     return onset, 2 * onset
 
 
+def switch_buffer_assumed(cluster: Cluster) -> bool:
+    """Whether ``incast_bracket`` rests on a switch the user has not named: a preset's (or a transport default's)
+    buffer, not a site's fitted onset nor a cluster file's own ``switch_buffer_bytes``."""
+    nic = cluster.nic
+    return (not math.isfinite(nic.incast_onset_bytes) and math.isfinite(nic.switch_buffer_bytes)
+            and not any(what == "switch buffer" for what, _ in cluster.provenance))
+
+
 def incast_basis(cluster: Cluster) -> str:
     """Where ``incast_bracket``'s onset comes from, in words: a site's fitted bracket, or the preset switch's
     buffer share over the job's congested ports (an assumed switch: its buffer decides the timeouts)."""
@@ -580,7 +592,8 @@ def incast_basis(cluster: Cluster) -> str:
     if math.isfinite(nic.incast_onset_bytes):
         return f"{nic.name}'s fitted incast onset, {onset / 1e6:.2f} MB bursts into one switch port"
     nodes = cluster.n_nodes if cluster.nodes_per_leaf == 1 else min(cluster.n_nodes, cluster.nodes_per_leaf)
-    return (f"an assumed switch buffer of {nic.switch_buffer_bytes / 1e6:.0f} MB shared by {nodes * nic.count} "
+    named = "an assumed" if switch_buffer_assumed(cluster) else "the cluster file's"
+    return (f"{named} switch buffer of {nic.switch_buffer_bytes / 1e6:.0f} MB shared by {nodes * nic.count} "
             f"congested ports: bursts above {onset / 1e6:.2f} MB into one port lose packets; "
             f"a deeper-buffered switch or a lossless fabric would not")
 
@@ -625,7 +638,8 @@ def op_time(kind: str, phases: tuple[Phase, ...], layout: Layout, cluster: Clust
     g = layout.gpus_per_node
     t_flow = flow_time(phases, layout, cluster)
     multi = any(layout.nodes_spanned(grp) > 1 for ph in phases for grp in ph.groups)
-    choices = (protocol,) if protocol else ("Simple",) if kind == "servers" else protocols(cluster, multi)
+    choices = (protocol,) if protocol else (SERVERS_LATENCY_PROTOCOL,) if kind == "servers" else \
+        protocols(cluster, multi)
     nic = cluster.nic
     best: OpTime | None = None
     for proto in choices:
@@ -638,7 +652,8 @@ def op_time(kind: str, phases: tuple[Phase, ...], layout: Layout, cluster: Clust
             t = tree_latency(cluster, proto) + t_bytes
             algorithm, timeouts = "tree", 0.0
         elif kind == "servers":  # a push-pull library's own transport, pipelined over its partitions: no NCCL
-            # protocol; one hop's latency and each worker's per-peer cost to the servers
+            # protocol; one hop's latency (SERVERS_LATENCY_PROTOCOL's, an assumption) and each worker's per-peer
+            # cost to the servers
             servers = {m for ph in phases if ph.pattern.name == "push"
                        for m in (ph.groups.servers if _is_server_phase(ph) else (grp[-1] for grp in ph.groups))}
             t = p2p_latency(cluster, proto, True, len(servers)) + t_flow
@@ -890,6 +905,17 @@ def summation_servers(cluster: Cluster, dim: int, bits: int = 32) -> Schedule:
         Phase("intra_all_gather", "ring_all_gather", nodes, D // g, intra, "copy"),
     )
     return Schedule(SUMMATION_SERVERS, layout, int(dim), D, phases)
+
+
+def check_optimizer_framework(optimizer: str, framework: str) -> None:
+    """Refuse a compressed optimizer (``birder_ref.registry``) with a summation-server framework
+    (presets/frameworks.toml): its 1-bit steps run as a communication hook among the GPUs (Birder's schedule,
+    DeepSpeed's compressed all-reduce), never through the framework's servers, which sum full-precision tensors;
+    no such run exists to predict."""
+    if simulated_spec(optimizer).compressed and framework_preset(framework).pattern == "summation-servers":
+        raise ValueError(f"optimizer {optimizer!r} sends its 1-bit messages through its own hook among the GPUs, "
+                         f"not through {framework}'s summation servers: use an all-reduce framework (e.g. ddp) "
+                         "or an uncompressed optimizer")
 
 
 def step_schedule(optimizer: str, cluster: Cluster, dim: int, scheme: str | None = None,
