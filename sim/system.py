@@ -856,9 +856,10 @@ class ServerGroups:
 
 @lru_cache(maxsize=512)
 def _server_groups(layout: Layout, nics: int, colocated: bool, count: int) -> tuple[tuple[int, ...], tuple, tuple]:
-    """``summation_servers``' ``count`` servers, the nodes and the push/pull groups: they depend on the layout
-    alone, not on the bucket, so they are built once per layout. Servers on machines of their own get
-    ``ServerGroups`` (every worker pushes to every server: the closed form of ``server_load`` times them);
+    """``summation_servers``' first ``count`` servers, the nodes and the push/pull groups: they depend on the
+    layout and on how many servers a tensor reaches, not on its size, so they are built once per pair. Servers
+    on machines of their own get ``ServerGroups`` (every worker pushes to every server: the closed form of
+    ``server_load`` times them);
     servers on the worker nodes get the groups spelled out (a node's own server is left out of its groups, so
     the flows share the links differently: the message-by-message count times them, O(n^2 g))."""
     n, g = layout.n_nodes, layout.gpus_per_node
