@@ -508,7 +508,7 @@ def _training_setup(hook_name: str, world: int, nodes: int, width: int, batchnor
 
 
 def _interleaved_steps(world: int, nodes: int, hooks: tuple[str, ...], steps: int, width: int, batchnorm: bool,
-                       rank: int) -> dict:
+                       micro_batches: int, rank: int) -> dict:
     """Every method's DDP model in this one process set, their steps interleaved (A, B, A, B, ...), so that the
     load of a shared machine weighs on each alike; median seconds per step of each, from rank 0: wall-clock
     (``median_s``) and this process's CPU time (``median_cpu_s``: every thread of the rank, gloo's included; time
@@ -522,7 +522,8 @@ def _interleaved_steps(world: int, nodes: int, hooks: tuple[str, ...], steps: in
             dist.barrier()
             start, start_cpu = time.perf_counter(), time.process_time()
             optimizer.zero_grad()
-            ddp(x).square().mean().backward()
+            for _ in range(micro_batches):  # accumulation without no_sync: DDP reduces each micro-batch
+                ddp(x).square().mean().backward()
             optimizer.step()
             if step >= 2:
                 times[name].append(time.perf_counter() - start)
@@ -533,11 +534,12 @@ def _interleaved_steps(world: int, nodes: int, hooks: tuple[str, ...], steps: in
 
 
 def hook_step_seconds(hooks: tuple[str, ...], nodes: int, gpus_per_node: int, steps: int = 10,
-                      width: int = 512, batchnorm: bool = False) -> dict:
+                      width: int = 512, batchnorm: bool = False, micro_batches: int = 1) -> dict:
     """Median seconds per DDP training step on gloo, from rank 0, of each of ``hooks``, measured interleaved in
     one run: 'birder' (``Birder``), 'birder_hook' (``birder_hook`` + ``BirderUpdate``), 'allreduce' (DDP's
-    all-reduce + AdamW); ``batchnorm``: a BatchNorm1d after each Linear (a model with buffers)."""
+    all-reduce + AdamW); ``batchnorm``: a BatchNorm1d after each Linear (a model with buffers); ``micro_batches``:
+    forward and backward passes accumulated per step."""
     world = nodes * gpus_per_node
-    outcome = launch.launch(_interleaved_steps, (world, nodes, tuple(hooks), steps, width, batchnorm), world,
-                            "gloo", 120.0, 900.0)
+    run = (world, nodes, tuple(hooks), steps, width, batchnorm, micro_batches)
+    outcome = launch.launch(_interleaved_steps, run, world, "gloo", 120.0, 900.0)
     return _results_of(outcome)[0]
