@@ -1,5 +1,6 @@
 """Time of one `birder predict` (simulation only, its single-node calibration included, nothing cached) against
-GPU count. Targets (issues 9, 18): one prediction at 4,096 GPUs under 1 s, at 65,536 GPUs under 10 s.
+GPU count, for DDP's all-reduce and for BytePS's summation servers. Targets (issues 9, 18): one prediction at
+4,096 GPUs under 1 s, at 65,536 GPUs under 10 s.
 Prints a table of CPU seconds of this process (what the prediction costs; wall time on a machine shared with other
 work adds their share), the ratio to 64 GPUs, the wall time of the slowest case beside the load average, and
 whether each target holds, measured in this run."""
@@ -10,28 +11,29 @@ import time
 from sim.hardware import cluster
 from sim.workload import clear_calibrations, predict
 
-CASES = [("resnet50", 32, "sgdm"), ("resnet50", 32, "birder"), ("resnet50", 32, "onebit-adam"),
-         ("bert-large", 8, "sgdm"), ("bert-large", 8, "birder")]
+CASES = [("resnet50", 32, "sgdm", "ddp"), ("resnet50", 32, "birder", "ddp"), ("resnet50", 32, "onebit-adam", "ddp"),
+         ("bert-large", 8, "sgdm", "ddp"), ("bert-large", 8, "birder", "ddp"),
+         ("resnet50", 32, "sgdm", "byteps")]  # summation servers on machines of their own (one node: all-reduce)
 GPUS = [8, 64, 512, 4096, 65536]
 TARGETS = {4096: 1.0, 65536: 10.0}
 
 
 def main() -> None:
-    print(f"{'model':10} {'optimizer':12} " + " ".join(f"{g:>8d}" for g in GPUS)
+    print(f"{'model':10} {'optimizer':12} {'framework':9} " + " ".join(f"{g:>8d}" for g in GPUS)
           + "   (CPU seconds per predict, 10gbe)")
     worst = {g: 0.0 for g in GPUS}
     worst_wall = {g: 0.0 for g in GPUS}
-    for model, batch, optimizer in CASES:
+    for model, batch, optimizer, framework in CASES:
         times = []
         for gpus in GPUS:
             clear_calibrations()
             started, wall = time.process_time(), time.perf_counter()
-            predict(cluster("10gbe", gpus // 8), model=model, batch_per_gpu=batch, optimizer=optimizer,
-                    single_node_throughput=2000.0 if model == "resnet50" else 200.0)
+            predict(cluster("10gbe", gpus // 8, framework=framework), model=model, batch_per_gpu=batch,
+                    optimizer=optimizer, single_node_throughput=2000.0 if model == "resnet50" else 200.0)
             times.append(time.process_time() - started)
             worst[gpus] = max(worst[gpus], times[-1])
             worst_wall[gpus] = max(worst_wall[gpus], time.perf_counter() - wall)
-        print(f"{model:10} {optimizer:12} " + " ".join(f"{t:8.3f}" for t in times)
+        print(f"{model:10} {optimizer:12} {framework:9} " + " ".join(f"{t:8.3f}" for t in times)
               + f"   65536/64 GPUs: {times[-1] / times[1]:.1f}x for 1024x the GPUs")
     load = os.getloadavg()[0]
     for gpus, limit in TARGETS.items():

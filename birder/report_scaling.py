@@ -426,9 +426,13 @@ def best_alternative(g: ModelGrid, d: Decision) -> tuple[str, dict] | None:
     return max(cheaper, key=lambda item: item[1]["ratio"], default=None)
 
 
-def decision_sentence(g: ModelGrid, d: Decision) -> str:
+def decision_sentence(g: ModelGrid, d: Decision, prices: Prices | None = None) -> str:
     """One node count's answer: the cheapest network that is enough without and with Birder, each with its own
-    figure, against the fastest uncompressed set-up."""
+    figure, against the fastest uncompressed set-up. With a price file, the best samples/s per unit cost among
+    the networks it prices instead (``priced_decision_sentence``); without one, the slowest network is taken as
+    the cheapest."""
+    if prices is not None:
+        return priced_decision_sentence(g, d, prices)
     ref = d.reference
     head = f"**{d.nodes} nodes ({Layout(d.nodes, GPUS_PER_NODE).n_ranks} GPUs):**"
     without = d.without if d.without is not None else ref
@@ -454,6 +458,54 @@ def decision_sentence(g: ModelGrid, d: Decision) -> str:
                  f"{100 * b['throughput'] / ref['throughput']:.0f}% of the fastest set-up.")
     else:
         text += " On no cheaper network does Birder beat the best baseline."
+    return text
+
+
+def per_cost(p: dict, prices: Prices) -> float | None:
+    """Samples/s per 1,000 of cluster cost of the set-up ``p``; None where its network is not priced."""
+    cost = prices.cluster_cost(p["network"], p["nodes"], p.get("nics_per_node", 1))
+    return None if not cost else p["throughput"] / cost * 1e3
+
+
+def priced_decision_sentence(g: ModelGrid, d: Decision, prices: Prices) -> str:
+    """One node count's answer by the price file: among the networks it prices, the best samples/s per 1,000 of
+    cluster cost without Birder (best baseline) and with it (Birder), the networks left out for lack of a price,
+    and of the priced networks whose best set-ups are within the uncertainty of the fastest priced one, the
+    cheaper by the prices."""
+    head = f"**{d.nodes} nodes ({Layout(d.nodes, GPUS_PER_NODE).n_ranks} GPUs):**"
+    priced = [n for n in g.networks if prices.cluster_cost(n, d.nodes, 1) is not None]
+    unpriced = [n for n in g.networks if n not in priced]
+    left_out = f" ({', '.join(unpriced)} left out: {prices.path} prices no NIC or switch port of them)" \
+        if unpriced else ""
+    if not priced:
+        return f"{head} no network of this grid is priced in {prices.path}; nothing to rank by cost."
+    unit = f"per 1,000 {prices.currency}"
+
+    def top(optimizers) -> dict | None:
+        found = [p for n in priced if (p := best(g, n, d.nodes, optimizers)) is not None]
+        return max(found, key=lambda p: per_cost(p, prices), default=None)
+
+    without, with_birder = top(g.baselines), top(("birder",))
+    text = f"{head} by samples/s {unit} of cluster among the priced networks{left_out}:"
+    if without is not None:
+        text += (f" without Birder buy {without['network']} ({without['optimizer']} {rate(without)}, "
+                 f"{num(per_cost(without, prices))}/s {unit})")
+    if with_birder is not None:
+        gain = per_cost(with_birder, prices) / per_cost(without, prices) if without is not None else None
+        text += (f"; with Birder buy {with_birder['network']} (birder {rate(with_birder)}, "
+                 f"{num(per_cost(with_birder, prices))}/s {unit}"
+                 + (f", {gain:.2f}x the value without" if gain is not None else "") + ")")
+    fastest = best(g, priced[-1], d.nodes, g.optimizers)
+    tied = [p for n in priced if (p := best(g, n, d.nodes, g.optimizers)) and within_uncertainty(p, fastest)]
+    cheapest = min(tied, key=lambda p: prices.cluster_cost(p["network"], d.nodes, p.get("nics_per_node", 1)),
+                   default=None)
+    if cheapest is None or cheapest["network"] == fastest["network"]:
+        text += (f". No priced network cheaper than the fastest priced one, {fastest['network']}, is within the "
+                 "uncertainty of it.")
+    else:
+        text += (f". {cheapest['network']} ({cheapest['optimizer']} {rate(cheapest)}) and {fastest['network']} "
+                 f"({fastest['optimizer']} {rate(fastest)}) are within the uncertainty: pick the cheaper by the "
+                 f"prices, {cheapest['network']}.")
     return text
 
 
@@ -557,6 +609,8 @@ def interval_words(g: Grid) -> str:
 
 def speedup_words(g: Grid) -> str:
     """How a speed-up's range is made, with the corpus's check of it."""
+    from sim.validate import percent
+
     corpus = (g.summary.get("corpus_validation") or {}).get("summary") or {}
     f, level = corpus.get("speedup") or {}, corpus.get("interval_level", 0.8)
     checked = "" if not f.get("pairs") else (
@@ -564,7 +618,7 @@ def speedup_words(g: Grid) -> str:
         f"half-width of {100 * f['median_half_width']:.0f}%, against {100 * f['naive_coverage']:.0f}% and "
         f"{100 * f['naive_median_half_width']:.0f}% for the two intervals divided end by end; the "
         f"{100 * f['decided']:.0f}% that excluded 1 named the faster as measured in "
-        f"{100 * (f['decided_right'] or 0):.0f}% of cases)")
+        f"{percent(f['decided_right'], 0)} of cases)")
     return ("A speed-up's range comes from the errors of predicted ratios on pairs of rows of one published table "
             f"(same set-up and node count), each source left out{checked}, where the left-out pairs of its "
             "kind (measured node or not, regime) support it; else the two ranges divided end by end."
@@ -602,6 +656,7 @@ def corpus_lines(summary: dict) -> list[str]:
     """The validation corpus with each source left out (``birder validate``), as the READMEs quote it, and its
     per-source table."""
     from sim.validate import EQUAL_BY_CONSTRUCTION, corpus_figures_markdown
+    from sim.validate import percent as pct
 
     corpus = summary.get("corpus_validation")
     if not corpus:
@@ -610,9 +665,6 @@ def corpus_lines(summary: dict) -> list[str]:
              f"{corpus_figures_markdown(corpus['summary'])}", "", f"Per source ({EQUAL_BY_CONSTRUCTION}):", "",
              "| group | rows | in-sample | source left out | linear scaling | alpha-beta ring |",
              "|---|---:|---:|---:|---:|---:|"]
-
-    def pct(x):
-        return "-" if x is None else f"{100 * x:.1f}%"
 
     lines += [f"| {t['name']} | {t['rows']} | {pct(t['mape_in_sample'])} | {pct(t['mape_left_out'])} | "
               f"{pct(t['mape_linear'])} | {pct(t['mape_alpha_beta'])} |" for t in corpus["table"]]
@@ -649,6 +701,7 @@ def decision_section(outdir: Path, quick: bool) -> Section:
     from sim import plots
 
     g = grid(quick, progress=show_progress())
+    prices = _PRICES[0] if _PRICES else None
     fit, cross = accuracy_words(g.summary)
     leaning = sorted({p["network"] for m in g.models for p in m.predictions if extrapolated(p)},
                      key=g.networks.index)
@@ -657,8 +710,10 @@ def decision_section(outdir: Path, quick: bool) -> Section:
         "",
         "Generated from the simulator's predictions (8 A100 GPUs per node; sections below show how). "
         f"{interval_words(g)} {speedup_words(g)} "
-        f"Networks from the slowest (taken as the cheapest) to the fastest: {', '.join(g.networks)}. \"Enough\" "
-        f"means at least {100 * MATCH_SHARE:.0f}% of the fastest uncompressed set-up.",
+        + (f"Networks from the slowest (taken as the cheapest) to the fastest: {', '.join(g.networks)}. \"Enough\" "
+           f"means at least {100 * MATCH_SHARE:.0f}% of the fastest uncompressed set-up." if not prices else
+           f"Networks ranked by samples/s per 1,000 {prices.currency} of cluster with the prices of {prices.path} "
+           f"(networks from the slowest to the fastest: {', '.join(g.networks)})."),
         "",
     ]
     if leaning:
@@ -671,9 +726,10 @@ def decision_section(outdir: Path, quick: bool) -> Section:
         for n in HEADLINE_NODES:
             d = decide(m, n)
             if d is not None:
-                lines.append(f"- {decision_sentence(m, d)}")
+                lines.append(f"- {decision_sentence(m, d, prices)}")
                 if not headline:
-                    headline = f"{m.setting.label}, " + decision_sentence(m, d).replace("**", "").split(". ")[0] + "."
+                    headline = (f"{m.setting.label}, "
+                                + decision_sentence(m, d, prices).replace("**", "").split(". ")[0] + ".")
         lines += [f"- {stops_paying_sentence(m)}", "", *headline_table(m), ""]
         choice = plots.network_choice(
             [{"nodes": n, "network": net, "label": label, "throughput": p["throughput"], "low": interval(p)[0],
@@ -686,8 +742,8 @@ def decision_section(outdir: Path, quick: bool) -> Section:
             "(error bars: 80% interval)")
         lines += [f"![throughput per network, linear axis]({choice.name})", ""]
         for n in HEADLINE_NODES:
-            if _PRICES and n in m.nodes:
-                lines += [*cost_ranking(m, n, _PRICES[0]), ""]
+            if prices and n in m.nodes:
+                lines += [*cost_ranking(m, n, prices), ""]
     lines += [f"Accuracy: {fit}; {cross.rstrip('.')}.", ""]
     for m in g.models:
         lines += [f"Best optimizer per network and node count, {m.title} (Birder / best of "

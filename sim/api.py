@@ -20,6 +20,7 @@ import hashlib
 import json
 import math
 import sys
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,8 +29,15 @@ from tqdm import tqdm
 
 from sim.hardware import PRESETS, SITES, Cluster, cluster, load_cluster
 from sim.models import model_profile
-from sim.system import incast_basis
-from sim.validate import INTERVAL_LEVEL, alpha_beta_throughput, gradient_bits, interval_regime, predicted_regime
+from sim.system import incast_basis, switch_buffer_assumed
+from sim.validate import (
+    INTERVAL_LEVEL,
+    alpha_beta_throughput,
+    gradient_bits,
+    incast_slowed,
+    interval_regime,
+    predicted_regime,
+)
 from sim.workload import predict
 
 if TYPE_CHECKING:
@@ -109,14 +117,16 @@ def _intervals(corpus_validation, cross: CrossValidation) -> dict:
 
 
 def prediction_interval(throughput: float, alpha_beta_efficiency: float, site_profile: str | None,
-                        measured_node: bool, calibrated: bool = False) -> tuple[float, float, str]:
+                        measured_node: bool, calibrated: bool = False,
+                        incast: bool = False) -> tuple[float, float, str]:
     """(low, high, basis) of a prediction's 80% interval: the quantiles of log(measured / predicted) on rows left
     out of every fit that match it. A site profile (``site_profile``: its name) takes its own rows' (the group
     cross-validation of the public rows), or the site profiles' pooled where its own are too few to bound; any
     other cluster the regime a plain alpha-beta ring predicts (``validate.interval_regime``), calibrated on a
     measured node or not, from the corpus. A regime whose rows are too few to bound takes the regimes pooled;
     with no bound at all, the interval is (0, inf) and says so. ``calibrated`` (a cluster file of ``birder
-    calibrate``) says in the basis why its bounds are the generic ones."""
+    calibrate``) says in the basis why its bounds are the generic ones; ``incast``: the efficiency counts the
+    simulator's TCP incast stalls (``validate.incast_slowed``)."""
     from sim import validate
 
     q = interval_quantiles()
@@ -130,7 +140,8 @@ def prediction_interval(throughput: float, alpha_beta_efficiency: float, site_pr
     else:
         key = "measured_node" if measured_node else "unmeasured_node"
         reg = validate.interval_regime(alpha_beta_efficiency)
-        bounds, basis = q[key][reg], (f"{reg} by an alpha-beta ring, {key.replace('_', ' ')}: {q['corpus']}, "
+        ring = "an alpha-beta ring slowed by the simulated incast stalls" if incast else "an alpha-beta ring"
+        bounds, basis = q[key][reg], (f"{reg} by {ring}, {key.replace('_', ' ')}: {q['corpus']}, "
                                       "each source left out")
         if not all(map(math.isfinite, bounds)):
             bounds, basis = q[key]["all"], basis + " (regimes pooled: too few rows of this regime)"
@@ -142,6 +153,7 @@ def prediction_interval(throughput: float, alpha_beta_efficiency: float, site_pr
     return (*validate.interval_around(throughput, bounds), basis)
 
 
+EQUAL_RATIO = 0.005  # two predictions whose ratio prints as 1.00x are equal within rounding (speedup_interval)
 SPEEDUP_SETUP = ("model", "batch_per_gpu", "nodes", "gpus_per_node")  # what two predictions share to be paired
 
 
@@ -154,7 +166,9 @@ def speedup_interval(a: dict, b: dict) -> dict:
     where both are calibrated on a measured node, else ``speedup_unmeasured_node``; per interval regime, the
     pair's communication-bound if either is), where the corpus's left-out pairs of that kind support it
     (``validate.speedup_method``: covered as promised, and no wider than the naive interval); else, and across
-    set-ups, the naive worst case of the two intervals. One measured node each: the ratio of the measurements,
+    set-ups, the naive worst case of the two intervals. Two predictions equal within rounding (``EQUAL_RATIO``)
+    take the paired bounds' wider tail on both sides, so that which is called the faster never turns on a last
+    digit. One measured node each: the ratio of the measurements,
     exact. Returns ``ratio``, ``low``, ``high``, ``basis`` and ``verdict``:
     ``faster`` / ``slower`` where the interval excludes 1, else ``within the uncertainty``."""
     from sim import validate
@@ -168,6 +182,9 @@ def speedup_interval(a: dict, b: dict) -> dict:
     reg = validate.pair_regime(a.get("interval_regime"), b.get("interval_regime"))
     if any(a.get(k) != b.get(k) for k in SPEEDUP_SETUP):
         (low, high), basis = naive, "different set-ups: the two intervals divided end by end"
+    elif a.get("incast_free_throughput") is not None or b.get("incast_free_throughput") is not None:
+        (low, high), basis = naive, ("TCP incast on an assumed switch buffer: the two intervals (each spanning "
+                                     "the switch) divided end by end")
     elif a["nodes"] == 1 and measured:
         low, high, basis = ratio, ratio, "one measured node each: the ratio of the measurements"
     elif q["speedup_methods"][key][reg] == "naive":
@@ -176,6 +193,10 @@ def speedup_interval(a: dict, b: dict) -> dict:
                                      "intervals fitted on the pairs' ratios (validate.speedup_method)")
     else:
         bounds = validate.regime_bounds(q[f"speedup_{key}"], reg)
+        if abs(ratio - 1) < EQUAL_RATIO:
+            # neither is the faster but for rounding: the lopsided bounds could point either way, so the wider
+            # tail is taken both ways rather than flipping on a last digit
+            bounds = (-max(-bounds[0], bounds[1]), max(-bounds[0], bounds[1]))
         # the bounds are of the faster by the prediction over the slower: the other way round, mirrored
         faster, slower = (a, b) if ratio >= 1 else (b, a)
         lo, hi = validate.interval_around(faster["throughput"] / slower["throughput"], bounds)
@@ -275,13 +296,27 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
     samples = c.gpus_per_node * batch_per_gpu * accumulation_steps
     naive = alpha_beta_throughput(n_params, gradient_bits(optimizer, grad_dtype), c.n_nodes, samples,
                                   out["single_node_throughput"], c.nic.link_rate * c.nic.count / 8)
-    regime = interval_regime(naive / (c.n_nodes * out["single_node_throughput"]))
-    low, high, basis = prediction_interval(out["throughput"], naive / (c.n_nodes * out["single_node_throughput"]),
-                                           site, single_node_throughput is not None,
-                                           calibrated=c.nic.fitted and not c.nic.fitted_on)
+    incast_s = out["incast_timeouts"] * c.nic.retransmission_timeout
+    # the interval's regime sees the simulator's incast stalls: an alpha-beta ring's step plus them
+    efficiency = incast_slowed(naive, c.n_nodes * samples, incast_s) / (c.n_nodes * out["single_node_throughput"])
+    regime = interval_regime(efficiency)
+    low, high, basis = prediction_interval(out["throughput"], efficiency, site, single_node_throughput is not None,
+                                           calibrated=c.nic.fitted and not c.nic.fitted_on, incast=incast_s > 0)
     if single_node_throughput is not None:  # a measured node bounds what more of its kind can do
         low, high, basis = measured_node_bounds(low, high, basis, out["throughput"], c.n_nodes,
                                                 single_node_throughput)
+    incast_free = None
+    if incast_s > 0 and switch_buffer_assumed(c):  # a switch the buyer has not chosen: the interval spans it
+        deep = replace(c, nic=replace(c.nic, switch_buffer_bytes=math.inf))
+        incast_free = predict(deep, model=model, params=params, batch_per_gpu=batch_per_gpu, optimizer=optimizer,
+                              scheme=scheme, single_node_throughput=single_node_throughput,
+                              warmup_fraction=warmup_fraction, marsit_period=marsit_period, grad_dtype=grad_dtype,
+                              accumulation_steps=accumulation_steps,
+                              hook_blocks_backward=hook_blocks_backward).throughput
+        if incast_free > high:
+            high = incast_free
+            basis += ("; upper end raised to the incast-free prediction (the switch buffer is assumed: a "
+                      "deeper-buffered switch or a lossless fabric has none)")
     reasons = extrapolation(c, model, batch_per_gpu, grad_dtype, accumulation_steps)
     out.update({"model": model if model is not None else f"params-{params}", "batch_per_gpu": batch_per_gpu,
                 "network": c.nic.name, "cluster": c.name or c.nic.name, "site_profile": site is not None,
@@ -292,8 +327,9 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                 "throughput_high": high, "interval_level": INTERVAL_LEVEL, "interval_basis": basis,
                 "regime": predicted_regime(out["scale_efficiency"]), "extrapolated": bool(reasons),
                 "extrapolation_reasons": reasons, "provenance": [f"{k}: {v}" for k, v in c.provenance],
-                "incast_s": out["incast_timeouts"] * c.nic.retransmission_timeout,
-                "incast_basis": incast_basis(c) if out["incast_timeouts"] > 0 else ""})
+                "incast_s": incast_s, "incast_basis": incast_basis(c) if incast_s > 0 else "",
+                "switch_buffer_assumed_bytes": c.nic.switch_buffer_bytes if incast_free is not None else None,
+                "incast_free_throughput": incast_free})
     return out
 
 

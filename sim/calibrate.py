@@ -34,10 +34,19 @@ UNCONSTRAINED = 0.01  # a constant whose probe moves no row's simulated time by 
 GRID_POINTS = 25  # per constant, log-spaced over GRID_RANGE, before Nelder-Mead
 GRID_RANGE = {"efficiency": (0.005, 1.0), "latency_us": (0.1, 1000.0), "peer_overhead_us": (0.1, 1000.0)}
 TOO_FAST = 0.05  # a table 5% faster than the line rate allows is another network than the one named
+# size bands, each counting equally in the fit whatever its number of rows: a doubling sweep from 8 B has many more
+# latency-bound rows than plateau rows, but training's gradient buckets (DDP's 25 MB, and larger) are medium and
+# large messages (torch.nn.parallel.DistributedDataParallel, bucket_cap_mb)
+SIZE_BANDS = (("small, < 1 MiB", 0, 1 << 20), ("medium, 1-64 MiB", 1 << 20, 64 << 20),
+              ("large, >= 64 MiB", 64 << 20, math.inf))
+IDENTIFY_STEP = {"efficiency": 0.8, "latency_us": 0.5, "peer_overhead_us": 0.5}  # the fitted value x this, and /
 PLATEAU_BYTES = 256 << 20  # busbw on InfiniBand and RoCE flattens by a few hundred MB (nccl-tests issues 119, 290)
 _PREFIX = re.compile(r"^\s*(\[[^\]]*\](<\w+>)?:?\s*)+")  # mpirun --tag-output and similar rank prefixes
 _RANK = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s*(.*)")
 _REDOPS = {"sum", "prod", "min", "max", "avg", "none", "mulsum"}
+# bytes per element of nccl-tests' type names (nccl-tests src/common.cu, test_typenames)
+TYPE_BYTES = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "half": 2, "float": 4,
+              "double": 8, "bfloat16": 2, "f8e4m3": 1, "f8e5m2": 1}
 GPU_NAMES = {"A100": "a100", "H100": "h100", "H200": "h200", "V100": "v100"}  # nccl-tests device name -> gpus.toml
 
 
@@ -69,11 +78,22 @@ def _number(token: str) -> float:
     return value
 
 
+def all_reduce_row(nbytes: int, count: int, type_name: str, redop: str | None, root: str | None) -> bool:
+    """Whether a row's columns show an all-reduce in nccl-tests' format: a reduction (redop not ``none``), no
+    root (``-1`` or no root column: reduce_perf has one), and count x element size = size (reduce_scatter_perf
+    prints the count per rank, a ranks-th of the size). all_gather_perf and alltoall_perf print the same columns
+    as each other (redop ``none`` or empty, count per rank), so their rows say nothing."""
+    element = TYPE_BYTES.get(type_name)
+    return (redop is not None and redop != "none" and root in (None, "-1") and element is not None
+            and count * element == nbytes)
+
+
 def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTestsOutput:
     """The rows of one nccl-tests run pasted as ``text`` (``source`` names it in errors). ``op``: the collective
-    when the paste does not name its binary (all_reduce_perf, all_gather_perf, alltoall_perf). ValueError if
+    when the paste does not name its binary (all_reduce_perf, all_gather_perf, alltoall_perf) and its columns do
+    not show an all-reduce (``all_reduce_row``, every row). ValueError if
     there is no row, the op is unknown or ambiguous, or a row cannot be read."""
-    rows, ranks, gpus = [], {}, set()
+    rows, ranks, gpus, evidence = [], {}, set(), []
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = _PREFIX.sub("", raw).strip()
         rank = _RANK.match(line)
@@ -85,11 +105,11 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
         if line.startswith("#") or len(tokens) < 3 or not (tokens[0].isdigit() and tokens[1].isdigit()
                                                             and tokens[2].isalpha()):
             continue  # comments, NCCL logs, prompts: only lines of a size, a count and a type are rows
-        rest = tokens[3:]
+        rest, redop, root = tokens[3:], None, None
         if rest and rest[0] in _REDOPS:
-            rest = rest[1:]
+            redop, rest = rest[0], rest[1:]
         if len(rest) == 9:  # the root column (-1 where the collective has none)
-            rest = rest[1:]
+            root, rest = rest[0], rest[1:]
         try:
             if len(rest) != 8:
                 raise ValueError(f"{len(rest)} columns after the type, expected time, algbw, busbw, error twice")
@@ -102,9 +122,12 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
         if time_us <= 0:
             raise ValueError(f"{source}, line {lineno}: a time of {time_us} us is not a measurement")
         rows.append((nbytes, time_us * 1e-6, busbw, lineno))
+        evidence.append(all_reduce_row(nbytes, int(tokens[1]), tokens[2], redop, root))
     if not rows:
         raise ValueError(f"{source}: no nccl-tests rows (lines of size, count, type, ..., time, algbw, busbw)")
     named = {OPS[b] for b in OPS if b in text}
+    if op is None and not named and all(evidence):
+        named = {"all-reduce"}  # the columns say so (all_reduce_row)
     if op is None:
         if len(named) != 1:
             found = ", ".join(sorted(named)) or "none"
@@ -135,6 +158,15 @@ class Fit:
     rms_log_error: float  # over the rows, of simulated / measured time
     max_relative_error: float
     warnings: tuple[str, ...] = ()
+    # per size band (SIZE_BANDS) with rows: (name, rows, rms log error, largest relative error)
+    band_errors: tuple[tuple[str, int, float, float], ...] = ()
+    # fitted constants no row's time depends on at the fitted point: name -> why (the limit that binds instead)
+    unidentified: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def identified(self) -> tuple[str, ...]:
+        """The constants the table fitted and whose fitted value it pins: FITTED in the written file."""
+        return tuple(n for n in self.fitted if n not in dict(self.unidentified))
 
     def row_errors(self, rows: tuple[Measurement, ...]) -> list[float]:
         return [predict_collective(m.op, m.nbytes, self.cluster)["time_s"] / m.time_s - 1 for m in rows]
@@ -151,9 +183,10 @@ def _log_errors(c: Cluster, rows: tuple[Measurement, ...]) -> list[float]:
 
 
 def fit_network(base: Cluster, rows: tuple[Measurement, ...]) -> Fit:
-    """Fit the network constants of ``base`` (a cluster of the measured layout) to the rows."""
-    from scipy.optimize import minimize
-
+    """Fit the network constants of ``base`` (a cluster of the measured layout) to the rows: the efficiency on the
+    largest size band measured (``SIZE_BANDS``), the latency and per-peer cost on the small band, then the
+    efficiency again; the error is reported per band and each fitted constant the table does not pin is named
+    (``unidentified``)."""
     start = {"efficiency": base.nic.efficiency, "latency_us": base.nic.latency * 1e6,
              "peer_overhead_us": base.nic.peer_overhead * 1e6}
     names = ["efficiency", "latency_us"] + (["peer_overhead_us"] if any(m.op == "all-to-all" for m in rows) else [])
@@ -169,28 +202,16 @@ def fit_network(base: Cluster, rows: tuple[Measurement, ...]) -> Fit:
         if max(abs(a - b) for a, b in zip(moved, reference, strict=True)) > math.log1p(UNCONSTRAINED):
             constrained.append(name)
 
-    def values_of(x) -> dict[str, float]:
-        return start | {n: math.exp(v) for n, v in zip(constrained, x, strict=True)}
-
-    def loss(x) -> float:
-        values = values_of(x)
-        if values["efficiency"] > 1:
-            return math.inf
-        errors = _log_errors(_with(base, values), rows)
-        return sum(e * e for e in errors) / len(errors)
-
+    # the bandwidth on the largest messages measured (what gradient buckets are), the per-message constants on
+    # the small ones: fitted on their own rows, so many latency-bound rows never outweigh the plateau
+    bands = {name: tuple(m for m in rows if low <= m.nbytes < high) for name, low, high in SIZE_BANDS}
+    large = next((b for b in reversed(bands.values()) if b), rows)
+    small = bands[SIZE_BANDS[0][0]] or rows
+    steps = (((["efficiency"], large), (["latency_us", "peer_overhead_us"], small), (["efficiency"], large))
+             if large is not small else ((constrained, rows),))  # one band: all together on it
     best = start
-    if constrained:
-        x0 = [math.log(max(start[n], floor[n])) for n in constrained]
-        # the simulated times are piecewise in the constants (a protocol or algorithm switch, the sockets'
-        # host-staging cap): each constant first takes the best of a grid of GRID_POINTS over its range, one after
-        # another, then Nelder-Mead refines them together
-        for i, name in enumerate(constrained):
-            low, high = (math.log(m) for m in GRID_RANGE[name])
-            grid = [low + (high - low) * k / (GRID_POINTS - 1) for k in range(GRID_POINTS)]
-            x0[i] = min(grid + [x0[i]], key=lambda v, i=i: loss(x0[:i] + [v] + x0[i + 1:]))
-        result = minimize(loss, x0, method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-8, "maxiter": 400})
-        best = values_of(result.x)
+    for names_now, subset in steps:
+        best = _fit(base, best, [n for n in names_now if n in constrained], subset, floor)
     fitted = _with(base, best)
     errors = _log_errors(fitted, rows)
     if best["efficiency"] >= 0.999 and max(map(abs, errors)) > math.log1p(TOO_FAST):
@@ -202,9 +223,88 @@ def fit_network(base: Cluster, rows: tuple[Measurement, ...]) -> Fit:
     if "efficiency" in constrained and largest < PLATEAU_BYTES:
         warnings.append(f"the largest size measured is {largest:,} bytes: the efficiency fitted is that of mid-size "
                         f"messages, below the large-message plateau; measure up to {PLATEAU_BYTES >> 20} MB or more")
+    band_errors = tuple((name, len(b), math.sqrt(sum(errors[i] ** 2 for i in b) / len(b)),
+                         max(abs(math.expm1(errors[i])) for i in b))
+                        for (name, low, high) in SIZE_BANDS
+                        if (b := [i for i, m in enumerate(rows) if low <= m.nbytes < high]))
     return Fit(fitted, {n: best[n] for n in ("efficiency", "latency_us", "peer_overhead_us")}, tuple(constrained),
                math.sqrt(sum(e * e for e in errors) / len(errors)), max(abs(math.expm1(e)) for e in errors),
-               tuple(warnings))
+               tuple(warnings), band_errors, unidentified(fitted, best, tuple(constrained), rows, errors))
+
+
+def unidentified(fitted: Cluster, values: dict[str, float], names: tuple[str, ...], rows: tuple[Measurement, ...],
+                 errors: list[float]) -> tuple[tuple[str, str], ...]:
+    """The fitted constants the table does not pin at the fitted point, each with why. The efficiency scales the
+    wire and the sockets' share of it (``Cluster.nic_limits``): where another limit of the NIC's path binds (the
+    host-staged socket path, PCIe, a measured rate), every efficiency above the one where they meet gives the
+    same times. A per-message constant is not pinned where moving it by ``IDENTIFY_STEP`` either way moves no
+    row's simulated time by ``UNCONSTRAINED``."""
+    from sim.hardware import LIMIT_NAMES
+
+    out = []
+    for name in names:
+        if name == "efficiency":
+            limits = fitted.nic_limits()
+            binding = min(limits, key=limits.get)
+            scaled = min(v for k, v in limits.items() if k in ("wire", "sockets")) if "wire" in limits else None
+            if scaled is not None and binding not in ("wire", "sockets"):
+                edge = values[name] * limits[binding] / scaled
+                out.append((name, f"{LIMIT_NAMES[binding]} ({limits[binding] / 1e9:.2f} GB/s per NIC) binds, not the "
+                                  f"wire: any efficiency from {edge:.3g} to 1 gives the same times"))
+            continue
+        step = IDENTIFY_STEP[name]
+        moves = [max(abs(a - b) for a, b in zip(_log_errors(_with(fitted, values | {name: values[name] * f}), rows),
+                                                errors, strict=True)) for f in (step, 1 / step)]
+        if max(moves) <= math.log1p(UNCONSTRAINED):
+            out.append((name, f"no row's time moves by {UNCONSTRAINED:.0%} with it x{step:g} or /{step:g}"))
+    return tuple(out)
+
+
+def efficiency_limit(c: Cluster) -> str:
+    """The limit of the NIC's path that binds at the cluster's efficiency, in words, with its bandwidth."""
+    from sim.hardware import LIMIT_NAMES
+
+    limits = c.nic_limits()
+    binding = min(limits, key=limits.get)
+    return f"{LIMIT_NAMES[binding]} binds, {limits[binding] / 1e9:.2f} GB/s per NIC"
+
+
+def _fit(base: Cluster, start: dict[str, float], names: list[str], rows: tuple[Measurement, ...],
+         floor: dict[str, float]) -> dict[str, float]:
+    """``start`` with ``names`` fitted to ``rows`` (mean squared log error of the simulated times)."""
+    from scipy.optimize import minimize, minimize_scalar
+
+    if not names:
+        return start
+
+    def values_of(x) -> dict[str, float]:
+        return start | {n: math.exp(v) for n, v in zip(names, x, strict=True)}
+
+    def loss(x) -> float:
+        values = values_of(x)
+        if values["efficiency"] > 1:
+            return math.inf
+        errors = _log_errors(_with(base, values), rows)
+        return sum(e * e for e in errors) / len(errors)
+
+    x0 = [math.log(max(start[n], floor[n])) for n in names]
+    # the simulated times are piecewise in the constants (a protocol or algorithm switch, the sockets' host-staging
+    # cap, flat beyond it): each constant first takes the best of a grid of GRID_POINTS over its range, refined
+    # between the grid points either side (a flat stretch would hold Nelder-Mead where it starts), one after
+    # another, then Nelder-Mead refines them together
+    for i, name in enumerate(names):
+        low, high = (math.log(m) for m in GRID_RANGE[name])
+        grid = [low + (high - low) * k / (GRID_POINTS - 1) for k in range(GRID_POINTS)]
+
+        def along(v, i=i) -> float:
+            return loss(x0[:i] + [v] + x0[i + 1:])
+
+        k = min(range(GRID_POINTS), key=lambda k: along(grid[k]))
+        refined = minimize_scalar(along, bounds=(grid[max(0, k - 1)], grid[min(GRID_POINTS - 1, k + 1)]),
+                                  method="bounded", options={"xatol": 1e-4}).x
+        x0[i] = min((grid[k], refined, x0[i]), key=along)
+    result = minimize(loss, x0, method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-8, "maxiter": 400})
+    return values_of(result.x)
 
 
 def base_cluster(nodes: int, gpus_per_node: int, gpu: str, network: str | None, transport: str | None,
@@ -255,6 +355,8 @@ def cluster_toml(fit: Fit, base_name: str, name: str, sources: list[tuple[str, s
     lines = [f"# Written by `birder calibrate` from nccl-tests output: {files}.",
              f"# {n_rows} rows; simulated / measured time: rms log error {fit.rms_log_error:.3f}, largest "
              f"{fit.max_relative_error * 100:.1f}%. Constants marked FITTED belong to this cluster only.",
+             *(f"# {band}: {n} rows, rms log error {rms:.3f}, largest {worst * 100:.1f}%"
+               for band, n, rms, worst in fit.band_errors),
              *(f"# warning: {w}" for w in fit.warnings),
              f'name = "{name}"', f"nodes = {c.n_nodes}", f"gpus_per_node = {c.gpus_per_node}", f'gpu = "{c.gpu}"', "",
              "[network]"]
@@ -263,10 +365,12 @@ def cluster_toml(fit: Fit, base_name: str, name: str, sources: list[tuple[str, s
     else:
         lines += [f'transport = "{base_name}"', f"line_rate_gbps = {c.nic.line_rate / 1e9:g}"]
     lines.append(f"count = {c.nic.count}")
+    unpinned = dict(fit.unidentified)
     for key in ("efficiency", "latency_us", "peer_overhead_us"):
-        note = f"FITTED to {files}" if key in fit.fitted else "not fitted (the table does not constrain it)"
+        note = (f"FITTED to {files}" if key in fit.identified else f"not identified by the table: {unpinned[key]}"
+                if key in unpinned else "not fitted (the table does not constrain it)")
         lines.append(f"{key} = {fit.constants[key]:.6g}  # {note}")
-    lines += ["fitted = true", f'source = "birder calibrate: {", ".join(fit.fitted) or "nothing"} fitted to '
+    lines += ["fitted = true", f'source = "birder calibrate: {", ".join(fit.identified) or "nothing"} fitted to '
                                 f'{files.replace(chr(34), "")}"', ""]
     return "\n".join(lines)
 

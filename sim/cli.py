@@ -33,11 +33,11 @@ from sim.hardware import (
     GPUS,
     INTRA,
     MAX_GPUS,
-    MAX_NICS_PER_GPU,
     MAX_OVERSUBSCRIPTION,
     NETWORKS,
     Cluster,
     check_measured_rate,
+    check_nics_per_node,
     cluster,
     describe,
     intra_preset,
@@ -199,13 +199,14 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
     if getattr(args, "cluster", None):
         c = load_cluster(args.cluster, nodes, args.gpus_per_node, args.gpu, over, getattr(args, "framework", None))
         if nics is not None:
+            check_nics_per_node(nics, c.gpus_per_node, "--nics-per-node")
             c = replace(c, nic=replace(c.nic, count=nics),
                         provenance=c.provenance + (("nics per node", f"{nics} (command line)"),))
     else:
         name = network or getattr(args, "network", None) or "10gbe"
         gpu = args.gpu or "a100"
         if nics is not None:
-            check_nics_per_node(nics, args.gpus_per_node or 8)
+            check_nics_per_node(nics, args.gpus_per_node or 8, "--nics-per-node")
         nic_preset(name)  # an unknown name fails here, naming the flag's choices
         framework = getattr(args, "framework", None)
         c = cluster(name, nodes or 1, args.gpus_per_node or 8, args.intra, gpu, 1.0 if over is None else over,
@@ -229,15 +230,7 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
     if getattr(args, "cluster", None) and args.intra:
         c = replace(c, intra=intra_preset(args.intra),
                     provenance=c.provenance + (("intra", f"preset {args.intra} (command line)"),))
-    check_nics_per_node(c.nic.count, c.gpus_per_node)
     return c
-
-
-def check_nics_per_node(nics: int, gpus: int) -> None:
-    """The NICs of a node serve its GPUs evenly: at most one per GPU, or the same number for every GPU."""
-    if (nics > gpus and nics % gpus) or nics > MAX_NICS_PER_GPU * gpus:
-        raise ValueError(f"--nics-per-node {nics} for --gpus-per-node {gpus}: at most one NIC per GPU, or the same "
-                         f"number for every GPU (a multiple of {gpus}, at most {MAX_NICS_PER_GPU * gpus})")
 
 
 def applies(option: str, optimizer: str) -> bool:
@@ -342,6 +335,9 @@ def run_predict(args) -> int:
     if result["incast_s"] > 0:
         _say(f"    TCP incast stalls     {result['incast_s'] * 1e3:12.2f} ms in the communication "
              f"({result['incast_timeouts']:.2f} retransmission timeouts per step; {result['incast_basis']})")
+    if result["incast_free_throughput"] is not None:
+        _say(f"  TCP incast on an assumed switch buffer of {result['switch_buffer_assumed_bytes'] / 1e6:.0f} MB: "
+             f"{result['throughput']:.0f} to {result['incast_free_throughput']:.0f} samples/s depending on the switch")
     _say(f"  bytes per GPU per step  {result['intra_node_bytes_per_gpu'] / 1e6:12.2f} MB intra, "
           f"{result['inter_node_bytes_per_gpu'] / 1e6:.2f} MB inter")
     _say(f"  scale efficiency        {result['scale_efficiency'] * 100:12.1f} %")
@@ -557,12 +553,10 @@ def run_validate(args) -> int:
     return 0
 
 
-def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.1f}%"
-
-
 def _speedup_line(name: str, f: dict, level: float) -> str:
     """One line of the speed-up intervals' figures (``CorpusValidation.speedup_figures``)."""
+    from sim.validate import percent as _percent
+
     if not f["pairs"]:
         return f"speed-ups, {name}: no pairs"
     return (f"speed-ups, {name} ({f['pairs']} pairs of rows of one table): {level:.0%} paired intervals cover "
@@ -574,6 +568,7 @@ def _speedup_line(name: str, f: dict, level: float) -> str:
 
 def _print_corpus_validation(loso) -> None:
     from sim.validate import EQUAL_BY_CONSTRUCTION, REGIMES
+    from sim.validate import percent as _percent
 
     s = loso.summary()
     print(f"\ncorpus: {s['corpus']}: {s['rows']} multi-node rows predicted, {s['skipped_rows']} skipped; each "
@@ -602,11 +597,23 @@ def _print_corpus_validation(loso) -> None:
     for name, figures in [("all", s["speedup"]), *s["speedup_by_regime"].items(), *s["speedup_by_source"].items(),
                           ("without a measured node", s["speedup_unmeasured_node"])]:
         print(_speedup_line(name, figures, s["interval_level"]))
+    for key, methods in s["speedup_methods"].items():
+        f = s["speedup_nested"][key]
+        print(f"speed-up method, {key.replace('_', ' ')}: predictions use "
+              + ", ".join(f"{reg} {m}" for reg, m in methods.items())
+              + " (chosen on all sources' left-out pairs, so the chosen one's coverage above is post-selection); "
+              f"chosen for each source on the other sources' pairs alone: {f['pairs']} pairs, coverage "
+              f"{_percent(f['coverage'])}, median half-width {_percent(f['median_half_width'])}, paired for "
+              f"{_percent(f['paired_share'])} of them")
     u = s["unmeasured_node"]
     print(f"without a measured node (built-in GPU profiles), {u['rows']} rows, each source left out: coverage "
           f"{_percent(u['coverage'])}, median half-width {_percent(u['median_half_width'])}; "
           + "; ".join(f"{reg} {_percent(f['coverage'])} covered, half-width {_percent(f['median_half_width'])}"
                       for reg, f in u["by_regime"].items()))
+    if u["rows_excluded"]:
+        print(f"  left out of those figures, as their source set their GPU's compute figure (gpus.toml "
+              f"*_calibrated_on): {u['rows_excluded']} rows ("
+              + ", ".join(f"{src} {n}" for src, n in sorted(u["excluded_by_source"].items())) + ")")
     for skipped in loso.skipped:
         print(f"skipped: {skipped.source} {skipped.table} {skipped.model} on {skipped.nodes} nodes: {skipped.reason}")
 
@@ -635,6 +642,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
     body = {"cluster_file": str(args.out), "nodes": nodes, "gpus_per_node": per_node, "gpu": gpu, "base": base_name,
             "constants": fit.constants, "fitted": list(fit.fitted), "rms_log_error": fit.rms_log_error,
             "max_relative_error": fit.max_relative_error, "warnings": list(fit.warnings),
+            "unidentified": dict(fit.unidentified),
+            "band_errors": [{"band": band, "rows": n, "rms_log_error": rms, "max_relative_error": worst}
+                            for band, n, rms, worst in fit.band_errors],
             "rows": [{"op": m.op, "bytes": m.nbytes, "measured_time_s": m.time_s,
                       "simulated_time_s": m.time_s * (1 + e), "relative_error": e} for m, e in zip(rows, errors,
                                                                                                    strict=True)]}
@@ -647,9 +657,14 @@ def run_calibrate(args: argparse.Namespace) -> int:
     for r in body["rows"]:
         _say(f"{r['op']:11} {r['bytes']:12d} {r['measured_time_s'] * 1e6:14.1f} {r['simulated_time_s'] * 1e6:15.1f} "
              f"{r['relative_error'] * 100:+6.1f}%")
+    unpinned = dict(fit.unidentified)
     for key, value in fit.constants.items():
-        _say(f"  {key:17} {value:12.4g}  " + ("FITTED" if key in fit.fitted else "not constrained by the table: "
-                                                "the base's value"))
+        limit = f" ({calibrate.efficiency_limit(fit.cluster)})" if key == "efficiency" else ""
+        _say(f"  {key:17} {value:12.4g}  " + (f"FITTED{limit}" if key in fit.identified else
+                                                f"NOT IDENTIFIED: {unpinned[key]}" if key in unpinned else
+                                                "not constrained by the table: the base's value"))
+    for band, n, rms, worst in fit.band_errors:
+        _say(f"  {band:17} {n:3d} rows: rms log error {rms:.3f}, largest {worst * 100:.1f}%")
     for warning in fit.warnings:
         _say(f"warning: {warning}")
     _say(f"rms log error {fit.rms_log_error:.3f}, largest {fit.max_relative_error * 100:.1f}%; wrote {args.out} "

@@ -177,6 +177,16 @@ MIN_NONZERO_LATENCY_US = 0.01  # 10 ns: light covers 2 m of fibre in that time; 
 # seconds typed into the us key
 
 
+def check_nics_per_node(nics: int, gpus_per_node: int, option: str) -> None:
+    """The NICs of a node serve its GPUs evenly: at most one NIC per GPU, or the same number for every GPU, and at
+    most ``MAX_NICS_PER_GPU`` each; ``option`` names where the count came from in the one-line error."""
+    if (nics > gpus_per_node and nics % gpus_per_node) or nics > MAX_NICS_PER_GPU * gpus_per_node:
+        raise ValueError(f"{option} = {nics} NICs for {gpus_per_node} GPUs per node: at most one NIC per GPU, or "
+                         f"the same number for every GPU (a multiple of {gpus_per_node}), at most {MAX_NICS_PER_GPU} "
+                         "NICs per GPU")
+
+
+
 def check_measured_rate(measured_gbps: Any, line_rate_gbps: float, owner: str) -> float:
     """A measured link rate in Gb/s (``owner``: the key or option that gave it), checked against physics: a
     positive finite number, at least 10 Mb/s (as a line rate) and at most the NIC's line rate plus rounding
@@ -235,13 +245,7 @@ class Cluster(OnLayout):
             raise ValueError(f"unknown framework {self.framework!r}; choose one of {', '.join(FRAMEWORKS)}")
         if not (isinstance(self.servers, int) and not isinstance(self.servers, bool) and self.servers >= 0):
             raise ValueError(f"cluster: servers must be a non-negative integer, got {self.servers!r}")
-        if self.nic.count > self.gpus_per_node and self.nic.count % self.gpus_per_node:
-            raise ValueError(f"[network] count = {self.nic.count} NICs for {self.gpus_per_node} GPUs per node: "
-                             "at most one NIC per GPU, or the same number of NICs for every GPU (count a multiple "
-                             "of gpus_per_node)")
-        if self.nic.count > MAX_NICS_PER_GPU * self.gpus_per_node:
-            raise ValueError(f"[network] count = {self.nic.count} NICs for {self.gpus_per_node} GPUs per node: at "
-                             f"most {MAX_NICS_PER_GPU} NICs per GPU")
+        check_nics_per_node(self.nic.count, self.gpus_per_node, "[network] count")
 
     @property
     def n_gpus(self) -> int:
@@ -274,7 +278,12 @@ class Cluster(OnLayout):
         nic = self.nic
         gpus_per_nic = self.gpus_per_node / nic.count
         if framework_preset(self.framework).pattern == "summation-servers":
-            gpus_per_nic = 1.0  # one process per node talks to the servers (not one NCCL proxy per GPU)
+            # one process per node sends for all its GPUs, so its NIC's sockets are not shared among GPUs' proxies:
+            # only BytePS's local root process of a machine starts ps-lite's worker ("only the root need to do
+            # networking", byteps/common/global.cc, BytePSGlobal::Init, role LOCAL_ROOT), and tf_cnn_benchmarks'
+            # distributed_replicated ran one worker task per instance over all its GPUs (TensorFlow benchmarks page,
+            # EC2 distributed section, May 2017)
+            gpus_per_nic = 1.0
         pcie = nic.pcie_bandwidth if math.isfinite(nic.pcie_bandwidth) else GPUS[self.gpu]["pcie_gbytes_per_s"] * 1e9
         nics_per_gpu = max(nic.count // self.gpus_per_node, 1)  # a GPU's several NICs share its own PCIe link
         limits = {"wire" if nic.measured_rate is None else "measured": nic.bandwidth, "pcie": pcie / nics_per_gpu}
@@ -526,6 +535,8 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
         defaulted = sorted(k for k in TRANSPORTS[transport] if k in NIC_KEYS and k not in net)
         prov.append(("network", f"from the file ({', '.join(sorted(net))}); transport {transport} defaults: "
                                 f"{', '.join(defaulted) or 'none'}"))
+    if "switch_buffer_bytes" in net:  # the user's own switch: its incast is no assumption of ours
+        prov.append(("switch buffer", f"the file's switch_buffer_bytes = {net['switch_buffer_bytes']}"))
     if "measured_gbps" in net and "efficiency" in net:
         raise ValueError("[network] gives both measured_gbps (a measured link rate) and efficiency (a share of the "
                          "line rate): the measured rate replaces line rate x efficiency; keep one")

@@ -117,6 +117,10 @@ def throughput_vs_gpus(results: list[dict], out: Path, prefix: str = "", title: 
             if all("throughput_low" in r and "throughput_high" in r for r in rs):
                 ax.fill_between(gpus, [r["throughput_low"] for r in rs], [r["throughput_high"] for r in rs],
                                 color=style[opt]["color"], alpha=0.10, lw=0)
+        linear = linear_scaling(r for r in results if r["network"] == net)
+        if linear:
+            ax.plot(*zip(*linear, strict=True), color="black", lw=1, ls=(0, (1, 2)), zorder=1,
+                    label="linear scaling of one node")
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(PLAIN)
         ax.yaxis.set_minor_formatter(PLAIN_MINOR)
@@ -131,6 +135,27 @@ def throughput_vs_gpus(results: list[dict], out: Path, prefix: str = "", title: 
         " (bands: prediction interval)" if any("throughput_low" in r for r in results) else "")))
     fig.tight_layout(rect=(0, 0.06, 1, _below_title(fig)))
     return [_save(fig, out / f"{prefix}throughput_vs_gpus.png")]
+
+
+def linear_scaling(results) -> list[tuple[int, float]]:
+    """(GPUs, samples/s) of linear scaling, the naive baseline: nodes x the single-node throughput each result
+    scaled from (``throughput / scale_efficiency``), the highest over the optimizers; empty without it."""
+    best: dict[int, float] = {}
+    for r in results:
+        if r.get("scale_efficiency", 0) > 0:
+            best[r["gpus"]] = max(best.get(r["gpus"], 0.0), r["throughput"] / r["scale_efficiency"])
+    return sorted(best.items())
+
+
+def legend_columns(labels: list[str], width_in: float, fontsize: float = 9) -> int:
+    """Legend entries per row so the row fits the figure's width: an entry is its handle (about 0.45 in) and its
+    text (about 0.6 of the font size per character), plus the gap between entries."""
+    per_entry = [0.45 + 0.6 * fontsize / 72 * len(label) + 0.3 for label in labels]
+    for rows in range(1, len(labels)):  # the fewest rows that fit, filled evenly
+        # matplotlib fills column by column; a column is as wide as its widest entry
+        if sum(max(per_entry[i:i + rows]) for i in range(0, len(labels), rows)) <= 0.95 * width_in:
+            return math.ceil(len(labels) / rows)
+    return 1
 
 
 def _below_title(fig) -> float:
@@ -171,9 +196,11 @@ def time_breakdown(results: list[dict], out: Path, prefix: str = "", title: str 
     handles = [Patch(color=c, label=label) for _, label, c in COMPONENTS]
     handles += [Patch(facecolor="lightgrey", hatch=HATCHES[j % len(HATCHES)], edgecolor="black", label=opt)
                 for j, opt in enumerate(optimizers)]
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=9, frameon=False)
+    columns = legend_columns([h.get_label() for h in handles], fig.get_figwidth())
+    fig.legend(handles=handles, loc="lower center", ncol=columns, fontsize=9, frameon=False)
     fig.suptitle(title or default_title(results, "where each iteration's time goes"))
-    fig.tight_layout(rect=(0, 0.05, 1, _below_title(fig)))
+    legend_rows = math.ceil(len(handles) / columns)
+    fig.tight_layout(rect=(0, (0.1 + 0.3 * legend_rows) / fig.get_figheight(), 1, _below_title(fig)))
     return [_save(fig, out / f"{prefix}time_breakdown.png")]
 
 

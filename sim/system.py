@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import simpy
@@ -53,6 +53,10 @@ HW_LATENCY_US = {
     "pci": {"tree": {"LL": 1.0, "LL128": 1.9, "Simple": 4.0}, "ring": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7}},
     "net": {"tree": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0}, "ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}},
 }
+# [assumption, unsourced] no figure here gives the small-message latency of a push-pull library's own transport
+# (BytePS's ps-lite, TensorFlow's gRPC); its one hop to the servers is charged NCCL's Simple ring base latency plus one
+# NET hop (the figures above) and the NIC's own latency and per-peer cost, as a point-to-point NCCL step would be
+SERVERS_LATENCY_PROTOCOL = "Simple"
 NET_OVERHEAD_US = 1.0  # getNetOverhead on x86 Intel (2.0 on AMD), x3 for Simple: posting a network step
 RING_PLATEAU = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4}  # Simple ring all-reduce latency factor, multi-node
 # bandwidth factors: LL moves 4 data bytes per 8-byte line; LL128 120 of 128; tree all-reduce busBw * 0.92, and
@@ -282,9 +286,79 @@ def _joint_bytes(phases: tuple[Phase, ...], weights: tuple[int, ...], layout: La
     return RoundLoad(**busiest)
 
 
+def _is_server_phase(phase: Phase) -> bool:
+    return isinstance(phase.groups, ServerGroups)
+
+
+@lru_cache(maxsize=64)
+def _server_placement(groups: ServerGroups, nic_count: int, leaf: int) -> tuple[int, int, int, tuple]:
+    """What the closed form needs of a placement: the most servers on one endpoint and on one NIC, the most
+    worker GPUs on one rail of a node, and (workers, servers) under each leaf switch. O(nodes + servers)."""
+    layout = groups.layout
+    n, g = layout.n_nodes, layout.gpus_per_node
+    on_endpoint = Counter(groups.servers)
+    on_nic = Counter((layout.node_of(sv), rail(layout, sv, nic_count)) for sv in groups.servers)
+    on_rail = Counter(rail(layout, ep, nic_count) for ep in layout.node_ranks(0))
+    workers_on_leaf = Counter(node // leaf for node in range(n))
+    servers_on_leaf = Counter(layout.node_of(sv) // leaf for sv in groups.servers)
+    leaves = tuple((g * workers_on_leaf[k], servers_on_leaf[k]) for k in set(workers_on_leaf) | set(servers_on_leaf))
+    return max(on_endpoint.values()), max(on_nic.values()), max(on_rail.values()), leaves
+
+
+def server_load(groups: ServerGroups, push: float, pull: float, intra: RoundLoad, layout: Layout, nic_count: int,
+                leaf: int = 1) -> RoundLoad:
+    """The busiest link of each kind when every worker pushes ``push`` bytes to every server and pulls ``pull``
+    bytes from each, while intra-node phases load each worker GPU and node as ``intra`` does (already in bytes).
+    Exact, equal to counting message by message, because the pattern is symmetric: servers sit on machines of
+    their own (no worker link carries server traffic, no server link worker-to-worker traffic), every one of
+    the W = n G workers sends the same bytes to every one of the S servers, so a worker GPU carries S x push out
+    and S x pull in, a worker NIC that times its GPUs on that rail, an endpoint or NIC with m servers m x W x
+    pull out and m x W x push in, and a leaf with w workers and s servers w (S - s) push + s (W - w) pull up to
+    the spine (the same with push and pull swapped down). Every count is an integer times the bytes, so the sums
+    are the same floats in any order."""
+    per_endpoint, per_nic, per_rail, leaves = _server_placement(groups, nic_count, leaf)
+    workers, servers = layout.n_ranks, len(groups.servers)
+    return RoundLoad(
+        gpu_tx=intra.gpu_tx, gpu_rx=intra.gpu_rx, fabric=intra.fabric,
+        nic_tx=max(per_rail * servers * push, per_nic * workers * pull),
+        nic_rx=max(per_rail * servers * pull, per_nic * workers * push),
+        node_tx=max(w * (servers - s) * push + s * (workers - w) * pull for w, s in leaves),
+        node_rx=max(w * (servers - s) * pull + s * (workers - w) * push for w, s in leaves),
+        pcie_tx=max(intra.pcie_tx + servers * push, per_endpoint * workers * pull),
+        pcie_rx=max(intra.pcie_rx + servers * pull, per_endpoint * workers * push))
+
+
+def _server_byte_load(live: tuple[Phase, ...], layout: Layout, nic_count: int, leaf: int) -> RoundLoad | None:
+    """``byte_load`` of summation servers on machines of their own in closed form (``server_load``), or None
+    where the phases are not that pattern (their push and pull over the same ``ServerGroups``, with only
+    intra-node phases beside them that load every worker GPU alike)."""
+    servers = [ph for ph in live if _is_server_phase(ph)]
+    if not servers:
+        return None
+    groups = servers[0].groups
+    if any(ph.groups != groups or ph.pattern.name not in ("push", "pull") for ph in servers):
+        return None
+    nodes = tuple(layout.node_ranks(k) for k in range(layout.n_nodes))
+    intra = {kind: 0 for kind in ("gpu_tx", "gpu_rx", "fabric", "pcie_tx", "pcie_rx")}
+    for ph in live:
+        if _is_server_phase(ph):
+            continue
+        if not (ph.pattern.is_ring and ph.groups == nodes):  # a ring inside each node: every GPU sends one edge
+            return None
+        load, nbytes = phase_load(ph, layout, nic_count, leaf), edge_bytes(ph)
+        for kind in intra:
+            intra[kind] += getattr(load, kind) * nbytes
+    push = sum(edge_bytes(ph) for ph in servers if ph.pattern.name == "push")
+    pull = sum(edge_bytes(ph) for ph in servers if ph.pattern.name == "pull")
+    return server_load(groups, push, pull, RoundLoad(**intra), layout, nic_count, leaf)
+
+
 def byte_load(phases: tuple[Phase, ...], layout: Layout, nic_count: int, leaf: int = 1) -> RoundLoad:
     """Bytes the busiest link of each kind carries in one operation of ``phases`` (all at once)."""
     live = tuple(ph for ph in phases if ph.n_rounds)
+    closed = _server_byte_load(live, layout, nic_count, leaf)
+    if closed is not None:
+        return closed
     if len(live) == 1:  # one phase: its message counts (cached by structure) times its edge bytes
         load, nbytes = phase_load(live[0], layout, nic_count, leaf), edge_bytes(live[0])
         return RoundLoad(**{kind: getattr(load, kind) * nbytes for kind in LINK_KINDS})
@@ -294,6 +368,14 @@ def byte_load(phases: tuple[Phase, ...], layout: Layout, nic_count: int, leaf: i
 
 @lru_cache(maxsize=4096)
 def _phase_load(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> RoundLoad:
+    if phase.n_rounds and _is_server_phase(phase):  # one message per edge: the closed form's counts
+        groups, push = phase.groups, phase.pattern.name == "push"
+        load = server_load(groups, int(push), int(not push), RoundLoad(), layout, nic_count, leaf)
+        per_endpoint, workers, servers = (_server_placement(groups, nic_count, leaf)[0], layout.n_ranks,
+                                          len(groups.servers))
+        return replace(load, gpu_net_tx=servers if push else per_endpoint * workers,
+                       gpu_net_rx=per_endpoint * workers if push else servers,
+                       inter_total=workers * servers if push else 0)
     return _phase_counts(phase, layout, nic_count, leaf).load() if phase.n_rounds else RoundLoad()
 
 
@@ -494,6 +576,14 @@ def incast_bracket(cluster: Cluster) -> tuple[float, float]:
     return onset, 2 * onset
 
 
+def switch_buffer_assumed(cluster: Cluster) -> bool:
+    """Whether ``incast_bracket`` rests on a switch the user has not named: a preset's (or a transport default's)
+    buffer, not a site's fitted onset nor a cluster file's own ``switch_buffer_bytes``."""
+    nic = cluster.nic
+    return (not math.isfinite(nic.incast_onset_bytes) and math.isfinite(nic.switch_buffer_bytes)
+            and not any(what == "switch buffer" for what, _ in cluster.provenance))
+
+
 def incast_basis(cluster: Cluster) -> str:
     """Where ``incast_bracket``'s onset comes from, in words: a site's fitted bracket, or the preset switch's
     buffer share over the job's congested ports (an assumed switch: its buffer decides the timeouts)."""
@@ -502,7 +592,8 @@ def incast_basis(cluster: Cluster) -> str:
     if math.isfinite(nic.incast_onset_bytes):
         return f"{nic.name}'s fitted incast onset, {onset / 1e6:.2f} MB bursts into one switch port"
     nodes = cluster.n_nodes if cluster.nodes_per_leaf == 1 else min(cluster.n_nodes, cluster.nodes_per_leaf)
-    return (f"an assumed switch buffer of {nic.switch_buffer_bytes / 1e6:.0f} MB shared by {nodes * nic.count} "
+    named = "an assumed" if switch_buffer_assumed(cluster) else "the cluster file's"
+    return (f"{named} switch buffer of {nic.switch_buffer_bytes / 1e6:.0f} MB shared by {nodes * nic.count} "
             f"congested ports: bursts above {onset / 1e6:.2f} MB into one port lose packets; "
             f"a deeper-buffered switch or a lossless fabric would not")
 
@@ -547,7 +638,8 @@ def op_time(kind: str, phases: tuple[Phase, ...], layout: Layout, cluster: Clust
     g = layout.gpus_per_node
     t_flow = flow_time(phases, layout, cluster)
     multi = any(layout.nodes_spanned(grp) > 1 for ph in phases for grp in ph.groups)
-    choices = (protocol,) if protocol else ("Simple",) if kind == "servers" else protocols(cluster, multi)
+    choices = (protocol,) if protocol else (SERVERS_LATENCY_PROTOCOL,) if kind == "servers" else \
+        protocols(cluster, multi)
     nic = cluster.nic
     best: OpTime | None = None
     for proto in choices:
@@ -560,8 +652,10 @@ def op_time(kind: str, phases: tuple[Phase, ...], layout: Layout, cluster: Clust
             t = tree_latency(cluster, proto) + t_bytes
             algorithm, timeouts = "tree", 0.0
         elif kind == "servers":  # a push-pull library's own transport, pipelined over its partitions: no NCCL
-            # protocol; one hop's latency and each worker's per-peer cost to the servers
-            servers = {m for ph in phases if ph.pattern.name == "push" for grp in ph.groups for m in grp[-1:]}
+            # protocol; one hop's latency (SERVERS_LATENCY_PROTOCOL's, an assumption) and each worker's per-peer
+            # cost to the servers
+            servers = {m for ph in phases if ph.pattern.name == "push"
+                       for m in (ph.groups.servers if _is_server_phase(ph) else (grp[-1] for grp in ph.groups))}
             t = p2p_latency(cluster, proto, True, len(servers)) + t_flow
             algorithm, timeouts = "servers", 0.0
         elif kind in ("ring_allreduce", "ring"):
@@ -729,14 +823,50 @@ def collective_schedule(name: str, layout: Layout, dim: int, bits: int = 32) -> 
 SUMMATION_SERVERS = "summation_servers"
 
 
+class ServerGroups:
+    """The push/pull groups of summation servers on machines of their own, made on demand: group s * G + j is
+    the GPUs of local rank j on every worker node, then server s (the last member, the pattern's root). The
+    same sequence as the tuple of those groups, but O(servers) to hold and to hash: the tuple has servers x G x
+    nodes ranks (4e9 at 65,536 GPUs)."""
+
+    def __init__(self, layout: Layout, servers: tuple[int, ...]):
+        self.layout, self.servers = layout, servers
+
+    def __len__(self) -> int:
+        return len(self.servers) * self.layout.gpus_per_node
+
+    def __getitem__(self, index: int) -> tuple[int, ...]:
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        g = self.layout.gpus_per_node
+        return self.layout.local_rank_group(index % g) + (self.servers[index // g],)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ServerGroups) and (self.layout, self.servers) == (other.layout, other.servers)
+
+    def __hash__(self) -> int:
+        return hash((ServerGroups, self.layout, self.servers))
+
+    def __repr__(self) -> str:
+        return f"ServerGroups({self.layout!r}, servers={self.servers!r})"
+
+
 @lru_cache(maxsize=64)
 def _server_groups(layout: Layout, nics: int, colocated: bool, count: int) -> tuple[tuple[int, ...], tuple, tuple]:
     """``summation_servers``' ``count`` servers, the nodes and the push/pull groups: they depend on the layout
-    alone, not on the bucket, so they are built once per layout (O(n^2 g) ranks; each bucket rebuilt them)."""
+    alone, not on the bucket, so they are built once per layout. Servers on machines of their own get
+    ``ServerGroups`` (every worker pushes to every server: the closed form of ``server_load`` times them);
+    servers on the worker nodes get the groups spelled out (a node's own server is left out of its groups, so
+    the flows share the links differently: the message-by-message count times them, O(n^2 g))."""
     n, g = layout.n_nodes, layout.gpus_per_node
     first_node = 0 if colocated else n
     servers = tuple((first_node + s // nics) * g + (s % nics) * g // nics for s in range(count))
     nodes = tuple(layout.node_ranks(k) for k in range(n))
+    if not colocated:
+        return servers, nodes, ServerGroups(layout, servers)
     groups = tuple(tuple(ep for ep in layout.local_rank_group(j) if layout.node_of(ep) != layout.node_of(server))
                    + (server,) for server in servers for j in range(g))
     return servers, nodes, tuple(grp for grp in groups if len(grp) > 1)
@@ -768,6 +898,17 @@ def summation_servers(cluster: Cluster, dim: int, bits: int = 32) -> Schedule:
         Phase("intra_all_gather", "ring_all_gather", nodes, D // g, intra, "copy"),
     )
     return Schedule(SUMMATION_SERVERS, layout, int(dim), D, phases)
+
+
+def check_optimizer_framework(optimizer: str, framework: str) -> None:
+    """Refuse a compressed optimizer (``birder_ref.registry``) with a summation-server framework
+    (presets/frameworks.toml): its 1-bit steps run as a communication hook among the GPUs (Birder's schedule,
+    DeepSpeed's compressed all-reduce), never through the framework's servers, which sum full-precision tensors;
+    no such run exists to predict."""
+    if simulated_spec(optimizer).compressed and framework_preset(framework).pattern == "summation-servers":
+        raise ValueError(f"optimizer {optimizer!r} sends its 1-bit messages through its own hook among the GPUs, "
+                         f"not through {framework}'s summation servers: use an all-reduce framework (e.g. ddp) "
+                         "or an uncompressed optimizer")
 
 
 def step_schedule(optimizer: str, cluster: Cluster, dim: int, scheme: str | None = None,

@@ -496,6 +496,12 @@ def alpha_beta_throughput(params: int, bits: int, nodes: int, samples_per_node: 
     return nodes * samples_per_node / (one_node_s + allreduce_s)
 
 
+def incast_slowed(throughput: float, samples_per_step: int, incast_s: float) -> float:
+    """``throughput`` (samples/s, ``samples_per_step`` a step) with ``incast_s`` seconds of TCP incast stalls added
+    to each step: what the alpha-beta baseline becomes where the simulator sees incast."""
+    return samples_per_step / (samples_per_step / throughput + incast_s)
+
+
 def gradient_bits(optimizer: str, grad_dtype: str) -> int:
     """Bits per gradient element a step sends: 1 for an optimizer that compresses, else the gradient dtype's."""
     return 1 if registry.get(optimizer).compressed else GRAD_BITS[grad_dtype]
@@ -521,6 +527,17 @@ def interval_regime(alpha_beta_efficiency: float) -> str:
     scale efficiency), known before measuring and, unlike the simulator's own, not optimistic where the
     simulator is."""
     return predicted_regime(alpha_beta_efficiency)
+
+
+def row_interval_regime(row: PublishedRow, prediction: workload.Prediction) -> str:
+    """A corpus row's interval regime as ``api.predict_on`` keys a prediction on a generic network: the alpha-beta
+    ring's efficiency with the simulator's TCP incast stalls (``prediction``'s, on the row's generic cluster)."""
+    efficiency = alpha_beta(row) / linear_scaling(row)
+    if prediction.incast_timeouts > 0:
+        incast_s = prediction.incast_timeouts * corpus_cluster(row, False).nic.retransmission_timeout
+        samples = row.nodes * row.gpus_per_node * row.batch_per_gpu * row.grad_accum
+        efficiency = incast_slowed(alpha_beta(row), samples, incast_s) / linear_scaling(row)
+    return interval_regime(efficiency)
 
 
 def _generic_nic(row) -> Nic:
@@ -830,6 +847,11 @@ def median(values: list[float]) -> float | None:
     return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
 
 
+def percent(x: float | None, decimals: int = 1) -> str:
+    """A share as the figures print it, ``-`` for none (no rows, no pairs decided)."""
+    return "-" if x is None else f"{100 * x:.{decimals}f}%"
+
+
 def share(flags) -> float | None:
     """The share of true values (None of none)."""
     flags = list(flags)
@@ -850,6 +872,31 @@ def pair_figures(pairs: list[PairPrediction]) -> dict:
             "decided_right": share((p.measured > 1) == (p.low > 1) for p in decided),
             "naive_decided": len(naive_decided) / len(pairs) if pairs else None,
             "naive_decided_right": share((p.measured > 1) == (p.naive_low > 1) for p in naive_decided)}
+
+
+def nested_speedup_figures(pairs: list[PairPrediction], groups: dict[str, frozenset[str]] | None = None,
+                           level: float = INTERVAL_LEVEL) -> dict:
+    """The speed-up interval method judged without post-selection: each held-out group's pairs (``groups``: per
+    source, the sources left out with it; default each alone) take the method ``speedup_method`` picks on the other
+    sources' pairs of their regime. Pairs, coverage and median half-width of the interval so chosen, and the share
+    that took ``paired``; overall and per interval regime."""
+    groups = groups or {}
+    chosen = []
+    for group in {groups.get(p.source, frozenset({p.source})) for p in pairs}:
+        rest = [p for p in pairs if p.source not in group]
+        for reg in REGIMES:
+            method = speedup_method(pair_figures([p for p in rest if p.interval_regime == reg]), level)
+            chosen += [(p, method) for p in pairs if p.source in group and p.interval_regime == reg]
+
+    def figures(picked):
+        return {"pairs": len(picked),
+                "coverage": share(p.covered if m == "paired" else p.naive_covered for p, m in picked),
+                "median_half_width": median([((p.high - p.low) if m == "paired" else (p.naive_high - p.naive_low))
+                                             / 2 / p.predicted for p, m in picked]),
+                "paired_share": share(m == "paired" for _, m in picked)}
+
+    return {**figures(chosen), "by_regime": {reg: figures([c for c in chosen if c[0].interval_regime == reg])
+                                             for reg in REGIMES}}
 
 
 def speedup_method(figures: dict, level: float = INTERVAL_LEVEL) -> str:
@@ -902,6 +949,10 @@ class CorpusValidation:
     # the conformal level each stored set of quantiles was taken at (``source_calibrated_level``): measured_node,
     # unmeasured_node, speedup_measured_node, speedup_unmeasured_node
     levels: dict[str, float] | None = None
+    held_out_groups: dict[str, frozenset[str]] | None = None  # per source, the sources left out with it
+    # rows left out of the unmeasured-node figures because their source set their GPU's compute figure
+    # (gpus.toml ``<family>_calibrated_on``), each (source, gpu, model family)
+    unmeasured_excluded: tuple[tuple[str, str, str], ...] = ()
 
     def mape(self, which: str, regime: str | None = None, source: str | None = None) -> float | None:
         chosen = [r for r in self.rows if (regime is None or r.regime == regime)
@@ -925,12 +976,18 @@ class CorpusValidation:
 
     def speedup_methods(self) -> dict[str, dict[str, str]]:
         """Per node calibration (``measured_node``, ``unmeasured_node``) and interval regime: the speed-up
-        interval the corpus's left-out pairs support (``speedup_method``)."""
+        interval the corpus's left-out pairs support (``speedup_method``), chosen on every source's pairs: what
+        predictions use. Its coverage on those same pairs is post-selection; ``speedup_nested`` is not."""
         def methods(pairs):
             return {reg: speedup_method(pair_figures([p for p in pairs if p.interval_regime == reg]))
                     for reg in REGIMES}
 
         return {"measured_node": methods(self.pairs), "unmeasured_node": methods(self.unmeasured_pairs)}
+
+    def speedup_nested(self) -> dict[str, dict]:
+        """Per node calibration: ``nested_speedup_figures``, each source's method chosen without it."""
+        return {"measured_node": nested_speedup_figures(list(self.pairs), self.held_out_groups),
+                "unmeasured_node": nested_speedup_figures(list(self.unmeasured_pairs), self.held_out_groups)}
 
     def speedup_figures(self, regime: str | None = None, source: str | None = None) -> dict:
         """``pair_figures`` of the left-out pairs calibrated on a measured node (of one interval regime or
@@ -969,17 +1026,21 @@ class CorpusValidation:
                                       for src in sorted({p.source for p in self.pairs})},
                 "unmeasured_node": self.unmeasured_figures(),
                 "speedup_unmeasured_node": pair_figures(list(self.unmeasured_pairs)),
-                "speedup_methods": self.speedup_methods()}
+                "speedup_methods": self.speedup_methods(), "speedup_nested": self.speedup_nested()}
 
     def unmeasured_figures(self) -> dict:
         """The intervals of predictions from the built-in GPU profiles (no node measured), each source left out:
-        rows, coverage and median half-width, overall and per interval regime."""
+        rows, coverage and median half-width, overall and per interval regime; and how many rows were left out
+        (per source) because their source set their GPU's compute figure (``calibrated_on``)."""
         def figures(chosen):
             return {"rows": len(chosen), "coverage": share(low <= m <= high for _, _, low, high, m in chosen),
                     "median_half_width": median([(high - low) / 2 / p for _, p, low, high, _ in chosen])}
 
-        rows = list(self.unmeasured_rows)
-        return {**figures(rows), "by_regime": {reg: figures([r for r in rows if r[0] == reg]) for reg in REGIMES}}
+        rows, excluded = list(self.unmeasured_rows), {}
+        for source, _, _ in self.unmeasured_excluded:
+            excluded[source] = excluded.get(source, 0) + 1
+        return {**figures(rows), "by_regime": {reg: figures([r for r in rows if r[0] == reg]) for reg in REGIMES},
+                "rows_excluded": len(self.unmeasured_excluded), "excluded_by_source": excluded}
 
     def as_dict(self) -> dict:
         return {**self.summary(), "table": self.table(), "quantiles": {k: list(v) for k, v in self.quantiles.items()},
@@ -994,23 +1055,22 @@ class CorpusValidation:
 def corpus_figures_markdown(summary: dict) -> str:
     """The headline figures of ``CorpusValidation.summary()`` as the READMEs quote them (a test checks that they
     do, word for word, against the stored run)."""
-    def pct(x):
-        return f"{100 * x:.1f}%"
-
     comm, comp = "communication-bound", "compute-bound"
     return (f"{summary['rows']} published multi-node rows predicted ({summary['skipped_rows']} skipped, each listed "
-            f"with its reason): leave-one-source-out MAPE **{pct(summary['mape_left_out'])}** (in-sample "
-            f"{pct(summary['mape_in_sample'])}), against {pct(summary['mape_linear'])} for linear scaling and "
-            f"{pct(summary['mape_alpha_beta'])} for an alpha-beta ring; skill (our error / linear scaling's) "
+            f"with its reason): leave-one-source-out MAPE **{percent(summary['mape_left_out'])}** (in-sample "
+            f"{percent(summary['mape_in_sample'])}), against {percent(summary['mape_linear'])} for linear scaling and "
+            f"{percent(summary['mape_alpha_beta'])} for an alpha-beta ring; skill (our error / linear scaling's) "
             f"**{summary['skill_communication_bound']:.2f}** on communication-bound rows, {summary['skill']:.2f} "
             f"overall. The {summary['interval_level']:.0%} intervals, fitted without each row's source (conformal "
-            f"quantiles at {pct(summary['conformal_levels']['measured_node'])}, the level at which the other "
+            f"quantiles at {percent(summary['conformal_levels']['measured_node'])}, the level at which the other "
             "sources, each left out in turn, are covered as promised), cover "
-            f"**{pct(summary['coverage'])}** of the rows left out with a median half-width of "
-            f"**{pct(summary['median_half_width'])}** ({pct(summary['coverage_by_regime'][comp])} and "
-            f"{pct(summary['median_half_width_by_regime'][comp])} where an alpha-beta ring predicts compute-bound, "
-            f"{pct(summary['coverage_by_regime'][comm])} and {pct(summary['median_half_width_by_regime'][comm])} "
-            f"where it predicts communication-bound; {pct(summary['coverage_by_measured_regime'][comm])} of the "
+            f"**{percent(summary['coverage'])}** of the rows left out with a median half-width of "
+            f"**{percent(summary['median_half_width'])}** ({percent(summary['coverage_by_regime'][comp])} and "
+            f"{percent(summary['median_half_width_by_regime'][comp])} where an alpha-beta ring with the "
+            "simulated incast stalls predicts compute-bound, "
+            f"{percent(summary['coverage_by_regime'][comm])} and "
+            f"{percent(summary['median_half_width_by_regime'][comm])} "
+            f"where it predicts communication-bound; {percent(summary['coverage_by_measured_regime'][comm])} of the "
             "rows measured communication-bound)." + speedup_figures_markdown(summary))
 
 
@@ -1020,16 +1080,13 @@ def speedup_figures_markdown(summary: dict) -> str:
     if not f.get("pairs"):
         return ""
 
-    def pct(x):
-        return "-" if x is None else f"{100 * x:.1f}%"
-
     return (f" Speed-ups (one row's throughput over another's of the same published table, set-up and node "
             f"count: {f['pairs']} pairs), each source left out: intervals fitted on the pairs' own ratio errors "
-            f"cover **{pct(f['coverage'])}** of the pairs left out with a median half-width of "
-            f"**{pct(f['median_half_width'])}**, against {pct(f['naive_coverage'])} and "
-            f"{pct(f['naive_median_half_width'])} for the two rows' intervals divided end by end; "
-            f"{pct(f['decided'])} of them exclude 1 ({pct(f['naive_decided'])} of the naive ones), and "
-            f"{pct(f['decided_right'])} of those name the faster as measured ({pct(f['naive_decided_right'])})."
+            f"cover **{percent(f['coverage'])}** of the pairs left out with a median half-width of "
+            f"**{percent(f['median_half_width'])}**, against {percent(f['naive_coverage'])} and "
+            f"{percent(f['naive_median_half_width'])} for the two rows' intervals divided end by end; "
+            f"{percent(f['decided'])} of them exclude 1 ({percent(f['naive_decided'])} of the naive ones), and "
+            f"{percent(f['decided_right'])} of those name the faster as measured ({percent(f['naive_decided_right'])})."
             + methods_markdown(summary) + unmeasured_figures_markdown(summary))
 
 
@@ -1039,9 +1096,15 @@ def methods_markdown(summary: dict) -> str:
     if not methods:
         return ""
     words = {"paired": "the pairs' own", "naive": "the two divided"}
-    return (" Predictions take, as the left-out pairs support (covered as promised, then the narrower): "
+    nested = summary.get("speedup_nested") or {}
+    return (" Predictions take, as all the left-out pairs support (covered as promised, then the narrower; so the "
+            "chosen one's coverage above is measured on the pairs it was chosen on): "
             + "; ".join(f"{key.replace('_', ' ')}, " + ", ".join(f"{reg} {words[m]}" for reg, m in regimes.items())
-                        for key, regimes in methods.items()) + ".")
+                        for key, regimes in methods.items()) + "."
+            + "".join(f" Chosen for each source on the other sources' pairs alone, the {key.replace('_', ' ')} "
+                      f"speed-up intervals cover **{percent(f['coverage'])}** of {f['pairs']} pairs with a median "
+                      f"half-width of {percent(f['median_half_width'])}."
+                      for key, f in nested.items() if f.get("pairs")))
 
 
 def unmeasured_figures_markdown(summary: dict) -> str:
@@ -1049,15 +1112,14 @@ def unmeasured_figures_markdown(summary: dict) -> str:
     rows, pairs = summary.get("unmeasured_node") or {}, summary.get("speedup_unmeasured_node") or {}
     if not rows.get("rows") or not pairs.get("pairs"):
         return ""
-
-    def pct(x):
-        return "-" if x is None else f"{100 * x:.1f}%"
-
-    return (f" Without a measured node (compute from the built-in GPU profiles, {rows['rows']} rows) the "
-            f"intervals cover {pct(rows['coverage'])} with a median half-width of "
-            f"{pct(rows['median_half_width'])}, and the speed-ups' {pct(pairs['coverage'])} with "
-            f"{pct(pairs['median_half_width'])} (naive {pct(pairs['naive_coverage'])} and "
-            f"{pct(pairs['naive_median_half_width'])}).")
+    excluded = rows.get("rows_excluded")
+    return (f" Without a measured node (compute from the built-in GPU profiles, {rows['rows']} rows"
+            + (f"; {excluded} more left out, as their source set their GPU's compute figure" if excluded else "")
+            + ") the "
+            f"intervals cover {percent(rows['coverage'])} with a median half-width of "
+            f"{percent(rows['median_half_width'])}, and the speed-ups' {percent(pairs['coverage'])} with "
+            f"{percent(pairs['median_half_width'])} (naive {percent(pairs['naive_coverage'])} and "
+            f"{percent(pairs['naive_median_half_width'])}).")
 
 
 _SHIPPED: list[CorpusValidation] = []  # the shipped corpus's run, once per process
@@ -1071,6 +1133,14 @@ def _shipped_corpus_validation(progress=None) -> CorpusValidation:
     return _SHIPPED[0]
 
 
+def gpu_calibrated_on(gpu: str, model: str) -> str | None:
+    """The corpus source the built-in compute figure for ``model`` on ``gpu`` was read from (gpus.toml
+    ``<family>_calibrated_on``), or None: also where the model or GPU is not built in."""
+    if model not in MODELS:
+        return None
+    return GPUS.get(gpu, {}).get(f"{model_profile(model).family}_calibrated_on")
+
+
 def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str | None = None,
                       progress: tqdm | None = None) -> CorpusValidation:
     """Predict every corpus row twice (with the site profiles fitted on its source's rows, and with generic
@@ -1079,7 +1149,8 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
     returned as skipped with the reason. Without ``corpus``: the shipped corpus, run once per process."""
     if corpus is None:
         return _shipped_corpus_validation(progress)
-    done, skipped, unmeasured = [], [], []
+    done, skipped, unmeasured, excluded = [], [], [], []
+    groups = _held_out_groups(corpus)
     for row in corpus:
         try:
             if row.single_node_throughput is None:
@@ -1088,18 +1159,20 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
             generic = corpus_predict(row, False) if (
                 row.source, row.transport, float(row.line_rate_gbps)) in SITE_OF_SETUP else fitted
             done.append((row, fitted, generic))
-            if row.model in MODELS:
+            calibrated_on = gpu_calibrated_on(row.gpu, row.model)
+            if calibrated_on is not None and calibrated_on in groups[row.source]:
+                excluded.append((row.source, row.gpu, model_profile(row.model).family))
+            elif row.model in MODELS:
                 p = corpus_predict(row, False, measured_node=False)
                 shown = replace(row, single_node_throughput=p.single_node_throughput)
-                unmeasured.append((row, p.throughput, interval_regime(alpha_beta(shown) / linear_scaling(shown))))
+                unmeasured.append((row, p.throughput, row_interval_regime(shown, p)))
         except ValueError as error:
             skipped.append(SkippedRow(row.source, row.table, row.model, row.nodes, str(error)))
         if progress is not None:
             progress.update(1)
-    groups = _held_out_groups(corpus)
     # with a source out, its site profiles have no rows to fit on: its rows take the generic prediction; every
     # other source's rows are predicted alike whether or not the site was fitted
-    errors = [LoggedError(row.source, interval_regime(alpha_beta(row) / linear_scaling(row)),
+    errors = [LoggedError(row.source, row_interval_regime(row, generic),
                           math.log(row.throughput / generic.throughput),
                           math.log(linear_scaling(row) / generic.throughput)) for row, _, generic in done]
     bounds = left_out_bounds(errors, groups)
@@ -1137,7 +1210,7 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
                             pooled(u_errors, "speedup_unmeasured_node"),
                             tuple((reg, p, low, high, row.throughput) for row, p, reg, (low, high)
                                   in zip(u_rows, u_predicted, u_regimes, u_intervals, strict=True)),
-                            tuple(u_pairs), levels)
+                            tuple(u_pairs), levels, groups, tuple(excluded))
 
 
 def _pair_errors(rows: list[PublishedRow], predicted: list[float], regimes: list[str]

@@ -26,7 +26,7 @@ from birder_ref.registry import SIMULATED, StepKind, simulated_spec
 from birder_ref.schedules import SCHEMES
 from sim.hardware import GPUS, Cluster, Nic, framework_preset
 from sim.models import ModelProfile, model_profile, synthetic
-from sim.system import Fabric, step_schedule, traffic
+from sim.system import Fabric, check_optimizer_framework, step_schedule, traffic
 
 BUCKET_CAP_BYTES = 25 * 1024 * 1024  # torch DDP bucket_cap_mb = 25
 FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
@@ -339,6 +339,7 @@ def predict(cluster: Cluster, model: str | None = None, params: int | None = Non
         raise ValueError(f"unknown scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
     if grad_dtype not in GRAD_BITS:
         raise ValueError(f"grad_dtype must be one of {', '.join(GRAD_BITS)}, got {grad_dtype!r}")
+    check_optimizer_framework(optimizer, cluster.framework)
     work = Workload(profile, batch_per_gpu, optimizer, scheme, GRAD_BITS[grad_dtype], accumulation_steps,
                     bool(hook_blocks_backward))
     kinds = policy(optimizer, profile.name, warmup_fraction, marsit_period)

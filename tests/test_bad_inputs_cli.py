@@ -225,6 +225,8 @@ ROWS = [
     row("predict-network-and-cluster", "predict --network 10gbe --cluster {d}/rate_zero.toml", "--cluster"),
     row("predict-optimizer-unknown", "predict --optimizer lion", "--optimizer"),
     row("predict-optimizer-empty", ["predict", "--optimizer", ""], "--optimizer"),
+    row("predict-compressed-optimizer-on-summation-servers",
+        "predict --model bert-large --nodes 2 --optimizer birder --framework byteps", "birder", "byteps"),
     row("predict-scheme-unknown", "predict --optimizer birder --scheme tree", "--scheme"),
     row("predict-gpu-unknown", "predict --gpu z80", "--gpu"),
     row("predict-intra-unknown", "predict --intra tin-cans", "--intra"),

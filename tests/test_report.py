@@ -341,3 +341,25 @@ def test_speedup_words_quote_the_paired_check_and_caution_below_nominal(coverage
             "against 87% and 30% for the two intervals divided end by end; the 38% that excluded 1 named the faster "
             "as measured in 98% of cases)") in words
     assert ("read a named faster one as likely, not certain" in words) == cautioned
+
+
+def test_with_a_price_file_the_decision_ranks_the_priced_networks_by_value(tmp_path):
+    """A price file for 10gbe and 25gbe only: the decision names the best samples/s per unit cost among those two,
+    says that 100gbe (the fastest, unpriced) was left out, and picks the cheaper of a tie by the prices, not by
+    line rate; without a price file the wording is today's."""
+    g = toy_grid(3900.0)
+    d = decide(g, 16)
+    path = tmp_path / "prices.toml"
+    path.write_text("node = 1000\n[nic]\n10gbe = 0\n25gbe = 1000\n[switch_port]\n10gbe = 0\n25gbe = 500\n")
+    sentence = decision_sentence(g, d, report_scaling.load_prices(path))
+    assert "100gbe left out" in sentence and "buy 100gbe" not in sentence
+    # sgdm: 1,000/s for 16,000 (62.5 per 1,000) on 10gbe against 2,000/s for 40,000 (50) on 25gbe
+    assert "without Birder buy 10gbe (sgdm 1,000/s (800 to 1,200), 62.5/s per 1,000 units)" in sentence
+    assert "with Birder buy 10gbe (birder 3,900/s (3,120 to 4,680), 244/s per 1,000 units, 3.90x" in sentence
+    assert "pick the cheaper by the prices, 10gbe." in sentence and "taken as the cheapest" not in sentence
+    # 10gbe made dear: value and the tie-break follow the prices, not the line rate
+    path.write_text("node = 1000\n[nic]\n10gbe = 5000\n25gbe = 1000\n[switch_port]\n10gbe = 0\n25gbe = 500\n")
+    dear = decision_sentence(g, d, report_scaling.load_prices(path))
+    assert "with Birder buy 25gbe (birder 3,850/s" in dear and "pick the cheaper" not in dear
+    assert "No priced network cheaper than the fastest priced one, 25gbe" in dear
+    assert decision_sentence(g, d) == decision_sentence(g, d, None) and "left out" not in decision_sentence(g, d)

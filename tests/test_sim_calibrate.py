@@ -45,7 +45,9 @@ def test_mpi_prefixes_and_logs_around_the_table_are_ignored():
     ("all_reduce_perf\n  8192  2048  float  sum  -1  27.8  0.29\n", "line 2: not an nccl-tests row"),
     ("all_reduce_perf all_gather_perf\n8192 2048 float sum -1 27.8 0.29 0.29 0 28.5 0.29 0.29 0\n",
      "cannot tell which collective"),
-    ("8192 2048 float sum -1 27.8 0.29 0.29 0 28.5 0.29 0.29 0\n", "pass --op"),
+    ("8192 1024 float none -1 27.8 0.29 0.29 0 28.5 0.29 0.29 0\n", "pass --op"),  # all-gather or all-to-all
+    ("8192 1024 float sum -1 27.8 0.29 0.29 0 28.5 0.29 0.29 0\n", "pass --op"),  # count per rank: reduce-scatter
+    ("8192 2048 float sum 0 27.8 0.29 0.29 0 28.5 0.29 0.29 0\n", "pass --op"),  # a root: reduce
 ])
 def test_bad_pastes_are_refused_with_one_error(text, message):
     with pytest.raises(ValueError, match=message):
@@ -122,3 +124,62 @@ def test_bad_calibrate_input_is_one_line_and_exit_2(tmp_path, extra, message):
                           *extra, "--out", str(out)], capture_output=True, text=True)
     assert run.returncode == 2 and message in run.stderr and len(run.stderr.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_a_paste_without_its_binary_is_an_all_reduce_when_its_columns_say_so():
+    """nccl-tests prints a reduction op, root -1 and count x element size = size only for all_reduce_perf: a paste
+    that lost its command line is still read as an all-reduce; all-gather's columns (redop none) are not enough."""
+    table = "\n".join(line for line in GB10_SMALL.read_text().splitlines() if "all_reduce_perf" not in line)
+    assert "all_reduce_perf" not in table
+    parsed = calibrate.parse_nccl_tests(table, "paste")
+    assert {m.op for m in parsed.rows} == {"all-reduce"} and len(parsed.rows) == 4
+    half = "   8192    4096    half    sum    -1   27.8  0.29  0.29  0  28.5  0.29  0.29  0\n"
+    assert calibrate.parse_nccl_tests(half, "paste").rows[0].op == "all-reduce"
+
+
+def _alpha_beta_paste(path: Path, busbw: float) -> Path:
+    """An all-reduce table as nccl-tests prints it (no binary name: the columns say all-reduce) for 2 nodes x 8
+    GPUs: 40 us plus the bytes at ``busbw`` bytes/s of bus bandwidth, doubling from 8 B to 1 GiB (20 of its 28
+    rows under 4 MB, as in the trial's paste)."""
+    lines = ["#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw"
+             "   busbw  #wrong"]
+    for k in range(3, 31):
+        size = 1 << k
+        seconds = 40e-6 + 2 * 15 / 16 * size / busbw
+        algbw = size / seconds / 1e9
+        cells = f"{seconds * 1e6:.2f} {algbw:.2f} {algbw * 2 * 15 / 16:.2f} 0"
+        lines.append(f"{size} {size // 4} float sum -1 {cells} {cells}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_the_plateau_is_fitted_and_its_binding_limit_named(tmp_path, capsys):
+    """A 4.6 GB/s busbw plateau on 100gbe: the efficiency is fitted on the large rows (each band counts apart
+    from its number of rows), so the 1 GiB row is reproduced within 1% (an unweighted fit over all 28 rows gave
+    8% fast, held by the 5 GB/s host-staged path with a meaningless efficiency); the error is reported per band,
+    and the limit that binds is the sockets' share of the wire, which the efficiency sets."""
+    paste = _alpha_beta_paste(tmp_path / "ar.txt", 4.6e9)
+    fit = _calibrate(tmp_path, capsys, paste, "--network", "100gbe", "--nodes", 2, "--gpus-per-node", 8)
+    large = next(b for b in fit["band_errors"] if b["band"].startswith("large"))
+    assert large["rows"] == 5 and large["max_relative_error"] < 0.01
+    assert [b["rows"] for b in fit["band_errors"]] == [17, 6, 5] and fit["unidentified"] == {}
+    assert "efficiency" in fit["fitted"] and "# FITTED to" in fit["path"].read_text().split("efficiency =")[1]
+    cluster = load_cluster(fit["path"])
+    assert calibrate.efficiency_limit(cluster).startswith("sockets shared by its GPUs binds, 4.6")
+
+
+def test_an_efficiency_the_table_cannot_pin_is_reported_as_such(tmp_path, capsys):
+    """A 5.1 GB/s plateau is above the 5.00 GB/s host-staged socket path of 100gbe: that path binds whatever the
+    efficiency above 0.625, so the efficiency is NOT IDENTIFIED (with the range that gives the same times), never
+    FITTED to a value the table does not choose."""
+    paste = _alpha_beta_paste(tmp_path / "ar.txt", 5.1e9)
+    fit = _calibrate(tmp_path, capsys, paste, "--network", "100gbe", "--nodes", 2, "--gpus-per-node", 8)
+    why = fit["unidentified"]["efficiency"]
+    assert "host-staged socket path (5.00 GB/s per NIC) binds" in why and "from 0.625 to 1" in why
+    line = next(x for x in fit["path"].read_text().splitlines() if x.startswith("efficiency ="))
+    assert "not identified by the table" in line and "FITTED" not in line
+    assert main(["calibrate", str(paste), "--network", "100gbe", "--nodes", "2", "--gpus-per-node", "8", "--out",
+                 str(tmp_path / "again.toml")]) == 0
+    printed = capsys.readouterr()
+    text = printed.out + printed.err
+    assert "NOT IDENTIFIED: the host-staged" in text and "large, >= 64 MiB    5 rows" in text

@@ -12,9 +12,20 @@ from dataclasses import replace
 
 import pytest
 
+from birder_ref.schedules import Schedule
 from sim.hardware import FRAMEWORKS, cluster, framework_preset
 from sim.models import model_profile
-from sim.system import byte_load, fp32_allreduce, step_schedule, summation_servers
+from sim.system import (
+    ServerGroups,
+    byte_load,
+    flow_time,
+    fp32_allreduce,
+    op_time,
+    operations,
+    phase_load,
+    step_schedule,
+    summation_servers,
+)
 from sim.validate import GRAD_DTYPE_OF_PRECISION, SIMULATED_AS, corpus_cluster
 from sim.validation import load_corpus
 from sim.workload import predict, split_buckets
@@ -65,6 +76,43 @@ def test_every_framework_constant_is_quoted_from_its_source(name):
     for model, starts in spec.get("fusion_splits", {}).items():
         model_profile(model)  # a model the simulator knows
         assert str(list(starts)) in spec["source"], (name, model)
+
+
+def spelled_out(schedule: Schedule) -> Schedule:
+    """The schedule with its ``ServerGroups`` written out as the tuple of groups: what the message-by-message
+    count (the flow engine's general path) times."""
+    return replace(schedule, phases=tuple(replace(ph, groups=tuple(ph.groups)) for ph in schedule.phases))
+
+
+def test_closed_form_of_servers_on_their_own_machines_equals_the_message_by_message_count():
+    """Servers on machines of their own are timed in closed form (``sim.system.server_load``); on small
+    clusters, where the count is cheap, every field of every phase's load, the joint byte load, the flow time
+    and the operation's time equal the count of the same groups spelled out, to the last bit: evenly and
+    unevenly placed servers, GPUs sharing a NIC or one GPU with several, leaf switches mixing workers and
+    servers under an oversubscribed spine."""
+    checked = 0
+    for n, g, nics in ((2, 8, 1), (3, 4, 2), (2, 1, 1), (4, 2, 4), (3, 3, 2), (5, 8, 8)):
+        for servers in (0, 1, 3, 2 * n + 1):
+            for leaf, oversubscription in ((1, 1.0), (2, 2.0), (3, 4.0)):
+                c = replace(cluster("roce-200gbe", n, g, nic_count=nics, framework="byteps"), servers=servers,
+                            nodes_per_leaf=leaf, oversubscription=oversubscription)
+                for dim in (1000, 12_345_678):
+                    closed = summation_servers(c, dim)
+                    assert any(isinstance(ph.groups, ServerGroups) for ph in closed.phases)
+                    counted = spelled_out(closed)
+                    assert [tuple(ph.groups) for ph in closed.phases] == [ph.groups for ph in counted.phases]
+                    for a, b in zip(closed.phases, counted.phases, strict=True):
+                        assert phase_load(a, c.layout, c.rails, leaf) == phase_load(b, c.layout, c.rails, leaf)
+                    live = tuple(ph for ph in closed.phases if ph.n_rounds)
+                    for subset in (live, live[1:3], live[1:2]):
+                        spelled = tuple(replace(ph, groups=tuple(ph.groups)) for ph in subset)
+                        assert byte_load(subset, c.layout, c.rails, leaf) == byte_load(spelled, c.layout, c.rails,
+                                                                                        leaf)
+                        assert flow_time(subset, c.layout, c) == flow_time(spelled, c.layout, c)
+                    assert [op_time(kind, phases, c.layout, c) for kind, phases in operations(closed)] == \
+                        [op_time(kind, phases, c.layout, c) for kind, phases in operations(counted)]
+                    checked += 1
+    assert checked == 6 * 4 * 3 * 2
 
 
 def test_summation_servers_move_the_gradient_once_each_way_where_a_ring_moves_it_twice():

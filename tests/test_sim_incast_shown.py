@@ -47,3 +47,54 @@ def test_the_sweep_csv_carries_the_incast_stalls(tmp_path, capsys):
     with (tmp_path / "s" / "sweep.csv").open() as f:
         rows = {r["optimizer"]: float(r["incast_s"]) for r in csv.DictReader(f)}
     assert rows["sgdm"] == 0 and rows["birder"] > 1
+
+
+def test_an_assumed_switch_buffer_widens_the_interval_to_the_incast_free_prediction(capsys):
+    """Incast on a preset's assumed switch: the upper end reaches the same prediction without incast (an infinitely
+    deep buffer), the regime counts the stalls (communication-bound, not the alpha-beta ring's compute-bound),
+    and the output says the spread in one line."""
+    from dataclasses import replace
+
+    from sim.api import predict_on
+    from sim.hardware import cluster
+
+    c = cluster("40gbe", 16)
+    kw = {"optimizer": "birder", "model": "bert-large", "single_node_throughput": 400.0}
+    result = predict_on(c, **kw)
+    deep = predict_on(replace(c, nic=replace(c.nic, switch_buffer_bytes=float("inf"))), **kw)
+    assert deep["incast_s"] == 0 and deep["incast_free_throughput"] is None
+    assert result["incast_free_throughput"] == pytest.approx(deep["throughput"], rel=1e-12)
+    assert result["incast_free_throughput"] > 2 * result["throughput"]  # incast is most of the step here
+    assert result["throughput_high"] >= deep["throughput"] and result["throughput_low"] < result["throughput"]
+    assert result["interval_regime"] == "communication-bound" and deep["interval_regime"] == "compute-bound"
+    assert result["switch_buffer_assumed_bytes"] == 12e6
+    assert main([*RUN, "--optimizer", "birder"]) == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("TCP incast on an assumed")]
+    assert lines == [f"  TCP incast on an assumed switch buffer of 12 MB: {result['throughput']:.0f} to "
+                     f"{deep['throughput']:.0f} samples/s depending on the switch"]
+
+
+def test_a_switch_the_user_names_or_a_fitted_onset_is_no_assumption(tmp_path):
+    from sim.api import predict_config
+
+    path = tmp_path / "mine.toml"
+    path.write_text('[network]\npreset = "40gbe"\nswitch_buffer_bytes = 12000000\n')
+    mine = predict_config("bert-large", 16, optimizer="birder", single_node_throughput=400, cluster_file=path)
+    preset = predict_config("bert-large", 16, "40gbe", "birder", single_node_throughput=400)
+    assert mine["throughput"] == pytest.approx(preset["throughput"], rel=1e-12) and mine["incast_s"] > 1
+    assert mine["incast_free_throughput"] is None and mine["throughput_high"] < preset["throughput_high"]
+    assert "the cluster file's switch buffer of 12 MB" in mine["incast_basis"]
+    site = predict_config("bert-large", 8, "birder-paper-10gbe", "onebit-adam")  # a site's onset fitted to its rows
+    assert site["incast_s"] > 0 and site["incast_free_throughput"] is None
+    assert "upper end raised" not in site["interval_basis"]
+
+
+def test_a_speedup_resting_on_an_assumed_buffer_is_not_a_verdict():
+    """25 GbE's preset switch (24 MB) beats 40 GbE's (12 MB) at 16 nodes only through incast on switches the buyer
+    has not chosen: the ratio's interval spans 1, so no 'slower beyond the uncertainty'."""
+    from sim.api import predict_config, speedup_interval
+
+    a, b = (predict_config("bert-large", 16, n, "birder", single_node_throughput=400) for n in ("40gbe", "25gbe"))
+    r = speedup_interval(a, b)
+    assert r["ratio"] < 0.5 and r["verdict"] == "within the uncertainty" and "assumed switch buffer" in r["basis"]
+    assert r["high"] == pytest.approx(a["throughput_high"] / b["throughput_low"], rel=1e-12)

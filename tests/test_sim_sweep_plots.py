@@ -1,0 +1,52 @@
+"""`birder sweep`'s plots: linear scaling drawn as the naive baseline, and a legend that stays inside the figure."""
+
+import numpy as np
+from matplotlib.image import imread
+
+from sim import plots
+
+
+def sweep_results() -> list[dict]:
+    """Four optimizers x four node counts x three networks (the shape of the trial's bert-large sweep): one node
+    gives 400 samples/s; scale_efficiency is throughput over nodes x that."""
+    rows = []
+    for net, efficiency in (("25gbe", 0.4), ("100gbe", 0.7), ("ib-ndr", 0.97)):
+        for opt in ("sgdm", "adam", "onebit-adam", "birder"):
+            for nodes in (8, 16, 32, 64):
+                throughput = 400 * nodes * efficiency
+                rows.append({"network": net, "optimizer": opt, "nodes": nodes, "gpus": 8 * nodes, "model": "m",
+                             "batch_per_gpu": 32, "throughput": throughput, "throughput_low": 0.8 * throughput,
+                             "throughput_high": 1.2 * throughput, "scale_efficiency": efficiency, "iteration_s": 1.0,
+                             "compute_s": efficiency, "compression_s": 0.01,
+                             "exposed_communication_s": 0.99 - efficiency})
+    return rows
+
+
+def test_throughput_plot_draws_linear_scaling_of_one_node(tmp_path, monkeypatch):
+    drawn = []
+    save = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path: (drawn.append(fig), save(fig, path))[1])
+    plots.throughput_vs_gpus(sweep_results(), tmp_path)
+    for ax in drawn[0].axes:
+        if not ax.get_visible():
+            continue
+        line = next(line for line in ax.get_lines() if line.get_label() == "linear scaling of one node")
+        assert list(line.get_xdata()) == [64, 128, 256, 512]
+        assert list(line.get_ydata()) == [3200, 6400, 12800, 25600]  # nodes x 400 samples/s
+
+
+def test_the_time_breakdown_legend_stays_inside_the_figure(tmp_path):
+    """Seven legend entries (three components, four optimizers) on a two-panel-wide figure: a tenth of an inch
+    (11 pixels at the plots' 110 dpi) of blank margin at either side, so no entry touches the edge (in one row
+    they came within 6 pixels of it)."""
+    path = plots.time_breakdown(sweep_results(), tmp_path)[0]
+    inked = np.where((imread(path)[..., :3] < 0.95).any(axis=(0, 2)))[0]
+    width = imread(path).shape[1]
+    assert inked.min() >= 11 and width - 1 - inked.max() >= 11
+
+
+def test_legend_columns_fit_the_width():
+    labels = ["compute", "compression/decompression", "exposed communication", "sgdm", "adam", "onebit-adam", "birder"]
+    assert plots.legend_columns(labels, 30.0) == 7
+    assert plots.legend_columns(labels, 10.0) == 4  # two rows, filled evenly
+    assert plots.legend_columns(labels, 2.0) == 1
