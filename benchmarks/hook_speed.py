@@ -7,9 +7,13 @@ work each method does, which a loaded machine's waits move less); the methods' s
 of processes (A, B, A, B, ...), so a shared machine's load weighs on each alike. The model is an MLP of 4 square layers
 (width 512: 1.05 M parameters; width 1600: 10.2 M), batch 8, one thread per rank, median of ``--steps`` steps
 after two warm-up steps. ``--hooks`` may add ``birder_overlap`` (Birder with ``overlap=True``) and
-``birder_hook`` (the expert hook, update in .grad).
+``birder_hook`` (the expert hook, update in .grad). ``--batchnorm`` puts a BatchNorm1d after each Linear: a
+model with buffers, which DDP broadcasts in every forward (as ResNet's BatchNorms or a Hugging Face model's
+position_ids), so the row shows what Birder's forward guard adds to such a model (one record per step);
+``--micro-batches N`` accumulates N forward/backward passes per step (without no_sync).
 On a machine with fewer cores than ranks the ranks share cores: both sides pay it, the ratio stays meaningful.
-Usage: python benchmarks/hook_speed.py [--layouts 2x2 2x1] [--widths 512 1600] [--steps 10]
+Usage: python benchmarks/hook_speed.py [--layouts 2x2 2x1] [--widths 512 1600] [--steps 10] [--batchnorm]
+    [--micro-batches 1]
 """
 
 import argparse
@@ -27,14 +31,19 @@ def main() -> None:
     parser.add_argument("--widths", type=int, nargs="+", default=[512, 1600], help="MLP widths (default 512 1600)")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--hooks", nargs="+", default=["birder"], help="birder, birder_overlap, birder_hook")
+    parser.add_argument("--batchnorm", action="store_true", help="a BatchNorm1d after each Linear (buffers)")
+    parser.add_argument("--micro-batches", type=int, default=1, help="passes accumulated per step (default 1)")
     args = parser.parse_args()
     for layout in args.layouts:
         nodes, gpus = (int(x) for x in layout.split("x"))
         for width in args.widths:
-            timed = hook_step_seconds(("allreduce", *args.hooks), nodes, gpus, args.steps, width)
+            timed = hook_step_seconds(("allreduce", *args.hooks), nodes, gpus, args.steps, width,
+                                      args.batchnorm, args.micro_batches)
             base = timed["median_s"]["allreduce"]
             base_cpu = timed["median_cpu_s"]["allreduce"]
-            row = {"layout": layout, "backend": "gloo", "device": "cpu", "parameters": timed["parameters"],
+            row = {"layout": layout, "backend": "gloo", "device": "cpu",
+                   "model": "mlp+batchnorm" if args.batchnorm else "mlp",
+                   "micro_batches": args.micro_batches, "parameters": timed["parameters"],
                    "allreduce_adamw_ms_per_step": round(1e3 * base, 2),
                    "allreduce_adamw_cpu_ms_per_step": round(1e3 * base_cpu, 2)}
             for hook in args.hooks:

@@ -481,7 +481,7 @@ def describe(result: dict) -> str:
 
 # ---- the hook's time per training step against DDP's default all-reduce hook ----
 
-def _training_setup(hook_name: str, world: int, nodes: int, width: int):
+def _training_setup(hook_name: str, world: int, nodes: int, width: int, batchnorm: bool = False):
     from torch import nn
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
@@ -489,7 +489,9 @@ def _training_setup(hook_name: str, world: int, nodes: int, width: int):
     from gpu_validation.optimizer import Birder
 
     torch.manual_seed(0)
-    model = nn.Sequential(*[nn.Linear(width, width) for _ in range(4)])
+    layers = [nn.Sequential(nn.Linear(width, width), nn.BatchNorm1d(width)) if batchnorm else nn.Linear(width, width)
+              for _ in range(4)]  # BatchNorm's running statistics are buffers: DDP broadcasts them every forward
+    model = nn.Sequential(*layers)
     ddp = nn.parallel.DistributedDataParallel(model)
     if hook_name in ("birder", "birder_overlap"):  # the optimizer people adopt (overlap=False, its default, or True)
         optimizer = Birder(ddp, lr=1e-3, gpus_per_node=world // nodes, overlap=hook_name == "birder_overlap")
@@ -505,12 +507,13 @@ def _training_setup(hook_name: str, world: int, nodes: int, width: int):
     return model, ddp, optimizer
 
 
-def _interleaved_steps(world: int, nodes: int, hooks: tuple[str, ...], steps: int, width: int, rank: int) -> dict:
+def _interleaved_steps(world: int, nodes: int, hooks: tuple[str, ...], steps: int, width: int, batchnorm: bool,
+                       micro_batches: int, rank: int) -> dict:
     """Every method's DDP model in this one process set, their steps interleaved (A, B, A, B, ...), so that the
     load of a shared machine weighs on each alike; median seconds per step of each, from rank 0: wall-clock
     (``median_s``) and this process's CPU time (``median_cpu_s``: every thread of the rank, gloo's included; time
     spent waiting for a core or a peer does not count, so it moves less with the machine's load)."""
-    runs = {name: _training_setup(name, world, nodes, width) for name in hooks}
+    runs = {name: _training_setup(name, world, nodes, width, batchnorm) for name in hooks}
     x = torch.randn(8, width)
     times: dict[str, list[float]] = {name: [] for name in hooks}
     cpu: dict[str, list[float]] = {name: [] for name in hooks}
@@ -519,7 +522,8 @@ def _interleaved_steps(world: int, nodes: int, hooks: tuple[str, ...], steps: in
             dist.barrier()
             start, start_cpu = time.perf_counter(), time.process_time()
             optimizer.zero_grad()
-            ddp(x).square().mean().backward()
+            for _ in range(micro_batches):  # accumulation without no_sync: DDP reduces each micro-batch
+                ddp(x).square().mean().backward()
             optimizer.step()
             if step >= 2:
                 times[name].append(time.perf_counter() - start)
@@ -530,11 +534,12 @@ def _interleaved_steps(world: int, nodes: int, hooks: tuple[str, ...], steps: in
 
 
 def hook_step_seconds(hooks: tuple[str, ...], nodes: int, gpus_per_node: int, steps: int = 10,
-                      width: int = 512) -> dict:
+                      width: int = 512, batchnorm: bool = False, micro_batches: int = 1) -> dict:
     """Median seconds per DDP training step on gloo, from rank 0, of each of ``hooks``, measured interleaved in
     one run: 'birder' (``Birder``), 'birder_hook' (``birder_hook`` + ``BirderUpdate``), 'allreduce' (DDP's
-    all-reduce + AdamW)."""
+    all-reduce + AdamW); ``batchnorm``: a BatchNorm1d after each Linear (a model with buffers); ``micro_batches``:
+    forward and backward passes accumulated per step."""
     world = nodes * gpus_per_node
-    outcome = launch.launch(_interleaved_steps, (world, nodes, tuple(hooks), steps, width), world, "gloo", 120.0,
-                            900.0)
+    run = (world, nodes, tuple(hooks), steps, width, batchnorm, micro_batches)
+    outcome = launch.launch(_interleaved_steps, run, world, "gloo", 120.0, 900.0)
     return _results_of(outcome)[0]

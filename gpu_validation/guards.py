@@ -150,6 +150,29 @@ def rank0_state_dict(rank: int) -> dict:
     return raised
 
 
+def forward_records(rank: int) -> dict:
+    """A BatchNorm model (DDP broadcasts its buffers in every forward) trained 3 steps of 3 accumulated
+    micro-batches, then reloaded from its own state_dict() and stepped once more on 2: how many forwards ran and
+    how many of them exchanged Birder's record before DDP's collectives (due once after construction, each step()
+    and load_state_dict())."""
+    ddp = nn.parallel.DistributedDataParallel(_bn_model(), bucket_cap_mb=0.0003)
+    opt = Birder(ddp, lr=0.01, seed=SEED)
+    exchanged, forwards = [], 0
+    exchange = opt._exchange_record
+    opt._exchange_record = lambda doing: (exchanged.append(doing), exchange(doing))[1]  # counts, then does it
+    for step, micro_batches in ((1, 3), (2, 3), (3, 3), (4, 2)):
+        if step == 4:
+            opt.load_state_dict(opt.state_dict())
+        for micro in range(micro_batches):
+            x, y = batch(SEED + micro, step, rank)
+            nn.functional.mse_loss(ddp(x), y).backward()
+            forwards += 1
+        opt.step()
+        opt.zero_grad()
+    return {"forwards": forwards, "forward_records": exchanged.count(optimizer._FORWARD),
+            "state_dict_records": exchanged.count(optimizer._STATE_DICT), "t": opt.t}
+
+
 _TABLE = (  # (fault, where the other ranks are, body, its arguments, ranks, process-group timeout in s)
     ("rank 1 raises before step 3's forward", "Birder's hook (backward)", peer_fault, ("raise", 1), 3, 60),
     ("rank 1 stalls before step 3's forward", "Birder's hook (backward)", peer_fault, ("stall", 1), 3, 10),

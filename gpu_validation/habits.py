@@ -458,6 +458,19 @@ def freeze_after_steps_static_ddp(at: Place) -> dict:
     return _result(model, ref)
 
 
+def unfreeze_after_freezing(at: Place) -> dict:
+    """A layer frozen after 2 steps (find_unused_parameters) for step 3, then unfrozen for step 4."""
+    model, ddp, opt, ref = _plain(at, find_unused_parameters=True)
+    _train(ddp, opt, at.rank, 2)
+    for p in model[0].parameters():
+        p.requires_grad_(False)
+    _train(ddp, opt, at.rank, 1, 3)
+    for p in model[0].parameters():
+        p.requires_grad_(True)
+    _train(ddp, opt, at.rank, 1, 4)
+    return _result(model, ref)
+
+
 def unfreeze_after_steps(at: Place) -> dict:
     """A layer frozen when DDP and Birder were built is unfrozen after 2 steps (fine-tuning's second phase)."""
     model = make_model(0)
@@ -781,6 +794,9 @@ HABITS: tuple[Habit, ...] = (
     _refused(freeze_after_steps_static_ddp, "freeze a layer after 2 steps, DDP without find_unused_parameters",
              "RuntimeError", "were frozen after DDP was built: DDP waits for the gradient of a parameter unused in "
              "the loss unless built with find_unused_parameters=True"),
+    _refused(unfreeze_after_freezing, "freeze a layer after 2 steps, unfreeze it after one more", "RuntimeError",
+             "were frozen after Birder was built and have requires_grad=True again: while frozen they stayed put, "
+             "but Algorithm 1 kept moving their m, b and e on zero gradients"),
     _refused(unfreeze_after_steps, "unfreeze a layer that was frozen when DDP and Birder were built",
              "RuntimeError", "have requires_grad=True now; neither holds them, so they would never train"),
     _works(tied_weights, "tied weights (embedding = output layer)", "one parameter, one update; still tied"),

@@ -30,12 +30,13 @@ micro-batch accumulation without ``no_sync`` sums local gradients into one Birde
 Faults: every collective has the process group's timeout (``comm.make_topology``); when one fails, the rank
 waits briefly for the others to report the same iteration through the default store and raises one
 ``RuntimeError`` naming the ranks that did not (hung or dead); so does backward when the hook's all-gather fails.
-Before DDP's own collectives in forward (its bucket rebuild, its buffer broadcast) the ranks exchange a record on
-Birder's group (``_guard_ddp_forward``): a peer that failed is named there, a rank that called state_dict() alone
-meets it, and an error from inside those collectives gets the same message.
+Before DDP's own collectives in the first forward after construction, step() or load_state_dict() (its bucket
+rebuild, its buffer broadcast) the ranks exchange a record on Birder's group (``_guard_ddp_forward``): a peer that
+failed is named there, a rank that called state_dict() alone meets it, and an error from inside DDP's collectives
+in any forward gets the same message.
 A step skipped for a non-finite gradient names the ranks that had one, is counted (``skipped_steps``) and
-logged; ``max_consecutive_skips`` in a row raise (a GradScaler's back-offs count only at a scale above 1, read
-from the calling ``GradScaler.step`` after ``unscale_``).
+logged; ``max_consecutive_skips`` in a row raise (a GradScaler's back-offs do not count while the scale it used is
+above 1, only once it is at most 1; the scale is read from the calling ``GradScaler.step`` after ``unscale_``).
 """
 
 from __future__ import annotations
@@ -440,13 +441,22 @@ def _refuse_other_optimizers(birder_ref):
 
 
 def _calling_scaler_scale(optimizer: torch.optim.Optimizer) -> float | None:
-    """The scale of the ``torch.amp.GradScaler`` whose step() is calling ``optimizer.step()``, read from that call
-    on the stack (after ``scaler.unscale_(optimizer)`` the scaler passes the optimizer no scale); None if no
-    GradScaler is calling it."""
+    """The scale of the ``torch.amp.GradScaler`` (or ``torch.cuda.amp.GradScaler``) whose step() is calling
+    ``optimizer.step()``, read from that call on the stack (after ``scaler.unscale_(optimizer)`` the scaler passes
+    the optimizer no scale): a frame running ``GradScaler.step``'s code, or any frame of a function named ``step``
+    whose ``self`` is a GradScaler (a subclass's override, a renamed or rewrapped torch), holding ``optimizer`` in
+    a local; None if no GradScaler is calling it."""
+    # Fails safe: a frame not recognised (torch renamed step() or its locals) gives None, and then every skip
+    # counts towards max_consecutive_skips: a loop may stop early, never run on without a limit.
     frame = sys._getframe(1)
     while frame is not None:
-        if frame.f_code is torch.amp.GradScaler.step.__code__ and frame.f_locals.get("optimizer") is optimizer:
-            return float(frame.f_locals["self"].get_scale())
+        code, local = frame.f_code, frame.f_locals
+        scaler = local.get("self")
+        if ((code is torch.amp.GradScaler.step.__code__ or code.co_name == "step"
+             and isinstance(scaler, (torch.amp.GradScaler, torch.cuda.amp.GradScaler)))
+                and any(value is optimizer for value in local.values())):
+            get_scale = getattr(scaler, "get_scale", None)
+            return float(get_scale()) if callable(get_scale) else None
         frame = frame.f_back
     return None
 
@@ -455,7 +465,7 @@ def _ddp_forward_communicates(ddp: nn.parallel.DistributedDataParallel, backward
     """Whether this forward of ``ddp`` runs a collective of DDP's own before the module's forward (as its
     ``_pre_forward`` decides): the broadcast of the module's buffers, or the one bucket rebuild, in the first
     forward with gradients after a backward. Every rank gets the same answer; a yes where DDP then runs none
-    costs one small exchange and nothing else."""
+    costs one small exchange and nothing else (once per step: ``_guard_ddp_forward``)."""
     if ddp.will_sync_module_buffers():
         return True
     return (torch.is_grad_enabled() and backward_seen and not getattr(ddp, "_has_rebuilt_buckets", True)
@@ -480,15 +490,20 @@ def _failed_in_ddp_collective(error: BaseException) -> bool:
 
 
 def _guard_ddp_forward(birder_ref):
-    """Forward hooks on the DDP model around DDP's own collectives. Before them (``before``), the ranks exchange a
-    record on Birder's group: a rank that called state_dict() alone meets it and every rank raises at once, and a
-    peer that failed before this forward is named by Birder's fault message. If one of them fails all the same
-    (a peer died inside it), ``after`` (called by torch while that error propagates) rewrites the error's message
-    into Birder's, naming the ranks that never reported; the error keeps its type and traceback."""
+    """Forward hooks on the DDP model around DDP's own collectives. Before them (``before``), in the first forward
+    since Birder was built, stepped or loaded that runs one of them, the ranks exchange a record on Birder's group:
+    a rank that called state_dict() alone between steps meets it and every rank raises at once, and a peer that
+    failed before this forward is named by Birder's fault message. Later forwards (a model with buffers
+    broadcasts them in every one; accumulation's micro-batches) exchange nothing: an all-gather and a host sync
+    per forward would cost every BatchNorm or Hugging Face model, and a peer failing there is named by ``after``.
+    If one of DDP's collectives fails (a peer died inside it, or before a forward with no record), ``after``
+    (called by torch while that error propagates) rewrites the error's message into Birder's, naming the ranks
+    that never reported; the error keeps its type and traceback."""
     def before(ddp, args):
         birder = birder_ref()
-        if birder is not None and not torch.compiler.is_compiling() and \
+        if birder is not None and birder._forward_record_due and not torch.compiler.is_compiling() and \
                 _ddp_forward_communicates(ddp, birder._hook_state.backward_seen):
+            birder._forward_record_due = False
             birder._exchange_record(_FORWARD)
 
     def after(ddp, args, output):
@@ -561,6 +576,7 @@ class Birder(torch.optim.Optimizer):
         self._params = params
         self._name_of_id = {id(p): name for name, p in named}
         self._frozen_at_start = [(name, p) for name, p in ddp_model.module.named_parameters() if not p.requires_grad]
+        self._stepped_while_frozen: set[int] = set()  # ids of parameters an update found frozen: their state moved
         group_of = {id(p): i for i, g in enumerate(self.param_groups) for p in g["params"]}
         self._group_of = [group_of[id(p)] for p in params]
         handle = register_optimizer_step_pre_hook(_refuse_other_optimizers(weakref.ref(self)))
@@ -606,6 +622,7 @@ class Birder(torch.optim.Optimizer):
                        ddp_model.register_forward_hook(after, always_call=True)):
             weakref.finalize(self, handle.remove)
         self._fault_stall: tuple[int, str] | None = None  # (step, phase): a test stalls here (fault injection)
+        self._forward_record_due = True  # the next forward running a collective of DDP's exchanges a record first
 
     def add_param_group(self, param_group: dict) -> None:
         if getattr(self, "_sealed", False):
@@ -618,6 +635,7 @@ class Birder(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         """One Birder step from the gradients in ``.grad`` (collective). Returns the closure's loss, if any."""
+        self._forward_record_due = True
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -674,7 +692,8 @@ class Birder(torch.optim.Optimizer):
 
     def _check_trainable_set(self) -> None:
         """Raise one RuntimeError (on every rank alike) if step() cannot mean what the loop intends: a parameter
-        frozen when Birder was built and unfrozen since (neither DDP nor Birder holds it: it would never train); no
+        frozen when Birder was built and unfrozen since (neither DDP nor Birder holds it: it would never train); one
+        frozen after Birder was built, through at least one update, and unfrozen since (its state drifted); no
         backward since the last step (named as torch.distributed.checkpoint's state initialisation when it looks
         like one); a bucket whose hook never ran (a parameter that got no gradient, or was frozen after DDP was
         built, which DDP without find_unused_parameters waits for); or every gradient gone (zero_grad() before
@@ -685,6 +704,15 @@ class Birder(torch.optim.Optimizer):
                                "built and have requires_grad=True now; neither holds them, so they would never train: "
                                "wrap the model in a new DistributedDataParallel and build a new Birder after "
                                "unfreezing (its state starts afresh)")
+        refrozen = [name for p, name in zip(self._params, self.param_names, strict=True)
+                    if p.requires_grad and id(p) in self._stepped_while_frozen]
+        if refrozen:
+            raise RuntimeError(f"Birder.step(): parameter(s) {_names(refrozen)} were frozen after Birder was built "
+                               "and have requires_grad=True again: while frozen they stayed put, but Algorithm 1 kept "
+                               "moving their m, b and e on zero gradients, so their next update would start from "
+                               "that drifted state. To pause and resume a parameter's training, give it its own "
+                               "param group and set that group's lr to 0 meanwhile (its state keeps following its "
+                               "gradient); or build a new DDP model and Birder after unfreezing (state starts afresh)")
         hook, ran = self._hook_state, self._hook_state.backward_ran
         missing = [name for p, name in zip(self._params, self.param_names, strict=True) if id(p) not in hook.seen]
         if ran and not missing:
@@ -736,7 +764,8 @@ class Birder(torch.optim.Optimizer):
             return loss
         work = self.__dict__.setdefault("_update_work", {})
         for p, start, g in zip(self._params, self.offsets, self._group_of, strict=True):
-            if not p.requires_grad:
+            if not p.requires_grad:  # stays put, but its m, b and e moved on a zero gradient: no unfreezing it now
+                self._stepped_while_frozen.add(id(p))
                 continue
             lr, decay = self.param_groups[g]["lr"], self.param_groups[g]["weight_decay"]
             if p.is_contiguous():  # piece by piece, so the temporaries stay in cache (element-wise: same bits)
@@ -995,6 +1024,7 @@ class Birder(torch.optim.Optimizer):
         for group, saved in zip(self.param_groups, groups, strict=True):
             group["lr"], group["weight_decay"] = float(saved["lr"]), float(saved["weight_decay"])
         self._hook_state.reset()
+        self._forward_record_due = True
 
     def _check_envelope(self, state_dict) -> tuple[dict, list]:
         if not isinstance(state_dict, dict) or set(state_dict) != {"state", "param_groups"}:
