@@ -59,10 +59,13 @@ class Framework:
     servers_on_workers: bool = False  # summation servers run on the worker nodes (else on machines of their own)
     fusion_splits: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (model, tensor indices where a fusion group
     # starts): groups by parameter index instead of caps, for the models a framework's scripts split so
+    partition_bytes: float = 0.0  # summation servers: a tensor goes out in pieces of at most this, each to one
+    # server (0: whole, to one server)
 
     def __post_init__(self) -> None:
         _non_negative(f"framework {self.name!r}", bucket_cap_bytes=self.bucket_cap_bytes,
-                      first_bucket_bytes=self.first_bucket_bytes, cycle=self.cycle)
+                      first_bucket_bytes=self.first_bucket_bytes, cycle=self.cycle,
+                      partition_bytes=self.partition_bytes)
         if self.pattern not in FRAMEWORK_PATTERNS:
             raise ValueError(f"framework {self.name!r}: pattern must be one of {', '.join(FRAMEWORK_PATTERNS)}, "
                              f"got {self.pattern!r}")
@@ -445,7 +448,8 @@ def framework_preset(name: str) -> Framework:
     splits = tuple((model, tuple(starts)) for model, starts in spec.get("fusion_splits", {}).items())
     return Framework(name, spec["bucket_cap_mb"] * 2**20, spec["first_bucket_mb"] * 2**20,
                      bool(spec["overlaps_backward"]), spec["cycle_ms"] * 1e-3, spec.get("source", ""),
-                     spec.get("pattern", "allreduce"), bool(spec.get("servers_on_workers", False)), splits)
+                     spec.get("pattern", "allreduce"), bool(spec.get("servers_on_workers", False)), splits,
+                     float(spec.get("partition_bytes", 0)))
 
 
 def default_intra(gpu: str) -> str:

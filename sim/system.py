@@ -654,9 +654,7 @@ def op_time(kind: str, phases: tuple[Phase, ...], layout: Layout, cluster: Clust
         elif kind == "servers":  # a push-pull library's own transport, pipelined over its partitions: no NCCL
             # protocol; one hop's latency (SERVERS_LATENCY_PROTOCOL's, an assumption) and each worker's per-peer
             # cost to the servers
-            servers = {m for ph in phases if ph.pattern.name == "push"
-                       for m in (ph.groups.servers if _is_server_phase(ph) else (grp[-1] for grp in ph.groups))}
-            t = p2p_latency(cluster, proto, True, len(servers)) + t_flow
+            t = p2p_latency(cluster, proto, True, server_messages(phases, layout, cluster)) + t_flow
             algorithm, timeouts = "servers", 0.0
         elif kind in ("ring_allreduce", "ring"):
             steps = sum(ph.n_rounds for ph in phases)
@@ -852,6 +850,18 @@ class ServerGroups:
 
     def __repr__(self) -> str:
         return f"ServerGroups({self.layout!r}, servers={self.servers!r})"
+
+
+def server_messages(phases: tuple[Phase, ...], layout: Layout, cluster: Cluster) -> int:
+    """The servers one node's root process sends a tensor to, each paying the per-peer cost: the tensor's
+    partitions (the framework's ``partition_bytes``; one if it sends tensors whole), at most one per server it
+    reaches. The bytes are spread evenly over those servers all the same (``summation_servers``)."""
+    push = [ph for ph in phases if ph.pattern.name == "push"]
+    servers = {m for ph in push
+               for m in (ph.groups.servers if _is_server_phase(ph) else (grp[-1] for grp in ph.groups))}
+    partition = framework_preset(cluster.framework).partition_bytes
+    tensor_bytes = sum(edge_bytes(ph) for ph in push) * layout.gpus_per_node * len(servers)
+    return min(len(servers), math.ceil(tensor_bytes / partition) if partition else 1)
 
 
 @lru_cache(maxsize=512)

@@ -23,6 +23,7 @@ from sim.system import (
     op_time,
     operations,
     phase_load,
+    server_messages,
     step_schedule,
     summation_servers,
     traffic,
@@ -237,3 +238,16 @@ def test_byteps_resnet50_keeps_scaling_at_512_nodes_on_a_fast_network():
                            single_node_throughput=2000.0) for fw in ("byteps", "ddp"))
     assert byteps.inter_node_bytes_per_gpu == pytest.approx(4 * model_profile("resnet50").n_params / 8, rel=1e-3)
     assert byteps.scale_efficiency > 0.9 * ddp.scale_efficiency
+
+
+
+def test_a_node_pays_the_per_peer_cost_once_per_partition_it_sends():
+    """BytePS cuts a tensor into BYTEPS_PARTITION_BYTES = 4,096,000-byte partitions, each pushed to one server
+    (byteps/common/global.cc); TensorFlow sends each variable whole to its parameter server: the per-peer
+    latency counts those messages, not every server the bytes are spread over."""
+    byteps = cluster("roce-200gbe", 512, 8, framework="byteps")
+    for dim, partitions in ((1000, 1), (1_024_000, 1), (1_024_001, 2), (2_359_296, 3), (25_557_032, 25)):
+        sched = summation_servers(byteps, dim)
+        assert server_messages(sched.phases, byteps.layout, byteps) == partitions, dim
+    tf = cluster("10gbe", 8, 8, gpu="k80", framework="tf-parameter-server")
+    assert server_messages(summation_servers(tf, 2_359_296).phases, tf.layout, tf) == 1
