@@ -141,10 +141,10 @@ def prediction_interval(throughput: float, alpha_beta_efficiency: float, site_pr
         key = "measured_node" if measured_node else "unmeasured_node"
         reg = validate.interval_regime(alpha_beta_efficiency)
         ring = "an alpha-beta ring slowed by the simulated incast stalls" if incast else "an alpha-beta ring"
-        bounds, basis = q[key][reg], (f"{reg} by {ring}, {key.replace('_', ' ')}: {q['corpus']}, "
-                                      "each source left out")
-        if not all(map(math.isfinite, bounds)):
-            bounds, basis = q[key]["all"], basis + " (regimes pooled: too few rows of this regime)"
+        bounds = validate.regime_bounds(q[key], reg)
+        basis = f"{reg} by {ring}, {key.replace('_', ' ')}: {q['corpus']}, each source left out"
+        if bounds is not q[key][reg]:
+            basis += " (regimes pooled: too few rows of this regime)"
         if calibrated:
             basis = ("generic bounds (birder calibrate fitted collective times, not training throughput: no "
                      "training rows of this cluster to bound it): " + basis)
