@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from birder_ref import registry
 from safeio.inputs import read_text_bounded
 from sim.hardware import (
+    COMM_LIBRARIES,
     FRAMEWORKS,
     GENERIC_NETWORKS,
     GPUS,
@@ -540,18 +541,33 @@ def row_interval_regime(row: PublishedRow, prediction: workload.Prediction) -> s
     return interval_regime(efficiency)
 
 
+CLOUD_NIC_VENDOR = {"ec2": "aws"}  # a corpus row's cloud=NAME -> the nic_vendor of its network presets
+
+
 def _generic_nic(row) -> Nic:
     """The NIC of a row's set-up from generic hardware data only: the preset of its transport and line rate if
-    there is one, else its transport's constants at its line rate."""
+    there is one (on a cloud, its cloud's preset: EC2's caps each TCP flow; in a cluster placement group only
+    where the source says so), else its transport's constants at its line rate. ValueError for a cloud row
+    whose line rate has no preset of its cloud."""
     transport = TRANSPORT_OF[row.transport]
     prefix = {"ib": "ib-", "roce": "roce-"}.get(row.transport)
+    vendor = CLOUD_NIC_VENDOR.get(row.cloud, "")
     for name in GENERIC_NETWORKS:
         full = network_spec(name)
         if (full["transport"] == transport and float(full["line_rate_gbps"]) == float(row.line_rate_gbps)
-                and (prefix is None or name.startswith(prefix))):
-            return make_nic(name, full | {"count": row.nics_per_node})
+                and (prefix is None or name.startswith(prefix)) and full.get("nic_vendor", "") == vendor):
+            return make_nic(name, full | {"count": row.nics_per_node, "placement_group": bool(row.placement_group)})
+    if row.cloud is not None:
+        raise ValueError(f"no {row.cloud} network preset at {row.line_rate_gbps:g} Gb/s {row.transport} in "
+                         "sim/presets/networks.toml")
     return make_nic(f"{row.transport}-{row.line_rate_gbps:g}g", TRANSPORTS[transport] | {
         "transport": transport, "line_rate_gbps": float(row.line_rate_gbps), "count": row.nics_per_node})
+
+
+def comm_library_of(row: PublishedRow) -> str:
+    """The collective library release a row is simulated with (presets/comm_libraries.toml): its own where that
+    file has it, else today's NCCL (gloo, MPI, ps-lite and gRPC rows: their TCP flows are not NCCL's)."""
+    return row.comm_library if row.comm_library in COMM_LIBRARIES else "nccl"
 
 
 def framework_of(row: PublishedRow) -> str:
@@ -583,7 +599,7 @@ def corpus_cluster(row: PublishedRow, fitted: bool) -> Cluster:
     else:
         c = replace(cluster("10gbe", row.nodes, row.gpus_per_node, intra, row.gpu, framework=framework_of(row)),
                     nic=_generic_nic(row))
-    c = replace(c, servers=row.parameter_servers)
+    c = replace(c, servers=row.parameter_servers, comm_library=comm_library_of(row))
     if row.measured_link_gbps is None:
         return c
     # the source's measured link rate is set-up data: the same in the fitted and the generic prediction
