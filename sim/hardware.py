@@ -565,7 +565,9 @@ def load_cluster(path: str | Path, n_nodes: int | None = None, gpus_per_node: in
     ``measured_gbps`` (a link rate measured host to host, set-up data in place of line rate x efficiency)
     (and a site's ``message_overhead_us``, ``step_overhead_us``, ``incast_*_bytes``); ``[intra]`` with ``preset``
     and/or ``port_gbytes_per_s``, ``fabric_gbytes_per_s``, ``latency_us``; ``[switch]`` with
-    ``oversubscription``; ``framework`` (presets/frameworks.toml, default ddp). A file without
+    ``oversubscription``; ``framework`` (presets/frameworks.toml, default ddp); ``comm_library``
+    (presets/comm_libraries.toml, default nccl) and ``sockets_per_connection``; ``[network] placement_group``
+    (true where the nodes are in one cluster placement group, on a preset with a per-flow cap). A file without
     ``[network] preset`` takes its transport's hardware constants, never a site's fit. ``Cluster.provenance`` says
     which figure came from a preset, the file, the command line or a default.
     """
