@@ -271,6 +271,69 @@ def speedup_trend(results: list[Prediction], baseline: str = "sgdm") -> list[Spe
     return sorted(out, key=lambda t: (t.model, t.batch_per_gpu, t.network, t.optimizer, t.gpus))
 
 
+BASES = ("site profiles", "generic presets")  # what an order check predicts the paper's rows on
+
+
+@dataclass(frozen=True)
+class OrderCheck:
+    """The rows of a table predicted on one basis: the paper's site profiles (constants fitted on the public rows)
+    or the generic presets of the rows' network names (hardware values only, nothing fitted), each calibrated by
+    its single-node row; with the order of optimizers in every multi-node (model, batch, network, GPUs) group."""
+
+    basis: str  # one of BASES
+    predictions: tuple[Prediction, ...]  # every row, single-node rows included (they are the calibration)
+    orders: tuple[OrderAgreement, ...]  # multi-node groups only: a single node is matched by construction
+
+    @property
+    def multi_node(self) -> list[Prediction]:
+        return [p for p in self.predictions if p.gpus > GPUS_PER_NODE]
+
+    @property
+    def orders_wrong(self) -> int:
+        return sum(not o.same for o in self.orders)
+
+    def as_dict(self) -> dict:
+        return {"basis": self.basis, "mape_multi_node": mape(self.multi_node), "groups": len(self.orders),
+                "orders_wrong": self.orders_wrong, "rows": [p.as_dict() for p in self.predictions],
+                "orders": [o.as_dict() for o in self.orders]}
+
+
+def order_check(table: list[Row], basis: str, progress=None) -> OrderCheck:
+    """Predict every row of ``table`` on ``basis`` (``BASES``) and rank the optimizers of every multi-node group
+    by published and by predicted throughput. Generic presets take the row's network name as it stands (the
+    paper's ``10gbe`` and ``ib-hdr`` are then the hardware presets, not its clusters)."""
+    if basis not in BASES:
+        raise ValueError(f"unknown basis {basis!r}; choose one of {', '.join(BASES)}")
+    if basis == BASES[0]:
+        predictions = compare(table, progress=progress)
+    else:
+        predictions = [p for row in table for p in compare([row], progress=progress, table=table, network=row.network)]
+    orders = tuple(o for o in order_agreement(predictions) if o.gpus > GPUS_PER_NODE)
+    return OrderCheck(basis, tuple(predictions), orders)
+
+
+def order_check_markdown(checks: list[OrderCheck]) -> str:
+    """The order checks as the sim README prints them (a test compares them with a fresh run): one line per
+    multi-node group, the published order beside each basis's, then each row's error on each basis."""
+    head = "| model | batch | network | GPUs | published order | " + " | ".join(c.basis for c in checks) + " |"
+    lines = [head, "|" + "---|" * (5 + len(checks))]
+    for k, o in enumerate(checks[0].orders):
+        cells = [f"{' > '.join(c.orders[k].predicted_order)} ({'right' if c.orders[k].same else '**wrong**'})"
+                 for c in checks]
+        lines.append(f"| {o.model} | {o.batch_per_gpu} | {o.network} | {o.gpus} | {' > '.join(o.published_order)} | "
+                     + " | ".join(cells) + " |")
+    lines.append("| | | | | groups in the published order | "
+                 + " | ".join(f"{len(c.orders) - c.orders_wrong} of {len(c.orders)}" for c in checks) + " |")
+    lines += ["", "| model | batch | network | optimizer | GPUs | published | "
+              + " | ".join(f"{c.basis} (error)" for c in checks) + " |", "|" + "---|" * (6 + len(checks))]
+    for k, p in enumerate(checks[0].multi_node):
+        lines.append(f"| {p.model} | {p.batch_per_gpu} | {p.network} | {p.optimizer} | {p.gpus} | {p.published:,.0f} | "
+                     + " | ".join(f"{c.multi_node[k].predicted:,.0f} ({c.multi_node[k].error * 100:+.1f}%)"
+                                  for c in checks) + " |")
+    lines.append("| | | | | | MAPE | " + " | ".join(f"{percent(mape(c.multi_node))}" for c in checks) + " |")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------------------------------------- fit
 # the FITTED constants of each site (sites.toml keys) and the Nic field and unit factor each sets
 FITTED = {"birder-paper-10gbe": ("message_overhead_us", "step_overhead_us"),
