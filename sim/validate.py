@@ -337,10 +337,14 @@ def order_check_markdown(checks: list[OrderCheck]) -> str:
 # ---------------------------------------------------------------------------------------------------- fit
 # the FITTED constants of each site (sites.toml keys) and the Nic field and unit factor each sets
 FITTED = {"birder-paper-10gbe": ("message_overhead_us", "step_overhead_us"),
-          "birder-paper-ib": ("message_overhead_us", "efficiency")}
+          "birder-paper-ib": ("message_overhead_us", "efficiency", "step_overhead_us")}
 _NIC_FIELD = {"message_overhead_us": ("message_overhead", 1e-6), "step_overhead_us": ("step_overhead", 1e-6),
               "efficiency": ("efficiency", 1.0),
               "incast_onset_bytes": ("incast_onset_bytes", 1.0), "incast_certain_bytes": ("incast_certain_bytes", 1.0)}
+
+
+MAX_LOG_CONSTANT = 50.0  # |log| of a fitted constant in sites.toml's units: e^50 us or a share of e^-50 is no cluster
+GRID_STARTS = {"efficiency": (0.05, 0.1, 0.2, 0.4, 0.8), "step_overhead_us": (1.0, 10.0, 30.0, 100.0)}
 
 
 def constants_tweak(fitted: dict[str, dict[str, float]]):
@@ -390,14 +394,21 @@ def fit(site: str, path: str | Path | None = None, train: list[Row] | None = Non
     spec = network_spec(site)
 
     def error(log_values, incast=()):
+        if any(abs(v) > MAX_LOG_CONSTANT for v in log_values):  # a constant the rows do not bound drifts off
+            return math.inf
         fitted = dict(zip(names, (math.exp(v) for v in log_values), strict=True)) | dict(incast)
         return mape(compare(mine, tweak=constants_tweak({site: fitted}), table=table))
 
     start = [math.log(max(spec.get(n, 1.0), 1e-3)) for n in names]
-    if "efficiency" in names:  # the efficiency's error surface has local minima: start from the best of a grid
-        k = names.index("efficiency")
-        grid = [(error(start[:k] + [math.log(e)] + start[k + 1:]), e) for e in (0.05, 0.1, 0.2, 0.4, 0.8)]
-        start[k] = math.log(min(grid)[1])
+    # the efficiency and the per-step overhead trade against each other (a slow link or a slow step), and the
+    # error surface has a basin for each: Nelder-Mead starts from the best two of the profile's values and a grid
+    # over those two constants
+    grid = [start]
+    for n in (n for n in names if n in GRID_STARTS):
+        k = names.index(n)
+        grid = [p[:k] + [math.log(v)] + p[k + 1:] for p in grid for v in GRID_STARTS[n]]
+    starts = sorted(map(list, dict.fromkeys(tuple(p) for p in [start, *grid])), key=error)[:2]
+    start = starts[0]
     brackets: list[tuple] = [()]
     if network_spec(site)["transport"] == "socket":
         # the onset of incast lies between two consecutive bursts of the rows, none of which tells where inside;
@@ -409,8 +420,8 @@ def fit(site: str, path: str | Path | None = None, train: list[Row] | None = Non
         scores = [error(start, incast) for incast in brackets]
         brackets = [brackets[i] for i in sorted(range(len(brackets)), key=lambda i: (scores[i], i))[:3]]
     best = None
-    for incast in brackets:
-        res = minimize(error, start, args=(incast,), method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-4})
+    for begin, incast in ((b, i) for b in starts for i in brackets):
+        res = minimize(error, begin, args=(incast,), method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-4})
         if best is None or res.fun < best[0] - 1e-9:
             best = (res.fun, res.x, incast)
     values = dict(zip(names, (math.exp(v) for v in best[1]), strict=True)) | dict(best[2])
