@@ -336,15 +336,16 @@ def order_check_markdown(checks: list[OrderCheck]) -> str:
 
 # ---------------------------------------------------------------------------------------------------- fit
 # the FITTED constants of each site (sites.toml keys) and the Nic field and unit factor each sets
-FITTED = {"birder-paper-10gbe": ("message_overhead_us", "step_overhead_us"),
+FITTED = {"birder-paper-10gbe": ("message_overhead_us", "step_overhead_us", "share_at_8_gpus"),
           "birder-paper-ib": ("message_overhead_us", "efficiency", "step_overhead_us")}
 _NIC_FIELD = {"message_overhead_us": ("message_overhead", 1e-6), "step_overhead_us": ("step_overhead", 1e-6),
-              "efficiency": ("efficiency", 1.0),
+              "efficiency": ("efficiency", 1.0), "share_at_8_gpus": ("share_at_8_gpus", 1.0),
               "incast_onset_bytes": ("incast_onset_bytes", 1.0), "incast_certain_bytes": ("incast_certain_bytes", 1.0)}
 
 
 MAX_LOG_CONSTANT = 50.0  # |log| of a fitted constant in sites.toml's units: e^50 us or a share of e^-50 is no cluster
-GRID_STARTS = {"efficiency": (0.05, 0.1, 0.2, 0.4, 0.8), "step_overhead_us": (1.0, 10.0, 30.0, 100.0)}
+GRID_STARTS = {"efficiency": (0.05, 0.1, 0.2, 0.4, 0.8), "step_overhead_us": (1.0, 10.0, 30.0, 100.0),
+               "share_at_8_gpus": (0.64, 0.8, 1.0)}
 
 
 def constants_tweak(fitted: dict[str, dict[str, float]]):
@@ -352,8 +353,9 @@ def constants_tweak(fitted: dict[str, dict[str, float]]):
     def tweak(c: Cluster) -> Cluster:
         values = fitted.get(c.nic.name, {})
         fields = {_NIC_FIELD[k][0]: v * _NIC_FIELD[k][1] for k, v in values.items() if k in _NIC_FIELD}
-        if "efficiency" in fields:
-            fields["efficiency"] = min(1.0, fields["efficiency"])
+        for share in ("efficiency", "share_at_8_gpus"):  # shares of a link: at most all of it
+            if share in fields:
+                fields[share] = min(1.0, fields[share])
         return replace(c, nic=replace(c.nic, **fields))
 
     return tweak
@@ -425,6 +427,7 @@ def fit(site: str, path: str | Path | None = None, train: list[Row] | None = Non
         if best is None or res.fun < best[0] - 1e-9:
             best = (res.fun, res.x, incast)
     values = dict(zip(names, (math.exp(v) for v in best[1]), strict=True)) | dict(best[2])
+    values |= {n: min(1.0, values[n]) for n in ("efficiency", "share_at_8_gpus") if n in values}  # as applied
     values["mape"] = float(best[0])
     return values
 

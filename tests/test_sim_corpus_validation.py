@@ -176,7 +176,7 @@ def test_the_site_constants_table_is_sites_toml():
     text = (Path(__file__).resolve().parents[1] / "sim" / "README.md").read_text()
     table = text.split("## Site profiles", 1)[1].split("| constant | where | value |", 1)[1].split("\n\n", 1)[0]
     rows = [line for line in table.splitlines()[2:] if line.startswith("|")]
-    assert len(rows) == 6
+    assert len(rows) == 7
     quoted_keys = set()
     for row in rows:
         keys, site, values = re.fullmatch(r"\| (`\w+`(?:, `\w+`)*) \| `\[([\w-]+)\]` \| ([^|]+) \|.*", row).groups()
