@@ -268,22 +268,16 @@ def _grid_into_numpy(key: int, start: int, n: int, ws: _Workspace) -> torch.Tens
     return ws.grid[:n].copy_(ws.t[:n])  # integers below 2**24 (int32 words): exact in float32
 
 
-def _range_uniforms(key: int, start: int, n: int, device) -> torch.Tensor:
-    """Draws of elements start .. start + n - 1 under ``key`` (the position in the padded vector is the index)."""
-    dtype = torch.int32 if start + n <= 1 << 31 else torch.int64
-    return _uniforms_of(key, torch.arange(start, start + n, dtype=dtype, device=device))
-
-
 def _quantize_grid_(y: torch.Tensor, grid: torch.Tensor, ws: _Workspace, error: torch.Tensor) -> torch.Tensor:
     """Eq. 5 on y with draws k / 2**24 (``grid`` holds k), writing y - Q(y) into ``error``; returns the "+1" mask.
 
-    ``quantize``'s test u < (clip(y, -1, 1) + 1) / 2 taken as k < (clip(y, -1, 1) + 1) * 2**23: the same
-    truth value, since multiplying both sides by 2**24 is exact (clip + 1 is 0 or at least 2**-24, at most 2).
+    ``birder_ref.quantize.quantize_unchecked``'s test u < fl(y + 1) / 2 (no clip: its docstring shows every
+    decision equals the clipped one) taken as k < fl(y + 1) * 2**23: the same truth value, since multiplying both
+    sides by 2**24 is exact (a power of two; an overflow to inf keeps k < inf true, as u < fl(y + 1) / 2 is).
     """
     n = y.numel()
     work, plus = ws.work[:n], ws.plus[:n]
-    torch.clamp(y, -1.0, 1.0, out=work)
-    work.add_(1.0).mul_(_GRID_SCALE / 2)
+    torch.add(y, 1.0, out=work).mul_(_GRID_SCALE / 2)
     torch.lt(grid, work, out=plus)
     torch.mul(plus, 2.0, out=work)  # +-1 exactly: 2 * {0, 1} - 1
     work.sub_(1.0)
@@ -303,17 +297,6 @@ def _pack_into(plus: torch.Tensor, ws: _Workspace, out: torch.Tensor) -> None:
     word >>= 56
     word &= 0xFF
     out.copy_(word)
-
-
-def _quantize_into(y: torch.Tensor, u: torch.Tensor, work: torch.Tensor, error: torch.Tensor) -> torch.Tensor:
-    """Eq. 5 on y with draws u, writing the error y - Q(y) into ``error``; returns the bool "+1" mask."""
-    torch.clamp(y, -1.0, 1.0, out=work)
-    work.add_(1.0).div_(2.0)
-    plus = torch.lt(u, work)
-    torch.mul(plus, 2.0, out=work)  # +-1 exactly: 2 * {0, 1} - 1
-    work.sub_(1.0)
-    torch.sub(y, work, out=error)
-    return plus
 
 
 def _pack_mask(plus: torch.Tensor) -> torch.Tensor:
@@ -416,8 +399,7 @@ def _worker_pieces_numpy(m, b_hat, e, rows, beta, eps, key, start, ws, mean, out
 def _quantize_numpy(y: np.ndarray, grid: np.ndarray, work: np.ndarray, plus: np.ndarray, error: np.ndarray) -> None:
     """``_quantize_grid_``'s operations on NumPy views (the same float32 results)."""
     f32 = np.float32
-    np.clip(y, f32(-1.0), f32(1.0), out=work)
-    work += f32(1.0)
+    np.add(y, f32(1.0), out=work)
     work *= f32(_GRID_SCALE / 2)
     np.less(grid, work, out=plus)
     np.multiply(plus, f32(2.0), out=work)

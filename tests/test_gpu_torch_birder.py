@@ -230,3 +230,19 @@ def test_fused_draws_and_packing_equal_the_reference_forms():
     out = torch.empty(4096, dtype=torch.uint8)
     tb._pack_into(plus, ws, out)
     assert torch.equal(out, tb.pack_signs(plus.to(torch.float32) * 2 - 1))
+
+
+def test_fused_server_stage_decides_like_the_clipped_quantizer_at_the_extremes():
+    """The fused stages compare k < fl(z + 1) * 2**23 without clipping z: at and just past +-1, at +-inf, a
+    float32 overflow (z + 1 then times 2**23) and NaN, the bits and the error are the plain step's."""
+    from birder_ref.draws import stream_key
+
+    edge = [1.0, -1.0, 1.0 + 2**-23, -1.0 - 2**-23, 1.0 - 2**-24, -1.0 + 2**-24, 3e38, -3e38, float("inf"),
+            float("-inf"), float("nan"), 0.0, -0.0, 5.0, -5.0, 2.0**-30]
+    mean = torch.tensor(edge * 64, dtype=torch.float32)  # 1024 elements, several draws per value
+    error = torch.zeros_like(mean)
+    u_bar, new_error = tb.server_step(mean, error, tb.uniforms(6, 1, tb.SERVER_STREAM, torch.arange(mean.numel())))
+    for fused_error in (error.clone(), torch.zeros(2 * mean.numel())[::2]):  # NumPy form; torch form (CUDA's)
+        fused = tb.server_step_packed_(mean, fused_error, stream_key(6, 1, tb.SERVER_STREAM), 0)
+        assert torch.equal(fused, tb.pack_signs(u_bar))
+        torch.testing.assert_close(fused_error, new_error, rtol=0, atol=0, equal_nan=True)
