@@ -20,7 +20,18 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from birder_ref.draws import _FMIX_C1, _FMIX_C2, MASK32, SERVER_STREAM, UNIFORM_BITS, as_int32, hash_index, stream_key
+from birder_ref.draws import (
+    _FMIX_C1,
+    _FMIX_C2,
+    HIGH_HALF,
+    MASK32,
+    SERVER_STREAM,
+    UNIFORM_BITS,
+    as_int32,
+    fmix32,
+    hash_index,
+    stream_key,
+)
 
 __all__ = [
     "SERVER_STREAM",
@@ -38,6 +49,7 @@ __all__ = [
 
 _BIT_SHIFTS = (7, 6, 5, 4, 3, 2, 1, 0)  # most significant bit first, as np.packbits(bitorder="big")
 _CPU_PIECE = 1 << 16  # elements per piece of the CPU draws: int64 temporaries stay in cache
+_HALF = 1 << 16  # indices per aligned block with one high half (``birder_ref.draws.index_mix``)
 
 
 @dataclass(frozen=True)
@@ -196,8 +208,9 @@ class _Workspace:
 
 
 @functools.cache
-def _piece_indices(device: torch.device) -> torch.Tensor:
-    return torch.arange(PIECE, dtype=torch.int32, device=device)
+def _low_half_table(device: torch.device) -> torch.Tensor:
+    """fmix32(j) for j < 2**16 as int32 words: ``birder_ref.draws.index_mix``'s table of the low half."""
+    return fmix32(torch.arange(_HALF, dtype=torch.int32, device=device))
 
 
 def _fmix32_(h: torch.Tensor, t: torch.Tensor) -> None:
@@ -213,57 +226,48 @@ def _fmix32_(h: torch.Tensor, t: torch.Tensor) -> None:
 def _grid_into(key: int, start: int, n: int, ws: _Workspace) -> torch.Tensor:
     """k = the top 24 bits of ``birder_ref.draws.hash_index(key, start + i)`` as float32 (exact), i < n, in the
     workspace: the draw is k / 2**24 (``uniforms``' value), left unscaled so that the comparison can scale the
-    threshold instead (both multiplications by powers of two are exact)."""
-    if ws.grid.device.type == "cpu":
-        return _grid_into_numpy(key, start, n, ws)
-    return _grid_into_torch(key, start, n, ws)
+    threshold instead (both multiplications by powers of two are exact).
+
+    The hash's input index_mix(i) ^ key is formed in one pass: within an aligned block of 2**16 indices the high
+    half is fixed, so it is the cached table of fmix32(i mod 2**16) XOR the block's constant
+    fmix32(2**16 + floor(i / 2**16)) ^ key (a piece spans at most n / 2**16 + 1 blocks)."""
+    _hash_inputs_into(key, start, n, ws)
+    return _mix_numpy(n, ws) if ws.h.device.type == "cpu" else _mix_torch(n, ws)
 
 
-def _grid_into_torch(key: int, start: int, n: int, ws: _Workspace) -> torch.Tensor:
-    """``_grid_into`` on torch int32 words (any device): arithmetic shifts masked to logical ones."""
-    grid = ws.grid[:n]
-    if start + n > 1 << 31:  # indices past int32's range: the general form (rare: a 2**31-element vector)
-        words = torch.arange(start, start + n, dtype=torch.int64, device=grid.device).to(torch.int32)
-        bits = (hash_index(key, words) >> (32 - UNIFORM_BITS)) & ((1 << UNIFORM_BITS) - 1)
-        return grid.copy_(bits)
-    h, t, k = ws.h[:n], ws.t[:n], as_int32(key)
-    torch.add(_piece_indices(grid.device)[:n], start, out=h)  # no overflow: start + n <= 2**31
-    h ^= k
-    _fmix32_(h, t)
-    h ^= k
+def _hash_inputs_into(key: int, start: int, n: int, ws: _Workspace) -> None:
+    """index_mix(start + i) ^ key into ``ws.h[:n]`` (``_grid_into``'s first pass)."""
+    h, table, xor = ws.h[:n], _low_half_table(ws.h.device), torch.bitwise_xor
+    if h.device.type == "cpu":  # NumPy views: less dispatch per call than torch's
+        h, table, xor = h.numpy(), table.numpy(), np.bitwise_xor
+    lo = start
+    while lo < start + n:
+        block = lo - lo % _HALF
+        hi = min(start + n, block + _HALF)
+        constant = as_int32(fmix32(HIGH_HALF | (block >> 16) & 0xFFFF) ^ key)
+        xor(table[lo - block: hi - block], constant, out=h[lo - start: hi - start])
+        lo = hi
+
+
+def _mix_torch(n: int, ws: _Workspace) -> torch.Tensor:
+    """fmix32 of the words in ``ws.h`` and their top 24 bits into ``ws.grid`` on torch int32 words (any device):
+    arithmetic shifts masked to logical ones."""
+    h, t = ws.h[:n], ws.t[:n]
     _fmix32_(h, t)
     torch.bitwise_right_shift(h, 32 - UNIFORM_BITS, out=t)
     t &= (1 << UNIFORM_BITS) - 1
-    return grid.copy_(t)
+    return ws.grid[:n].copy_(t)
 
 
-@functools.cache
-def _numpy_indices() -> np.ndarray:
-    return np.arange(PIECE, dtype=np.uint32)
-
-
-def _grid_into_numpy(key: int, start: int, n: int, ws: _Workspace) -> torch.Tensor:
-    """``_grid_into`` on CPU: the same hash on NumPy uint32 views of the workspace, where a right shift is
-    logical (no mask after it) and multiplication wraps modulo 2**32: 19 passes instead of 27, the same bits.
-
-    The first pass forms index ^ key at once: within one aligned block of PIECE indices (a power of two) the
-    index is block + j = block ^ j (j < PIECE), so index ^ key = j ^ (block ^ key), one XOR of the cached j."""
+def _mix_numpy(n: int, ws: _Workspace) -> torch.Tensor:
+    """``_mix_torch`` on CPU, on NumPy uint32 views of the workspace, where a right shift is logical (no mask after
+    it) and multiplication wraps modulo 2**32: 9 passes where torch takes 12, the same bits."""
     h, t = ws.h[:n].numpy().view(np.uint32), ws.t[:n].numpy().view(np.uint32)
-    j = _numpy_indices()
-    lo = start
-    while lo < start + n:  # at most two blocks per piece of at most PIECE elements
-        block = lo - lo % PIECE
-        hi = min(start + n, block + PIECE)
-        np.bitwise_xor(j[lo - block: hi - block], np.uint32(block ^ key), out=h[lo - start: hi - start])
-        lo = hi
-    for round_ in range(2):  # h = fmix32(fmix32(index ^ key) ^ key)
-        if round_:
-            h ^= np.uint32(key)
-        for shift, constant in ((16, _FMIX_C1), (13, _FMIX_C2), (16, None)):
-            np.right_shift(h, shift, out=t)
-            h ^= t
-            if constant is not None:
-                np.multiply(h, np.uint32(constant), out=h)
+    for shift, constant in ((16, _FMIX_C1), (13, _FMIX_C2), (16, None)):  # fmix32
+        np.right_shift(h, shift, out=t)
+        h ^= t
+        if constant is not None:
+            np.multiply(h, np.uint32(constant), out=h)
     np.right_shift(h, 32 - UNIFORM_BITS, out=t)
     return ws.grid[:n].copy_(ws.t[:n])  # integers below 2**24 (int32 words): exact in float32
 

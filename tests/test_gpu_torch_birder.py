@@ -214,17 +214,19 @@ def test_fused_in_place_stages_equal_the_plain_steps_across_pieces(gpus):
 
 def test_fused_draws_and_packing_equal_the_reference_forms():
     """The in-place draws (k kept unscaled; NumPy uint32 on CPU, torch int32 elsewhere) are ``uniforms``'
-    k / 2**24 bit for bit, also for indices at and past
-    2**31 (the int64 fallback), and the multiply-based packing equals ``pack_signs`` on arbitrary masks."""
+    k / 2**24 bit for bit, also for indices at and past 2**31 and across blocks of 2**16, and the multiply-based
+    packing equals ``pack_signs`` on arbitrary masks."""
     from birder_ref.draws import stream_key
 
     key = stream_key(9, 3, 2)
     ws = tb._Workspace.make(tb.PIECE, torch.device("cpu"))
     for start, n in ((0, tb.PIECE), (77_777, 1000), (tb.PIECE - 300, tb.PIECE), (2**31 - 500, 1000),
-                     (2**32 - 1000, 1000)):  # one spans two aligned blocks of PIECE indices
+                     (2**32 - 1000, 1000)):  # one spans two aligned blocks of 2**16 indices
         expected = tb.uniforms(9, 3, 2, torch.arange(start, start + n, dtype=torch.int64))
-        for form in (tb._grid_into, tb._grid_into_torch, tb._grid_into_numpy):  # CPU's NumPy form; CUDA's torch one
-            assert torch.equal(form(key, start, n, ws) * 2.0**-24, expected), (start, form.__name__)
+        assert torch.equal(tb._grid_into(key, start, n, ws) * 2.0**-24, expected), start
+        for mix in (tb._mix_numpy, tb._mix_torch):  # CPU's NumPy form; CUDA's torch one
+            tb._hash_inputs_into(key, start, n, ws)
+            assert torch.equal(mix(n, ws) * 2.0**-24, expected), (start, mix.__name__)
     plus = torch.rand(8 * 4096, generator=torch.Generator().manual_seed(2)) < 0.5
     plus[:64] = torch.tensor([True] * 8 + [False] * 8 + [True, False] * 24)  # all-ones and all-zero bytes
     out = torch.empty(4096, dtype=torch.uint8)
