@@ -412,13 +412,13 @@ def _quantize_numpy(y: np.ndarray, grid: np.ndarray, work: np.ndarray, plus: np.
 
 
 def _server_pieces_numpy(mean_u, server_error, key, start, n_workers, ws, out) -> None:
-    """``server_step_packed_``'s loop on CPU, on NumPy views: the same operations (line 12's mean from the +-1
-    table as ``_mean_of_packed_signs``, then z = mean + e_s, Q(z), e_s = z - Q(z), packing)."""
+    """``server_step_packed_``'s loop on CPU, on NumPy views: the same operations (line 12's mean as
+    ``mean_of_signs`` forms it from the count c of +1s, (2 c - n) / n, with c from the unpacked bits, then
+    z = mean + e_s, Q(z), e_s = z - Q(z), packing)."""
     n = server_error.numel()
     f32 = np.float32
     S, U, packed = server_error.numpy(), mean_u.numpy(), out.numpy()
     A, W, G, PLUS = ws.a.numpy(), ws.work.numpy(), ws.grid.numpy(), ws.plus.numpy()
-    table = _sign_table(torch.float32, server_error.device).numpy()
     for lo in range(0, n, PIECE):
         hi = min(lo + PIECE, n)
         k = hi - lo
@@ -426,12 +426,15 @@ def _server_pieces_numpy(mean_u, server_error, key, start, n_workers, ws, out) -
         if n_workers is None:
             mean = U[lo:hi]
         else:
-            mean, row_signs = w.reshape(-1, 8), G[:k].reshape(-1, 8)
-            np.take(table, U[0, lo // 8: hi // 8], axis=0, out=mean)
+            count = np.unpackbits(U[0, lo // 8: hi // 8])  # 0/1 per element, most significant bit first
+            if U.shape[0] > 255:  # uint8 would wrap
+                count = count.astype(np.int32)
             for r in range(1, U.shape[0]):
-                np.take(table, U[r, lo // 8: hi // 8], axis=0, out=row_signs)
-                mean += row_signs
+                count += np.unpackbits(U[r, lo // 8: hi // 8])
             mean = w
+            np.copyto(mean, count)  # small integers: exact
+            mean *= f32(2.0)
+            mean -= f32(U.shape[0])
             mean /= f32(U.shape[0])
         np.add(mean, sp, out=z)
         _grid_into(key, start + lo, k, ws)

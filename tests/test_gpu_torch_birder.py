@@ -248,3 +248,18 @@ def test_fused_server_stage_decides_like_the_clipped_quantizer_at_the_extremes()
         fused = tb.server_step_packed_(mean, fused_error, stream_key(6, 1, tb.SERVER_STREAM), 0)
         assert torch.equal(fused, tb.pack_signs(u_bar))
         torch.testing.assert_close(fused_error, new_error, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("n_workers", [2, 300])
+def test_fused_server_stage_counts_any_number_of_workers(n_workers):
+    """Line 12's mean from the unpacked counts (uint8 up to 255 workers, wider beyond) equals mean_of_signs."""
+    from birder_ref.draws import stream_key
+
+    generator = torch.Generator().manual_seed(n_workers)
+    received = torch.randint(0, 256, (n_workers, 128), dtype=torch.uint8, generator=generator)
+    received[:, 0] = 255  # every worker +1: a count of n_workers
+    error = torch.rand(1024, generator=generator) - 0.5
+    u_bar, new_error = tb.server_step(tb.mean_of_signs(tb.count_plus(received), n_workers), error,
+                                      tb.uniforms(3, 5, tb.SERVER_STREAM, torch.arange(1024)))
+    fused = tb.server_step_packed_(received, error, stream_key(3, 5, tb.SERVER_STREAM), 0, n_workers=n_workers)
+    assert torch.equal(fused, tb.pack_signs(u_bar)) and torch.equal(error, new_error)
