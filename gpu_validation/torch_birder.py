@@ -198,6 +198,12 @@ class _Workspace:
     plus: torch.Tensor  # bool: "+1"
     word: torch.Tensor  # int64: eight "+1" bytes, then their packed byte
 
+    @functools.cached_property
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """NumPy views of a CPU workspace, made once: (a, work, grid, h and t as uint32, plus)."""
+        return (self.a.numpy(), self.work.numpy(), self.grid.numpy(), self.h.numpy().view(np.uint32),
+                self.t.numpy().view(np.uint32), self.plus.numpy())
+
     @staticmethod
     def make(n: int, device) -> _Workspace:
         size = max(8, min(PIECE, n))
@@ -237,16 +243,22 @@ def _grid_into(key: int, start: int, n: int, ws: _Workspace) -> torch.Tensor:
 
 def _hash_inputs_into(key: int, start: int, n: int, ws: _Workspace) -> None:
     """index_mix(start + i) ^ key into ``ws.h[:n]`` (``_grid_into``'s first pass)."""
-    h, table, xor = ws.h[:n], _low_half_table(ws.h.device), torch.bitwise_xor
-    if h.device.type == "cpu":  # NumPy views: less dispatch per call than torch's
-        h, table, xor = h.numpy(), table.numpy(), np.bitwise_xor
+    if ws.h.device.type == "cpu":  # NumPy views: less dispatch per call than torch's
+        h, table, xor, word = ws.arrays[3][:n], _low_half_numpy(), np.bitwise_xor, np.uint32
+    else:
+        h, table, xor, word = ws.h[:n], _low_half_table(ws.h.device), torch.bitwise_xor, as_int32
     lo = start
     while lo < start + n:
         block = lo - lo % _HALF
         hi = min(start + n, block + _HALF)
-        constant = as_int32(fmix32(HIGH_HALF | (block >> 16) & 0xFFFF) ^ key)
-        xor(table[lo - block: hi - block], constant, out=h[lo - start: hi - start])
+        xor(table[lo - block: hi - block], word(fmix32(HIGH_HALF | (block >> 16) & 0xFFFF) ^ key),
+            out=h[lo - start: hi - start])
         lo = hi
+
+
+@functools.cache
+def _low_half_numpy() -> np.ndarray:
+    return _low_half_table(torch.device("cpu")).numpy().view(np.uint32)
 
 
 def _mix_torch(n: int, ws: _Workspace) -> torch.Tensor:
@@ -262,14 +274,19 @@ def _mix_torch(n: int, ws: _Workspace) -> torch.Tensor:
 def _mix_numpy(n: int, ws: _Workspace) -> torch.Tensor:
     """``_mix_torch`` on CPU, on NumPy uint32 views of the workspace, where a right shift is logical (no mask after
     it) and multiplication wraps modulo 2**32: 9 passes where torch takes 12, the same bits."""
-    h, t = ws.h[:n].numpy().view(np.uint32), ws.t[:n].numpy().view(np.uint32)
-    for shift, constant in ((16, _FMIX_C1), (13, _FMIX_C2), (16, None)):  # fmix32
+    _, _, grid, h, t, _ = (x[:n] for x in ws.arrays)
+    for shift, constant in _NUMPY_FMIX:
         np.right_shift(h, shift, out=t)
         h ^= t
         if constant is not None:
-            np.multiply(h, np.uint32(constant), out=h)
+            np.multiply(h, constant, out=h)
     np.right_shift(h, 32 - UNIFORM_BITS, out=t)
-    return ws.grid[:n].copy_(ws.t[:n])  # integers below 2**24 (int32 words): exact in float32
+    np.copyto(grid, t.view(np.int32))  # integers below 2**24: exact in float32
+    return ws.grid[:n]
+
+
+_NUMPY_FMIX = tuple((np.uint32(shift), None if c is None else np.uint32(c))
+                    for shift, c in ((16, _FMIX_C1), (13, _FMIX_C2), (16, None)))  # fmix32's steps
 
 
 def _quantize_grid_(y: torch.Tensor, grid: torch.Tensor, ws: _Workspace, error: torch.Tensor) -> torch.Tensor:
