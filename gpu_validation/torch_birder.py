@@ -193,8 +193,8 @@ class _Workspace:
     a: torch.Tensor  # float32: y (the worker's) or z (the server's)
     work: torch.Tensor  # float32: threshold, then Q(y)
     grid: torch.Tensor  # float32: the draws' k (u = k / 2**24)
-    h: torch.Tensor  # int32: the hash
-    t: torch.Tensor  # int32: the hash's shifted word
+    h: torch.Tensor  # int32: the hash, in grid's memory (dead once its top bits are copied into grid)
+    t: torch.Tensor  # int32: the hash's shifted word, in work's memory (dead before work is written)
     plus: torch.Tensor  # bool: "+1"
     word: torch.Tensor  # int64: eight "+1" bytes, then their packed byte
 
@@ -207,9 +207,9 @@ class _Workspace:
     @staticmethod
     def make(n: int, device) -> _Workspace:
         size = max(8, min(PIECE, n))
-        f32 = [torch.empty(size, dtype=torch.float32, device=device) for _ in range(3)]
-        i32 = [torch.empty(size, dtype=torch.int32, device=device) for _ in range(2)]
-        return _Workspace(*f32, *i32, torch.empty(size, dtype=torch.bool, device=device),
+        a, work, grid = (torch.empty(size, dtype=torch.float32, device=device) for _ in range(3))
+        return _Workspace(a, work, grid, grid.view(torch.int32), work.view(torch.int32),  # fewer bytes in cache
+                          torch.empty(size, dtype=torch.bool, device=device),
                           torch.empty(size // 8, dtype=torch.int64, device=device))
 
 
