@@ -200,9 +200,9 @@ class _Workspace:
 
     @functools.cached_property
     def arrays(self) -> tuple[np.ndarray, ...]:
-        """NumPy views of a CPU workspace, made once: (a, work, grid, h and t as uint32, plus)."""
+        """NumPy views of a CPU workspace, made once: (a, work, grid, h and t as uint32, plus, word's bytes)."""
         return (self.a.numpy(), self.work.numpy(), self.grid.numpy(), self.h.numpy().view(np.uint32),
-                self.t.numpy().view(np.uint32), self.plus.numpy())
+                self.t.numpy().view(np.uint32), self.plus.numpy(), self.word.numpy().view(np.uint8))
 
     @staticmethod
     def make(n: int, device) -> _Workspace:
@@ -274,7 +274,7 @@ def _mix_torch(n: int, ws: _Workspace) -> torch.Tensor:
 def _mix_numpy(n: int, ws: _Workspace) -> torch.Tensor:
     """``_mix_torch`` on CPU, on NumPy uint32 views of the workspace, where a right shift is logical (no mask after
     it) and multiplication wraps modulo 2**32: 9 passes where torch takes 12, the same bits."""
-    _, _, grid, h, t, _ = (x[:n] for x in ws.arrays)
+    _, _, grid, h, t, _, _ = (x[:n] for x in ws.arrays)
     for shift, constant in _NUMPY_FMIX:
         np.right_shift(h, shift, out=t)
         h ^= t
@@ -389,7 +389,7 @@ def _worker_pieces_numpy(m, b_hat, e, rows, beta, eps, key, start, ws, mean, out
     f32 = np.float32
     beta32, rest32, eps32 = f32(beta), f32(1 - beta), f32(eps)
     M, B, E, R, packed = m.numpy(), b_hat.numpy(), e.numpy(), rows.numpy(), out.numpy()
-    A, W, G, PLUS = ws.a.numpy(), ws.work.numpy(), ws.grid.numpy(), ws.plus.numpy()
+    A, W, G, _, _, PLUS, BYTES = ws.arrays
     total = None if mean is None else mean.numpy()
     divisor = f32(rows.shape[0])
     for lo in range(0, n, PIECE):
@@ -413,18 +413,21 @@ def _worker_pieces_numpy(m, b_hat, e, rows, beta, eps, key, start, ws, mean, out
         np.divide(mp, a, out=a)
         a += ep  # a = y
         _grid_into(key, start + lo, k, ws)
-        _quantize_numpy(a, G[:k], w, plus, ep)
+        _quantize_numpy(a, G[:k], w, plus, BYTES[:k], ep)
         packed[lo // 8: hi // 8] = np.packbits(plus)  # most significant bit first, as pack_signs
 
 
-def _quantize_numpy(y: np.ndarray, grid: np.ndarray, work: np.ndarray, plus: np.ndarray, error: np.ndarray) -> None:
-    """``_quantize_grid_``'s operations on NumPy views (the same float32 results)."""
+def _quantize_numpy(y: np.ndarray, grid: np.ndarray, work: np.ndarray, plus: np.ndarray, scratch: np.ndarray,
+                    error: np.ndarray) -> None:
+    """``_quantize_grid_``'s operations on NumPy views (the same float32 results); Q(y) = 2 [plus] - 1 is formed
+    in bytes (``scratch``: 2 p - 1 wraps to 255 for p = 0, -1 read as int8), then converted exactly."""
     f32 = np.float32
     np.add(y, f32(1.0), out=work)
     work *= f32(_GRID_SCALE / 2)
     np.less(grid, work, out=plus)
-    np.multiply(plus, f32(2.0), out=work)
-    work -= f32(1.0)
+    np.add(plus.view(np.uint8), plus.view(np.uint8), out=scratch)
+    scratch -= np.uint8(1)
+    np.copyto(work, scratch.view(np.int8))  # +-1 exactly
     np.subtract(y, work, out=error)
 
 
@@ -435,7 +438,7 @@ def _server_pieces_numpy(mean_u, server_error, key, start, n_workers, ws, out) -
     n = server_error.numel()
     f32 = np.float32
     S, U, packed = server_error.numpy(), mean_u.numpy(), out.numpy()
-    A, W, G, PLUS = ws.a.numpy(), ws.work.numpy(), ws.grid.numpy(), ws.plus.numpy()
+    A, W, G, _, _, PLUS, BYTES = ws.arrays
     for lo in range(0, n, PIECE):
         hi = min(lo + PIECE, n)
         k = hi - lo
@@ -455,7 +458,7 @@ def _server_pieces_numpy(mean_u, server_error, key, start, n_workers, ws, out) -
             mean /= f32(U.shape[0])
         np.add(mean, sp, out=z)
         _grid_into(key, start + lo, k, ws)
-        _quantize_numpy(z, G[:k], w, PLUS[:k], sp)
+        _quantize_numpy(z, G[:k], w, PLUS[:k], BYTES[:k], sp)
         packed[lo // 8: hi // 8] = np.packbits(PLUS[:k])  # most significant bit first, as pack_signs
 
 
