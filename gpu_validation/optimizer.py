@@ -92,9 +92,10 @@ def _apply_packed_update_(piece: torch.Tensor, bits: torch.Tensor, start: int, l
     if piece.device.type == "cpu" and piece.dtype == torch.float32 and signs_all.dtype == torch.float32:
         f32 = np.float32
         signs, p, t = signs_all.numpy()[:8 * (last - first)], piece.detach().numpy(), term.numpy()[:n]
-        np.copyto(signs, np.unpackbits(bits.numpy()[first:last]))  # 0/1, most significant bit first
-        signs *= f32(2.0)
-        signs -= f32(1.0)  # +-1 exactly, the table's values
+        bit = np.unpackbits(bits.numpy()[first:last])  # 0/1 bytes, most significant bit first
+        bit += bit
+        bit -= np.uint8(1)  # 2 b - 1: 255 (-1 as int8) or 1
+        np.copyto(signs, bit.view(np.int8))  # +-1 exactly, the table's values
         np.multiply(p, f32(weight_decay), out=t)
         np.add(signs[start - 8 * first: start - 8 * first + n], t, out=t)
         t *= f32(lr)
