@@ -197,6 +197,7 @@ class _Workspace:
     t: torch.Tensor  # int32: the hash's shifted word, in work's memory (dead before work is written)
     plus: torch.Tensor  # bool: "+1"
     word: torch.Tensor  # int64: eight "+1" bytes, then their packed byte
+    cpu: bool  # on the CPU: the NumPy forms run
 
     @functools.cached_property
     def arrays(self) -> tuple[np.ndarray, ...]:
@@ -210,23 +211,28 @@ class _Workspace:
         a, work, grid = (torch.empty(size, dtype=torch.float32, device=device) for _ in range(3))
         return _Workspace(a, work, grid, grid.view(torch.int32), work.view(torch.int32),  # fewer bytes in cache
                           torch.empty(size, dtype=torch.bool, device=device),
-                          torch.empty(size // 8, dtype=torch.int64, device=device))
+                          torch.empty(size // 8, dtype=torch.int64, device=device), torch.device(device).type == "cpu")
+
+
+def _xorshift16(word: int) -> int:
+    """fmix32's first step, h ^ (h >> 16), on a 32-bit Python int. It is linear over XOR (a logical shift), so
+    xorshift16(a ^ b) = xorshift16(a) ^ xorshift16(b): applied to the cached table and to each block's constant
+    apart, it costs no pass over the elements."""
+    return word ^ (word >> 16)
 
 
 @functools.cache
 def _low_half_table(device: torch.device) -> torch.Tensor:
-    """fmix32(j) for j < 2**16 as int32 words: ``birder_ref.draws.index_mix``'s table of the low half."""
-    return fmix32(torch.arange(_HALF, dtype=torch.int32, device=device))
+    """xorshift16(fmix32(j)) for j < 2**16 as int32 words: ``birder_ref.draws.index_mix``'s table of the low half,
+    with the first step of the fmix32 that follows already applied."""
+    words = fmix32(torch.arange(_HALF, dtype=torch.int32, device=device))
+    return words ^ ((words >> 16) & 0xFFFF)  # the arithmetic shift made logical
 
 
-def _fmix32_(h: torch.Tensor, t: torch.Tensor) -> None:
-    """``birder_ref.draws.fmix32`` in place on int32 words, with ``t`` as its one temporary (the same bits)."""
-    for shift, constant in ((16, _FMIX_C1), (13, _FMIX_C2), (16, None)):
-        torch.bitwise_right_shift(h, shift, out=t)
-        t &= MASK32 >> shift  # the arithmetic shift made logical
-        h ^= t
-        if constant is not None:
-            h *= as_int32(constant)
+@functools.cache
+def _high_half_word(high: int) -> int:
+    """fmix32(2**16 + high): ``birder_ref.draws.index_mix``'s word of the index's high half."""
+    return fmix32(HIGH_HALF | high)
 
 
 def _grid_into(key: int, start: int, n: int, ws: _Workspace) -> torch.Tensor:
@@ -234,16 +240,17 @@ def _grid_into(key: int, start: int, n: int, ws: _Workspace) -> torch.Tensor:
     workspace: the draw is k / 2**24 (``uniforms``' value), left unscaled so that the comparison can scale the
     threshold instead (both multiplications by powers of two are exact).
 
-    The hash's input index_mix(i) ^ key is formed in one pass: within an aligned block of 2**16 indices the high
-    half is fixed, so it is the cached table of fmix32(i mod 2**16) XOR the block's constant
-    fmix32(2**16 + floor(i / 2**16)) ^ key (a piece spans at most n / 2**16 + 1 blocks)."""
+    The hash's input index_mix(i) ^ key, with fmix32's first step applied, is formed in one pass: within an
+    aligned block of 2**16 indices the high half is fixed, so it is the cached table of the low halves' words
+    XOR the block's constant, fmix32(2**16 + floor(i / 2**16)) ^ key (``_xorshift16`` of both; a piece spans at
+    most n / 2**16 + 1 blocks). The rest of fmix32 and the top 24 bits take 8 more passes."""
     _hash_inputs_into(key, start, n, ws)
-    return _mix_numpy(n, ws) if ws.h.device.type == "cpu" else _mix_torch(n, ws)
+    return _mix_numpy(n, ws) if ws.cpu else _mix_torch(n, ws)
 
 
 def _hash_inputs_into(key: int, start: int, n: int, ws: _Workspace) -> None:
-    """index_mix(start + i) ^ key into ``ws.h[:n]`` (``_grid_into``'s first pass)."""
-    if ws.h.device.type == "cpu":  # NumPy views: less dispatch per call than torch's
+    """xorshift16(index_mix(start + i) ^ key) into ``ws.h[:n]`` (``_grid_into``'s first pass)."""
+    if ws.cpu:  # NumPy views: less dispatch per call than torch's
         h, table, xor, word = ws.arrays[3][:n], _low_half_numpy(), np.bitwise_xor, np.uint32
     else:
         h, table, xor, word = ws.h[:n], _low_half_table(ws.h.device), torch.bitwise_xor, as_int32
@@ -251,8 +258,8 @@ def _hash_inputs_into(key: int, start: int, n: int, ws: _Workspace) -> None:
     while lo < start + n:
         block = lo - lo % _HALF
         hi = min(start + n, block + _HALF)
-        xor(table[lo - block: hi - block], word(fmix32(HIGH_HALF | (block >> 16) & 0xFFFF) ^ key),
-            out=h[lo - start: hi - start])
+        constant = word(_xorshift16(_high_half_word((block >> 16) & 0xFFFF) ^ key))
+        xor(table[lo - block: hi - block], constant, out=h[lo - start: hi - start])
         lo = hi
 
 
@@ -262,10 +269,16 @@ def _low_half_numpy() -> np.ndarray:
 
 
 def _mix_torch(n: int, ws: _Workspace) -> torch.Tensor:
-    """fmix32 of the words in ``ws.h`` and their top 24 bits into ``ws.grid`` on torch int32 words (any device):
-    arithmetic shifts masked to logical ones."""
+    """The rest of fmix32 (after its first step) on the words in ``ws.h`` and their top 24 bits into ``ws.grid``,
+    on torch int32 words (any device): arithmetic shifts masked to logical ones."""
     h, t = ws.h[:n], ws.t[:n]
-    _fmix32_(h, t)
+    h *= as_int32(_FMIX_C1)  # wraps modulo 2**32
+    for shift, constant in ((13, _FMIX_C2), (16, None)):
+        torch.bitwise_right_shift(h, shift, out=t)
+        t &= MASK32 >> shift
+        h ^= t
+        if constant is not None:
+            h *= as_int32(constant)
     torch.bitwise_right_shift(h, 32 - UNIFORM_BITS, out=t)
     t &= (1 << UNIFORM_BITS) - 1
     return ws.grid[:n].copy_(t)
@@ -273,20 +286,20 @@ def _mix_torch(n: int, ws: _Workspace) -> torch.Tensor:
 
 def _mix_numpy(n: int, ws: _Workspace) -> torch.Tensor:
     """``_mix_torch`` on CPU, on NumPy uint32 views of the workspace, where a right shift is logical (no mask after
-    it) and multiplication wraps modulo 2**32: 9 passes where torch takes 12, the same bits."""
+    it) and multiplication wraps modulo 2**32: 8 passes where torch takes 10, the same bits."""
     _, _, grid, h, t, _, _ = (x[:n] for x in ws.arrays)
-    for shift, constant in _NUMPY_FMIX:
-        np.right_shift(h, shift, out=t)
-        h ^= t
-        if constant is not None:
-            np.multiply(h, constant, out=h)
-    np.right_shift(h, 32 - UNIFORM_BITS, out=t)
+    np.multiply(h, _C1, out=h)
+    np.right_shift(h, _S13, out=t)
+    h ^= t
+    np.multiply(h, _C2, out=h)
+    np.right_shift(h, _S16, out=t)
+    h ^= t
+    np.right_shift(h, _S8, out=t)  # the top 24 bits
     np.copyto(grid, t.view(np.int32))  # integers below 2**24: exact in float32
     return ws.grid[:n]
 
 
-_NUMPY_FMIX = tuple((np.uint32(shift), None if c is None else np.uint32(c))
-                    for shift, c in ((16, _FMIX_C1), (13, _FMIX_C2), (16, None)))  # fmix32's steps
+_C1, _C2, _S8, _S13, _S16 = (np.uint32(x) for x in (_FMIX_C1, _FMIX_C2, 32 - UNIFORM_BITS, 13, 16))
 
 
 def _quantize_grid_(y: torch.Tensor, grid: torch.Tensor, ws: _Workspace, error: torch.Tensor) -> torch.Tensor:
