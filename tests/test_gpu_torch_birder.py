@@ -1,5 +1,7 @@
 """The torch kernels against birder_ref, bit for bit, in one process (CPU; CUDA where present)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -223,10 +225,8 @@ def test_fused_draws_and_packing_equal_the_reference_forms():
     for start, n in ((0, tb.PIECE), (77_777, 1000), (tb.PIECE - 300, tb.PIECE), (2**31 - 500, 1000),
                      (2**32 - 1000, 1000)):  # one spans two aligned blocks of 2**16 indices
         expected = tb.uniforms(9, 3, 2, torch.arange(start, start + n, dtype=torch.int64))
-        assert torch.equal(tb._grid_into(key, start, n, ws) * 2.0**-24, expected), start
-        for mix in (tb._mix_numpy, tb._mix_torch):  # CPU's NumPy form; CUDA's torch one
-            tb._hash_inputs_into(key, start, n, ws)
-            assert torch.equal(mix(n, ws) * 2.0**-24, expected), (start, mix.__name__)
+        for form in (ws, dataclasses.replace(ws, cpu=False)):  # CPU's NumPy form; CUDA's torch one, run on CPU
+            assert torch.equal(tb._grid_into(key, start, n, form) * 2.0**-24, expected), (start, form.cpu)
     plus = torch.rand(8 * 4096, generator=torch.Generator().manual_seed(2)) < 0.5
     plus[:64] = torch.tensor([True] * 8 + [False] * 8 + [True, False] * 24)  # all-ones and all-zero bytes
     out = torch.empty(4096, dtype=torch.uint8)
