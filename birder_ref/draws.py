@@ -23,8 +23,9 @@ but fails at d = 2**23 (p 1e-8 to 7e-7, 2**24 draws); this hash passed every d =
 65537, 1000003 and the pairs of streams and of steps at 2**22 draws, and d = 2**b, b >= 12, at 2**24, as the
 two-round fmix32(fmix32(i ^ key) ^ key) it replaced did (tests/test_reference_packing_and_draws.py keeps such
 checks, at false-failure probability 1e-9 each). In the optimizer A(i) costs one pass: within an aligned
-block of 2**16 indices it is a cached table of fmix32(j) XOR one constant, so the hash takes 11 passes per
-element where the two rounds took 19.
+block of 2**16 indices it is a cached table of fmix32(j) XOR one constant (fmix32's first step, linear over XOR,
+folded into both), so the hash takes 9 passes per element where the two rounds took 19
+(``gpu_validation.torch_birder._grid_into``).
 
 Streams: worker i of Algorithm 1 draws from stream i, the server from ``SERVER_STREAM``.
 """
