@@ -4,28 +4,41 @@ One implementation serves NumPy and torch (CPU or CUDA): the hash works on 32-bi
 tensors and uses only XOR, AND, OR, right shifts followed by a mask (so an arithmetic shift acts as a logical
 one) and multiplications that wrap modulo 2**32 (two's complement int32 multiplication wraps identically in
 NumPy, on CPUs and in CUDA's mul.lo.s32). The mixing function is MurmurHash3's 32-bit finaliser fmix32
-(Appleby, SMHasher). The index i is split into 16-bit halves, each mixed on its own and combined as in simple
-tabulation hashing (Zobrist 1970; Patrascu and Thorup, "The power of simple tabulation hashing", STOC 2011),
-with fmix32 filling the two tables: A(i) = fmix32(i mod 2**16) ^ fmix32(2**16 + floor(i / 2**16)); then
-h = fmix32(A(i) ^ key). The top 24 bits of h become a float32 on the grid k / 2**24, so u lies in [0, 1) exactly
-and every value is representable. An element index i in [0, 2**32) is held as the int32 with the same low 32
-bits. Python ints (the per-stream key) run the same function in the unsigned domain.
+(Appleby, SMHasher). The index i is split into 16-bit halves lo = i mod 2**16 and hi = floor(i / 2**16) and
+combined in one Feistel-like round, each half through a table as in tabulation hashing (Zobrist 1970; Patrascu
+and Thorup, "The power of simple tabulation hashing", STOC 2011):
+A(i) = T(lo) ^ (hash16(hi) << 16) with T(lo) = (the high 16 bits of fmix32(lo)) << 16 | hash16(lo), where hash16
+is a 16-bit xorshift-multiply permutation; then h = fmix32(A(i) ^ key). The top 24 bits of h become a float32 on
+the grid k / 2**24, so u lies in [0, 1) exactly and every value is representable. An element index i in
+[0, 2**32) is held as the int32 with the same low 32 bits. Python ints (the per-stream key) run the same function
+in the unsigned domain.
+
+A is a bijection of 32-bit words. hash16 is one: x ^= x >> s (s >= 1) keeps x's top s bits and recovers each
+lower bit from the bits above it, and a multiplication by an odd constant is invertible modulo 2**16. The low 16
+bits of A(i) are hash16(lo) (the high half's term lies above bit 15), so A(i) determines lo; its high 16 bits
+are (fmix32(lo) >> 16) ^ hash16(hi), so with lo known they determine hash16(hi), hence hi. Two indices therefore
+never share A(i), nor, under any key, their draws. (The simple tabulation fmix32(lo) ^ fmix32(2**16 + hi) used
+before was not injective: 94 of the first 2**20 indices and 32,638 of the first 2**24 shared A(i) with another,
+and such a pair got the same draw in every step and stream.)
 
 Quality. Eq. 5 needs each draw uniform (Lemma 1): for a uniform key, A(i) ^ key is uniform and fmix32 is a
 bijection, so every draw is exactly uniform on the grid. The analysis sums one coordinate's noise over steps and
 workers: the same A(i) under distinct keys (``stream_key`` keeps keys distinct across one stream's steps and one
-step's streams), distinct inputs of a bijection differing by a hashed key difference. Across coordinates, A
-makes the inputs of any two indices differ by a difference of fmix32 outputs rather than by a few low or high
-bits, so fmix32's residual bias on sparse input differences does not reach the draws. Measured with
-16 x 16 chi-square tests on disjoint pairs (u(i), u(i + d)) (3 seeds): a single fmix32(i ^ key) fails at
-p < 1e-100 (d = 2**14, 2**22 draws); fmix32(i * 0x9E3779B9 + key) (SplitMix's Weyl step) passes at 2**22 draws
-but fails at d = 2**23 (p 1e-8 to 7e-7, 2**24 draws); this hash passed every d = 2**b, b < 22, d = 3, 65535,
-65537, 1000003 and the pairs of streams and of steps at 2**22 draws, and d = 2**b, b >= 12, at 2**24, as the
-two-round fmix32(fmix32(i ^ key) ^ key) it replaced did (tests/test_reference_packing_and_draws.py keeps such
-checks, at false-failure probability 1e-9 each). In the optimizer A(i) costs one pass: within an aligned
-block of 2**16 indices it is a cached table of fmix32(j) XOR one constant (fmix32's first step, linear over XOR,
-folded into both), so the hash takes 9 passes per element where the two rounds took 19
-(``gpu_validation.torch_birder._grid_into``).
+step's streams), distinct inputs of a bijection differing by a hashed key difference. Across coordinates, two
+indices' inputs to the final fmix32 differ by a dense difference rather than by a few low or high bits: within a
+block of 2**16 (same hi) by T(lo) ^ T(lo'), hash outputs in both halves; with the same lo by
+(hash16(hi) ^ hash16(hi')) << 16, whose dense high half fmix32's first step (h ^= h >> 16) copies into the low
+half; so fmix32's residual bias on sparse input differences does not reach the draws. Measured with 16 x 16
+chi-square tests on disjoint pairs (u(i), u(i + d)) (seeds 2024, 7, 99; top 4 bits and bits 4-7 of the 24): a
+single fmix32(i ^ key) fails at p < 1e-100 (d = 2**14, 2**22 draws); fmix32(i * 0x9E3779B9 + key) (SplitMix's
+Weyl step) passes at 2**22 draws but fails at d = 2**23 (p 1e-8 to 7e-7, 2**24 draws); this hash passed all 174
+checks of d = 2**b, b < 22, d = 3, 65535, 65537, 1000003 and the pairs of streams, of steps and with the server's
+stream at 2**22 draws (largest statistic 332 against the chi2(255) quantile 414.5 at 1 - 1e-9), and all 72 of
+d = 2**b, 12 <= b < 24, at 2**24 (largest 315) (tests/test_reference_packing_and_draws.py keeps such checks, at
+false-failure probability 1e-9 each). In the optimizer A(i) costs one pass: within an aligned block of 2**16
+indices it is a cached table of T(j) XOR one constant hash16(hi) << 16 (fmix32's first step, linear over XOR,
+folded into both), so the hash takes 9 passes per element where the two rounds fmix32(fmix32(i ^ key) ^ key) of
+an earlier version took 19 (``gpu_validation.torch_birder._grid_into``).
 
 Streams: worker i of Algorithm 1 draws from stream i, the server from ``SERVER_STREAM``.
 """
@@ -42,7 +55,10 @@ GOLDEN = 0x9E3779B9
 _FMIX_C1 = 0x85EBCA6B
 _FMIX_C2 = 0xC2B2AE35
 UNIFORM_BITS = 24
-HIGH_HALF = 1 << 16  # marks the index's high half, so that its table differs from the low half's
+# hash16's multipliers: from the search for 16-bit xorshift-multiply permutations of C. Wellons' hash-prospector
+# (github.com/skeeto/hash-prospector, README, "16-bit hashes": shifts 8, 7, 9 with these constants)
+_HASH16_C1 = 0x88B5
+_HASH16_C2 = 0xDB2D
 
 
 def as_int32(word: int) -> int:
@@ -94,12 +110,27 @@ def stream_key(seed: int, step: int, stream: int) -> int:
     return fmix32((key + mul32(stream, GOLDEN)) & MASK32)
 
 
+def hash16(x):
+    """A bijection of 16-bit words (a Python int or an int32 array/tensor with values in [0, 2**16)): three
+    xorshifts x ^= x >> s and two multiplications by odd constants modulo 2**16, each invertible on 16 bits."""
+    for shift, constant in ((8, _HASH16_C1), (7, _HASH16_C2), (9, None)):
+        x = x ^ (x >> shift)  # x >= 0, so the shift is logical
+        if constant is not None:
+            x = (x * constant) & 0xFFFF  # int32 products wrap modulo 2**32; their low 16 bits are exact
+    return x
+
+
+def low_half_word(low):
+    """T(j) = (fmix32(j) with its low 16 bits replaced by hash16(j)) for j in [0, 2**16): a Python int or an int32
+    array/tensor (a fresh one); ``index_mix``'s table of the index's low half."""
+    return (fmix32(low ^ 0) & ~0xFFFF) | hash16(low)  # low ^ 0: a fresh copy, as fmix32 mixes arrays in place
+
+
 def index_mix(index):
-    """A(i) = fmix32(i mod 2**16) ^ fmix32(2**16 + floor(i / 2**16)) of int32 words (the indices' low 32 bits);
-    a fresh array or tensor."""
+    """A(i) = T(i mod 2**16) ^ (hash16(floor(i / 2**16)) << 16) of int32 words (the indices' low 32 bits), a
+    bijection of 32-bit words (the module docstring proves it); a fresh array or tensor."""
     high = (index >> 16) & 0xFFFF  # the arithmetic shift made logical
-    high |= HIGH_HALF
-    return fmix32(index & 0xFFFF) ^ fmix32(high)
+    return low_half_word(index & 0xFFFF) ^ mul32(hash16(high), 1 << 16)  # the shift left as a wrapping product
 
 
 def hash_index(key: int, index):

@@ -23,13 +23,13 @@ import torch
 from birder_ref.draws import (
     _FMIX_C1,
     _FMIX_C2,
-    HIGH_HALF,
     MASK32,
     SERVER_STREAM,
     UNIFORM_BITS,
     as_int32,
-    fmix32,
+    hash16,
     hash_index,
+    low_half_word,
     stream_key,
 )
 
@@ -223,16 +223,10 @@ def _xorshift16(word: int) -> int:
 
 @functools.cache
 def _low_half_table(device: torch.device) -> torch.Tensor:
-    """xorshift16(fmix32(j)) for j < 2**16 as int32 words: ``birder_ref.draws.index_mix``'s table of the low half,
-    with the first step of the fmix32 that follows already applied."""
-    words = fmix32(torch.arange(_HALF, dtype=torch.int32, device=device))
+    """xorshift16(low_half_word(j)) for j < 2**16 as int32 words: ``birder_ref.draws.index_mix``'s table of the
+    low half, with the first step of the fmix32 that follows already applied."""
+    words = low_half_word(torch.arange(_HALF, dtype=torch.int32, device=device))
     return words ^ ((words >> 16) & 0xFFFF)  # the arithmetic shift made logical
-
-
-@functools.cache
-def _high_half_word(high: int) -> int:
-    """fmix32(2**16 + high): ``birder_ref.draws.index_mix``'s word of the index's high half."""
-    return fmix32(HIGH_HALF | high)
 
 
 def _grid_into(key: int, start: int, n: int, ws: _Workspace) -> torch.Tensor:
@@ -242,7 +236,7 @@ def _grid_into(key: int, start: int, n: int, ws: _Workspace) -> torch.Tensor:
 
     The hash's input index_mix(i) ^ key, with fmix32's first step applied, is formed in one pass: within an
     aligned block of 2**16 indices the high half is fixed, so it is the cached table of the low halves' words
-    XOR the block's constant, fmix32(2**16 + floor(i / 2**16)) ^ key (``_xorshift16`` of both; a piece spans at
+    XOR the block's constant, (hash16(floor(i / 2**16)) << 16) ^ key (``_xorshift16`` of both; a piece spans at
     most n / 2**16 + 1 blocks). The rest of fmix32 and the top 24 bits take 8 more passes."""
     _hash_inputs_into(key, start, n, ws)
     return _mix_numpy(n, ws) if ws.cpu else _mix_torch(n, ws)
@@ -258,7 +252,7 @@ def _hash_inputs_into(key: int, start: int, n: int, ws: _Workspace) -> None:
     while lo < start + n:
         block = lo - lo % _HALF
         hi = min(start + n, block + _HALF)
-        constant = word(_xorshift16(_high_half_word((block >> 16) & 0xFFFF) ^ key))
+        constant = word(_xorshift16((hash16((block >> 16) & 0xFFFF) << 16) ^ key))
         xor(table[lo - block: hi - block], constant, out=h[lo - start: hi - start])
         lo = hi
 
