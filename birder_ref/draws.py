@@ -55,8 +55,8 @@ GOLDEN = 0x9E3779B9
 _FMIX_C1 = 0x85EBCA6B
 _FMIX_C2 = 0xC2B2AE35
 UNIFORM_BITS = 24
-# hash16's multipliers: from the search for 16-bit xorshift-multiply permutations of C. Wellons' hash-prospector
-# (github.com/skeeto/hash-prospector, README, "16-bit hashes": shifts 8, 7, 9 with these constants)
+# hash16's shifts (8, 7, 9) and multipliers: hash16_xm2 of C. Wellons' hash-prospector (github.com/skeeto/
+# hash-prospector, README, "16-bit hashes"; avalanche bias 0.0086 measured there)
 _HASH16_C1 = 0x88B5
 _HASH16_C2 = 0xDB2D
 
