@@ -18,8 +18,9 @@ lower bit from the bits above it, and a multiplication by an odd constant is inv
 bits of A(i) are hash16(lo) (the high half's term lies above bit 15), so A(i) determines lo; its high 16 bits
 are (fmix32(lo) >> 16) ^ hash16(hi), so with lo known they determine hash16(hi), hence hi. Two indices therefore
 never share A(i), nor, under any key, their draws. (The simple tabulation fmix32(lo) ^ fmix32(2**16 + hi) used
-before was not injective: 94 of the first 2**20 indices and 32,638 of the first 2**24 shared A(i) with another,
-and such a pair got the same draw in every step and stream.)
+before was not injective: the first 2**20 indices took 94 fewer distinct values than indices (188 indices in
+pairs sharing one), the first 2**24 took 32,638 fewer (65,232 indices sharing), and indices sharing A(i) got the
+same draw in every step and stream.)
 
 Quality. Eq. 5 needs each draw uniform (Lemma 1): for a uniform key, A(i) ^ key is uniform and fmix32 is a
 bijection, so every draw is exactly uniform on the grid. The analysis sums one coordinate's noise over steps and
@@ -34,8 +35,9 @@ single fmix32(i ^ key) fails at p < 1e-100 (d = 2**14, 2**22 draws); fmix32(i * 
 Weyl step) passes at 2**22 draws but fails at d = 2**23 (p 1e-8 to 7e-7, 2**24 draws); this hash passed all 174
 checks of d = 2**b, b < 22, d = 3, 65535, 65537, 1000003 and the pairs of streams, of steps and with the server's
 stream at 2**22 draws (largest statistic 332 against the chi2(255) quantile 414.5 at 1 - 1e-9), and all 72 of
-d = 2**b, 12 <= b < 24, at 2**24 (largest 315) (tests/test_reference_packing_and_draws.py keeps such checks, at
-false-failure probability 1e-9 each). In the optimizer A(i) costs one pass: within an aligned block of 2**16
+d = 2**b, 12 <= b < 24, at 2**24 (largest 315) (``python -m birder_ref.draws_pairs [--log2-draws 24]`` prints
+these; tests/test_reference_packing_and_draws.py keeps such checks at 2**20 draws, false-failure probability 1e-9
+each). In the optimizer A(i) costs one pass: within an aligned block of 2**16
 indices it is a cached table of T(j) XOR one constant hash16(hi) << 16 (fmix32's first step, linear over XOR,
 folded into both), so the hash takes 9 passes per element where the two rounds fmix32(fmix32(i ^ key) ^ key) of
 an earlier version took 19 (``gpu_validation.torch_birder._grid_into``).

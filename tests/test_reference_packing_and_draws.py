@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from birder_ref import draws, pack_signs, quantize, unpack_signs
+from birder_ref import draws, draws_pairs, pack_signs, quantize, unpack_signs
 
 
 def test_pack_is_msb_first_one_for_plus_and_pads_with_zero():
@@ -83,8 +83,8 @@ def _invert_index_mix(a: np.ndarray) -> np.ndarray:
 
 
 def test_index_mix_determines_the_index():
-    """A(i) determines i for the first 2**24 indices (all distinct: the simple tabulation it replaced gave 32,638 of
-    them a shared A(i)), for indices at and past 2**31, and in torch the same bits."""
+    """A(i) determines i for the first 2**24 indices (all distinct: under the simple tabulation it replaced, 65,232
+    of them shared their A(i) with another), for indices at and past 2**31, and in torch the same bits."""
     first = draws.index_words(0, 1 << 24)
     assert np.array_equal(_invert_index_mix(draws.index_mix(first)), np.arange(1 << 24))
     wide = np.random.default_rng(21).integers(0, 2**32, 1 << 16, dtype=np.int64)
@@ -157,17 +157,6 @@ def test_uniforms_pass_a_chi_square_test_at_false_failure_probability_1e_9():
     assert statistic < stats.chi2.isf(1e-9, 255)
 
 
-def _pair_chi_square(u: np.ndarray, v: np.ndarray, bits: str) -> float:
-    """The 16 x 16 chi-square statistic of the pairs (u_j, v_j), binned on the draws' top 4 bits ("high") or on
-    bits 4-7 of their 24 ("low"); chi2(255) distributed when u and v are independent uniforms."""
-    shift = 20 if bits == "high" else 16
-    a, b = ((np.floor(x * 2**24).astype(np.int64) >> shift) & 15 for x in (u, v))
-    cells = a * 16 + b
-    counts = np.bincount(cells, minlength=256)
-    expected = u.size / 256
-    return float(((counts - expected) ** 2 / expected).sum())
-
-
 @pytest.mark.parametrize("bits", ["high", "low"])
 @pytest.mark.parametrize("pair", [1, 2**7, 2**14, 2**16, 2**19, 65537, "next stream", "next step", "server stream"])
 def test_pairs_of_draws_pass_a_chi_square_test_at_false_failure_probability_1e_9(pair, bits):
@@ -179,13 +168,11 @@ def test_pairs_of_draws_pass_a_chi_square_test_at_false_failure_probability_1e_9
     n = 1 << 20
     u = draws.uniforms(2024, 1, 0, n)
     if isinstance(pair, int):  # the lag d
-        first = np.flatnonzero((np.arange(n) // pair) % 2 == 0)
-        first = first[first + pair < n]
-        a, b = u[first], u[first + pair]
+        a, b = draws_pairs.lag_pairs(u, pair)
     else:
-        step, stream = {"next stream": (1, 1), "next step": (2, 0), "server stream": (1, draws.SERVER_STREAM)}[pair]
+        step, stream = draws_pairs.OTHER_KEYS[pair]
         a, b = u[: n // 2], draws.uniforms(2024, step, stream, n // 2)
-    assert _pair_chi_square(a, b, bits) < stats.chi2.isf(1e-9, 255)
+    assert draws_pairs.pair_chi_square(a, b, bits) < stats.chi2.isf(1e-9, 255)
 
 
 def test_quantize_mean_with_grid_draws_is_exact():
