@@ -524,10 +524,14 @@ def run_validate(args) -> int:
     trend = validate.speedup_trend(results)
     multi = [r for r in results if r.gpus > validate.GPUS_PER_NODE]
     profiles = sorted({r.profile for r in results})
+    generic = validate.order_check(table, validate.BASES[1])
+    site = validate.OrderCheck(validate.BASES[0], tuple(results),
+                               tuple(o for o in orders if o.gpus > validate.GPUS_PER_NODE))
     summary = {"mape": validate.mape(results), "fit_mape": validate.mape(results),
                "mape_multi_node": validate.mape(multi), "orders_agree": all(o.same for o in orders),
                "rows": [r.as_dict() for r in results], "orders": [o.as_dict() for o in orders],
-               "speedup_trend": [t.as_dict() for t in trend], "profiles": profiles}
+               "speedup_trend": [t.as_dict() for t in trend], "profiles": profiles,
+               "order_check": [site.as_dict(), generic.as_dict()]}
     cross = None
     if not args.no_cross_validation:
         with tqdm(total=validate.cross_validation_groups(args.csv), desc="cross-validation", unit="group",
@@ -563,9 +567,17 @@ def run_validate(args) -> int:
           f"({summary['mape_multi_node'] * 100:.1f}% over the multi-node rows; single-node rows are the calibration)"
           f" with the site profiles {', '.join(profiles)}")
     for o in orders:
-        mark = "same" if o.same else "DIFFERENT"
-        _say(f"order {o.network:8} {o.gpus:3d} GPUs: published {' > '.join(o.published_order)}; "
-              f"predicted {' > '.join(o.predicted_order)} ({mark})")
+        _say(_order_line(o))
+    for check in (site, generic):
+        _say(f"order of optimizers on the {check.basis}: {len(check.orders) - check.orders_wrong} of "
+             f"{len(check.orders)} multi-node groups as published; MAPE {validate.mape(check.multi_node) * 100:.1f}% "
+             "over the multi-node rows")
+    _say("generic presets (the rows' network names as hardware presets, nothing fitted), per multi-node row:")
+    for r in generic.multi_node:
+        _say(f"  {r.model:9} {r.batch_per_gpu:5d} {r.network:8} {r.optimizer:13} {r.gpus:4d} {r.published:10.0f} "
+             f"{r.predicted:10.0f} {r.error * 100:+6.1f}%")
+    for o in generic.orders:
+        _say("  " + _order_line(o))
     lines: dict[tuple, list[validate.Speedup]] = {}
     for t in trend:
         lines.setdefault((t.model, t.batch_per_gpu, t.network, t.optimizer), []).append(t)
@@ -587,6 +599,13 @@ def run_validate(args) -> int:
         _say(f"plots: {summary['plot']} (the paper's rows), {summary['corpus_plot']} (the corpus, each source left "
              "out)")
     return 0
+
+
+def _order_line(o) -> str:
+    """One group of ``validate.order_agreement``: the published order of optimizers beside the predicted."""
+    return (f"order {o.model} {o.batch_per_gpu}/GPU {o.network:8} {o.gpus:3d} GPUs: published "
+            f"{' > '.join(o.published_order)}; predicted {' > '.join(o.predicted_order)} "
+            f"({'same' if o.same else 'DIFFERENT'})")
 
 
 def _speedup_line(name: str, f: dict, level: float) -> str:

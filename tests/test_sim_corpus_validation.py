@@ -180,17 +180,20 @@ def test_the_site_constants_table_is_sites_toml():
     text = (Path(__file__).resolve().parents[1] / "sim" / "README.md").read_text()
     table = text.split("## Site profiles", 1)[1].split("| constant | where | value |", 1)[1].split("\n\n", 1)[0]
     rows = [line for line in table.splitlines()[2:] if line.startswith("|")]
-    assert len(rows) == 5
+    assert len(rows) == 7
+    quoted_keys = set()
     for row in rows:
         keys, site, values = re.fullmatch(r"\| (`\w+`(?:, `\w+`)*) \| `\[([\w-]+)\]` \| ([^|]+) \|.*", row).groups()
         keys = re.findall(r"`(\w+)`", keys)
         printed = [v.strip() for v in values.split(",")]
         assert len(keys) == len(printed), row
+        quoted_keys |= {(site, key) for key in keys}
         for key, quoted in zip(keys, printed, strict=True):
             number, _, unit = quoted.partition(" ")
             stored = SITES[site][key] / (1e6 if unit == "MB" else 1.0)
             decimals = len(number.partition(".")[2])
             assert f"{stored:.{decimals}f}" == number, (key, site, quoted)
+    assert {(site, key) for site, keys in validate.FITTED.items() for key in keys} <= quoted_keys  # none unquoted
 
 
 def test_the_512_node_table_of_the_sim_readme_is_the_simulators():
