@@ -82,6 +82,9 @@ def test_command_line_and_cluster_file_set_or_turn_off_the_spread(tmp_path, caps
         assert main(args + ([] if cv is None else ["--gpu-speed-cv", cv])) == 0
         runs[cv] = json.loads(capsys.readouterr().out)["throughput"]
     assert runs["0"] > runs[None]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["gpu_speed_cv"] == GPU_SPEED_CV and out["straggler_factor"] == straggler_factor(128, 8, GPU_SPEED_CV)
     path = tmp_path / "c.toml"
     path.write_text('gpu_speed_cv = 0\n[network]\npreset = "ib-hdr"\n')
     assert load_cluster(path, 16).gpu_speed_cv == 0.0
