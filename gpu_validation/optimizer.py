@@ -89,11 +89,13 @@ def _apply_packed_update_(piece: torch.Tensor, bits: torch.Tensor, start: int, l
     n = piece.numel()
     first, last = start // 8, -(-(start + n) // 8)
     signs_all, term, index = work
-    table = tb._sign_table(piece.dtype, piece.device)
     if piece.device.type == "cpu" and piece.dtype == torch.float32 and signs_all.dtype == torch.float32:
         f32 = np.float32
         signs, p, t = signs_all.numpy()[:8 * (last - first)], piece.detach().numpy(), term.numpy()[:n]
-        np.take(table.numpy(), bits.numpy()[first:last], axis=0, out=signs.reshape(-1, 8))
+        bit = np.unpackbits(bits.numpy()[first:last])  # 0/1 bytes, most significant bit first
+        bit += bit
+        bit -= np.uint8(1)  # 2 b - 1: 255 (-1 as int8) or 1
+        np.copyto(signs, bit.view(np.int8))  # +-1 exactly, the table's values
         np.multiply(p, f32(weight_decay), out=t)
         np.add(signs[start - 8 * first: start - 8 * first + n], t, out=t)
         t *= f32(lr)
@@ -101,6 +103,7 @@ def _apply_packed_update_(piece: torch.Tensor, bits: torch.Tensor, start: int, l
         return
     index = index[:last - first]
     index.copy_(bits[first:last])
+    table = tb._sign_table(piece.dtype, piece.device)
     torch.index_select(table, 0, index, out=signs_all[:8 * (last - first)].view(-1, 8))
     u_bar, term = signs_all[start - 8 * first: start - 8 * first + n], term[:n]
     torch.mul(piece, weight_decay, out=term)

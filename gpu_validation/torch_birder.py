@@ -20,7 +20,18 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from birder_ref.draws import _FMIX_C1, _FMIX_C2, MASK32, SERVER_STREAM, UNIFORM_BITS, as_int32, hash_index, stream_key
+from birder_ref.draws import (
+    _FMIX_C1,
+    _FMIX_C2,
+    HIGH_HALF,
+    MASK32,
+    SERVER_STREAM,
+    UNIFORM_BITS,
+    as_int32,
+    fmix32,
+    hash_index,
+    stream_key,
+)
 
 __all__ = [
     "SERVER_STREAM",
@@ -38,6 +49,7 @@ __all__ = [
 
 _BIT_SHIFTS = (7, 6, 5, 4, 3, 2, 1, 0)  # most significant bit first, as np.packbits(bitorder="big")
 _CPU_PIECE = 1 << 16  # elements per piece of the CPU draws: int64 temporaries stay in cache
+_HALF = 1 << 16  # indices per aligned block with one high half (``birder_ref.draws.index_mix``)
 
 
 @dataclass(frozen=True)
@@ -181,109 +193,125 @@ class _Workspace:
     a: torch.Tensor  # float32: y (the worker's) or z (the server's)
     work: torch.Tensor  # float32: threshold, then Q(y)
     grid: torch.Tensor  # float32: the draws' k (u = k / 2**24)
-    h: torch.Tensor  # int32: the hash
-    t: torch.Tensor  # int32: the hash's shifted word
+    h: torch.Tensor  # int32: the hash, in grid's memory (dead once its top bits are copied into grid)
+    t: torch.Tensor  # int32: the hash's shifted word, in work's memory (dead before work is written)
     plus: torch.Tensor  # bool: "+1"
     word: torch.Tensor  # int64: eight "+1" bytes, then their packed byte
+    cpu: bool  # on the CPU: the NumPy forms run
+
+    @functools.cached_property
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """NumPy views of a CPU workspace, made once: (a, work, grid, h and t as uint32, plus, word's bytes)."""
+        return (self.a.numpy(), self.work.numpy(), self.grid.numpy(), self.h.numpy().view(np.uint32),
+                self.t.numpy().view(np.uint32), self.plus.numpy(), self.word.numpy().view(np.uint8))
 
     @staticmethod
     def make(n: int, device) -> _Workspace:
         size = max(8, min(PIECE, n))
-        f32 = [torch.empty(size, dtype=torch.float32, device=device) for _ in range(3)]
-        i32 = [torch.empty(size, dtype=torch.int32, device=device) for _ in range(2)]
-        return _Workspace(*f32, *i32, torch.empty(size, dtype=torch.bool, device=device),
-                          torch.empty(size // 8, dtype=torch.int64, device=device))
+        a, work, grid = (torch.empty(size, dtype=torch.float32, device=device) for _ in range(3))
+        return _Workspace(a, work, grid, grid.view(torch.int32), work.view(torch.int32),  # fewer bytes in cache
+                          torch.empty(size, dtype=torch.bool, device=device),
+                          torch.empty(size // 8, dtype=torch.int64, device=device), torch.device(device).type == "cpu")
+
+
+def _xorshift16(word: int) -> int:
+    """fmix32's first step, h ^ (h >> 16), on a 32-bit Python int. It is linear over XOR (a logical shift), so
+    xorshift16(a ^ b) = xorshift16(a) ^ xorshift16(b): applied to the cached table and to each block's constant
+    apart, it costs no pass over the elements."""
+    return word ^ (word >> 16)
 
 
 @functools.cache
-def _piece_indices(device: torch.device) -> torch.Tensor:
-    return torch.arange(PIECE, dtype=torch.int32, device=device)
+def _low_half_table(device: torch.device) -> torch.Tensor:
+    """xorshift16(fmix32(j)) for j < 2**16 as int32 words: ``birder_ref.draws.index_mix``'s table of the low half,
+    with the first step of the fmix32 that follows already applied."""
+    words = fmix32(torch.arange(_HALF, dtype=torch.int32, device=device))
+    return words ^ ((words >> 16) & 0xFFFF)  # the arithmetic shift made logical
 
 
-def _fmix32_(h: torch.Tensor, t: torch.Tensor) -> None:
-    """``birder_ref.draws.fmix32`` in place on int32 words, with ``t`` as its one temporary (the same bits)."""
-    for shift, constant in ((16, _FMIX_C1), (13, _FMIX_C2), (16, None)):
-        torch.bitwise_right_shift(h, shift, out=t)
-        t &= MASK32 >> shift  # the arithmetic shift made logical
-        h ^= t
-        if constant is not None:
-            h *= as_int32(constant)
+@functools.cache
+def _high_half_word(high: int) -> int:
+    """fmix32(2**16 + high): ``birder_ref.draws.index_mix``'s word of the index's high half."""
+    return fmix32(HIGH_HALF | high)
 
 
 def _grid_into(key: int, start: int, n: int, ws: _Workspace) -> torch.Tensor:
     """k = the top 24 bits of ``birder_ref.draws.hash_index(key, start + i)`` as float32 (exact), i < n, in the
     workspace: the draw is k / 2**24 (``uniforms``' value), left unscaled so that the comparison can scale the
-    threshold instead (both multiplications by powers of two are exact)."""
-    if ws.grid.device.type == "cpu":
-        return _grid_into_numpy(key, start, n, ws)
-    return _grid_into_torch(key, start, n, ws)
+    threshold instead (both multiplications by powers of two are exact).
+
+    The hash's input index_mix(i) ^ key, with fmix32's first step applied, is formed in one pass: within an
+    aligned block of 2**16 indices the high half is fixed, so it is the cached table of the low halves' words
+    XOR the block's constant, fmix32(2**16 + floor(i / 2**16)) ^ key (``_xorshift16`` of both; a piece spans at
+    most n / 2**16 + 1 blocks). The rest of fmix32 and the top 24 bits take 8 more passes."""
+    _hash_inputs_into(key, start, n, ws)
+    return _mix_numpy(n, ws) if ws.cpu else _mix_torch(n, ws)
 
 
-def _grid_into_torch(key: int, start: int, n: int, ws: _Workspace) -> torch.Tensor:
-    """``_grid_into`` on torch int32 words (any device): arithmetic shifts masked to logical ones."""
-    grid = ws.grid[:n]
-    if start + n > 1 << 31:  # indices past int32's range: the general form (rare: a 2**31-element vector)
-        words = torch.arange(start, start + n, dtype=torch.int64, device=grid.device).to(torch.int32)
-        bits = (hash_index(key, words) >> (32 - UNIFORM_BITS)) & ((1 << UNIFORM_BITS) - 1)
-        return grid.copy_(bits)
-    h, t, k = ws.h[:n], ws.t[:n], as_int32(key)
-    torch.add(_piece_indices(grid.device)[:n], start, out=h)  # no overflow: start + n <= 2**31
-    h ^= k
-    _fmix32_(h, t)
-    h ^= k
-    _fmix32_(h, t)
-    torch.bitwise_right_shift(h, 32 - UNIFORM_BITS, out=t)
-    t &= (1 << UNIFORM_BITS) - 1
-    return grid.copy_(t)
+def _hash_inputs_into(key: int, start: int, n: int, ws: _Workspace) -> None:
+    """xorshift16(index_mix(start + i) ^ key) into ``ws.h[:n]`` (``_grid_into``'s first pass)."""
+    if ws.cpu:  # NumPy views: less dispatch per call than torch's
+        h, table, xor, word = ws.arrays[3][:n], _low_half_numpy(), np.bitwise_xor, np.uint32
+    else:
+        h, table, xor, word = ws.h[:n], _low_half_table(ws.h.device), torch.bitwise_xor, as_int32
+    lo = start
+    while lo < start + n:
+        block = lo - lo % _HALF
+        hi = min(start + n, block + _HALF)
+        constant = word(_xorshift16(_high_half_word((block >> 16) & 0xFFFF) ^ key))
+        xor(table[lo - block: hi - block], constant, out=h[lo - start: hi - start])
+        lo = hi
 
 
 @functools.cache
-def _numpy_indices() -> np.ndarray:
-    return np.arange(PIECE, dtype=np.uint32)
+def _low_half_numpy() -> np.ndarray:
+    return _low_half_table(torch.device("cpu")).numpy().view(np.uint32)
 
 
-def _grid_into_numpy(key: int, start: int, n: int, ws: _Workspace) -> torch.Tensor:
-    """``_grid_into`` on CPU: the same hash on NumPy uint32 views of the workspace, where a right shift is
-    logical (no mask after it) and multiplication wraps modulo 2**32: 19 passes instead of 27, the same bits.
-
-    The first pass forms index ^ key at once: within one aligned block of PIECE indices (a power of two) the
-    index is block + j = block ^ j (j < PIECE), so index ^ key = j ^ (block ^ key), one XOR of the cached j."""
-    h, t = ws.h[:n].numpy().view(np.uint32), ws.t[:n].numpy().view(np.uint32)
-    j = _numpy_indices()
-    lo = start
-    while lo < start + n:  # at most two blocks per piece of at most PIECE elements
-        block = lo - lo % PIECE
-        hi = min(start + n, block + PIECE)
-        np.bitwise_xor(j[lo - block: hi - block], np.uint32(block ^ key), out=h[lo - start: hi - start])
-        lo = hi
-    for round_ in range(2):  # h = fmix32(fmix32(index ^ key) ^ key)
-        if round_:
-            h ^= np.uint32(key)
-        for shift, constant in ((16, _FMIX_C1), (13, _FMIX_C2), (16, None)):
-            np.right_shift(h, shift, out=t)
-            h ^= t
-            if constant is not None:
-                np.multiply(h, np.uint32(constant), out=h)
-    np.right_shift(h, 32 - UNIFORM_BITS, out=t)
-    return ws.grid[:n].copy_(ws.t[:n])  # integers below 2**24 (int32 words): exact in float32
+def _mix_torch(n: int, ws: _Workspace) -> torch.Tensor:
+    """The rest of fmix32 (after its first step) on the words in ``ws.h`` and their top 24 bits into ``ws.grid``,
+    on torch int32 words (any device): arithmetic shifts masked to logical ones."""
+    h, t = ws.h[:n], ws.t[:n]
+    h *= as_int32(_FMIX_C1)  # wraps modulo 2**32
+    for shift, constant in ((13, _FMIX_C2), (16, None)):
+        torch.bitwise_right_shift(h, shift, out=t)
+        t &= MASK32 >> shift
+        h ^= t
+        if constant is not None:
+            h *= as_int32(constant)
+    torch.bitwise_right_shift(h, 32 - UNIFORM_BITS, out=t)
+    t &= (1 << UNIFORM_BITS) - 1
+    return ws.grid[:n].copy_(t)
 
 
-def _range_uniforms(key: int, start: int, n: int, device) -> torch.Tensor:
-    """Draws of elements start .. start + n - 1 under ``key`` (the position in the padded vector is the index)."""
-    dtype = torch.int32 if start + n <= 1 << 31 else torch.int64
-    return _uniforms_of(key, torch.arange(start, start + n, dtype=dtype, device=device))
+def _mix_numpy(n: int, ws: _Workspace) -> torch.Tensor:
+    """``_mix_torch`` on CPU, on NumPy uint32 views of the workspace, where a right shift is logical (no mask after
+    it) and multiplication wraps modulo 2**32: 8 passes where torch takes 10, the same bits."""
+    _, _, grid, h, t, _, _ = (x[:n] for x in ws.arrays)
+    np.multiply(h, _C1, out=h)
+    np.right_shift(h, _S13, out=t)
+    h ^= t
+    np.multiply(h, _C2, out=h)
+    np.right_shift(h, _S16, out=t)
+    h ^= t
+    np.right_shift(h, _S8, out=t)  # the top 24 bits
+    np.copyto(grid, t.view(np.int32))  # integers below 2**24: exact in float32
+    return ws.grid[:n]
+
+
+_C1, _C2, _S8, _S13, _S16 = (np.uint32(x) for x in (_FMIX_C1, _FMIX_C2, 32 - UNIFORM_BITS, 13, 16))
 
 
 def _quantize_grid_(y: torch.Tensor, grid: torch.Tensor, ws: _Workspace, error: torch.Tensor) -> torch.Tensor:
     """Eq. 5 on y with draws k / 2**24 (``grid`` holds k), writing y - Q(y) into ``error``; returns the "+1" mask.
 
-    ``quantize``'s test u < (clip(y, -1, 1) + 1) / 2 taken as k < (clip(y, -1, 1) + 1) * 2**23: the same
-    truth value, since multiplying both sides by 2**24 is exact (clip + 1 is 0 or at least 2**-24, at most 2).
+    ``birder_ref.quantize.quantize_unchecked``'s test u < fl(y + 1) / 2 (no clip: its docstring shows every
+    decision equals the clipped one) taken as k < fl(y + 1) * 2**23: the same truth value, since multiplying both
+    sides by 2**24 is exact (a power of two; an overflow to inf keeps k < inf true, as u < fl(y + 1) / 2 is).
     """
     n = y.numel()
     work, plus = ws.work[:n], ws.plus[:n]
-    torch.clamp(y, -1.0, 1.0, out=work)
-    work.add_(1.0).mul_(_GRID_SCALE / 2)
+    torch.add(y, 1.0, out=work).mul_(_GRID_SCALE / 2)
     torch.lt(grid, work, out=plus)
     torch.mul(plus, 2.0, out=work)  # +-1 exactly: 2 * {0, 1} - 1
     work.sub_(1.0)
@@ -303,17 +331,6 @@ def _pack_into(plus: torch.Tensor, ws: _Workspace, out: torch.Tensor) -> None:
     word >>= 56
     word &= 0xFF
     out.copy_(word)
-
-
-def _quantize_into(y: torch.Tensor, u: torch.Tensor, work: torch.Tensor, error: torch.Tensor) -> torch.Tensor:
-    """Eq. 5 on y with draws u, writing the error y - Q(y) into ``error``; returns the bool "+1" mask."""
-    torch.clamp(y, -1.0, 1.0, out=work)
-    work.add_(1.0).div_(2.0)
-    plus = torch.lt(u, work)
-    torch.mul(plus, 2.0, out=work)  # +-1 exactly: 2 * {0, 1} - 1
-    work.sub_(1.0)
-    torch.sub(y, work, out=error)
-    return plus
 
 
 def _pack_mask(plus: torch.Tensor) -> torch.Tensor:
@@ -385,7 +402,7 @@ def _worker_pieces_numpy(m, b_hat, e, rows, beta, eps, key, start, ws, mean, out
     f32 = np.float32
     beta32, rest32, eps32 = f32(beta), f32(1 - beta), f32(eps)
     M, B, E, R, packed = m.numpy(), b_hat.numpy(), e.numpy(), rows.numpy(), out.numpy()
-    A, W, G, PLUS = ws.a.numpy(), ws.work.numpy(), ws.grid.numpy(), ws.plus.numpy()
+    A, W, G, _, _, PLUS, BYTES = ws.arrays
     total = None if mean is None else mean.numpy()
     divisor = f32(rows.shape[0])
     for lo in range(0, n, PIECE):
@@ -409,30 +426,32 @@ def _worker_pieces_numpy(m, b_hat, e, rows, beta, eps, key, start, ws, mean, out
         np.divide(mp, a, out=a)
         a += ep  # a = y
         _grid_into(key, start + lo, k, ws)
-        _quantize_numpy(a, G[:k], w, plus, ep)
+        _quantize_numpy(a, G[:k], w, plus, BYTES[:k], ep)
         packed[lo // 8: hi // 8] = np.packbits(plus)  # most significant bit first, as pack_signs
 
 
-def _quantize_numpy(y: np.ndarray, grid: np.ndarray, work: np.ndarray, plus: np.ndarray, error: np.ndarray) -> None:
-    """``_quantize_grid_``'s operations on NumPy views (the same float32 results)."""
+def _quantize_numpy(y: np.ndarray, grid: np.ndarray, work: np.ndarray, plus: np.ndarray, scratch: np.ndarray,
+                    error: np.ndarray) -> None:
+    """``_quantize_grid_``'s operations on NumPy views (the same float32 results); Q(y) = 2 [plus] - 1 is formed
+    in bytes (``scratch``: 2 p - 1 wraps to 255 for p = 0, -1 read as int8), then converted exactly."""
     f32 = np.float32
-    np.clip(y, f32(-1.0), f32(1.0), out=work)
-    work += f32(1.0)
+    np.add(y, f32(1.0), out=work)
     work *= f32(_GRID_SCALE / 2)
     np.less(grid, work, out=plus)
-    np.multiply(plus, f32(2.0), out=work)
-    work -= f32(1.0)
+    np.add(plus.view(np.uint8), plus.view(np.uint8), out=scratch)
+    scratch -= np.uint8(1)
+    np.copyto(work, scratch.view(np.int8))  # +-1 exactly
     np.subtract(y, work, out=error)
 
 
 def _server_pieces_numpy(mean_u, server_error, key, start, n_workers, ws, out) -> None:
-    """``server_step_packed_``'s loop on CPU, on NumPy views: the same operations (line 12's mean from the +-1
-    table as ``_mean_of_packed_signs``, then z = mean + e_s, Q(z), e_s = z - Q(z), packing)."""
+    """``server_step_packed_``'s loop on CPU, on NumPy views: the same operations (line 12's mean as
+    ``mean_of_signs`` forms it from the count c of +1s, (2 c - n) / n, with c from the unpacked bits, then
+    z = mean + e_s, Q(z), e_s = z - Q(z), packing)."""
     n = server_error.numel()
     f32 = np.float32
     S, U, packed = server_error.numpy(), mean_u.numpy(), out.numpy()
-    A, W, G, PLUS = ws.a.numpy(), ws.work.numpy(), ws.grid.numpy(), ws.plus.numpy()
-    table = _sign_table(torch.float32, server_error.device).numpy()
+    A, W, G, _, _, PLUS, BYTES = ws.arrays
     for lo in range(0, n, PIECE):
         hi = min(lo + PIECE, n)
         k = hi - lo
@@ -440,16 +459,19 @@ def _server_pieces_numpy(mean_u, server_error, key, start, n_workers, ws, out) -
         if n_workers is None:
             mean = U[lo:hi]
         else:
-            mean, row_signs = w.reshape(-1, 8), G[:k].reshape(-1, 8)
-            np.take(table, U[0, lo // 8: hi // 8], axis=0, out=mean)
+            count = np.unpackbits(U[0, lo // 8: hi // 8])  # 0/1 per element, most significant bit first
+            if U.shape[0] > 255:  # uint8 would wrap
+                count = count.astype(np.int32)
             for r in range(1, U.shape[0]):
-                np.take(table, U[r, lo // 8: hi // 8], axis=0, out=row_signs)
-                mean += row_signs
+                count += np.unpackbits(U[r, lo // 8: hi // 8])
             mean = w
+            np.copyto(mean, count)  # small integers: exact
+            mean *= f32(2.0)
+            mean -= f32(U.shape[0])
             mean /= f32(U.shape[0])
         np.add(mean, sp, out=z)
         _grid_into(key, start + lo, k, ws)
-        _quantize_numpy(z, G[:k], w, PLUS[:k], sp)
+        _quantize_numpy(z, G[:k], w, PLUS[:k], BYTES[:k], sp)
         packed[lo // 8: hi // 8] = np.packbits(PLUS[:k])  # most significant bit first, as pack_signs
 
 

@@ -1,5 +1,7 @@
 """The torch kernels against birder_ref, bit for bit, in one process (CPU; CUDA where present)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -214,19 +216,50 @@ def test_fused_in_place_stages_equal_the_plain_steps_across_pieces(gpus):
 
 def test_fused_draws_and_packing_equal_the_reference_forms():
     """The in-place draws (k kept unscaled; NumPy uint32 on CPU, torch int32 elsewhere) are ``uniforms``'
-    k / 2**24 bit for bit, also for indices at and past
-    2**31 (the int64 fallback), and the multiply-based packing equals ``pack_signs`` on arbitrary masks."""
+    k / 2**24 bit for bit, also for indices at and past 2**31 and across blocks of 2**16, and the multiply-based
+    packing equals ``pack_signs`` on arbitrary masks."""
     from birder_ref.draws import stream_key
 
     key = stream_key(9, 3, 2)
     ws = tb._Workspace.make(tb.PIECE, torch.device("cpu"))
     for start, n in ((0, tb.PIECE), (77_777, 1000), (tb.PIECE - 300, tb.PIECE), (2**31 - 500, 1000),
-                     (2**32 - 1000, 1000)):  # one spans two aligned blocks of PIECE indices
+                     (2**32 - 1000, 1000)):  # one spans two aligned blocks of 2**16 indices
         expected = tb.uniforms(9, 3, 2, torch.arange(start, start + n, dtype=torch.int64))
-        for form in (tb._grid_into, tb._grid_into_torch, tb._grid_into_numpy):  # CPU's NumPy form; CUDA's torch one
-            assert torch.equal(form(key, start, n, ws) * 2.0**-24, expected), (start, form.__name__)
+        for form in (ws, dataclasses.replace(ws, cpu=False)):  # CPU's NumPy form; CUDA's torch one, run on CPU
+            assert torch.equal(tb._grid_into(key, start, n, form) * 2.0**-24, expected), (start, form.cpu)
     plus = torch.rand(8 * 4096, generator=torch.Generator().manual_seed(2)) < 0.5
     plus[:64] = torch.tensor([True] * 8 + [False] * 8 + [True, False] * 24)  # all-ones and all-zero bytes
     out = torch.empty(4096, dtype=torch.uint8)
     tb._pack_into(plus, ws, out)
     assert torch.equal(out, tb.pack_signs(plus.to(torch.float32) * 2 - 1))
+
+
+def test_fused_server_stage_decides_like_the_clipped_quantizer_at_the_extremes():
+    """The fused stages compare k < fl(z + 1) * 2**23 without clipping z: at and just past +-1, at +-inf, a
+    float32 overflow (z + 1 then times 2**23) and NaN, the bits and the error are the plain step's."""
+    from birder_ref.draws import stream_key
+
+    edge = [1.0, -1.0, 1.0 + 2**-23, -1.0 - 2**-23, 1.0 - 2**-24, -1.0 + 2**-24, 3e38, -3e38, float("inf"),
+            float("-inf"), float("nan"), 0.0, -0.0, 5.0, -5.0, 2.0**-30]
+    mean = torch.tensor(edge * 64, dtype=torch.float32)  # 1024 elements, several draws per value
+    error = torch.zeros_like(mean)
+    u_bar, new_error = tb.server_step(mean, error, tb.uniforms(6, 1, tb.SERVER_STREAM, torch.arange(mean.numel())))
+    for fused_error in (error.clone(), torch.zeros(2 * mean.numel())[::2]):  # NumPy form; torch form (CUDA's)
+        fused = tb.server_step_packed_(mean, fused_error, stream_key(6, 1, tb.SERVER_STREAM), 0)
+        assert torch.equal(fused, tb.pack_signs(u_bar))
+        torch.testing.assert_close(fused_error, new_error, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("n_workers", [2, 300])
+def test_fused_server_stage_counts_any_number_of_workers(n_workers):
+    """Line 12's mean from the unpacked counts (uint8 up to 255 workers, wider beyond) equals mean_of_signs."""
+    from birder_ref.draws import stream_key
+
+    generator = torch.Generator().manual_seed(n_workers)
+    received = torch.randint(0, 256, (n_workers, 128), dtype=torch.uint8, generator=generator)
+    received[:, 0] = 255  # every worker +1: a count of n_workers
+    error = torch.rand(1024, generator=generator) - 0.5
+    u_bar, new_error = tb.server_step(tb.mean_of_signs(tb.count_plus(received), n_workers), error,
+                                      tb.uniforms(3, 5, tb.SERVER_STREAM, torch.arange(1024)))
+    fused = tb.server_step_packed_(received, error, stream_key(3, 5, tb.SERVER_STREAM), 0, n_workers=n_workers)
+    assert torch.equal(fused, tb.pack_signs(u_bar)) and torch.equal(error, new_error)

@@ -82,7 +82,8 @@ def test_indices_past_2_to_the_31_use_their_low_32_bits_in_numpy_and_torch():
     u = draws.uniforms(9, 2, 1, 2000, offset=offset)
     assert np.array_equal(u, tb.uniforms(9, 2, 1, torch.arange(offset, offset + 2000)).numpy())
     key = draws.stream_key(9, 2, 1)
-    oracle = [fmix32_python(fmix32_python((i ^ key) & draws.MASK32) ^ key) >> 8 for i in (offset, 2**31, 2**32 - 1)]
+    oracle = [fmix32_python(fmix32_python(i & 0xFFFF) ^ fmix32_python(0x10000 | i >> 16) ^ key) >> 8
+              for i in (offset, 2**31, 2**32 - 1)]
     got = draws.uniforms(9, 2, 1, 1, offset=offset)[0], draws.uniforms(9, 2, 1, 1, offset=2**31)[0], \
         draws.uniforms(9, 2, 1, 1, offset=2**32 - 1)[0]
     assert [int(g * 2**24) for g in got] == oracle
@@ -104,6 +105,37 @@ def test_uniforms_pass_a_chi_square_test_at_false_failure_probability_1e_9():
     counts = np.bincount((draws.uniforms(2024, 1, 0, 1 << 20) * 256).astype(np.int64), minlength=256)
     statistic = ((counts - 4096.0) ** 2 / 4096.0).sum()
     assert statistic < stats.chi2.isf(1e-9, 255)
+
+
+def _pair_chi_square(u: np.ndarray, v: np.ndarray, bits: str) -> float:
+    """The 16 x 16 chi-square statistic of the pairs (u_j, v_j), binned on the draws' top 4 bits ("high") or on
+    bits 4-7 of their 24 ("low"); chi2(255) distributed when u and v are independent uniforms."""
+    shift = 20 if bits == "high" else 16
+    a, b = ((np.floor(x * 2**24).astype(np.int64) >> shift) & 15 for x in (u, v))
+    cells = a * 16 + b
+    counts = np.bincount(cells, minlength=256)
+    expected = u.size / 256
+    return float(((counts - expected) ** 2 / expected).sum())
+
+
+@pytest.mark.parametrize("bits", ["high", "low"])
+@pytest.mark.parametrize("pair", [1, 2**7, 2**14, 2**16, 2**19, 65537, "next stream", "next step", "server stream"])
+def test_pairs_of_draws_pass_a_chi_square_test_at_false_failure_probability_1e_9(pair, bits):
+    """Disjoint pairs of draws, 2**19 of them: (u(i), u(i + d)) of one stream (i runs over the indices whose
+    block of d is even, so no draw is in two pairs), or the same index under the next stream, step or the
+    server's stream. For independent uniforms the statistic exceeds the chi2(255) quantile at 1 - 1e-9 with
+    probability 1e-9 (the draws are fixed, so the outcome is too). A single fmix32(index ^ key) fails lag 2**14
+    here (statistic 455 against the quantile 415; this hash: 249)."""
+    n = 1 << 20
+    u = draws.uniforms(2024, 1, 0, n)
+    if isinstance(pair, int):  # the lag d
+        first = np.flatnonzero((np.arange(n) // pair) % 2 == 0)
+        first = first[first + pair < n]
+        a, b = u[first], u[first + pair]
+    else:
+        step, stream = {"next stream": (1, 1), "next step": (2, 0), "server stream": (1, draws.SERVER_STREAM)}[pair]
+        a, b = u[: n // 2], draws.uniforms(2024, step, stream, n // 2)
+    assert _pair_chi_square(a, b, bits) < stats.chi2.isf(1e-9, 255)
 
 
 def test_quantize_mean_with_grid_draws_is_exact():
