@@ -917,6 +917,21 @@ def float64_checkpoint(at: Place) -> dict:
     return _result(model, ref)
 
 
+def step_skipped_on_one_rank(at: Place) -> dict:
+    """`if loss_ok: opt.step()` decided on each rank's own loss: rank 1 skips step 2 (no reference here: its
+    gathers in step() would be the collective that rank 1 never joins)."""
+    model = make_model(0)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = Birder(ddp, lr=LR, weight_decay=DECAY, seed=SEED, gpus_per_node=at.gpus_per_node)
+    for step in range(1, STEPS + 1):
+        x, y = batch(SEED, step, at.rank)
+        nn.functional.mse_loss(ddp(x), y).backward()
+        if (at.rank, step) != (1, 2):
+            opt.step()
+        opt.zero_grad()
+    return _result(model, None)
+
+
 def comm_hook_after_birder(at: Place) -> dict:
     """ddp.register_comm_hook(None, allreduce_hook) after Birder (a line from a DDP tutorial, placed after it)."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -1073,6 +1088,8 @@ HABITS: tuple[Habit, ...] = (
              "saved with seed=3, this run has 4 (build Birder with seed=3 to resume this state"),
     _refused(float64_checkpoint, "load a checkpoint whose tensors were cast to float64", "ValueError",
              "must be a dense float32 tensor of shape"),
+    _refused(step_skipped_on_one_rank, "`opt.step()` skipped on one rank (a rank-local `if loss.isfinite():`)",
+             "RuntimeError", "rank(s) [0, 2, 3] called step(); rank(s) [1] called backward. step() is collective"),
     _refused(comm_hook_after_birder, "`ddp.register_comm_hook(...)` after Birder was built", "RuntimeError",
              "register_comm_hook or register_builtin_comm_hook can only be called once"),
 )

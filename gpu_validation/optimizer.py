@@ -140,8 +140,8 @@ def _layout(scheme: str, gpus_per_node) -> tuple[int, int]:
     return (world // g, g) if scheme == "hierarchical" else (1, world)
 
 
-_HOOK, _STATE_DICT, _FORWARD = 1, 2, 3  # what a rank is doing when it joins a record all-gather on Birder's group
-_CALLS = {_HOOK: "backward", _STATE_DICT: "state_dict()", _FORWARD: "forward"}
+_HOOK, _STATE_DICT, _FORWARD, _STEP = 1, 2, 3, 4  # what a rank does when it joins a record all-gather (Birder's group)
+_CALLS = {_HOOK: "backward", _STATE_DICT: "state_dict()", _FORWARD: "forward", _STEP: "step()"}
 _RECORD = 5  # int64 words per rank: (what it is doing, Birder step, largest |gradient| as float32 bits, checksum of
 # the bucket's parameters, checksum of every group's lr and weight decay)
 
@@ -222,6 +222,10 @@ def check_records(rows: torch.Tensor, doing: int, step: int) -> None:
         if _STATE_DICT in calls:
             raise RuntimeError(f"Birder step {step}: {who}. state_dict() is collective: call it on every rank (before "
                                f"`if rank == 0: torch.save(...)`), or save sharded_state_dict() on each rank")
+        if _STEP in calls:
+            raise RuntimeError(f"Birder step {step}: {who}. step() is collective: every rank calls it after the same "
+                               "backwards; a step skipped on some ranks only (`if loss.isfinite(): opt.step()` on a "
+                               "rank's own loss) must be decided on every rank alike (all_reduce the flag first)")
         raise RuntimeError(f"Birder step {step}: {who}: every rank must run the same forwards and backwards through "
                            "the DDP model")
     by_step = {s: [r for r, x in enumerate(steps) if x == s] for s in dict.fromkeys(steps)}
@@ -690,6 +694,7 @@ class Birder(torch.optim.Optimizer):
             raise RuntimeError(self._settings_message())
         if drifted:  # every rank saw the same records: all raise here, together
             raise RuntimeError(self._drift_message())
+        record = self._start_step_record()
         scale = getattr(self, "grad_scale", None)  # set by GradScaler.step: the scale still in .grad
         found_inf = getattr(self, "found_inf", None)
         grad = self._buffer("grad")  # reused: a fresh 4 B/element allocation each step costs page faults
@@ -698,6 +703,8 @@ class Birder(torch.optim.Optimizer):
             overlap.drain()
         elif overlap is not None and overlap.sent:
             topo = self.topology
+            self._finish_step_record(record)
+            record = None
             changed = torch.tensor([float(not overlap.unchanged(scale))], device=self.device)
             agreed = self._collective("intra-node overlap check", topo.worker_group, lambda: comm.all_gather_rows(
                 changed, topo.worker_group, topo.shards_per_worker))
@@ -714,6 +721,7 @@ class Birder(torch.optim.Optimizer):
                 raise ValueError("Birder takes dense gradients")
             else:
                 grad[start:start + p.numel()] = p.grad.reshape(-1)
+        self._finish_step_record(record)
         if scale is not None:
             grad.div_(scale.to(device=self.device, dtype=torch.float32))  # exact for powers of two
         local_bad = bool(found_inf is not None and float(found_inf) > 0)
@@ -731,6 +739,24 @@ class Birder(torch.optim.Optimizer):
         if overlap is not None:
             overlap.frontier, overlap.sent = self.length, False  # nothing sent matches: exchange it all now
         return self._finish_step(loss, grad, largest, overlap)
+
+    def _start_step_record(self) -> tuple[torch.Tensor, torch.Tensor, object] | None:
+        """Start the all-gather of this rank's step() record over Birder's group of all ranks (asynchronous: its
+        latency overlaps the flattening of the gradients; ``_finish_step_record`` waits for it). A rank that
+        skipped step() meets it with its next backward's record, and every rank raises at once (``check_records``)
+        instead of waiting out the timeout in mismatched collectives. None on one rank."""
+        group = self.topology.world_group
+        if group is None:
+            return None
+        record = torch.tensor([_STEP, self.t + 1, 0, 0, 0], dtype=torch.int64, device=self.device)
+        every = torch.empty(dist.get_world_size() * _RECORD, dtype=torch.int64, device=self.device)
+        return record, every, comm._all_gather(every, record, group=group, async_op=True)
+
+    def _finish_step_record(self, started: tuple[torch.Tensor, torch.Tensor, object] | None) -> None:
+        if started is not None:
+            _, every, work = started
+            self._collective("step() record all-gather", self.topology.world_group, work.wait)
+            check_records(every.view(-1, _RECORD).cpu(), _STEP, self.t + 1)
 
     def _check_trainable_set(self) -> None:
         """Raise one RuntimeError (on every rank alike) if step() cannot mean what the loop intends: a parameter
