@@ -312,6 +312,17 @@ def no_sync_accumulation(at: Place) -> dict:
     return _result(model, ref)
 
 
+def no_sync_on_some_steps(at: Place) -> dict:
+    """Accumulation under ``no_sync()`` on step 2 only (a micro-batch count that changes), plain steps around it."""
+    model, ddp, opt, ref = _plain(at)
+    _train(ddp, opt, at.rank, 1)
+    with ddp.no_sync():
+        x, y = batch(SEED, 20, at.rank)
+        nn.functional.mse_loss(ddp(x), y).backward()
+    _train(ddp, opt, at.rank, 2, 2)
+    return _result(model, ref)
+
+
 def two_backwards_then_step(at: Place) -> dict:
     model, ddp, opt, ref = _plain(at)
     for step in range(1, STEPS + 1):
@@ -992,6 +1003,8 @@ HABITS: tuple[Habit, ...] = (
     _works(static_graph, "`DDP(static_graph=True)`", "as without it"),
     _works(bucket_view, "`DDP(gradient_as_bucket_view=True)`, several buckets", "as without it"),
     _works(no_sync_accumulation, "accumulation under `ddp.no_sync()`", "one step on the summed local gradients"),
+    _works(no_sync_on_some_steps, "`no_sync()` accumulation on one step only, plain steps around it",
+           "each step on the local gradients summed since the last"),
     _works(two_backwards_then_step, "two `backward()` calls, then one `step()` (no `no_sync`)",
            "one step on the summed local gradients"),
     _works(checkpoint_non_reentrant, "`torch.utils.checkpoint` (`use_reentrant=False`)", "as without it"),
