@@ -612,7 +612,7 @@ class Birder(torch.optim.Optimizer):
         self._params = params
         self._name_of_id = {id(p): name for name, p in named}
         self._frozen_at_start = [(name, p) for name, p in ddp_model.module.named_parameters() if not p.requires_grad]
-        self._module = ddp_model.module  # to name parameters replaced, cast or moved since (``_model_changed``)
+        self._module = ddp_model.module  # to name parameters replaced, cast or moved since (``_refuse_changed_model``)
         self._kinds = [(p.dtype, p.device) for p in params]
         self._stepped_while_frozen: set[int] = set()  # ids of parameters an update found frozen: their state moved
         group_of = {id(p): i for i, g in enumerate(self.param_groups) for p in g["params"]}
@@ -694,7 +694,7 @@ class Birder(torch.optim.Optimizer):
             raise RuntimeError(self._settings_message())
         if drifted:  # every rank saw the same records: all raise here, together
             raise RuntimeError(self._drift_message())
-        record = self._start_step_record()
+        record = self._start_record(_STEP)  # waited for once the gradients are flattened: its latency overlaps that
         scale = getattr(self, "grad_scale", None)  # set by GradScaler.step: the scale still in .grad
         found_inf = getattr(self, "found_inf", None)
         grad = self._buffer("grad")  # reused: a fresh 4 B/element allocation each step costs page faults
@@ -703,7 +703,7 @@ class Birder(torch.optim.Optimizer):
             overlap.drain()
         elif overlap is not None and overlap.sent:
             topo = self.topology
-            self._finish_step_record(record)
+            self._finish_record(record)
             record = None
             changed = torch.tensor([float(not overlap.unchanged(scale))], device=self.device)
             agreed = self._collective("intra-node overlap check", topo.worker_group, lambda: comm.all_gather_rows(
@@ -721,7 +721,7 @@ class Birder(torch.optim.Optimizer):
                 raise ValueError("Birder takes dense gradients")
             else:
                 grad[start:start + p.numel()] = p.grad.reshape(-1)
-        self._finish_step_record(record)
+        self._finish_record(record)
         if scale is not None:
             grad.div_(scale.to(device=self.device, dtype=torch.float32))  # exact for powers of two
         local_bad = bool(found_inf is not None and float(found_inf) > 0)
@@ -739,24 +739,6 @@ class Birder(torch.optim.Optimizer):
         if overlap is not None:
             overlap.frontier, overlap.sent = self.length, False  # nothing sent matches: exchange it all now
         return self._finish_step(loss, grad, largest, overlap)
-
-    def _start_step_record(self) -> tuple[torch.Tensor, torch.Tensor, object] | None:
-        """Start the all-gather of this rank's step() record over Birder's group of all ranks (asynchronous: its
-        latency overlaps the flattening of the gradients; ``_finish_step_record`` waits for it). A rank that
-        skipped step() meets it with its next backward's record, and every rank raises at once (``check_records``)
-        instead of waiting out the timeout in mismatched collectives. None on one rank."""
-        group = self.topology.world_group
-        if group is None:
-            return None
-        record = torch.tensor([_STEP, self.t + 1, 0, 0, 0], dtype=torch.int64, device=self.device)
-        every = torch.empty(dist.get_world_size() * _RECORD, dtype=torch.int64, device=self.device)
-        return record, every, comm._all_gather(every, record, group=group, async_op=True)
-
-    def _finish_step_record(self, started: tuple[torch.Tensor, torch.Tensor, object] | None) -> None:
-        if started is not None:
-            _, every, work = started
-            self._collective("step() record all-gather", self.topology.world_group, work.wait)
-            check_records(every.view(-1, _RECORD).cpu(), _STEP, self.t + 1)
 
     def _check_trainable_set(self) -> None:
         """Raise one RuntimeError (on every rank alike) if step() cannot mean what the loop intends: a parameter
@@ -986,14 +968,27 @@ class Birder(torch.optim.Optimizer):
     def _exchange_record(self, doing: int) -> None:
         """One all-gather over Birder's group of all ranks of what this rank is doing at which step (``_RECORD``
         words, as the hook's records): raises at once on every rank unless all do the same (``check_records``)."""
+        self._finish_record(self._start_record(doing))
+
+    def _start_record(self, doing: int) -> tuple | None:
+        """Start ``_exchange_record``'s all-gather (asynchronous; ``_finish_record`` waits and checks). step()'s
+        record (``_STEP``): a rank that skipped step() meets it with its next backward's record, and every rank
+        raises at once instead of waiting out the timeout in mismatched collectives. None on one rank."""
         group = self.topology.world_group
         if group is None:
-            return
+            return None
         record = torch.tensor([doing, self.t + 1, 0, 0, 0], dtype=torch.int64, device=self.device)
-        phase = {_STATE_DICT: "state_dict() record all-gather",
+        every = torch.empty(dist.get_world_size() * _RECORD, dtype=torch.int64, device=self.device)
+        return doing, record, every, comm._all_gather(every, record, group=group, async_op=True)
+
+    def _finish_record(self, started: tuple | None) -> None:
+        if started is None:
+            return
+        doing, _, every, work = started  # the record tensor is kept alive until the all-gather is done
+        phase = {_STATE_DICT: "state_dict() record all-gather", _STEP: "step() record all-gather",
                  _FORWARD: "record all-gather before DDP's collectives in forward"}[doing]
-        rows = self._collective(phase, group, lambda: comm.all_gather_rows(record, group, dist.get_world_size()))
-        check_records(rows.cpu(), doing, self.t + 1)
+        self._collective(phase, self.topology.world_group, work.wait)
+        check_records(every.view(-1, _RECORD).cpu(), doing, self.t + 1)
 
     def _collective(self, phase: str, group, run):
         """Run one collective; on failure (timeout, dead peer) raise one error naming the ranks that went silent."""
