@@ -28,6 +28,7 @@ from safeio.outputs import check_output_dir, check_output_file
 from safeio.text import printable
 from sim.api import MAX_BATCH_PER_GPU, finite_json_value
 from sim.hardware import (
+    COMM_LIBRARIES,
     FRAMEWORKS,
     GENERIC_NETWORKS,
     GPUS,
@@ -38,6 +39,7 @@ from sim.hardware import (
     Cluster,
     check_measured_rate,
     check_nics_per_node,
+    check_sockets_per_connection,
     cluster,
     describe,
     intra_preset,
@@ -149,6 +151,15 @@ def _cluster_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
                         "iperf over TCP, ib_write_bw over InfiniBand), at most the line rate; replaces line rate x "
                         "payload share (default: not measured, or the TOML's [network] measured_gbps)"
                         + ("; with one network only" if sweep else ""))
+    p.add_argument("--placement-group", action="store_true", default=None,
+                   help="the nodes are in one cluster placement group (a cloud network's per-flow cap inside one, "
+                        "e.g. EC2's 10 Gb/s instead of 5; default: not, or the TOML's [network] placement_group)")
+    p.add_argument("--comm-library", choices=list(COMM_LIBRARIES), default=None,
+                   help="the collective library's release, for the TCP flows it opens per NIC "
+                        "(sim/presets/comm_libraries.toml; default nccl, 2.4.8 and later, or the TOML's)")
+    p.add_argument("--sockets-per-connection", type=positive_int, default=None, metavar="N",
+                   help="TCP sockets NCCL opens per connection, NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS as "
+                        "you set them (default: the library's for the NIC's vendor, or the TOML's)")
 
 
 def _workload_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
@@ -227,6 +238,20 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
         check_measured_rate(measured, c.nic.line_rate / 1e9, "--measured-gbps")
         c = replace(c, nic=replace(c.nic, measured_rate=measured * 1e9),
                     provenance=c.provenance + (("measured link", f"{measured:g} Gb/s (command line)"),))
+    if getattr(args, "placement_group", None):
+        if not math.isfinite(c.nic.placement_group_flow_rate):
+            raise ValueError(f"--placement-group: network {c.nic.name!r} has no per-flow cap inside a placement group "
+                             "(a cloud network's per_flow_gbps_placement_group, e.g. --network ec2-25gbe)")
+        c = replace(c, nic=replace(c.nic, placement_group=True),
+                    provenance=c.provenance + (("placement group", "yes (command line)"),))
+    library = getattr(args, "comm_library", None)
+    if library is not None:
+        c = replace(c, comm_library=library, provenance=c.provenance + (("comm library", f"{library} (command line)"),))
+    sockets = getattr(args, "sockets_per_connection", None)
+    if sockets is not None:
+        check_sockets_per_connection(sockets, "--sockets-per-connection")
+        c = replace(c, sockets_per_connection=sockets,
+                    provenance=c.provenance + (("sockets", f"{sockets} per connection (command line)"),))
     if getattr(args, "cluster", None) and args.intra:
         c = replace(c, intra=intra_preset(args.intra),
                     provenance=c.provenance + (("intra", f"preset {args.intra} (command line)"),))
@@ -488,10 +513,14 @@ def run_validate(args) -> int:
     trend = validate.speedup_trend(results)
     multi = [r for r in results if r.gpus > validate.GPUS_PER_NODE]
     profiles = sorted({r.profile for r in results})
+    generic = validate.order_check(table, validate.BASES[1])
+    site = validate.OrderCheck(validate.BASES[0], tuple(results),
+                               tuple(o for o in orders if o.gpus > validate.GPUS_PER_NODE))
     summary = {"mape": validate.mape(results), "fit_mape": validate.mape(results),
                "mape_multi_node": validate.mape(multi), "orders_agree": all(o.same for o in orders),
                "rows": [r.as_dict() for r in results], "orders": [o.as_dict() for o in orders],
-               "speedup_trend": [t.as_dict() for t in trend], "profiles": profiles}
+               "speedup_trend": [t.as_dict() for t in trend], "profiles": profiles,
+               "order_check": [site.as_dict(), generic.as_dict()]}
     cross = None
     if not args.no_cross_validation:
         with tqdm(total=validate.cross_validation_groups(args.csv), desc="cross-validation", unit="group",
@@ -527,9 +556,17 @@ def run_validate(args) -> int:
           f"({summary['mape_multi_node'] * 100:.1f}% over the multi-node rows; single-node rows are the calibration)"
           f" with the site profiles {', '.join(profiles)}")
     for o in orders:
-        mark = "same" if o.same else "DIFFERENT"
-        _say(f"order {o.network:8} {o.gpus:3d} GPUs: published {' > '.join(o.published_order)}; "
-              f"predicted {' > '.join(o.predicted_order)} ({mark})")
+        _say(_order_line(o))
+    for check in (site, generic):
+        _say(f"order of optimizers on the {check.basis}: {len(check.orders) - check.orders_wrong} of "
+             f"{len(check.orders)} multi-node groups as published; MAPE {validate.mape(check.multi_node) * 100:.1f}% "
+             "over the multi-node rows")
+    _say("generic presets (the rows' network names as hardware presets, nothing fitted), per multi-node row:")
+    for r in generic.multi_node:
+        _say(f"  {r.model:9} {r.batch_per_gpu:5d} {r.network:8} {r.optimizer:13} {r.gpus:4d} {r.published:10.0f} "
+             f"{r.predicted:10.0f} {r.error * 100:+6.1f}%")
+    for o in generic.orders:
+        _say("  " + _order_line(o))
     lines: dict[tuple, list[validate.Speedup]] = {}
     for t in trend:
         lines.setdefault((t.model, t.batch_per_gpu, t.network, t.optimizer), []).append(t)
@@ -551,6 +588,13 @@ def run_validate(args) -> int:
         _say(f"plots: {summary['plot']} (the paper's rows), {summary['corpus_plot']} (the corpus, each source left "
              "out)")
     return 0
+
+
+def _order_line(o) -> str:
+    """One group of ``validate.order_agreement``: the published order of optimizers beside the predicted."""
+    return (f"order {o.model} {o.batch_per_gpu}/GPU {o.network:8} {o.gpus:3d} GPUs: published "
+            f"{' > '.join(o.published_order)}; predicted {' > '.join(o.predicted_order)} "
+            f"({'same' if o.same else 'DIFFERENT'})")
 
 
 def _speedup_line(name: str, f: dict, level: float) -> str:

@@ -108,6 +108,13 @@ class Nic:
     # term (line rate x payload share); the limits behind the NIC (sockets shared by GPUs, host staging, PCIe)
     # still apply on top (Cluster.nic_limits). None: not measured.
     measured_rate: float | None = None
+    # A cloud network's cap on one TCP flow (one 5-tuple), bits/s, outside and inside a cluster placement group
+    # (presets/networks.toml ec2-*, from the provider's documentation; inf: no such cap), which of the two applies,
+    # and the NIC's maker as NCCL's socket transport reads it (PCI vendor: "aws" for ENA, 0x1d0f; "" otherwise)
+    flow_rate: float = math.inf
+    placement_group_flow_rate: float = math.inf
+    placement_group: bool = False
+    vendor: str = ""
     fitted: bool = False  # True for a site profile: some constants were fitted to that site's rows
     fitted_on: tuple[tuple[str, tuple], ...] = ()  # (what, values) the fit saw: models, batches, gpus
     source: str = ""
@@ -119,8 +126,18 @@ class Nic:
                   incast_onset_bytes=self.incast_onset_bytes, incast_certain_bytes=self.incast_certain_bytes,
                   host_bandwidth=self.host_bandwidth, share_at_8_gpus=self.share_at_8_gpus,
                   pcie_bandwidth=self.pcie_bandwidth, switch_buffer_bytes=self.switch_buffer_bytes,
-                  buffer_alpha=self.buffer_alpha)
+                  buffer_alpha=self.buffer_alpha, flow_rate=self.flow_rate,
+                  placement_group_flow_rate=self.placement_group_flow_rate)
         _count(self.name, "count", self.count)
+        if not isinstance(self.placement_group, bool):
+            raise ValueError(f"network {self.name!r}: placement_group must be true or false, got "
+                             f"{self.placement_group!r}")
+        if self.vendor not in NIC_VENDORS:
+            raise ValueError(f"network {self.name!r}: nic_vendor must be one of {', '.join(map(repr, NIC_VENDORS))}, "
+                             f"got {self.vendor!r}")
+        if self.placement_group and not math.isfinite(self.placement_group_flow_rate):
+            raise ValueError(f"network {self.name!r}: placement_group = true needs per_flow_gbps_placement_group (the "
+                             "provider's cap on one flow inside a cluster placement group)")
         if self.incast_certain_bytes < self.incast_onset_bytes:
             raise ValueError(f"network {self.name!r}: incast_certain_bytes must be >= incast_onset_bytes")
         if self.efficiency > 1:
@@ -144,6 +161,12 @@ class Nic:
         """Payload bytes/s of one NIC per direction before the limits of the path behind it: the measured
         host-to-host rate where one was measured, else the wire's (``wire_bandwidth``)."""
         return self.wire_bandwidth if self.measured_rate is None else self.measured_rate / 8
+
+    @property
+    def per_flow_rate(self) -> float:
+        """Bits/s one TCP flow may carry on this network: the cloud's cap inside a cluster placement group where
+        the nodes are in one, else outside (inf: no cap)."""
+        return self.placement_group_flow_rate if self.placement_group else self.flow_rate
 
     @property
     def link_rate(self) -> float:
@@ -230,6 +253,9 @@ class Cluster(OnLayout):
     nodes_per_leaf: int = 1  # nodes under one leaf switch; traffic between them never crosses the spine
     framework: str = "ddp"  # the training framework (presets/frameworks.toml): its buckets, overlap and cycle
     servers: int = 0  # summation / parameter servers of a push-pull framework (0: its own rule, one per worker NIC)
+    comm_library: str = "nccl"  # the collective library's release (presets/comm_libraries.toml): its TCP flows
+    sockets_per_connection: int | None = None  # set on the cluster (NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS);
+    # None: the library's default for the NIC's vendor
 
     def __post_init__(self) -> None:
         if not isinstance(self.layout, Layout):
@@ -249,6 +275,10 @@ class Cluster(OnLayout):
         if not (isinstance(self.servers, int) and not isinstance(self.servers, bool) and self.servers >= 0):
             raise ValueError(f"cluster: servers must be a non-negative integer, got {self.servers!r}")
         check_nics_per_node(self.nic.count, self.gpus_per_node, "[network] count")
+        if self.comm_library not in COMM_LIBRARIES:
+            raise ValueError(f"unknown comm library {self.comm_library!r}; choose one of {', '.join(COMM_LIBRARIES)}")
+        if self.sockets_per_connection is not None:
+            check_sockets_per_connection(self.sockets_per_connection, "cluster: sockets_per_connection")
 
     @property
     def n_gpus(self) -> int:
@@ -269,7 +299,8 @@ class Cluster(OnLayout):
         """Bytes/s one NIC moves per direction under each limit of its path: the wire (line rate x payload
         share) or, where the set-up's link rate was measured host to host, that rate in its place; the sockets
         shared by the GPUs behind it (socket transport: a share of the wire, NVIDIA/nccl issue 209); the
-        host-staged socket path; the GPU-NIC PCIe link.
+        host-staged socket path; the GPU-NIC PCIe link; on a cloud that caps each TCP flow, its flows times the
+        cap (``tcp_flows_per_nic``).
 
         A measured rate is a ceiling of its own, not scaled by the sockets' share: iperf and perftest measure one
         host-to-host stream, and NCCL's socket transport opens one TCP socket per connection on one helper
@@ -293,7 +324,20 @@ class Cluster(OnLayout):
         if nic.transport == "socket":
             limits["sockets"] = nic.wire_bandwidth * nic.socket_share(gpus_per_nic)
             limits["host"] = nic.host_bandwidth
+            if math.isfinite(nic.per_flow_rate):  # a cloud's cap on each TCP flow (AWS: 5 or 10 Gb/s)
+                limits["flows"] = self.tcp_flows_per_nic() * nic.per_flow_rate / 8
         return limits
+
+    def tcp_flows_per_nic(self) -> float:
+        """TCP flows one NIC carries per direction under NCCL's socket transport: the connections through it (a
+        ring's node crossing each; ``rings_per_nic`` of the comm library where it fixes them, else the channels
+        NCCL runs today, ``nccl_channels``) times the sockets each connection opens (the cluster's setting, else
+        the library's default for the NIC's vendor)."""
+        library = COMM_LIBRARIES[self.comm_library]
+        sockets = library["sockets_per_connection"]
+        per_connection = self.sockets_per_connection or sockets.get(self.nic.vendor, sockets["default"])
+        connections = library.get("rings_per_nic", nccl_channels(self) / self.nic.count)
+        return connections * per_connection
 
     @property
     def nic_bandwidth(self) -> float:
@@ -303,6 +347,29 @@ class Cluster(OnLayout):
     def with_nodes(self, n_nodes: int) -> Cluster:
         """The same cluster with ``n_nodes`` nodes (a new layout of as many GPUs per node)."""
         return replace(self, layout=layout_of(n_nodes, self.gpus_per_node))
+
+
+MAX_CHANNELS = 32  # the ring graph's maxChannels (MAXCHANNELS 64 / 2, src/graph/search.cc)
+
+
+def nccl_channels(cluster: Cluster) -> int:
+    """Channels of a multi-node ring: the graph search finds one ring per NIC (src/graph/search.cc), and
+    ncclTopoDupChannels doubles them where the intra-node path is fast (NVLink between the node's GPUs; with
+    one GPU or over PCIe it stays one per NIC: a simplification of its 25 GB/s test); at most MAX_CHANNELS."""
+    per_nic = 2 if cluster.intra.kind == "nvlink" and cluster.gpus_per_node > 1 else 1
+    return min(per_nic * cluster.nic.count, MAX_CHANNELS)
+
+
+MAX_SOCKETS_PER_CONNECTION = 64  # NCCL's MAX_SOCKETS (src/transport/net_socket.cc): it caps the product there
+
+
+def check_sockets_per_connection(value: Any, owner: str) -> int:
+    """TCP sockets NCCL opens per connection (NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS): an integer from 1
+    to NCCL's MAX_SOCKETS; one ValueError naming ``owner`` otherwise."""
+    if not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_SOCKETS_PER_CONNECTION):
+        raise ValueError(f"{owner} must be an integer from 1 to {MAX_SOCKETS_PER_CONNECTION} (NCCL_NSOCKS_PERTHREAD x "
+                         f"NCCL_SOCKET_NTHREADS; NCCL caps the product at {MAX_SOCKETS_PER_CONNECTION}), got {value!r}")
+    return value
 
 
 def _positive(owner: str, **values: float) -> None:
@@ -334,6 +401,8 @@ TRANSPORTS = _load("transports.toml")
 INTRA = _load("intra.toml")
 GPUS = _load("gpus.toml")
 FRAMEWORKS = _load("frameworks.toml")
+COMM_LIBRARIES = _load("comm_libraries.toml")
+NIC_VENDORS = ("", "aws")  # PCI vendors NCCL's socket transport tells apart (0x1d0f: AWS ENA); "": any other
 NETWORKS = {**GENERIC_NETWORKS, **SITES}  # every --network name: generic presets, then site profiles
 
 # TOML key -> (Nic field, factor to SI). The units of every key are in its name.
@@ -345,13 +414,16 @@ NIC_KEYS = {"line_rate_gbps": ("line_rate", 1e9), "efficiency": ("efficiency", 1
             "host_gbytes_per_s": ("host_bandwidth", 1e9), "share_at_8_gpus": ("share_at_8_gpus", 1.0),
             "pcie_gbytes_per_s": ("pcie_bandwidth", 1e9), "switch_buffer_bytes": ("switch_buffer_bytes", 1.0),
             "buffer_alpha": ("buffer_alpha", 1.0), "measured_gbps": ("measured_rate", 1e9),
-            "collnet_gbytes_per_s": ("collnet_bandwidth", 1e9)}
+            "collnet_gbytes_per_s": ("collnet_bandwidth", 1e9), "per_flow_gbps": ("flow_rate", 1e9),
+            "per_flow_gbps_placement_group": ("placement_group_flow_rate", 1e9)}
 UNITS = {"line_rate_gbps": "Gb/s", "efficiency": "share of line rate", "latency_us": "us", "peer_overhead_us": "us",
          "count": "NICs per node", "message_overhead_us": "us", "step_overhead_us": "us",
          "incast_onset_bytes": "bytes", "incast_certain_bytes": "bytes", "retransmission_timeout_s": "s",
          "host_gbytes_per_s": "GB/s", "share_at_8_gpus": "share", "pcie_gbytes_per_s": "GB/s",
          "switch_buffer_bytes": "bytes", "buffer_alpha": "factor", "collnet_gbytes_per_s": "GB/s",
          "measured_gbps": "Gb/s measured host to host (iperf, perftest), not fitted",
+         "per_flow_gbps": "Gb/s one TCP flow may carry (a cloud's cap)",
+         "per_flow_gbps_placement_group": "Gb/s one TCP flow may carry inside a cluster placement group",
          "port_gbytes_per_s": "GB/s", "fabric_gbytes_per_s": "GB/s", "oversubscription": "factor >= 1",
          "nodes": "nodes", "gpus_per_node": "GPUs", "nodes_per_leaf": "nodes under one leaf switch"}
 SITE_ONLY_KEYS = ("message_overhead_us", "step_overhead_us", "incast_onset_bytes", "incast_certain_bytes")
@@ -371,10 +443,12 @@ def network_spec(name: str) -> dict[str, Any]:
 NIC_RANGES = {"line_rate_gbps": "positive", "efficiency": "share", "count": "count", "incast_onset_bytes": "positive",
               "incast_certain_bytes": "positive", "host_gbytes_per_s": "positive", "share_at_8_gpus": "share",
               "pcie_gbytes_per_s": "positive", "switch_buffer_bytes": "positive",
-              "buffer_alpha": "positive", "measured_gbps": "positive"}  # every other NIC key: a non-negative number
+              "buffer_alpha": "positive", "measured_gbps": "positive", "per_flow_gbps": "positive",
+              "per_flow_gbps_placement_group": "positive"}  # every other NIC key: a non-negative number
 
 
-INFINITE_OK = ("incast_onset_bytes", "incast_certain_bytes", "switch_buffer_bytes")  # inf: no such limit
+INFINITE_OK = ("incast_onset_bytes", "incast_certain_bytes", "switch_buffer_bytes", "per_flow_gbps",
+               "per_flow_gbps_placement_group")  # inf: no such limit
 
 
 def make_nic(name: str, spec: dict[str, Any], owner: str | None = None) -> Nic:
@@ -418,9 +492,13 @@ def make_nic(name: str, spec: dict[str, Any], owner: str | None = None) -> Nic:
         if key in ("line_rate_gbps", "efficiency", "latency_us") and attr not in values:
             raise ValueError(f"{owner}: needs {key} ({UNITS[key]}) or a preset")
     fitted_on = tuple((k, tuple(v)) for k, v in spec.get("fitted_on", {}).items())
+    if not isinstance(spec.get("placement_group", False), bool):
+        raise ValueError(f"{owner} placement_group must be true or false (whether the nodes are in one cluster "
+                         f"placement group), got {spec['placement_group']!r}")
     try:
         return Nic(name=name, transport=spec.get("transport", ""), fitted=bool(spec.get("fitted", False)),
-                   fitted_on=fitted_on, source=spec.get("source", ""), **values)
+                   fitted_on=fitted_on, source=spec.get("source", ""),
+                   placement_group=spec.get("placement_group", False), vendor=spec.get("nic_vendor", ""), **values)
     except ValueError as error:
         raise ValueError(str(error).replace(f"network {name!r}", owner)) from None
 
@@ -471,7 +549,8 @@ def cluster(network: str, n_nodes: int, gpus_per_node: int = 8, intra: str | Non
                    framework=framework)
 
 
-CLUSTER_KEYS = {"nodes", "gpus_per_node", "gpu", "network", "intra", "switch", "name", "framework"}
+CLUSTER_KEYS = {"nodes", "gpus_per_node", "gpu", "network", "intra", "switch", "name", "framework", "comm_library",
+                "sockets_per_connection"}
 INTRA_KEYS = {"preset", "port_gbytes_per_s", "fabric_gbytes_per_s", "latency_us", "kind"}
 
 
@@ -486,7 +565,9 @@ def load_cluster(path: str | Path, n_nodes: int | None = None, gpus_per_node: in
     ``measured_gbps`` (a link rate measured host to host, set-up data in place of line rate x efficiency)
     (and a site's ``message_overhead_us``, ``step_overhead_us``, ``incast_*_bytes``); ``[intra]`` with ``preset``
     and/or ``port_gbytes_per_s``, ``fabric_gbytes_per_s``, ``latency_us``; ``[switch]`` with
-    ``oversubscription``; ``framework`` (presets/frameworks.toml, default ddp). A file without
+    ``oversubscription``; ``framework`` (presets/frameworks.toml, default ddp); ``comm_library``
+    (presets/comm_libraries.toml, default nccl) and ``sockets_per_connection``; ``[network] placement_group``
+    (true where the nodes are in one cluster placement group, on a preset with a per-flow cap). A file without
     ``[network] preset`` takes its transport's hardware constants, never a site's fit. ``Cluster.provenance`` says
     which figure came from a preset, the file, the command line or a default.
     """
@@ -516,7 +597,8 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
     prov: list[tuple[str, str]] = []
     net = dict(data.get("network", {"preset": "10gbe"}))  # no [network] table: the default preset
     preset = net.pop("preset", None)
-    marks = {"transport", "fitted", "source"}  # fitted/source: a file whose constants were fitted says so
+    marks = {"transport", "fitted", "source", "placement_group", "nic_vendor"}  # fitted/source: a file whose
+    # constants were fitted says so; placement_group, nic_vendor: set-up facts of a cloud network
     extra = set(net) - set(NIC_KEYS) - marks
     if extra:
         raise ValueError(f"[network] has unknown keys {sorted(extra)}; expected some of "
@@ -604,12 +686,21 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
     if not isinstance(framework, str) or framework not in FRAMEWORKS:
         raise ValueError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
     prov.append(("framework", f"{framework} ({framework_from})"))
+    library = data.get("comm_library", "nccl")
+    if not isinstance(library, str) or library not in COMM_LIBRARIES:
+        raise ValueError(f"comm_library must be one of {', '.join(COMM_LIBRARIES)}, got {library!r}")
+    sockets = data.get("sockets_per_connection")
+    if sockets is not None:
+        check_sockets_per_connection(sockets, "sockets_per_connection")
+    if "comm_library" in data or sockets is not None:
+        prov.append(("comm library", f"{library} (file)" + (f", {sockets} sockets per connection (file)"
+                                                             if sockets is not None else "")))
     return Cluster(layout_of(counts["nodes"], counts["gpus_per_node"]), nic, intra, oversubscription, gpu, str(name),
-                   tuple(prov), leaf, framework)
+                   tuple(prov), leaf, framework, comm_library=library, sockets_per_connection=sockets)
 
 
 LIMIT_NAMES = {"wire": "the wire", "measured": "the measured link rate", "pcie": "the GPU-NIC PCIe link",
-               "sockets": "sockets shared by its GPUs",
+               "sockets": "sockets shared by its GPUs", "flows": "the cloud's cap per TCP flow",
                "host": "the host-staged socket path"}
 
 
@@ -635,6 +726,10 @@ def describe(c: Cluster) -> list[str]:
         lines.append(f"  site profile {nic.name}: FITTED constants (message {nic.message_overhead * 1e6:.0f} us, "
                      f"step {nic.step_overhead * 1e6:.1f} us, efficiency {nic.efficiency:.3g}); fitted on "
                      + "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in nic.fitted_on))
+    if "flows" in c.nic_limits():
+        lines.append(f"  TCP flows        {c.tcp_flows_per_nic():g} per NIC ({c.comm_library}), each capped at "
+                     f"{nic.per_flow_rate / 1e9:g} Gb/s " + ("inside" if nic.placement_group else "outside")
+                     + " a cluster placement group")
     for what, where in c.provenance:
         lines.append(f"  {what:16} {where}")
     return lines

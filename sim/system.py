@@ -41,7 +41,7 @@ from birder_ref.schedules import (
     padded_dim,
     tree_allreduce,
 )
-from sim.hardware import GPUS, Cluster, framework_preset
+from sim.hardware import GPUS, Cluster, framework_preset, nccl_channels
 from sim.network import Link, transfer_time
 
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -74,7 +74,6 @@ TREE_CORRECTION = {
 # ------------------------------------------- NCCL's channels (NVIDIA/nccl 2.30.7, src/enqueue.cc, graph/tuning.cc)
 # An operation runs on channels, each a ring (or tree) of its own with 1/nChannels of the bandwidth: tuning.cc
 # models busBw = nChannels x per-channel bandwidth, capped per channel and protocol as below.
-MAX_CHANNELS = 32  # the ring graph's maxChannels (MAXCHANNELS 64 / 2, src/graph/search.cc)
 MAX_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}  # NCCL_{LL,LL128,SIMPLE}_MAX_NTHREADS (src/include/device.h)
 THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}  # NCCL_*_THREAD_THRESHOLD bytes per thread (include/comm.h);
 # tuning.cc multiplies the ring's LL threshold by nRanks
@@ -87,14 +86,6 @@ PER_CHANNEL_MAX_BW = {  # (2 nodes, more than 2 nodes) per channel
     ("tree", "Simple"): {"volta": (18.5, 10.0), "ampere": (23.6, 17.8), "hopper": (41.4, 36.0)},  # perChMaxTreeBws
 }
 PER_CHANNEL_MAX_BW[("tree", "LL")] = PER_CHANNEL_MAX_BW[("tree", "Simple")]  # tree all-reduce: every protocol
-
-
-def nccl_channels(cluster: Cluster) -> int:
-    """Channels of a multi-node ring: the graph search finds one ring per NIC (src/graph/search.cc), and
-    ncclTopoDupChannels doubles them where the intra-node path is fast (NVLink between the node's GPUs; with
-    one GPU or over PCIe it stays one per NIC: a simplification of its 25 GB/s test); at most MAX_CHANNELS."""
-    per_nic = 2 if cluster.intra.kind == "nvlink" and cluster.gpus_per_node > 1 else 1
-    return min(per_nic * cluster.nic.count, MAX_CHANNELS)
 
 
 def channels_used(nbytes: float, channels: int, protocol: str, algorithm: str, ranks: int) -> int:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from birder_ref import registry
 from safeio.inputs import read_text_bounded
 from sim.hardware import (
+    COMM_LIBRARIES,
     FRAMEWORKS,
     GENERIC_NETWORKS,
     GPUS,
@@ -271,13 +272,81 @@ def speedup_trend(results: list[Prediction], baseline: str = "sgdm") -> list[Spe
     return sorted(out, key=lambda t: (t.model, t.batch_per_gpu, t.network, t.optimizer, t.gpus))
 
 
+BASES = ("site profiles", "generic presets")  # what an order check predicts the paper's rows on
+
+
+@dataclass(frozen=True)
+class OrderCheck:
+    """The rows of a table predicted on one basis: the paper's site profiles (constants fitted on the public rows)
+    or the generic presets of the rows' network names (hardware values only, nothing fitted), each calibrated by
+    its single-node row; with the order of optimizers in every multi-node (model, batch, network, GPUs) group."""
+
+    basis: str  # one of BASES
+    predictions: tuple[Prediction, ...]  # every row, single-node rows included (they are the calibration)
+    orders: tuple[OrderAgreement, ...]  # multi-node groups only: a single node is matched by construction
+
+    @property
+    def multi_node(self) -> list[Prediction]:
+        return [p for p in self.predictions if p.gpus > GPUS_PER_NODE]
+
+    @property
+    def orders_wrong(self) -> int:
+        return sum(not o.same for o in self.orders)
+
+    def as_dict(self) -> dict:
+        return {"basis": self.basis, "mape_multi_node": mape(self.multi_node), "groups": len(self.orders),
+                "orders_wrong": self.orders_wrong, "rows": [p.as_dict() for p in self.predictions],
+                "orders": [o.as_dict() for o in self.orders]}
+
+
+def order_check(table: list[Row], basis: str, progress=None) -> OrderCheck:
+    """Predict every row of ``table`` on ``basis`` (``BASES``) and rank the optimizers of every multi-node group
+    by published and by predicted throughput. Generic presets take the row's network name as it stands (the
+    paper's ``10gbe`` and ``ib-hdr`` are then the hardware presets, not its clusters)."""
+    if basis not in BASES:
+        raise ValueError(f"unknown basis {basis!r}; choose one of {', '.join(BASES)}")
+    if basis == BASES[0]:
+        predictions = compare(table, progress=progress)
+    else:
+        predictions = [p for row in table for p in compare([row], progress=progress, table=table, network=row.network)]
+    orders = tuple(o for o in order_agreement(predictions) if o.gpus > GPUS_PER_NODE)
+    return OrderCheck(basis, tuple(predictions), orders)
+
+
+def order_check_markdown(checks: list[OrderCheck]) -> str:
+    """The order checks as the sim README prints them (a test compares them with a fresh run): one line per
+    multi-node group, the published order beside each basis's, then each row's error on each basis."""
+    head = "| model | batch | network | GPUs | published order | " + " | ".join(c.basis for c in checks) + " |"
+    lines = [head, "|" + "---|" * (5 + len(checks))]
+    for k, o in enumerate(checks[0].orders):
+        cells = [f"{' > '.join(c.orders[k].predicted_order)} ({'right' if c.orders[k].same else '**wrong**'})"
+                 for c in checks]
+        lines.append(f"| {o.model} | {o.batch_per_gpu} | {o.network} | {o.gpus} | {' > '.join(o.published_order)} | "
+                     + " | ".join(cells) + " |")
+    lines.append("| | | | | groups in the published order | "
+                 + " | ".join(f"{len(c.orders) - c.orders_wrong} of {len(c.orders)}" for c in checks) + " |")
+    lines += ["", "| model | batch | network | optimizer | GPUs | published | "
+              + " | ".join(f"{c.basis} (error)" for c in checks) + " |", "|" + "---|" * (6 + len(checks))]
+    for k, p in enumerate(checks[0].multi_node):
+        lines.append(f"| {p.model} | {p.batch_per_gpu} | {p.network} | {p.optimizer} | {p.gpus} | {p.published:,.0f} | "
+                     + " | ".join(f"{c.multi_node[k].predicted:,.0f} ({c.multi_node[k].error * 100:+.1f}%)"
+                                  for c in checks) + " |")
+    lines.append("| | | | | | MAPE | " + " | ".join(f"{percent(mape(c.multi_node))}" for c in checks) + " |")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------------------------------------- fit
 # the FITTED constants of each site (sites.toml keys) and the Nic field and unit factor each sets
-FITTED = {"birder-paper-10gbe": ("message_overhead_us", "step_overhead_us"),
-          "birder-paper-ib": ("message_overhead_us", "efficiency")}
+FITTED = {"birder-paper-10gbe": ("message_overhead_us", "step_overhead_us", "share_at_8_gpus"),
+          "birder-paper-ib": ("message_overhead_us", "efficiency", "step_overhead_us")}
 _NIC_FIELD = {"message_overhead_us": ("message_overhead", 1e-6), "step_overhead_us": ("step_overhead", 1e-6),
-              "efficiency": ("efficiency", 1.0),
+              "efficiency": ("efficiency", 1.0), "share_at_8_gpus": ("share_at_8_gpus", 1.0),
               "incast_onset_bytes": ("incast_onset_bytes", 1.0), "incast_certain_bytes": ("incast_certain_bytes", 1.0)}
+
+
+MAX_LOG_CONSTANT = 50.0  # |log| of a fitted constant in sites.toml's units: e^50 us or a share of e^-50 is no cluster
+GRID_STARTS = {"efficiency": (0.05, 0.1, 0.2, 0.4, 0.8), "step_overhead_us": (1.0, 10.0, 30.0, 100.0),
+               "share_at_8_gpus": (0.64, 0.8, 1.0)}
 
 
 def constants_tweak(fitted: dict[str, dict[str, float]]):
@@ -285,8 +354,9 @@ def constants_tweak(fitted: dict[str, dict[str, float]]):
     def tweak(c: Cluster) -> Cluster:
         values = fitted.get(c.nic.name, {})
         fields = {_NIC_FIELD[k][0]: v * _NIC_FIELD[k][1] for k, v in values.items() if k in _NIC_FIELD}
-        if "efficiency" in fields:
-            fields["efficiency"] = min(1.0, fields["efficiency"])
+        for share in ("efficiency", "share_at_8_gpus"):  # shares of a link: at most all of it
+            if share in fields:
+                fields[share] = min(1.0, fields[share])
         return replace(c, nic=replace(c.nic, **fields))
 
     return tweak
@@ -327,14 +397,21 @@ def fit(site: str, path: str | Path | None = None, train: list[Row] | None = Non
     spec = network_spec(site)
 
     def error(log_values, incast=()):
+        if any(abs(v) > MAX_LOG_CONSTANT for v in log_values):  # a constant the rows do not bound drifts off
+            return math.inf
         fitted = dict(zip(names, (math.exp(v) for v in log_values), strict=True)) | dict(incast)
         return mape(compare(mine, tweak=constants_tweak({site: fitted}), table=table))
 
     start = [math.log(max(spec.get(n, 1.0), 1e-3)) for n in names]
-    if "efficiency" in names:  # the efficiency's error surface has local minima: start from the best of a grid
-        k = names.index("efficiency")
-        grid = [(error(start[:k] + [math.log(e)] + start[k + 1:]), e) for e in (0.05, 0.1, 0.2, 0.4, 0.8)]
-        start[k] = math.log(min(grid)[1])
+    # the efficiency and the per-step overhead trade against each other (a slow link or a slow step), and the
+    # error surface has a basin for each: Nelder-Mead starts from the best two of the profile's values and a grid
+    # over those two constants
+    grid = [start]
+    for n in (n for n in names if n in GRID_STARTS):
+        k = names.index(n)
+        grid = [p[:k] + [math.log(v)] + p[k + 1:] for p in grid for v in GRID_STARTS[n]]
+    starts = sorted(map(list, dict.fromkeys(tuple(p) for p in [start, *grid])), key=error)[:2]
+    start = starts[0]
     brackets: list[tuple] = [()]
     if network_spec(site)["transport"] == "socket":
         # the onset of incast lies between two consecutive bursts of the rows, none of which tells where inside;
@@ -346,11 +423,12 @@ def fit(site: str, path: str | Path | None = None, train: list[Row] | None = Non
         scores = [error(start, incast) for incast in brackets]
         brackets = [brackets[i] for i in sorted(range(len(brackets)), key=lambda i: (scores[i], i))[:3]]
     best = None
-    for incast in brackets:
-        res = minimize(error, start, args=(incast,), method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-4})
+    for begin, incast in ((b, i) for b in starts for i in brackets):
+        res = minimize(error, begin, args=(incast,), method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-4})
         if best is None or res.fun < best[0] - 1e-9:
             best = (res.fun, res.x, incast)
     values = dict(zip(names, (math.exp(v) for v in best[1]), strict=True)) | dict(best[2])
+    values |= {n: min(1.0, values[n]) for n in ("efficiency", "share_at_8_gpus") if n in values}  # as applied
     values["mape"] = float(best[0])
     return values
 
@@ -540,18 +618,33 @@ def row_interval_regime(row: PublishedRow, prediction: workload.Prediction) -> s
     return interval_regime(efficiency)
 
 
+CLOUD_NIC_VENDOR = {"ec2": "aws"}  # a corpus row's cloud=NAME -> the nic_vendor of its network presets
+
+
 def _generic_nic(row) -> Nic:
     """The NIC of a row's set-up from generic hardware data only: the preset of its transport and line rate if
-    there is one, else its transport's constants at its line rate."""
+    there is one (on a cloud, its cloud's preset: EC2's caps each TCP flow; in a cluster placement group only
+    where the source says so), else its transport's constants at its line rate. ValueError for a cloud row
+    whose line rate has no preset of its cloud."""
     transport = TRANSPORT_OF[row.transport]
     prefix = {"ib": "ib-", "roce": "roce-"}.get(row.transport)
+    vendor = CLOUD_NIC_VENDOR.get(row.cloud, "")
     for name in GENERIC_NETWORKS:
         full = network_spec(name)
         if (full["transport"] == transport and float(full["line_rate_gbps"]) == float(row.line_rate_gbps)
-                and (prefix is None or name.startswith(prefix))):
-            return make_nic(name, full | {"count": row.nics_per_node})
+                and (prefix is None or name.startswith(prefix)) and full.get("nic_vendor", "") == vendor):
+            return make_nic(name, full | {"count": row.nics_per_node, "placement_group": bool(row.placement_group)})
+    if row.cloud is not None:
+        raise ValueError(f"no {row.cloud} network preset at {row.line_rate_gbps:g} Gb/s {row.transport} in "
+                         "sim/presets/networks.toml")
     return make_nic(f"{row.transport}-{row.line_rate_gbps:g}g", TRANSPORTS[transport] | {
         "transport": transport, "line_rate_gbps": float(row.line_rate_gbps), "count": row.nics_per_node})
+
+
+def comm_library_of(row: PublishedRow) -> str:
+    """The collective library release a row is simulated with (presets/comm_libraries.toml): its own where that
+    file has it, else today's NCCL (gloo, MPI, ps-lite and gRPC rows: their TCP flows are not NCCL's)."""
+    return row.comm_library if row.comm_library in COMM_LIBRARIES else "nccl"
 
 
 def framework_of(row: PublishedRow) -> str:
@@ -583,7 +676,7 @@ def corpus_cluster(row: PublishedRow, fitted: bool) -> Cluster:
     else:
         c = replace(cluster("10gbe", row.nodes, row.gpus_per_node, intra, row.gpu, framework=framework_of(row)),
                     nic=_generic_nic(row))
-    c = replace(c, servers=row.parameter_servers)
+    c = replace(c, servers=row.parameter_servers, comm_library=comm_library_of(row))
     if row.measured_link_gbps is None:
         return c
     # the source's measured link rate is set-up data: the same in the fitted and the generic prediction

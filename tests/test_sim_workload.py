@@ -178,7 +178,7 @@ def test_fitted_infiniband_constants_belong_to_the_papers_cluster_only(tmp_path)
     from sim.network import load_cluster
 
     site = cluster("birder-paper-ib", 2).nic
-    assert site.fitted and site.efficiency < 0.1 and site.message_overhead > 0
+    assert site.fitted and site.efficiency < 0.2 and site.message_overhead > 0 and site.step_overhead > 0
     for name in ("ib-hdr", "ib-ndr", "ib-edr", "10gbe", "100gbe"):
         nic = cluster(name, 2).nic
         assert not nic.fitted and nic.message_overhead == 0 and nic.step_overhead == 0 and nic.efficiency > 0.3

@@ -43,6 +43,9 @@ GRAD_ACCUM = re.compile(r"\bgrad_accum=(\d+)\b")  # in notes: micro-batches per 
 PARAMETER_SERVERS = re.compile(r"\bparameter_servers=(\d+)\b")  # in notes: servers a push-pull run used
 WARMUP = re.compile(r"\bwarmup_fraction=(\d+(?:\.\d+)?)\b")  # in notes: 1-bit Adam's uncompressed share of the steps
 # measured (absent: the simulator's default for the model)
+CLOUD = re.compile(r"\bcloud=([a-z0-9-]+)\b")  # in notes: the cloud whose instances ran the row (absent: none)
+PLACEMENT_GROUP = re.compile(r"\bplacement_group=(yes|no)\b")  # in notes: stated by the source (absent: unknown)
+CLOUDS = ("ec2",)  # clouds a row may name: Amazon EC2 (its network presets in sim/presets/networks.toml, ec2-*)
 # what may have measured a row's link rate host to host; the notes must name it
 LINK_TOOLS = ("iperf", "perftest", "ib_write_bw", "ib_send_bw", "netperf", "qperf")
 
@@ -93,6 +96,19 @@ class PublishedRow:
         the notes (0: the compression stage alone; absent: None, the simulator's default)."""
         found = WARMUP.search(self.notes)
         return float(found.group(1)) if found else None
+
+    @property
+    def cloud(self) -> str | None:
+        """The cloud whose instances ran the row, from ``cloud=NAME`` in the notes (absent: None, own hardware)."""
+        found = CLOUD.search(self.notes)
+        return found.group(1) if found else None
+
+    @property
+    def placement_group(self) -> bool | None:
+        """Whether the source states its instances were in one cluster placement group, from
+        ``placement_group=yes|no`` in the notes (absent: None, not stated)."""
+        found = PLACEMENT_GROUP.search(self.notes)
+        return None if found is None else found.group(1) == "yes"
 
 
 @dataclass(frozen=True)
@@ -238,6 +254,13 @@ def _parse_row(record: dict[str, str], sources: dict[str, Source]) -> PublishedR
     warmups = WARMUP.findall(row.notes)
     if len(warmups) > 1 or (warmups and not 0 <= float(warmups[0]) < 1):
         raise ValueError(f"column notes: warmup_fraction=F must appear at most once, with 0 <= F < 1 "
+                         f"({row.notes[:60]!r}...)")
+    clouds = CLOUD.findall(row.notes)
+    if len(clouds) > 1 or any(cloud not in CLOUDS for cloud in clouds):
+        raise ValueError(f"column notes: cloud=NAME must appear at most once, NAME one of {', '.join(CLOUDS)} "
+                         f"({row.notes[:60]!r}...)")
+    if len(PLACEMENT_GROUP.findall(row.notes)) > (1 if clouds else 0):
+        raise ValueError("column notes: placement_group=yes|no must appear at most once, and only with cloud=NAME "
                          f"({row.notes[:60]!r}...)")
     if row.nodes < 2:
         raise ValueError(f"column nodes: {row.nodes} is not a multi-node measurement (nodes >= 2)")
