@@ -225,7 +225,8 @@ def check_records(rows: torch.Tensor, doing: int, step: int) -> None:
         if _STEP in calls:
             raise RuntimeError(f"Birder step {step}: {who}. step() is collective: every rank calls it after the same "
                                "backwards; a step skipped on some ranks only (`if loss.isfinite(): opt.step()` on a "
-                               "rank's own loss) must be decided on every rank alike (all_reduce the flag first)")
+                               "rank's own loss) must be decided on every rank alike (all_reduce the flag first; "
+                               "a NaN/inf gradient on any rank already makes step() skip on every rank)")
         raise RuntimeError(f"Birder step {step}: {who}: every rank must run the same forwards and backwards through "
                            "the DDP model")
     by_step = {s: [r for r, x in enumerate(steps) if x == s] for s in dict.fromkeys(steps)}
