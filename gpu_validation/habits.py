@@ -943,6 +943,47 @@ def step_skipped_on_one_rank(at: Place) -> dict:
     return _result(model, None)
 
 
+def _evaluating(at: Place, ranks: tuple[int, ...]) -> dict:
+    """A model with BatchNorm (buffers: DDP broadcasts them in every forward) evaluated through the DDP model in
+    eval mode under no_grad after each step, on ``ranks``."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, 3))
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = Birder(ddp, lr=LR, weight_decay=DECAY, seed=SEED, gpus_per_node=at.gpus_per_node)
+    ref = Reference(opt)
+
+    def evaluate(step: int) -> None:
+        if at.rank in ranks:
+            ddp.eval()
+            with torch.no_grad():
+                ddp(torch.randn(4, 8, generator=torch.Generator().manual_seed(step)))
+            ddp.train()
+
+    _train(ddp, opt, at.rank, then=evaluate)
+    return _result(model, ref)
+
+
+def evaluate_on_every_rank(at: Place) -> dict:
+    return _evaluating(at, tuple(range(dist.get_world_size())))
+
+
+def evaluate_on_rank0_only(at: Place) -> dict:
+    return _evaluating(at, (0,))
+
+
+def clip_error_if_nonfinite(at: Place) -> dict:
+    """clip_grad_norm_(..., error_if_nonfinite=True) with a NaN loss on rank 1 at step 2."""
+    model, ddp, opt, ref = _plain(at)
+    for step in range(1, STEPS + 1):
+        x, y = batch(SEED, step, at.rank)
+        loss = nn.functional.mse_loss(ddp(x), y)
+        (loss * float("nan") if (at.rank, step) == (1, 2) else loss).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0, error_if_nonfinite=True)
+        opt.step()
+        opt.zero_grad()
+    return _result(model, ref)
+
+
 def comm_hook_after_birder(at: Place) -> dict:
     """ddp.register_comm_hook(None, allreduce_hook) after Birder (a line from a DDP tutorial, placed after it)."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -1103,6 +1144,13 @@ HABITS: tuple[Habit, ...] = (
              "must be a dense float32 tensor of shape"),
     _refused(step_skipped_on_one_rank, "`opt.step()` skipped on one rank (a rank-local `if loss.isfinite():`)",
              "RuntimeError", "rank(s) [0, 2, 3] called step(); rank(s) [1] called backward. step() is collective"),
+    _works(evaluate_on_every_rank, "a BatchNorm model evaluated through `ddp` (eval mode, `no_grad`) on every "
+           "rank after each step", "as without it"),
+    _refused(evaluate_on_rank0_only, "the same evaluation under `if rank == 0:` (DDP broadcasts buffers in it)",
+             "RuntimeError", "rank(s) [0] called an evaluation forward (eval mode or no_grad); rank(s) [1, 2, 3] "
+             "called forward"),
+    _refused(clip_error_if_nonfinite, "`clip_grad_norm_(..., error_if_nonfinite=True)`, a NaN loss on rank 1",
+             "RuntimeError", "The total norm of order 2.0 for gradients from `parameters` is non-finite"),
     _refused(comm_hook_after_birder, "`ddp.register_comm_hook(...)` after Birder was built", "RuntimeError",
              "register_comm_hook or register_builtin_comm_hook can only be called once"),
 )

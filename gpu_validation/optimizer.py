@@ -140,8 +140,11 @@ def _layout(scheme: str, gpus_per_node) -> tuple[int, int]:
     return (world // g, g) if scheme == "hierarchical" else (1, world)
 
 
-_HOOK, _STATE_DICT, _FORWARD, _STEP = 1, 2, 3, 4  # what a rank does when it joins a record all-gather (Birder's group)
-_CALLS = {_HOOK: "backward", _STATE_DICT: "state_dict()", _FORWARD: "forward", _STEP: "step()"}
+# what a rank does when it joins a record all-gather on Birder's group (_EVALUATION: a forward in eval mode or
+# without gradients, so that one rank's evaluation does not pass for the others' training forward)
+_HOOK, _STATE_DICT, _FORWARD, _STEP, _EVALUATION = 1, 2, 3, 4, 5
+_CALLS = {_HOOK: "backward", _STATE_DICT: "state_dict()", _FORWARD: "forward", _STEP: "step()",
+          _EVALUATION: "an evaluation forward (eval mode or no_grad)"}
 _RECORD = 5  # int64 words per rank: (what it is doing, Birder step, largest |gradient| as float32 bits, checksum of
 # the bucket's parameters, checksum of every group's lr and weight decay)
 
@@ -222,6 +225,10 @@ def check_records(rows: torch.Tensor, doing: int, step: int) -> None:
         if _STATE_DICT in calls:
             raise RuntimeError(f"Birder step {step}: {who}. state_dict() is collective: call it on every rank (before "
                                f"`if rank == 0: torch.save(...)`), or save sharded_state_dict() on each rank")
+        if _EVALUATION in calls:
+            raise RuntimeError(f"Birder step {step}: {who}. Through the DDP model every rank must run the same "
+                               "forwards (DDP broadcasts a model's buffers in each): evaluate on every rank, or on "
+                               "one rank through the unwrapped model (ddp.module)")
         if _STEP in calls:
             raise RuntimeError(f"Birder step {step}: {who}. step() is collective: every rank calls it after the same "
                                "backwards; a step skipped on some ranks only (`if loss.isfinite(): opt.step()` on a "
@@ -541,7 +548,7 @@ def _guard_ddp_forward(birder_ref):
         if birder is not None and birder._forward_record_due and not torch.compiler.is_compiling() and \
                 _ddp_forward_communicates(ddp, birder._hook_state.backward_seen):
             birder._forward_record_due = False
-            birder._exchange_record(_FORWARD)
+            birder._exchange_record(_FORWARD if ddp.training and torch.is_grad_enabled() else _EVALUATION)
 
     def after(ddp, args, output):
         birder, error = birder_ref(), sys.exc_info()[1]
@@ -986,8 +993,8 @@ class Birder(torch.optim.Optimizer):
         if started is None:
             return
         doing, _, every, work = started  # the record tensor is kept alive until the all-gather is done
-        phase = {_STATE_DICT: "state_dict() record all-gather", _STEP: "step() record all-gather",
-                 _FORWARD: "record all-gather before DDP's collectives in forward"}[doing]
+        phase = {_STATE_DICT: "state_dict() record all-gather", _STEP: "step() record all-gather"}.get(
+            doing, "record all-gather before DDP's collectives in forward")
         self._collective(phase, self.topology.world_group, work.wait)
         check_records(every.view(-1, _RECORD).cpu(), doing, self.t + 1)
 
