@@ -768,8 +768,8 @@ def step_with_closure(at: Place) -> dict:
             loss.backward()
             return loss
 
-        opt.step(closure)
-    return _result(model, ref)
+        returned = opt.step(closure)
+    return {**_result(model, ref), "returned_loss": isinstance(returned, torch.Tensor) and returned.requires_grad}
 
 
 def retain_graph_second_backward(at: Place) -> dict:
