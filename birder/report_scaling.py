@@ -603,7 +603,7 @@ def interval_words(g: Grid) -> str:
             f"of every fit (the validation corpus, {corpus.get('rows', 0)} published rows, each source left out in "
             "turn; the Birder paper's testbeds: their group cross-validation), asymmetric where the errors are and "
             "wider where an alpha-beta ring predicts communication-bound"
-            + (f"; it covered {100 * coverage:.0f}% of the left-out rows" if coverage is not None else "")
+            + (f"; it covered {100 * coverage:.1f}% of the left-out rows" if coverage is not None else "")
             + (f"; median half-width {100 * widths[len(widths) // 2]:.0f}% here." if widths else "."))
 
 
@@ -614,8 +614,8 @@ def speedup_words(g: Grid) -> str:
     corpus = (g.summary.get("corpus_validation") or {}).get("summary") or {}
     f, level = corpus.get("speedup") or {}, corpus.get("interval_level", 0.8)
     checked = "" if not f.get("pairs") else (
-        f" ({f['pairs']} pairs: they covered {100 * f['coverage']:.0f}% of the pairs left out with a median "
-        f"half-width of {100 * f['median_half_width']:.0f}%, against {100 * f['naive_coverage']:.0f}% and "
+        f" ({f['pairs']} pairs: they covered {100 * f['coverage']:.1f}% of the pairs left out with a median "
+        f"half-width of {100 * f['median_half_width']:.0f}%, against {100 * f['naive_coverage']:.1f}% and "
         f"{100 * f['naive_median_half_width']:.0f}% for the two intervals divided end by end; the "
         f"{100 * f['decided']:.0f}% that excluded 1 named the faster as measured in "
         f"{percent(f['decided_right'], 0)} of cases)")
@@ -623,7 +623,7 @@ def speedup_words(g: Grid) -> str:
             f"(same set-up and node count), each source left out{checked}, where the left-out pairs of its "
             "kind (measured node or not, regime) support it; else the two ranges divided end by end."
             + (" The pairs' own covered fewer left-out pairs than their nominal level: read a named faster one as "
-               "likely, not certain." if f.get("coverage") is not None and f["coverage"] < level else "")
+               "likely, not certain." if f.get("coverage") is not None and f['coverage'] < level else "")
             + " Where a speed-up's range excludes 1 the faster is named; where it contains 1 the two are within the "
               "uncertainty.")
 
@@ -755,7 +755,7 @@ def decision_section(outdir: Path, quick: bool) -> Section:
     corpus = (g.summary.get("corpus_validation") or {}).get("summary")
     if corpus:
         error += (f"; corpus, each source left out: {100 * corpus['mape_left_out']:.1f}% (linear scaling "
-                  f"{100 * corpus['mape_linear']:.1f}%), 80% intervals cover {100 * corpus['coverage']:.0f}%")
+                  f"{100 * corpus['mape_linear']:.1f}%), 80% intervals cover {100 * corpus['coverage']:.1f}%")
     return Section("\n".join(lines), {"prediction error": error, "headline": headline})
 
 

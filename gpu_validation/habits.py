@@ -11,6 +11,7 @@ and ``python -m gpu_validation.habits`` prints each row's outcome.
 """
 from __future__ import annotations
 
+import copy
 import os
 import sys
 import tempfile
@@ -64,8 +65,21 @@ class Reference:
     def _flat_params(self) -> torch.Tensor:
         return torch.cat([p.detach().reshape(-1).double() for p in self.opt._params])
 
-    def _before(self, opt, args, kwargs) -> None:
-        self.grads, self.before = _gather(self._flat_grads()), self._flat_params().numpy()
+    def _before(self, opt, args, kwargs):
+        """Keep the parameters; gather the gradients now, or, for ``step(closure)``, once the closure has run
+        (step() sees what it leaves in ``.grad``)."""
+        self.before = self._flat_params().numpy()
+        closure = args[1] if len(args) > 1 else kwargs.get("closure")  # args[0]: the optimizer
+        if closure is None:
+            self.grads = _gather(self._flat_grads())
+            return None
+
+        def closure_then_gather():
+            loss = closure()
+            self.grads = _gather(self._flat_grads())
+            return loss
+
+        return (args[0], closure_then_gather), {}
 
     def _after(self, opt, args, kwargs) -> None:
         after = _gather(self._flat_params())
@@ -97,11 +111,14 @@ def ranks_identical(module: nn.Module) -> bool:
 
 
 def _train(ddp: nn.Module, opt: Birder, rank: int, steps: int = STEPS, first: int = 1, then=None,
-           set_to_none: bool = True) -> None:
-    """``steps`` training steps on this rank's batches ``first``, ``first + 1``, ...; ``then(step)`` after each."""
+           set_to_none: bool = True, between=None) -> None:
+    """``steps`` training steps on this rank's batches ``first``, ``first + 1``, ...; ``between()`` after each
+    backward, ``then(step)`` after each step."""
     for step in range(first, first + steps):
         x, y = batch(SEED, step, rank)
         nn.functional.mse_loss(ddp(x), y).backward()
+        if between is not None:
+            between()
         opt.step()
         opt.zero_grad(set_to_none=set_to_none)
         if then is not None:
@@ -292,6 +309,17 @@ def no_sync_accumulation(at: Place) -> dict:
         nn.functional.mse_loss(ddp(x), y).backward()
         opt.step()
         opt.zero_grad()
+    return _result(model, ref)
+
+
+def no_sync_on_some_steps(at: Place) -> dict:
+    """Accumulation under ``no_sync()`` on step 2 only (a micro-batch count that changes), plain steps around it."""
+    model, ddp, opt, ref = _plain(at)
+    _train(ddp, opt, at.rank, 1)
+    with ddp.no_sync():
+        x, y = batch(SEED, 20, at.rank)
+        nn.functional.mse_loss(ddp(x), y).backward()
+    _train(ddp, opt, at.rank, 2, 2)
     return _result(model, ref)
 
 
@@ -722,6 +750,249 @@ def compiled_model(at: Place) -> dict:
     return _result(model, ref)
 
 
+def clip_grad_value(at: Place) -> dict:
+    model, ddp, opt, ref = _plain(at)
+    _train(ddp, opt, at.rank, between=lambda: nn.utils.clip_grad_value_(model.parameters(), 0.01))
+    return _result(model, ref)
+
+
+def step_with_closure(at: Place) -> dict:
+    """opt.step(closure), the closure zeroing the gradients and running forward and backward (LBFGS-style)."""
+    model, ddp, opt, ref = _plain(at)
+    for step in range(1, STEPS + 1):
+        x, y = batch(SEED, step, at.rank)
+
+        def closure(x=x, y=y) -> torch.Tensor:
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(ddp(x), y)
+            loss.backward()
+            return loss
+
+        returned = opt.step(closure)
+    return {**_result(model, ref), "returned_loss": isinstance(returned, torch.Tensor) and returned.requires_grad}
+
+
+def retain_graph_second_backward(at: Place) -> dict:
+    """loss.backward(retain_graph=True), then loss.backward() again through the same forward, then step()."""
+    model, ddp, opt, ref = _plain(at)
+    for step in range(1, STEPS + 1):
+        x, y = batch(SEED, step, at.rank)
+        loss = nn.functional.mse_loss(ddp(x), y)
+        loss.backward(retain_graph=True)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    return _result(model, ref)
+
+
+def input_gradient_penalty(at: Place) -> dict:
+    """A gradient penalty: torch.autograd.grad of the output with respect to the inputs (create_graph=True) in the
+    loss, so backward runs through a second-order graph."""
+    model, ddp, opt, ref = _plain(at)
+    for step in range(1, STEPS + 1):
+        x, y = batch(SEED, step, at.rank)
+        x.requires_grad_(True)
+        out = ddp(x)
+        (slope,) = torch.autograd.grad(out.sum(), x, create_graph=True)
+        (nn.functional.mse_loss(out, y) + 0.1 * slope.pow(2).mean()).backward()
+        opt.step()
+        opt.zero_grad()
+    return _result(model, ref)
+
+
+def one_huge_bucket(at: Place) -> dict:
+    model, ddp, opt, ref = _plain(at, bucket_cap_mb=10_000)
+    _train(ddp, opt, at.rank)
+    return _result(model, ref)
+
+
+def channels_last_conv(at: Place) -> dict:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Tanh(), nn.Flatten(), nn.Linear(64, 3)).to(
+        memory_format=torch.channels_last)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = Birder(ddp, lr=LR, weight_decay=DECAY, seed=SEED, gpus_per_node=at.gpus_per_node)
+    ref = Reference(opt)
+    for step in range(1, STEPS + 1):
+        generator = torch.Generator().manual_seed(1009 * step + at.rank)
+        x = torch.randn(8, 3, 6, 6, generator=generator).to(memory_format=torch.channels_last)
+        nn.functional.mse_loss(ddp(x), torch.randn(8, 3, generator=generator)).backward()
+        opt.step()
+        opt.zero_grad()
+    return _result(model, ref)
+
+
+def weights_rolled_back(at: Place) -> dict:
+    """model.load_state_dict(earlier weights) on every rank between steps (a rollback after a loss spike)."""
+    model, ddp, opt, ref = _plain(at)
+    _train(ddp, opt, at.rank, 1)
+    earlier = copy.deepcopy(model.state_dict())
+    _train(ddp, opt, at.rank, 1, 2)
+    model.load_state_dict(earlier)
+    _train(ddp, opt, at.rank, 1, 3)
+    return _result(model, ref)
+
+
+def join_uneven_inputs(at: Place) -> dict:
+    """`with ddp.join():` around the loop, rank 0 holding one more batch than the others."""
+    model, ddp, opt, ref = _plain(at)
+    with ddp.join():
+        _train(ddp, opt, at.rank, STEPS + (at.rank == 0))
+    return _result(model, ref)
+
+
+def cast_after_construction(at: Place) -> dict:
+    """model.to(torch.float64) after DDP and Birder were built (a precision change mid-run)."""
+    model, ddp, opt, ref = _plain(at)
+    _train(ddp, opt, at.rank, 1)
+    model.to(torch.float64)
+    x, y = batch(SEED, 2, at.rank)
+    nn.functional.mse_loss(ddp(x.double()), y.double()).backward()
+    opt.step()
+    return _result(model, ref)
+
+
+def _replace_last_layer(at: Place, **ddp_options) -> dict:
+    model, ddp, opt, ref = _plain(at, **ddp_options)
+    _train(ddp, opt, at.rank, 1)
+    torch.manual_seed(1)
+    model[4] = nn.Linear(16, 3)
+    _train(ddp, opt, at.rank, 1, 2)
+    return _result(model, ref)
+
+
+def layer_replaced_after_construction(at: Place) -> dict:
+    return _replace_last_layer(at)
+
+
+def layer_replaced_find_unused(at: Place) -> dict:
+    return _replace_last_layer(at, find_unused_parameters=True)
+
+
+def scheduler_on_rank0_only(at: Place) -> dict:
+    model, ddp, opt, ref = _plain(at)
+    schedule = torch.optim.lr_scheduler.StepLR(opt, 1, 0.5)
+    _train(ddp, opt, at.rank, then=lambda step: schedule.step() if at.rank == 0 else None)
+    return _result(model, ref)
+
+
+def plateau_on_local_metric(at: Place) -> dict:
+    """ReduceLROnPlateau fed each rank's own validation loss (rank 0's stops improving), not an all-reduced one."""
+    model, ddp, opt, ref = _plain(at)
+    schedule = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=0, factor=0.5)
+    _train(ddp, opt, at.rank, then=lambda step: schedule.step(1.0 if at.rank == 0 else 1.0 / step))
+    return _result(model, ref)
+
+
+def tensor_lr(at: Place) -> dict:
+    model, ddp, opt, ref = _plain(at)
+    opt.param_groups[0]["lr"] = torch.tensor(LR)
+    _train(ddp, opt, at.rank)
+    return _result(model, ref)
+
+
+def deepcopy_optimizer(at: Place) -> dict:
+    """copy.deepcopy(opt) to keep the best optimizer state in memory."""
+    model, ddp, opt, ref = _plain(at)
+    _train(ddp, opt, at.rank, 1)
+    copy.deepcopy(opt)
+    return _result(model, ref)
+
+
+def save_whole_objects(at: Place) -> dict:
+    """torch.save({"model": model, "optimizer": opt}, path): the objects, not their state dicts."""
+    model, ddp, opt, ref = _plain(at)
+    _train(ddp, opt, at.rank, 1)
+    torch.save({"model": model, "optimizer": opt}, os.path.join(at.folder, f"whole_{at.rank}.pt"))
+    return _result(model, ref)
+
+
+def resume_with_other_seed(at: Place) -> dict:
+    """A restart that builds Birder with another seed, then loads the saved state."""
+    saved = _trained_checkpoint(at, at.gpus_per_node)[0]
+    model = make_model(1)
+    model.load_state_dict(saved["model"])
+    opt = Birder(nn.parallel.DistributedDataParallel(model), lr=LR, weight_decay=DECAY, seed=SEED + 1,
+                 gpus_per_node=at.gpus_per_node)
+    opt.load_state_dict(saved["optimizer"])
+    return _result(model, None)
+
+
+def float64_checkpoint(at: Place) -> dict:
+    """A saved state whose tensors were cast to float64 (a checkpoint converted wholesale) loaded back."""
+    model, ddp, opt, ref = _plain(at)
+    _train(ddp, opt, at.rank, 1)
+    saved = opt.state_dict()
+    saved["state"] = {k: v.double() if torch.is_tensor(v) else v for k, v in saved["state"].items()}
+    opt.load_state_dict(saved)
+    return _result(model, ref)
+
+
+def step_skipped_on_one_rank(at: Place) -> dict:
+    """`if loss_ok: opt.step()` decided on each rank's own loss: rank 1 skips step 2 (no reference here: its
+    gathers in step() would be the collective that rank 1 never joins)."""
+    model = make_model(0)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = Birder(ddp, lr=LR, weight_decay=DECAY, seed=SEED, gpus_per_node=at.gpus_per_node)
+    for step in range(1, STEPS + 1):
+        x, y = batch(SEED, step, at.rank)
+        nn.functional.mse_loss(ddp(x), y).backward()
+        if (at.rank, step) != (1, 2):
+            opt.step()
+        opt.zero_grad()
+    return _result(model, None)
+
+
+def _evaluating(at: Place, ranks: tuple[int, ...]) -> dict:
+    """A model with BatchNorm (buffers: DDP broadcasts them in every forward) evaluated through the DDP model in
+    eval mode under no_grad after each step, on ``ranks``."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, 3))
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = Birder(ddp, lr=LR, weight_decay=DECAY, seed=SEED, gpus_per_node=at.gpus_per_node)
+    ref = Reference(opt)
+
+    def evaluate(step: int) -> None:
+        if at.rank in ranks:
+            ddp.eval()
+            with torch.no_grad():
+                ddp(torch.randn(4, 8, generator=torch.Generator().manual_seed(step)))
+            ddp.train()
+
+    _train(ddp, opt, at.rank, then=evaluate)
+    return _result(model, ref)
+
+
+def evaluate_on_every_rank(at: Place) -> dict:
+    return _evaluating(at, tuple(range(dist.get_world_size())))
+
+
+def evaluate_on_rank0_only(at: Place) -> dict:
+    return _evaluating(at, (0,))
+
+
+def clip_error_if_nonfinite(at: Place) -> dict:
+    """clip_grad_norm_(..., error_if_nonfinite=True) with a NaN loss on rank 1 at step 2."""
+    model, ddp, opt, ref = _plain(at)
+    for step in range(1, STEPS + 1):
+        x, y = batch(SEED, step, at.rank)
+        loss = nn.functional.mse_loss(ddp(x), y)
+        (loss * float("nan") if (at.rank, step) == (1, 2) else loss).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0, error_if_nonfinite=True)
+        opt.step()
+        opt.zero_grad()
+    return _result(model, ref)
+
+
+def comm_hook_after_birder(at: Place) -> dict:
+    """ddp.register_comm_hook(None, allreduce_hook) after Birder (a line from a DDP tutorial, placed after it)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    model, ddp, opt, ref = _plain(at)
+    ddp.register_comm_hook(None, default_hooks.allreduce_hook)
+    return _result(model, ref)
+
+
 @dataclass(frozen=True)
 class Habit:
     """One row of the habits table: the pattern's function, what the engineer writes, the outcome it must have
@@ -773,6 +1044,8 @@ HABITS: tuple[Habit, ...] = (
     _works(static_graph, "`DDP(static_graph=True)`", "as without it"),
     _works(bucket_view, "`DDP(gradient_as_bucket_view=True)`, several buckets", "as without it"),
     _works(no_sync_accumulation, "accumulation under `ddp.no_sync()`", "one step on the summed local gradients"),
+    _works(no_sync_on_some_steps, "`no_sync()` accumulation on one step only, plain steps around it",
+           "each step on the local gradients summed since the last"),
     _works(two_backwards_then_step, "two `backward()` calls, then one `step()` (no `no_sync`)",
            "one step on the summed local gradients"),
     _works(checkpoint_non_reentrant, "`torch.utils.checkpoint` (`use_reentrant=False`)", "as without it"),
@@ -833,6 +1106,53 @@ HABITS: tuple[Habit, ...] = (
     _refused(second_birder_on_one_ddp, "a second `Birder` on the same DDP model (to restart with new settings)",
              "ValueError", "wrap the model in a new DistributedDataParallel for a new Birder"),
     _works(compiled_model, "`torch.compile(ddp, backend='aot_eager')`", "the compiled model's gradients"),
+    _works(clip_grad_value, "`clip_grad_value_(model.parameters(), 0.01)` before `step()`",
+           "Algorithm 1 on the clipped local gradients"),
+    _works(step_with_closure, "`opt.step(closure)`, the closure zeroing, running forward and backward",
+           "the gradients the closure leaves; returns its loss"),
+    _works(retain_graph_second_backward, "`loss.backward(retain_graph=True)`, then `loss.backward()` again, one "
+           "`step()`", "one step on what `.grad` holds: both backwards' local gradients summed"),
+    _works(input_gradient_penalty, "a gradient penalty (`autograd.grad(out.sum(), x, create_graph=True)` in the "
+           "loss)", "the penalised loss's gradients"),
+    _works(one_huge_bucket, "`DDP(bucket_cap_mb=10000)` (one bucket)", "as without it"),
+    _works(channels_last_conv, "a conv model in `channels_last` memory format", "the same element order "
+           "(`parameters()`), whatever the strides"),
+    _works(weights_rolled_back, "`model.load_state_dict(earlier)` on every rank between steps (a rollback)",
+           "steps on from the loaded weights; Birder's own state is not rolled back"),
+    _refused(join_uneven_inputs, "`with ddp.join():` with uneven inputs (rank 0 one batch more)", "ValueError",
+             "DDP's join() / Join([...]) for uneven inputs is refused"),
+    _refused(cast_after_construction, "`model.to(torch.float64)` after DDP and Birder were built", "RuntimeError",
+             "were cast or moved after DDP and Birder were built (model.to(...), .double(), .half()?)"),
+    _refused(layer_replaced_after_construction, "a layer replaced (`model[4] = nn.Linear(...)`) after Birder was "
+             "built", "RuntimeError", "are not the ones DDP and Birder were built with (a layer replaced after the "
+             "model was wrapped?)"),
+    _refused(layer_replaced_find_unused, "the same replacement, DDP with find_unused_parameters=True",
+             "RuntimeError", "are not the ones DDP and Birder were built with"),
+    _refused(scheduler_on_rank0_only, "an LR scheduler stepped under `if rank == 0:`", "RuntimeError",
+             "the ranks' settings differ before the update: param_groups[0]['lr'] 0.005 on rank(s) [0], 0.01 on "
+             "rank(s) [1, 2, 3]"),
+    _refused(plateau_on_local_metric, "`ReduceLROnPlateau` fed each rank's own validation loss", "RuntimeError",
+             "give ReduceLROnPlateau a metric all-reduced across the ranks"),
+    _refused(tensor_lr, "a tensor lr (`param_groups[0]['lr'] = torch.tensor(0.01)`)", "ValueError",
+             "must be a finite real number, got tensor(0.0100) (set a Python float; a tensor lr is not taken)"),
+    _refused(deepcopy_optimizer, "`copy.deepcopy(opt)`", "ValueError", "Birder cannot be pickled or copied"),
+    _refused(save_whole_objects, "`torch.save({'model': model, 'optimizer': opt}, path)` (the objects)",
+             "ValueError", "Save opt.state_dict() (every rank calls it) and restore it with opt.load_state_dict()"),
+    _refused(resume_with_other_seed, "resume into a Birder built with another seed", "ValueError",
+             "saved with seed=3, this run has 4 (build Birder with seed=3 to resume this state"),
+    _refused(float64_checkpoint, "load a checkpoint whose tensors were cast to float64", "ValueError",
+             "must be a dense float32 tensor of shape"),
+    _refused(step_skipped_on_one_rank, "`opt.step()` skipped on one rank (a rank-local `if loss.isfinite():`)",
+             "RuntimeError", "rank(s) [0, 2, 3] called step(); rank(s) [1] called backward. step() is collective"),
+    _works(evaluate_on_every_rank, "a BatchNorm model evaluated through `ddp` (eval mode, `no_grad`) on every "
+           "rank after each step", "as without it"),
+    _refused(evaluate_on_rank0_only, "the same evaluation under `if rank == 0:` (DDP broadcasts buffers in it)",
+             "RuntimeError", "rank(s) [0] called an evaluation forward (eval mode or no_grad); rank(s) [1, 2, 3] "
+             "called forward"),
+    _refused(clip_error_if_nonfinite, "`clip_grad_norm_(..., error_if_nonfinite=True)`, a NaN loss on rank 1",
+             "RuntimeError", "The total norm of order 2.0 for gradients from `parameters` is non-finite"),
+    _refused(comm_hook_after_birder, "`ddp.register_comm_hook(...)` after Birder was built", "RuntimeError",
+             "register_comm_hook or register_builtin_comm_hook can only be called once"),
 )
 
 

@@ -143,9 +143,34 @@ def _layout(scheme: str, gpus_per_node) -> tuple[int, int]:
     return (world // g, g) if scheme == "hierarchical" else (1, world)
 
 
-_HOOK, _STATE_DICT, _FORWARD = 1, 2, 3  # what a rank is doing when it joins a record all-gather on Birder's group
-_CALLS = {_HOOK: "backward", _STATE_DICT: "state_dict()", _FORWARD: "forward"}
-_RECORD = 4  # int64 words per rank: (what it is doing, Birder step, largest |gradient| as float32 bits, checksum)
+# what a rank does when it joins a record all-gather on Birder's group (_EVALUATION: a forward in eval mode or
+# without gradients, so that one rank's evaluation does not pass for the others' training forward)
+_HOOK, _STATE_DICT, _FORWARD, _STEP, _EVALUATION = 1, 2, 3, 4, 5
+_CALLS = {_HOOK: "backward", _STATE_DICT: "state_dict()", _FORWARD: "forward", _STEP: "step()",
+          _EVALUATION: "an evaluation forward (eval mode or no_grad)"}
+_RECORD = 5  # int64 words per rank: (what it is doing, Birder step, largest |gradient| as float32 bits, checksum of
+# the bucket's parameters, checksum of every group's lr and weight decay)
+
+
+def group_settings(param_groups: list[dict]) -> list[float]:
+    """Every group's lr and weight decay in order, as floats (a value that is not a real number, which step()
+    refuses, as NaN)."""
+    values = []
+    for group in param_groups:
+        for key in ("lr", "weight_decay"):
+            try:
+                values.append(float(group[key]))
+            except (TypeError, ValueError, RuntimeError, KeyError):
+                values.append(math.nan)
+    return values
+
+
+def settings_checksum(param_groups: list[dict]) -> int:
+    """One int64 word from ``group_settings`` (their float64 bits, weighted by position): ranks whose settings
+    differ (a scheduler stepped on rank 0 only, ReduceLROnPlateau fed each rank's own metric) get different
+    words."""
+    bits = np.array(group_settings(param_groups), dtype=np.float64).view(np.uint64).tolist()
+    return sum((i + 1) * b for i, b in enumerate(bits)) % 2**63
 
 
 def bits_checksum(tensors: Iterable[torch.Tensor]) -> torch.Tensor:
@@ -168,10 +193,11 @@ class _HookState:
     """What the comm hook shares with the optimizer: whether a backward ran since the last step, what the ranks'
     records said, and how to name the ranks when the hook's collective fails."""
 
-    def __init__(self, world: int, group, step_of, fault_message):
+    def __init__(self, world: int, group, step_of, fault_message, settings_of):
         self.world = world
         self.group = group  # Birder's own group of all ranks (None: one rank)
         self.step_of = step_of  # () -> the Birder step the next step() computes
+        self.settings_of = settings_of  # () -> settings_checksum of the optimizer's groups now
         self.fault_message = fault_message  # (phase, group, error) -> Birder's one-line fault message
         self.backward_ran = False
         self.backward_seen = False  # a backward ran at least once (DDP rebuilds its buckets in the next forward)
@@ -179,11 +205,12 @@ class _HookState:
         self.nonfinite_ranks: set[int] = set()  # ranks whose local gradient was NaN/inf since the last step
         self.largest: dict[int, float] = {}  # bucket index -> max |gradient| over every rank (last backward)
         self.drifted: set[int] = set()  # buckets whose parameters' checksums differed between ranks
+        self.settings_differ = False  # the ranks' lr / weight decay differed in some bucket's records
         self.on_bucket = None  # Birder's overlap: starts the bucket's share of the intra-node exchange
 
     def reset(self) -> None:
         """Forget what the hook saw: the next step() needs a new backward."""
-        self.backward_ran = False
+        self.backward_ran = self.settings_differ = False
         for seen in (self.seen, self.nonfinite_ranks, self.largest, self.drifted):
             seen.clear()
 
@@ -201,6 +228,15 @@ def check_records(rows: torch.Tensor, doing: int, step: int) -> None:
         if _STATE_DICT in calls:
             raise RuntimeError(f"Birder step {step}: {who}. state_dict() is collective: call it on every rank (before "
                                f"`if rank == 0: torch.save(...)`), or save sharded_state_dict() on each rank")
+        if _EVALUATION in calls:
+            raise RuntimeError(f"Birder step {step}: {who}. Through the DDP model every rank must run the same "
+                               "forwards (DDP broadcasts a model's buffers in each): evaluate on every rank, or on "
+                               "one rank through the unwrapped model (ddp.module)")
+        if _STEP in calls:
+            raise RuntimeError(f"Birder step {step}: {who}. step() is collective: every rank calls it after the same "
+                               "backwards; a step skipped on some ranks only (`if loss.isfinite(): opt.step()` on a "
+                               "rank's own loss) must be decided on every rank alike (all_reduce the flag first; "
+                               "a NaN/inf gradient on any rank already makes step() skip on every rank)")
         raise RuntimeError(f"Birder step {step}: {who}: every rank must run the same forwards and backwards through "
                            "the DDP model")
     by_step = {s: [r for r, x in enumerate(steps) if x == s] for s in dict.fromkeys(steps)}
@@ -242,7 +278,8 @@ def _local_gradient_hook(state, bucket):  # DDP accepts only real (not string) a
         done.set_result(buffer)
         return done
     record = torch.cat([torch.tensor([_HOOK, step], dtype=torch.int64, device=buffer.device),
-                        largest.view(torch.int32).to(torch.int64), bits_checksum(params).reshape(1)])
+                        largest.view(torch.int32).to(torch.int64), bits_checksum(params).reshape(1),
+                        torch.tensor([state.settings_of()], dtype=torch.int64, device=buffer.device)])
     every = torch.empty(state.world * _RECORD, dtype=torch.int64, device=buffer.device)
     work = comm._all_gather(every, record, group=state.group, async_op=True)
 
@@ -259,6 +296,8 @@ def _local_gradient_hook(state, bucket):  # DDP accepts only real (not string) a
         state.largest[index] = float(largest_of.max()) if not bad else float("inf")
         if bool((rows[:, 3] != rows[0, 3]).any()):
             state.drifted.add(index)
+        if bool((rows[:, 4] != rows[0, 4]).any()):
+            state.settings_differ = True
         if bad:
             state.nonfinite_ranks.update(bad)
             buffer.fill_(float("nan"))
@@ -504,10 +543,15 @@ def _guard_ddp_forward(birder_ref):
     that never reported; the error keeps its type and traceback."""
     def before(ddp, args):
         birder = birder_ref()
+        if birder is not None and ddp._join_config.enable:  # set on every DDP model by Join's constructor
+            raise ValueError("DDP's join() / Join([...]) for uneven inputs is refused: Birder's step() and hook are "
+                             "collectives that a rank which has run out of batches cannot shadow. Give every rank "
+                             "the same number of batches (DistributedSampler(drop_last=True), or stop all ranks at "
+                             "the smallest count: all_reduce(count, MIN))")
         if birder is not None and birder._forward_record_due and not torch.compiler.is_compiling() and \
                 _ddp_forward_communicates(ddp, birder._hook_state.backward_seen):
             birder._forward_record_due = False
-            birder._exchange_record(_FORWARD)
+            birder._exchange_record(_FORWARD if ddp.training and torch.is_grad_enabled() else _EVALUATION)
 
     def after(ddp, args, output):
         birder, error = birder_ref(), sys.exc_info()[1]
@@ -579,6 +623,8 @@ class Birder(torch.optim.Optimizer):
         self._params = params
         self._name_of_id = {id(p): name for name, p in named}
         self._frozen_at_start = [(name, p) for name, p in ddp_model.module.named_parameters() if not p.requires_grad]
+        self._module = ddp_model.module  # to name parameters replaced, cast or moved since (``_refuse_changed_model``)
+        self._kinds = [(p.dtype, p.device) for p in params]
         self._stepped_while_frozen: set[int] = set()  # ids of parameters an update found frozen: their state moved
         group_of = {id(p): i for i, g in enumerate(self.param_groups) for p in g["params"]}
         self._group_of = [group_of[id(p)] for p in params]
@@ -608,7 +654,7 @@ class Birder(torch.optim.Optimizer):
         self.overlapped_steps = 0  # steps whose intra-node exchange started during backward and was used
         self.overlap_fallbacks = 0  # steps whose .grad changed after backward (clip, unscale_): exchanged again
         self._hook_state = _HookState(dist.get_world_size(), self.topology.world_group, lambda: self.t + 1,
-                                      self._fault_message)
+                                      self._fault_message, lambda: settings_checksum(self.param_groups))
         self._overlap = _Overlap(self) if overlap and self.topology.worker_group is not None else None
         if self._overlap is not None:
             self._hook_state.on_bucket = self._overlap.on_bucket
@@ -626,6 +672,12 @@ class Birder(torch.optim.Optimizer):
             weakref.finalize(self, handle.remove)
         self._fault_stall: tuple[int, str] | None = None  # (step, phase): a test stalls here (fault injection)
         self._forward_record_due = True  # the next forward running a collective of DDP's exchanges a record first
+
+    def __getstate__(self):
+        raise ValueError("Birder cannot be pickled or copied (torch.save(opt), copy.deepcopy(opt)): it holds process "
+                         "groups and the hook it registered on its DDP model, which a copy would not be attached "
+                         "to. Save opt.state_dict() (every rank calls it) and restore it with opt.load_state_dict() "
+                         "into a Birder built on the new DDP model")
 
     def add_param_group(self, param_group: dict) -> None:
         if getattr(self, "_sealed", False):
@@ -647,10 +699,13 @@ class Birder(torch.optim.Optimizer):
         self._check_group_settings()
         hook_bad = sorted(self._hook_state.nonfinite_ranks)
         largest = max(self._hook_state.largest.values(), default=0.0)
-        drifted = bool(self._hook_state.drifted)
+        drifted, settings_differ = bool(self._hook_state.drifted), self._hook_state.settings_differ
         self._hook_state.reset()
+        if settings_differ:  # every rank saw the same records: all raise here, together, before any update
+            raise RuntimeError(self._settings_message())
         if drifted:  # every rank saw the same records: all raise here, together
             raise RuntimeError(self._drift_message())
+        record = self._start_record(_STEP)  # waited for once the gradients are flattened: its latency overlaps that
         scale = getattr(self, "grad_scale", None)  # set by GradScaler.step: the scale still in .grad
         found_inf = getattr(self, "found_inf", None)
         grad = self._buffer("grad")  # reused: a fresh 4 B/element allocation each step costs page faults
@@ -659,6 +714,8 @@ class Birder(torch.optim.Optimizer):
             overlap.drain()
         elif overlap is not None and overlap.sent:
             topo = self.topology
+            self._finish_record(record)
+            record = None
             changed = torch.tensor([float(not overlap.unchanged(scale))], device=self.device)
             agreed = self._collective("intra-node overlap check", topo.worker_group, lambda: comm.all_gather_rows(
                 changed, topo.worker_group, topo.shards_per_worker))
@@ -675,6 +732,7 @@ class Birder(torch.optim.Optimizer):
                 raise ValueError("Birder takes dense gradients")
             else:
                 grad[start:start + p.numel()] = p.grad.reshape(-1)
+        self._finish_record(record)
         if scale is not None:
             grad.div_(scale.to(device=self.device, dtype=torch.float32))  # exact for powers of two
         local_bad = bool(found_inf is not None and float(found_inf) > 0)
@@ -720,11 +778,14 @@ class Birder(torch.optim.Optimizer):
         missing = [name for p, name in zip(self._params, self.param_names, strict=True) if id(p) not in hook.seen]
         if ran and not missing:
             if any(p.grad is not None for p in self._params):
+                if any(p.grad is None and p.requires_grad for p in self._params):  # unused, or replaced?
+                    self._refuse_changed_model()
                 return
             hook.reset()
             raise RuntimeError("Birder.step(): backward ran, but every gradient is None now: zero_grad() between "
                                "backward() and step()? Call zero_grad() after step() (or before backward())")
         hook.reset()
+        self._refuse_changed_model()
         frozen = [name for p, name in zip(self._params, self.param_names, strict=True) if not p.requires_grad]
         gradless = [name for p, name in zip(self._params, self.param_names, strict=True) if p.grad is None]
         unused = ("DDP waits for the gradient of a parameter unused in the loss unless built with "
@@ -749,6 +810,26 @@ class Birder(torch.optim.Optimizer):
                          f"module's); or, if a parameter was left out of the loss: {unused}")
         raise RuntimeError(f"Birder.step(): {what}; {why}")
 
+    def _refuse_changed_model(self) -> None:
+        """Raise one RuntimeError if the model's parameters are no longer the ones DDP and Birder were built with:
+        one cast or moved (``model.to(torch.float64)``, ``.half()``: DDP's hooks stop seeing its gradient), or a
+        layer replaced (its new parameters belong to neither). Run only when a parameter got no gradient, so it
+        costs a normal step nothing."""
+        cast = [f"{name} ({kind[0]} -> {p.dtype})" if p.dtype != kind[0] else f"{name} ({kind[1]} -> {p.device})"
+                for name, p, kind in zip(self.param_names, self._params, self._kinds, strict=True)
+                if (p.dtype, p.device) != kind]
+        if cast:
+            raise RuntimeError(f"Birder.step(): parameter(s) {_names(cast)} were cast or moved after DDP and Birder "
+                               "were built (model.to(...), .double(), .half()?): DDP's buckets no longer receive their "
+                               "gradients. Cast or move the model before wrapping it in DistributedDataParallel "
+                               "(torch.autocast for mixed precision)")
+        held = {id(p) for p in self._params} | {id(p) for _, p in self._frozen_at_start}
+        new = [name for name, p in self._module.named_parameters() if id(p) not in held]
+        if new:
+            raise RuntimeError(f"Birder.step(): parameter(s) {_names(new)} are not the ones DDP and Birder were built "
+                               "with (a layer replaced after the model was wrapped?): neither DDP nor Birder holds "
+                               "them. Build a new DistributedDataParallel and Birder after changing the model")
+
     def _check_group_settings(self) -> None:
         """Each group's lr and weight decay as step() is about to use them (a scheduler may have set them): finite
         and >= 0, else one ValueError (every rank's scheduler computes the same, so every rank raises)."""
@@ -757,8 +838,9 @@ class Birder(torch.optim.Optimizer):
                 try:
                     _check_real(f"param_groups[{i}][{key!r}]", group[key], 0.0, False)
                 except ValueError as error:
-                    raise ValueError(f"Birder.step(): {error} (an LR schedule run past its end, or a lambda that "
-                                     "goes negative?)") from None
+                    why = ("an LR schedule run past its end, or a lambda that goes negative?"
+                           if isinstance(group[key], numbers.Real) else "set a Python float; a tensor lr is not taken")
+                    raise ValueError(f"Birder.step(): {error} ({why})") from None
 
     def _finish_step(self, loss, grad: torch.Tensor, largest: float, overlap: _Overlap | None):
         bits = self._one_bit_allreduce(grad, largest, overlap)
@@ -790,22 +872,30 @@ class Birder(torch.optim.Optimizer):
         """The pipeline of ``comm.one_bit_allreduce`` with in-place state; None if the step is skipped.
 
         ``largest`` bounds every rank's |gradient| (from the hook's all-gather, so every rank has the same
-        value): when G x largest stays below float32's maximum / 2, no node sum can overflow and the step counts
-        without a check; otherwise every rank checks its shard of the node mean and all agree by an all-gather.
+        value): when G x largest stays below float32's maximum / 2, and so does G x each rank's own largest
+        |gradient| now (each rank checks its own), no node sum can overflow and the step counts without a check;
+        otherwise every rank checks its shard of the node mean and all agree by an all-gather.
         """
         topo, t = self.topology, self.t + 1
         shard, chunk = comm.shard_slice(topo, self.length), comm.chunk_slice(topo, self.length)
         servers = topo.n_workers
-        low, high = torch.aminmax(grad)  # one vectorised pass, no temporary
-        if max(-float(low), float(high)) > largest * (1 + 1e-6):
-            raise RuntimeError("Birder.step(): this rank's gradient grew after backward (a GradScaler scale below "
-                               "1 unscaled after backward?); the overflow bound the ranks agreed on no longer holds")
+        checked = not largest * topo.shards_per_worker < _SAFE_SUM  # the same decision on every rank
+        if not checked:  # then each rank's own |gradient| now (it may have grown since backward: a second backward
+            # through a retained graph, a hook) must keep G x it below the bound, which bounds every node sum
+            low, high = torch.aminmax(grad)  # one vectorised pass, no temporary
+            now = max(-float(low), float(high))
+            if not now * topo.shards_per_worker < _SAFE_SUM:
+                raise RuntimeError(f"Birder.step(): this rank's gradient changed after backward to a largest "
+                                   f"|value| of {now:g} (a NaN/inf, or too large for a float32 sum over "
+                                   f"{topo.shards_per_worker} ranks), but the ranks agreed in backward that no "
+                                   "overflow check was needed: change .grad before backward ends (a tensor "
+                                   "hook), not after it")
         phases = comm.pipeline_phases(topo, self.length)
         rows = self._collective("intra-node reduce-scatter", topo.worker_group, lambda: comm.run_phase(
             phases.intra_reduce_scatter, grad, topo.worker_group, None if topo.worker_group is None
             else self._buffer("rows")) if overlap is None else overlap.rows(self._buffer("rows"))
         )  # (G, shard): the node mean is taken piece by piece
-        if not largest * topo.shards_per_worker < _SAFE_SUM:  # the same decision on every rank
+        if checked:
             worker_grad = tb._node_mean(rows)
             bad = torch.tensor([float(not bool(torch.isfinite(worker_grad).all()))], device=self.device)
             flags = self._collective("node-sum overflow check", dist.group.WORLD,
@@ -867,17 +957,49 @@ class Birder(torch.optim.Optimizer):
                 "LOCAL gradient, so a second optimizer on these parameters, or code updating them from .grad, "
                 "makes the ranks drift apart; give them to Birder (param_groups=[...]) or to a separate DDP model")
 
+    def _settings_message(self) -> str:
+        """Each group's lr and weight decay that differ between ranks (one all-gather of every rank's settings,
+        every rank taking part: every rank saw the same records), with the ranks holding each value."""
+        world, group = dist.get_world_size(), self.topology.world_group
+        mine = torch.tensor(group_settings(self.param_groups), dtype=torch.float64)
+        rows = self._collective("lr / weight decay all-gather", group,
+                                lambda: comm.all_gather_rows(mine.to(self.device), group, world)).cpu()
+        differ = []
+        for i, (g, key) in enumerate((g, key) for g in range(len(self.param_groups)) for key in ("lr", "weight_decay")):
+            column = rows[:, i].tolist()
+            sides = {repr(v): [r for r, x in enumerate(column) if repr(x) == repr(v)] for v in column}
+            if len(sides) > 1:
+                differ.append(f"param_groups[{g}][{key!r}] " + ", ".join(
+                    f"{v} on rank(s) {ranks}" for v, ranks in sides.items()))
+        return (f"Birder step {self.t + 1}: the ranks' settings differ before the update: "
+                f"{'; '.join(differ) or 'lr or weight decay'}. Every rank must use the same lr and weight decay: "
+                "step the LR scheduler on every rank (not under `if rank == 0:`), and give ReduceLROnPlateau a "
+                "metric all-reduced across the ranks, not each rank's own")
+
     def _exchange_record(self, doing: int) -> None:
-        """One all-gather over Birder's group of all ranks of what this rank is doing at which step (4 words, as
-        the hook's records): raises at once on every rank unless all do the same (``check_records``)."""
+        """One all-gather over Birder's group of all ranks of what this rank is doing at which step (``_RECORD``
+        words, as the hook's records): raises at once on every rank unless all do the same (``check_records``)."""
+        self._finish_record(self._start_record(doing))
+
+    def _start_record(self, doing: int) -> tuple | None:
+        """Start ``_exchange_record``'s all-gather (asynchronous; ``_finish_record`` waits and checks). step()'s
+        record (``_STEP``): a rank that skipped step() meets it with its next backward's record, and every rank
+        raises at once instead of waiting out the timeout in mismatched collectives. None on one rank."""
         group = self.topology.world_group
         if group is None:
+            return None
+        record = torch.tensor([doing, self.t + 1, 0, 0, 0], dtype=torch.int64, device=self.device)
+        every = torch.empty(dist.get_world_size() * _RECORD, dtype=torch.int64, device=self.device)
+        return doing, record, every, comm._all_gather(every, record, group=group, async_op=True)
+
+    def _finish_record(self, started: tuple | None) -> None:
+        if started is None:
             return
-        record = torch.tensor([doing, self.t + 1, 0, 0], dtype=torch.int64, device=self.device)
-        phase = {_STATE_DICT: "state_dict() record all-gather",
-                 _FORWARD: "record all-gather before DDP's collectives in forward"}[doing]
-        rows = self._collective(phase, group, lambda: comm.all_gather_rows(record, group, dist.get_world_size()))
-        check_records(rows.cpu(), doing, self.t + 1)
+        doing, _, every, work = started  # the record tensor is kept alive until the all-gather is done
+        phase = {_STATE_DICT: "state_dict() record all-gather", _STEP: "step() record all-gather"}.get(
+            doing, "record all-gather before DDP's collectives in forward")
+        self._collective(phase, self.topology.world_group, work.wait)
+        check_records(every.view(-1, _RECORD).cpu(), doing, self.t + 1)
 
     def _collective(self, phase: str, group, run):
         """Run one collective; on failure (timeout, dead peer) raise one error naming the ranks that went silent."""
@@ -990,7 +1112,9 @@ class Birder(torch.optim.Optimizer):
             if type(state[key]) is not type(value) or state[key] != value:
                 hint = (" (a sharded checkpoint loads only on the layout that saved it: save state_dict()'s full form "
                         "to change layouts)" if key in extra else
-                        " (the workers' state cannot be split or merged)" if key == "n_workers" else "")
+                        " (the workers' state cannot be split or merged)" if key == "n_workers" else
+                        f" (build Birder with {key}={state[key]!r} to resume this state; the draws and m, b, e "
+                        "belong to it)" if key in ("seed", "beta", "eps") else "")
                 raise ValueError(f"Birder state was saved with {key}={state[key]!r}, this run has {value!r}{hint}")
         t = _check_count("Birder state 't'", state["t"])
         skipped = _check_count("Birder state 'skipped_steps'", state["skipped_steps"])

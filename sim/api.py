@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from sim.hardware import PRESETS, SITES, Cluster, cluster, load_cluster
 from sim.models import model_profile
+from sim.stragglers import straggler_factor
 from sim.system import incast_basis, switch_buffer_assumed
 from sim.validate import (
     INTERVAL_LEVEL,
@@ -329,7 +330,8 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                 "extrapolation_reasons": reasons, "provenance": [f"{k}: {v}" for k, v in c.provenance],
                 "incast_s": incast_s, "incast_basis": incast_basis(c) if incast_s > 0 else "",
                 "switch_buffer_assumed_bytes": c.nic.switch_buffer_bytes if incast_free is not None else None,
-                "incast_free_throughput": incast_free})
+                "incast_free_throughput": incast_free, "gpu_speed_cv": c.gpu_speed_cv,
+                "straggler_factor": straggler_factor(c.n_gpus, c.gpus_per_node, c.gpu_speed_cv)})
     return out
 
 

@@ -31,6 +31,7 @@ from sim.hardware import (
     COMM_LIBRARIES,
     FRAMEWORKS,
     GENERIC_NETWORKS,
+    GPU_SPEED_DEFAULT,
     GPUS,
     INTRA,
     MAX_GPUS,
@@ -46,6 +47,7 @@ from sim.hardware import (
     load_cluster,
     nic_preset,
 )
+from sim.stragglers import GPU_SPEED_CV, check_gpu_speed_cv
 from sim.workload import GRAD_BITS, OPTIMIZERS
 
 
@@ -184,6 +186,10 @@ def _workload_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     p.add_argument("--framework", choices=list(FRAMEWORKS), default=None,
                    help="training framework: its gradient buckets, overlap with backward and cycle time "
                         "(sim/presets/frameworks.toml; default ddp, or the TOML's framework)")
+    p.add_argument("--gpu-speed-cv", type=float, default=None, metavar="CV",
+                   help="spread of per-GPU speed (standard deviation / median): the step waits for the job's slowest "
+                        f"GPU; 0 turns stragglers off (default {GPU_SPEED_CV:.4f}, Sinha et al. SC'22, "
+                        "sim/presets/variability.toml; or the TOML's gpu_speed_cv)")
     p.add_argument("--hook", choices=("blocking", "overlapped"), default=None,
                    help="whether a 1-bit DDP hook holds up the backward pass until its collectives return "
                         "(blocking: the paper's hook; default) or overlaps it like DDP's all-reduce" + shared)
@@ -229,7 +235,7 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
             ("intra", f"preset {c.intra.name} ({'command line' if args.intra else 'default for ' + gpu})"),
             ("gpus per node", f"{c.gpus_per_node} ({'command line' if args.gpus_per_node else 'default'})"),
             ("oversubscription", f"{c.oversubscription:g} ({'command line' if over is not None else 'default'})"),
-            ("framework", f"{c.framework} ({'command line' if framework else 'default'})")))
+            ("framework", f"{c.framework} ({'command line' if framework else 'default'})"), GPU_SPEED_DEFAULT))
     leaf = getattr(args, "nodes_per_leaf", None)
     if leaf is not None:
         c = replace(c, nodes_per_leaf=leaf, provenance=c.provenance + (("nodes per leaf", f"{leaf} (command line)"),))
@@ -252,6 +258,11 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
         check_sockets_per_connection(sockets, "--sockets-per-connection")
         c = replace(c, sockets_per_connection=sockets,
                     provenance=c.provenance + (("sockets", f"{sockets} per connection (command line)"),))
+    speed_cv = getattr(args, "gpu_speed_cv", None)
+    if speed_cv is not None:
+        c = replace(c, gpu_speed_cv=check_gpu_speed_cv(speed_cv, "--gpu-speed-cv"), provenance=tuple(
+            p for p in c.provenance if p[0] != "gpu speed spread") + (
+            ("gpu speed spread", f"{speed_cv:g} of the median per GPU (command line)"),))
     if getattr(args, "cluster", None) and args.intra:
         c = replace(c, intra=intra_preset(args.intra),
                     provenance=c.provenance + (("intra", f"preset {args.intra} (command line)"),))

@@ -17,6 +17,9 @@ from typing import Any
 
 from birder_ref.schedules import Layout, OnLayout
 from safeio.inputs import read_text_bounded
+from sim.stragglers import GPU_SPEED_CV, check_gpu_speed_cv
+
+GPU_SPEED_DEFAULT = ("gpu speed spread", f"{GPU_SPEED_CV:.4f} of the median per GPU (default: Sinha et al., SC'22)")
 
 PRESETS = Path(__file__).with_name("presets")
 
@@ -256,6 +259,7 @@ class Cluster(OnLayout):
     comm_library: str = "nccl"  # the collective library's release (presets/comm_libraries.toml): its TCP flows
     sockets_per_connection: int | None = None  # set on the cluster (NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS);
     # None: the library's default for the NIC's vendor
+    gpu_speed_cv: float = GPU_SPEED_CV  # spread of per-GPU speed (sim/stragglers.py); 0: every GPU equally fast
 
     def __post_init__(self) -> None:
         if not isinstance(self.layout, Layout):
@@ -279,6 +283,7 @@ class Cluster(OnLayout):
             raise ValueError(f"unknown comm library {self.comm_library!r}; choose one of {', '.join(COMM_LIBRARIES)}")
         if self.sockets_per_connection is not None:
             check_sockets_per_connection(self.sockets_per_connection, "cluster: sockets_per_connection")
+        check_gpu_speed_cv(self.gpu_speed_cv, "cluster: gpu_speed_cv")
 
     @property
     def n_gpus(self) -> int:
@@ -543,14 +548,15 @@ def cluster(network: str, n_nodes: int, gpus_per_node: int = 8, intra: str | Non
     nic = nic_preset(network) if nic_count is None else nic_preset(network, count=nic_count)
     intra_name = intra or default_intra(gpu)
     prov = (("network", f"preset {network}" + (" (site profile, FITTED)" if nic.fitted else "")),
-            ("intra", f"preset {intra_name}"), ("gpu", gpu), ("nodes", "argument"), ("framework", framework))
+            ("intra", f"preset {intra_name}"), ("gpu", gpu), ("nodes", "argument"), ("framework", framework),
+            GPU_SPEED_DEFAULT)
     fabric = intra_preset(intra_name)
     return Cluster(layout_of(n_nodes, gpus_per_node), nic, fabric, oversubscription, gpu, network, prov,
                    framework=framework)
 
 
 CLUSTER_KEYS = {"nodes", "gpus_per_node", "gpu", "network", "intra", "switch", "name", "framework", "comm_library",
-                "sockets_per_connection"}
+                "sockets_per_connection", "gpu_speed_cv"}
 INTRA_KEYS = {"preset", "port_gbytes_per_s", "fabric_gbytes_per_s", "latency_us", "kind"}
 
 
@@ -695,8 +701,12 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
     if "comm_library" in data or sockets is not None:
         prov.append(("comm library", f"{library} (file)" + (f", {sockets} sockets per connection (file)"
                                                              if sockets is not None else "")))
+    speed_cv = check_gpu_speed_cv(data.get("gpu_speed_cv", GPU_SPEED_CV), "gpu_speed_cv")
+    prov.append(("gpu speed spread", f"{speed_cv:.4f} of the median per GPU (file)") if "gpu_speed_cv" in data
+                else GPU_SPEED_DEFAULT)
     return Cluster(layout_of(counts["nodes"], counts["gpus_per_node"]), nic, intra, oversubscription, gpu, str(name),
-                   tuple(prov), leaf, framework, comm_library=library, sockets_per_connection=sockets)
+                   tuple(prov), leaf, framework, comm_library=library, sockets_per_connection=sockets,
+                   gpu_speed_cv=speed_cv)
 
 
 LIMIT_NAMES = {"wire": "the wire", "measured": "the measured link rate", "pcie": "the GPU-NIC PCIe link",

@@ -26,6 +26,7 @@ from birder_ref.registry import SIMULATED, StepKind, simulated_spec
 from birder_ref.schedules import SCHEMES
 from sim.hardware import GPUS, Cluster, Nic, framework_preset
 from sim.models import ModelProfile, model_profile, synthetic
+from sim.stragglers import straggler_factor
 from sim.system import Fabric, check_optimizer_framework, step_schedule, traffic
 
 BUCKET_CAP_BYTES = 25 * 1024 * 1024  # torch DDP bucket_cap_mb = 25
@@ -154,7 +155,11 @@ class StepTime:
 
 def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float) -> StepTime:
     """Simulate one optimizer step of ``kind``: K - 1 micro-batches of forward + backward without communication
-    (DDP's no_sync), then forward, backward with overlapped bucket collectives, optimizer step."""
+    (DDP's no_sync), then forward, backward with overlapped bucket collectives, optimizer step.
+
+    ``compute_s`` is one measured node's pace; the job runs at its slowest GPU's (sim/stragglers.py), so every
+    layer's backward, and the bucket collectives waiting on it, ends that much later."""
+    compute_s *= straggler_factor(cluster.n_gpus, cluster.gpus_per_node, cluster.gpu_speed_cv)
     env = simpy.Environment()
     gpu = simpy.Resource(env, capacity=1)
     fabric = Fabric(env, cluster)

@@ -35,6 +35,7 @@ def test_what_the_working_habits_keep(seen):
     assert not any(e["frozen_moved"] for e in seen["freeze_after_steps"].values())  # frozen mid-run stays put
     assert all(e["still_tied"] for e in seen["tied_weights"].values())
     assert all(e["restored_lr"] == habits.LR for e in seen["resume_with_new_lr"].values())  # the saved lr wins
+    assert all(e["returned_loss"] for e in seen["step_with_closure"].values())  # step(closure) returns its loss
 
 
 def test_readme_holds_the_generated_habits_table():

@@ -337,8 +337,8 @@ def test_speedup_words_quote_the_paired_check_and_caution_below_nominal(coverage
                "naive_median_half_width": 0.295, "decided": 0.383, "decided_right": 0.976}
     summary = {"corpus_validation": {"summary": {"interval_level": 0.8, "speedup": speedup}}}
     words = report_scaling.speedup_words(report_scaling.Grid((), summary, ()))
-    assert (f"(214 pairs: they covered {100 * coverage:.0f}% of the pairs left out with a median half-width of 21%, "
-            "against 87% and 30% for the two intervals divided end by end; the 38% that excluded 1 named the faster "
+    assert (f"(214 pairs: they covered {100 * coverage:.1f}% of the pairs left out with a median half-width of 21%, "
+            "against 87.4% and 30% for the two intervals divided end by end; the 38% that excluded 1 named the faster "
             "as measured in 98% of cases)") in words
     assert ("read a named faster one as likely, not certain" in words) == cautioned
 

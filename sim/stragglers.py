@@ -1,0 +1,59 @@
+"""Stragglers: a synchronous data-parallel step runs at the pace of its slowest GPU.
+
+GPUs of one SKU differ in speed (manufacturing and power management; presets/variability.toml, Sinha et al.,
+SC'22). Each GPU's forward + backward time is taken as t (1 + cv Z), Z standard normal, one draw per GPU kept for
+the whole job (the spread is persistent, not per-step jitter). A step of p GPUs then takes t (1 + cv E[M_p]) in
+expectation, M_p the largest of p standard normals. A node measured on its own (``--single-node-throughput``, and
+the single-node figures the built-in GPU profiles were read from) already ran at the pace of the slowest of its G
+GPUs, so a job of n nodes is slower than that node by
+
+    factor = (1 + cv E[M_{nG}]) / (1 + cv E[M_G])      (1 on one node; grows with n)
+
+E[M_p] is computed exactly, by adaptive quadrature of its integral (order statistics; no sampling).
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+
+from scipy import integrate, special
+
+with (Path(__file__).parent / "presets" / "variability.toml").open("rb") as _f:
+    GPU_SPEED = tomllib.load(_f)["gpu_speed"]
+
+# the generic spread of per-GPU speed, as a coefficient of variation (standard deviation / median)
+GPU_SPEED_CV = GPU_SPEED["variation"] / GPU_SPEED["variation_in_sigmas"]
+MAX_GPU_SPEED_CV = 0.5  # beyond this a "spread" is no longer GPUs of one SKU: a wrong unit (percent for a share)
+
+
+def check_gpu_speed_cv(value, owner: str) -> float:
+    """``value`` as a coefficient of variation of per-GPU speed, or one ValueError naming ``owner``."""
+    if not (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+            and 0 <= value <= MAX_GPU_SPEED_CV):
+        raise ValueError(f"{owner} must be a number from 0 (GPUs of equal speed) to {MAX_GPU_SPEED_CV:g} "
+                         f"(standard deviation / median of per-GPU speed, e.g. {GPU_SPEED_CV:.4f}), got {value!r}")
+    return float(value)
+
+
+@lru_cache(maxsize=1024)
+def expected_max_normal(n: int) -> float:
+    """E[max of n independent standard normals], exact up to the quadrature's tolerance (1e-10):
+
+    E[M_n] = integral_0^inf (1 - Phi(x)^n) dx - integral_-inf^0 Phi(x)^n dx   (E[X] of any X from its CDF)."""
+    if not (isinstance(n, int) and not isinstance(n, bool) and n >= 1):
+        raise ValueError(f"expected_max_normal: n must be a positive integer, got {n!r}")
+    above, _ = integrate.quad(lambda x: -math.expm1(n * special.log_ndtr(x)), 0.0, math.inf,
+                              epsabs=1e-11, epsrel=1e-11, limit=200)
+    below, _ = integrate.quad(lambda x: math.exp(n * special.log_ndtr(x)), -math.inf, 0.0,
+                              epsabs=1e-11, epsrel=1e-11, limit=200)
+    return above - below
+
+
+def straggler_factor(n_gpus: int, gpus_per_node: int, cv: float) -> float:
+    """How much longer the job's slowest GPU takes than one measured node's slowest (>= 1; 1 for one node)."""
+    if cv == 0 or n_gpus <= gpus_per_node:
+        return 1.0
+    return (1 + cv * expected_max_normal(n_gpus)) / (1 + cv * expected_max_normal(gpus_per_node))

@@ -1,0 +1,101 @@
+"""Stragglers (sim/stragglers.py): the expected slowest of p GPUs, the published spread it rests on, and what it
+does to predictions (never faster, one node unchanged, growing with nodes, no more than the compute it adds)."""
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from scipy import stats
+
+from birder.cli import main
+from sim.hardware import load_cluster
+from sim.network import cluster
+from sim.stragglers import GPU_SPEED, GPU_SPEED_CV, expected_max_normal, straggler_factor
+from sim.workload import predict
+
+
+def test_expected_maximum_matches_closed_forms_and_tables():
+    assert expected_max_normal(1) == pytest.approx(0.0, abs=1e-12)
+    assert expected_max_normal(2) == pytest.approx(1 / math.sqrt(math.pi), abs=1e-10)
+    assert expected_max_normal(3) == pytest.approx(3 / (2 * math.sqrt(math.pi)), abs=1e-10)
+    # Harter (1961), 'Expected values of normal order statistics', Biometrika 48, Table 1
+    assert expected_max_normal(5) == pytest.approx(1.16296, abs=1e-5)
+    assert expected_max_normal(10) == pytest.approx(1.53875, abs=1e-5)
+    assert expected_max_normal(100) == pytest.approx(2.50759, abs=1e-5)
+
+
+def test_spread_reproduces_the_published_variation():
+    """Sinha et al. (SC'22): 8% average variation between GPUs of one SKU, the whisker-to-whisker spread of a box
+    plot over its median, (Q3 + 1.5 IQR - (Q1 - 1.5 IQR)) / Q2 as the authors' artifact computes it, of a normal
+    with the simulator's spread."""
+    q1, q3 = stats.norm.ppf([0.25, 0.75], loc=1.0, scale=GPU_SPEED_CV)
+    iqr = q3 - q1
+    assert GPU_SPEED["variation"] == 0.08
+    assert ((q3 + 1.5 * iqr) - (q1 - 1.5 * iqr)) / 1.0 == pytest.approx(0.08, rel=1e-3)  # the median is 1
+    assert "8% (max 22%) average performance variation" in GPU_SPEED["source"]
+
+
+def test_factor_is_one_on_a_node_and_grows_with_nodes():
+    assert straggler_factor(8, 8, GPU_SPEED_CV) == 1.0
+    assert straggler_factor(4096, 8, 0.0) == 1.0
+    factors = [straggler_factor(8 * n, 8, GPU_SPEED_CV) for n in (1, 2, 4, 8, 64, 512, 8192)]
+    assert factors == sorted(factors) and factors[-1] < 1 + GPU_SPEED_CV * expected_max_normal(65536)
+    # 32 nodes of 8: the slowest of 256 against the slowest of 8, (1 + 2.8269 cv) / (1 + 1.4236 cv)
+    assert factors[0] == 1.0 and straggler_factor(256, 8, GPU_SPEED_CV) == pytest.approx(1.0204, abs=1e-4)
+    # the figures sim/README.md quotes: 4 and 512 nodes of 8
+    assert straggler_factor(32, 8, GPU_SPEED_CV) == pytest.approx(1.0094, abs=1e-4)
+    assert straggler_factor(4096, 8, GPU_SPEED_CV) == pytest.approx(1.0320, abs=1e-4)
+    readme = (Path(__file__).resolve().parents[1] / "sim" / "README.md").read_text()
+    f = {n: f"{straggler_factor(8 * n, 8, GPU_SPEED_CV):.4f}" for n in (4, 32, 512)}
+    assert f"1 on one node, {f[4]} on 4 nodes of 8, {f[32]} on 32, {f[512]} on 512" in " ".join(readme.split())
+    assert f"cv = 0.08 / 5.396 = {GPU_SPEED_CV:.4f}" in readme
+
+
+@pytest.mark.parametrize("network,optimizer", [("ib-hdr", "sgdm"), ("10gbe", "sgdm"), ("25gbe", "birder")])
+def test_stragglers_never_lift_a_prediction_and_add_at_most_their_compute(network, optimizer):
+    for nodes in (1, 4, 16):
+        base = cluster(network, nodes)
+        even = predict(replace(base, gpu_speed_cv=0.0), model="resnet50", optimizer=optimizer,
+                       single_node_throughput=3000.0)
+        spread = predict(base, model="resnet50", optimizer=optimizer, single_node_throughput=3000.0)
+        extra = (straggler_factor(base.n_gpus, 8, GPU_SPEED_CV) - 1) * even.compute_s
+        assert even.iteration_s <= spread.iteration_s <= even.iteration_s + extra + 1e-12
+        assert spread.throughput <= nodes * 3000.0 * (1 + 1e-9)  # never above linear scaling of the node
+        if nodes == 1:
+            assert spread.throughput == pytest.approx(3000.0, rel=1e-6)
+
+
+def test_throughput_per_gpu_never_rises_with_nodes_from_stragglers_alone():
+    """On a network too fast to matter, stragglers alone make each added node worth a little less."""
+    per_gpu = [predict(cluster("ib-ndr", n, gpu="h100"), model="resnet50", single_node_throughput=3000.0)
+               .throughput / n for n in (1, 2, 8, 32, 128)]
+    assert all(b <= a * (1 + 1e-9) for a, b in zip(per_gpu, per_gpu[1:], strict=False))
+    assert per_gpu[-1] < per_gpu[0]
+
+
+def test_command_line_and_cluster_file_set_or_turn_off_the_spread(tmp_path, capsys):
+    args = ["predict", "--model", "resnet50", "--nodes", "16", "--network", "ib-hdr",
+            "--single-node-throughput", "3000", "--json"]
+    runs = {}
+    for cv in (None, "0"):
+        assert main(args + ([] if cv is None else ["--gpu-speed-cv", cv])) == 0
+        runs[cv] = json.loads(capsys.readouterr().out)["throughput"]
+    assert runs["0"] > runs[None]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["gpu_speed_cv"] == GPU_SPEED_CV and out["straggler_factor"] == straggler_factor(128, 8, GPU_SPEED_CV)
+    path = tmp_path / "c.toml"
+    path.write_text('gpu_speed_cv = 0\n[network]\npreset = "ib-hdr"\n')
+    assert load_cluster(path, 16).gpu_speed_cv == 0.0
+    assert main(["predict", "--model", "resnet50", "--cluster", str(path), "--nodes", "16",
+                 "--single-node-throughput", "3000", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["throughput"] == pytest.approx(runs["0"], rel=1e-12)
+    for bad in ("-0.1", "5", "nan"):
+        assert main(args + ["--gpu-speed-cv", bad]) == 2
+        err = capsys.readouterr().err
+        assert "--gpu-speed-cv" in err and len(err.strip().splitlines()) == 1
+    path.write_text('gpu_speed_cv = "x"\n[network]\npreset = "ib-hdr"\n')
+    with pytest.raises(ValueError, match="gpu_speed_cv"):
+        load_cluster(path, 2)
