@@ -86,7 +86,9 @@ def test_index_mix_determines_the_index():
     """A(i) determines i for the first 2**24 indices (all distinct: under the simple tabulation it replaced, 65,232
     of them shared their A(i) with another), for indices at and past 2**31, and in torch the same bits."""
     first = draws.index_words(0, 1 << 24)
-    assert np.array_equal(_invert_index_mix(draws.index_mix(first)), np.arange(1 << 24))
+    mixed = draws.index_mix(first)
+    assert np.array_equal(_invert_index_mix(mixed), np.arange(1 << 24))
+    assert np.array_equal(draws.index_mix(torch.from_numpy(first)).numpy(), mixed)
     wide = np.random.default_rng(21).integers(0, 2**32, 1 << 16, dtype=np.int64)
     wide[:3] = 2**31 - 1, 2**31, 2**32 - 1
     words = wide.astype(np.uint32).view(np.int32)
