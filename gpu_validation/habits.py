@@ -125,8 +125,9 @@ def _train(ddp: nn.Module, opt: Birder, rank: int, steps: int = STEPS, first: in
             then(step)
 
 
-def _plain(at: Place, **ddp_options):
-    model = make_model(0)
+def _plain(at: Place, model: nn.Module | None = None, **ddp_options):
+    """``model`` (make_model(0) by default) wrapped in DDP with ``ddp_options``, its Birder and Birder's reference."""
+    model = make_model(0) if model is None else model
     ddp = nn.parallel.DistributedDataParallel(model, **ddp_options)
     opt = Birder(ddp, lr=LR, weight_decay=DECAY, seed=SEED, gpus_per_node=at.gpus_per_node)
     return model, ddp, opt, Reference(opt)
@@ -258,9 +259,7 @@ class _Branchy(nn.Module):
 
 def find_unused_branch(at: Place) -> dict:
     model = _Branchy()
-    ddp = nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
-    opt = Birder(ddp, lr=LR, weight_decay=DECAY, seed=SEED, gpus_per_node=at.gpus_per_node)
-    ref = Reference(opt)
+    model, ddp, opt, ref = _plain(at, model, find_unused_parameters=True)
     for step in range(1, STEPS + 2):
         model.use_branch = step % 2 == 0
         _train(ddp, opt, at.rank, 1, step)
@@ -270,9 +269,7 @@ def find_unused_branch(at: Place) -> dict:
 def unused_branch_without_find_unused(at: Place) -> dict:
     """The branch skipped at step 2, DDP built without find_unused_parameters."""
     model = _Branchy()
-    ddp = nn.parallel.DistributedDataParallel(model)
-    opt = Birder(ddp, lr=LR, weight_decay=DECAY, seed=SEED, gpus_per_node=at.gpus_per_node)
-    ref = Reference(opt)
+    model, ddp, opt, ref = _plain(at, model)
     for step in range(1, STEPS + 1):
         model.use_branch = step != 2
         _train(ddp, opt, at.rank, 1, step)
@@ -349,9 +346,7 @@ class _Checkpointed(nn.Module):
 
 def _checkpointing(at: Place, reentrant: bool, **ddp_options) -> dict:
     model = _Checkpointed(reentrant)
-    ddp = nn.parallel.DistributedDataParallel(model, **ddp_options)
-    opt = Birder(ddp, lr=LR, weight_decay=DECAY, seed=SEED, gpus_per_node=at.gpus_per_node)
-    ref = Reference(opt)
+    model, ddp, opt, ref = _plain(at, model, **ddp_options)
     _train(ddp, opt, at.rank)
     return _result(model, ref)
 
@@ -504,9 +499,7 @@ def unfreeze_after_steps(at: Place) -> dict:
     model = make_model(0)
     for p in model[0].parameters():
         p.requires_grad_(False)
-    ddp = nn.parallel.DistributedDataParallel(model)
-    opt = Birder(ddp, lr=LR, weight_decay=DECAY, seed=SEED, gpus_per_node=at.gpus_per_node)
-    ref = Reference(opt)
+    model, ddp, opt, ref = _plain(at, model)
     _train(ddp, opt, at.rank, 2)
     for p in model[0].parameters():
         p.requires_grad_(True)
@@ -548,9 +541,7 @@ def _train_tokens(ddp: nn.Module, opt: Birder, rank: int) -> None:
 
 def tied_weights(at: Place) -> dict:
     model = _TiedLM()
-    ddp = nn.parallel.DistributedDataParallel(model)
-    opt = Birder(ddp, lr=LR, weight_decay=DECAY, seed=SEED, gpus_per_node=at.gpus_per_node)
-    ref = Reference(opt)
+    model, ddp, opt, ref = _plain(at, model)
     _train_tokens(ddp, opt, at.rank)
     result = _result(model, ref)
     result["still_tied"] = model.out.weight is model.embed.weight
@@ -569,9 +560,7 @@ def sparse_embedding(at: Place) -> dict:
 
 def _typed(at: Place, dtype: torch.dtype) -> dict:
     model = make_model(0).to(dtype)
-    ddp = nn.parallel.DistributedDataParallel(model)
-    opt = Birder(ddp, lr=LR, weight_decay=DECAY, seed=SEED, gpus_per_node=at.gpus_per_node)
-    ref = Reference(opt)
+    model, ddp, opt, ref = _plain(at, model)
     for step in range(1, STEPS + 1):
         x, y = batch(SEED, step, at.rank)
         (ddp(x.to(dtype)) - y.to(dtype)).abs().pow(2).mean().backward()
@@ -602,9 +591,7 @@ class _WithEmpty(nn.Module):
 
 def zero_size_parameter(at: Place) -> dict:
     model = _WithEmpty()
-    ddp = nn.parallel.DistributedDataParallel(model)
-    opt = Birder(ddp, lr=LR, weight_decay=DECAY, seed=SEED, gpus_per_node=at.gpus_per_node)
-    ref = Reference(opt)
+    model, ddp, opt, ref = _plain(at, model)
     _train(ddp, opt, at.rank)
     return _result(model, ref)
 
@@ -715,9 +702,7 @@ def parameters_ddp_ignores(at: Place) -> dict:
     """A trainable layer that DDP is told to ignore (DDP._set_params_and_buffers_to_ignore_for_model)."""
     model = make_model(0)
     nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, ["4.weight", "4.bias"])
-    ddp = nn.parallel.DistributedDataParallel(model)
-    opt = Birder(ddp, lr=LR, weight_decay=DECAY, seed=SEED, gpus_per_node=at.gpus_per_node)
-    ref = Reference(opt)
+    model, ddp, opt, ref = _plain(at, model)
     _train(ddp, opt, at.rank)
     return _result(model, ref)
 
@@ -810,9 +795,7 @@ def channels_last_conv(at: Place) -> dict:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Tanh(), nn.Flatten(), nn.Linear(64, 3)).to(
         memory_format=torch.channels_last)
-    ddp = nn.parallel.DistributedDataParallel(model)
-    opt = Birder(ddp, lr=LR, weight_decay=DECAY, seed=SEED, gpus_per_node=at.gpus_per_node)
-    ref = Reference(opt)
+    model, ddp, opt, ref = _plain(at, model)
     for step in range(1, STEPS + 1):
         generator = torch.Generator().manual_seed(1009 * step + at.rank)
         x = torch.randn(8, 3, 6, 6, generator=generator).to(memory_format=torch.channels_last)
@@ -948,9 +931,7 @@ def _evaluating(at: Place, ranks: tuple[int, ...]) -> dict:
     eval mode under no_grad after each step, on ``ranks``."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, 3))
-    ddp = nn.parallel.DistributedDataParallel(model)
-    opt = Birder(ddp, lr=LR, weight_decay=DECAY, seed=SEED, gpus_per_node=at.gpus_per_node)
-    ref = Reference(opt)
+    model, ddp, opt, ref = _plain(at, model)
 
     def evaluate(step: int) -> None:
         if at.rank in ranks:
