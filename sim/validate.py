@@ -293,6 +293,12 @@ class OrderCheck:
     def orders_wrong(self) -> int:
         return sum(not o.same for o in self.orders)
 
+    @classmethod
+    def of(cls, basis: str, predictions: list[Prediction]) -> OrderCheck:
+        """The check of ``predictions`` made on ``basis``: their multi-node groups' orders."""
+        orders = tuple(o for o in order_agreement(predictions) if o.gpus > GPUS_PER_NODE)
+        return cls(basis, tuple(predictions), orders)
+
     def as_dict(self) -> dict:
         return {"basis": self.basis, "mape_multi_node": mape(self.multi_node), "groups": len(self.orders),
                 "orders_wrong": self.orders_wrong, "rows": [p.as_dict() for p in self.predictions],
@@ -309,8 +315,7 @@ def order_check(table: list[Row], basis: str, progress=None) -> OrderCheck:
         predictions = compare(table, progress=progress)
     else:
         predictions = [p for row in table for p in compare([row], progress=progress, table=table, network=row.network)]
-    orders = tuple(o for o in order_agreement(predictions) if o.gpus > GPUS_PER_NODE)
-    return OrderCheck(basis, tuple(predictions), orders)
+    return OrderCheck.of(basis, predictions)
 
 
 def order_check_markdown(checks: list[OrderCheck]) -> str:
