@@ -1,8 +1,10 @@
 """Test settings shared by the whole suite: Hypothesis is derandomized (no test may fail by chance); one fixture
-for the torch tests that need a process group of one rank in this process."""
+for the torch tests that need a process group of one rank in this process; one for the runs a module starts in
+the background."""
 
 import os
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
@@ -30,3 +32,25 @@ def one_rank():
             yield
         finally:
             dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _background_started(request):
+    """Starts a module's ``BACKGROUND`` runs (name -> a callable of no arguments) together, each in a thread, when
+    the module's first test begins, so that its other tests run meanwhile; only when a selected test of the module
+    asks for ``background``. For runs that mostly wait (a stall test sleeps out a process-group timeout with ~3 s
+    of CPU in 30 s), not for CPU-bound work. The module ends after every run has ended (each has a backstop)."""
+    runs = getattr(request.module, "BACKGROUND", {})
+    if not any("background" in item.fixturenames for item in request.session.items
+               if item.module is request.module):
+        yield {}
+        return
+    with ThreadPoolExecutor(max_workers=len(runs)) as pool:
+        yield {name: pool.submit(run) for name, run in runs.items()}
+
+
+@pytest.fixture(scope="module")
+def background(_background_started):
+    """The module's background runs by name: ``background[name].result()`` waits for one and returns (or raises)
+    what it did."""
+    return _background_started

@@ -20,6 +20,19 @@ from birder_ref.update import apply_update
 from gpu_validation import Birder, guards, launch, scenarios
 from gpu_validation.validate import batch, make_model
 
+# The stall runs sleep out the 10 s process-group timeout (and the launcher's wait for a rank that never ends): each
+# takes 15-30 s with ~3 s of CPU, so they run together in the background (conftest's ``background``) while this
+# module's other tests run. Each is exactly the launch its test made before.
+_STALL_TIMEOUT = 10.0
+BACKGROUND = {
+    "inside_all_to_all": functools.partial(launch.launch, scenarios.stall, ("hierarchical", 2, 1,
+                                           "inter-node all-to-all"), 4, "gloo", _STALL_TIMEOUT, 90),
+    "before_backward": functools.partial(launch.launch, guards.peer_fault, ("stall", 1), 3, "gloo",
+                                         _STALL_TIMEOUT, 120),
+    "buffers_inside": functools.partial(launch.launch, guards.ddp_fault, ("buffers_inside", "stall", 1), 3, "gloo",
+                                        _STALL_TIMEOUT, 120),
+}
+
 
 @pytest.fixture(scope="module")
 def four_ranks():
@@ -83,20 +96,6 @@ def test_flat_scheme_on_two_ranks_is_bit_exact():
     assert not outcome.describe_failures(), outcome.describe_failures()
     result = outcome.reports[0]["result"]
     assert all(result[case]["mismatched"] == 0 for case in scenarios.CASES)
-
-
-def test_a_rank_stalled_inside_birders_collectives_ends_every_rank_naming_it():
-    """Rank 1 hangs before the inter-node all-to-all (a group of ranks 1 and 3, not WORLD). The timeout (10 s) is
-    long enough for the healthy collectives of a loaded 2-core machine (2 s timed out healthy ranks at a load of 20);
-    the bound, the timeout + 10 s, covers the 1 s report window and scheduling and still catches a rank that hangs."""
-    timeout = 10.0
-    outcome = launch.launch(scenarios.stall, ("hierarchical", 2, 1, "inter-node all-to-all"), 4, "gloo", timeout, 90)
-    assert outcome.killed == (1,)
-    assert sorted(outcome.errors) == [0, 2, 3]
-    for message in outcome.errors.values():
-        assert "rank(s) [1] did not reach it" in message and f"{timeout:g} s process-group timeout" in message
-        seconds = float(message.split("after ")[1].split(" s")[0])
-        assert seconds < timeout + 10.0
 
 
 # ---- one rank, in this process ----
@@ -360,19 +359,35 @@ def _within(kind: str, timeout: float) -> float:
     return timeout + 10.0 if kind == "stall" else _AT_ONCE
 
 
-@pytest.mark.parametrize("kind, timeout", [("raise", _CRASH_TIMEOUT), ("exit", _CRASH_TIMEOUT), ("stall", 10.0)])
-def test_a_peer_that_fails_before_backward_is_named_by_every_survivor(kind, timeout):
+@pytest.mark.parametrize("kind, timeout", [("raise", _CRASH_TIMEOUT), ("exit", _CRASH_TIMEOUT),
+                                           ("stall", _STALL_TIMEOUT)])
+def test_a_peer_that_fails_before_backward_is_named_by_every_survivor(kind, timeout, background):
     """Rank 1 of 3 raises, exits or stalls before its forward pass: the survivors' backward raises Birder's own
     message naming rank 1 (from who reported failing, never from the unfilled all-gather buffer). After a crash
     at once: within a tenth of the 600 s timeout (``_CRASH_TIMEOUT``: a margin of 540 s before the timeout);
     after a stall within the 10 s timeout + 10 s (report window, scheduling)."""
-    outcome = launch.launch(guards.peer_fault, (kind, 1), 3, "gloo", timeout, 120)
+    outcome = (background["before_backward"].result() if kind == "stall"
+               else launch.launch(guards.peer_fault, (kind, 1), 3, "gloo", timeout, 120))
     survivors = {r: m for r, m in outcome.errors.items() if r != 1}
     assert sorted(survivors) == [0, 2], outcome.describe_failures()
     for message in survivors.values():
         assert "Birder step 3: the all-gather in backward (Birder's hook)" in message, message
         assert "rank(s) [1] did not reach it (hung or dead)" in message and "grew after backward" not in message
         assert _seconds(message) < _within(kind, timeout)
+
+
+def test_a_rank_stalled_inside_birders_collectives_ends_every_rank_naming_it(background):
+    """Rank 1 hangs before the inter-node all-to-all (a group of ranks 1 and 3, not WORLD). The timeout (10 s) is
+    long enough for the healthy collectives of a loaded 2-core machine (2 s timed out healthy ranks at a load of 20);
+    the bound, the timeout + 10 s, covers the 1 s report window and scheduling and still catches a rank that hangs."""
+    timeout = _STALL_TIMEOUT
+    outcome = background["inside_all_to_all"].result()
+    assert outcome.killed == (1,)
+    assert sorted(outcome.errors) == [0, 2, 3]
+    for message in outcome.errors.values():
+        assert "rank(s) [1] did not reach it" in message and f"{timeout:g} s process-group timeout" in message
+        seconds = float(message.split("after ")[1].split(" s")[0])
+        assert seconds < timeout + 10.0
 
 
 _BEFORE_DDP = "the record all-gather before DDP's collectives in forward"
@@ -385,9 +400,10 @@ _IN_HOOK = "the all-gather in backward (Birder's hook)"
     ("unused", "exit", _CRASH_TIMEOUT, {0: _IN_HOOK, 2: _IN_HOOK}),
     # rank 0, the root, fails inside DDP's broadcast; rank 2 has its buffers and fails next, in Birder's hook
     ("buffers_inside", "exit", _CRASH_TIMEOUT, {0: _IN_DDP, 2: _IN_HOOK}),
-    ("buffers_inside", "stall", 10.0, {0: _IN_DDP, 2: _IN_HOOK}),
+    ("buffers_inside", "stall", _STALL_TIMEOUT, {0: _IN_DDP, 2: _IN_HOOK}),
 ])
-def test_a_peer_that_fails_at_ddps_own_collectives_is_named_by_every_survivor(where, kind, timeout, phases):
+def test_a_peer_that_fails_at_ddps_own_collectives_is_named_by_every_survivor(where, kind, timeout, phases,
+                                                                              background):
     """Rank 1 of 3 fails where the others enter one of DDP's own collectives (guards.ddp_fault): its bucket
     rebuild (step 2's forward), its find_unused_parameters bitmap all-reduce (backward), or inside the buffer
     broadcast of a BatchNorm model, after Birder's record exchange (a peer failing before that exchange meets it
@@ -395,7 +411,8 @@ def test_a_peer_that_fails_at_ddps_own_collectives_is_named_by_every_survivor(wh
     survivor raises
     Birder's message naming rank 1 (never torch's bare gloo error), at once after a crash (within a tenth of the
     600 s timeout: a margin of 540 s before it), within the 10 s timeout + 10 s after a stall."""
-    outcome = launch.launch(guards.ddp_fault, (where, kind, 1), 3, "gloo", timeout, 120)
+    outcome = (background["buffers_inside"].result() if kind == "stall"
+               else launch.launch(guards.ddp_fault, (where, kind, 1), 3, "gloo", timeout, 120))
     survivors = {r: m for r, m in outcome.errors.items() if r != 1}
     assert sorted(survivors) == [0, 2], outcome.describe_failures()
     for rank, message in survivors.items():

@@ -1,5 +1,6 @@
 """`birder gpu-validate` over gloo on CPU: ranks spawned locally, every step compared with birder_ref exactly."""
 
+import functools
 import json
 import subprocess
 import sys
@@ -11,6 +12,12 @@ from gpu_validation.cli import describe
 from gpu_validation.validate import KILLED_EXIT_STATUS, Config, run
 
 CONTRACT_KEYS = ["passed", "steps", "mismatched_elements", "max_abs_diff", "ranks_identical", "backend", "device"]
+
+_STALL_TIMEOUT = 10.0  # long enough for the healthy collectives of a loaded 2-core CI machine
+# The stalled run sleeps through the survivor's timeout and the launcher's wait (~30 s, ~3 s of CPU): it runs in
+# the background (conftest's ``background``) while this module's other tests run.
+BACKGROUND = {"stalled_rank": functools.partial(
+    run, Config(nodes=1, gpus_per_node=2, steps=4, hang_at=(2, 0), timeout_s=_STALL_TIMEOUT))}
 
 
 def test_2x2_is_bit_exact_skips_a_nonfinite_step_everywhere_and_resumes_bit_identically():
@@ -129,9 +136,9 @@ def test_a_dead_rank_stops_the_others_with_an_error_within_the_timeout():
     assert as_json["fault_handled"] is True and list(as_json)[-2:] == ["seconds", "config"]
 
 
-def test_a_stalled_rank_makes_the_others_time_out_with_an_error():
-    timeout = 10.0  # long enough for the healthy collectives of a loaded 2-core CI machine
-    result = run(Config(nodes=1, gpus_per_node=2, steps=4, hang_at=(2, 0), timeout_s=timeout))
+def test_a_stalled_rank_makes_the_others_time_out_with_an_error(background):
+    timeout = _STALL_TIMEOUT
+    result = background["stalled_rank"].result()
     assert result.passed is True and result.fault_handled and result.killed_by_launcher == (0,)
     assert "rank 0 hung" in result.error and "stopped at step 2" in result.rank_errors["1"]
     assert f"Timed out waiting {timeout * 1000:.0f}ms" in result.rank_errors["1"]  # gloo's words, our timeout
