@@ -1,11 +1,15 @@
 """Test settings shared by the whole suite: Hypothesis is derandomized (no test may fail by chance); one fixture
 for the torch tests that need a process group of one rank in this process; one for the runs a module starts in
-the background."""
+the background; one `birder report --quick` run that several tests read."""
 
 import os
+import subprocess
+import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -54,3 +58,31 @@ def background(_background_started):
     """The module's background runs by name: ``background[name].result()`` waits for one and returns (or raises)
     what it did."""
     return _background_started
+
+
+@dataclass(frozen=True)
+class QuickReport:
+    """A finished ``birder report --quick`` process: where it wrote, and what it printed."""
+
+    folder: Path
+    done: subprocess.CompletedProcess
+
+    def section(self, heading: str) -> str:
+        """The Markdown of the section whose ``## `` heading starts with ``heading`` (each section is one)."""
+        chunks = ("## " + chunk for chunk in (self.folder / "report.md").read_text().split("\n## ")[1:])
+        (found,) = [chunk for chunk in chunks if chunk.startswith("## " + heading)]
+        return found
+
+
+@pytest.fixture(scope="session")
+def quick_report(tmp_path_factory) -> QuickReport:
+    """One ``birder report --quick`` in a fresh process, as a user starts it (~25 s): the test that the report never
+    imports torch and the tests of its sections read the same run. The process prints, last, whether torch was
+    imported."""
+    folder = tmp_path_factory.mktemp("quick_report") / "r"
+    root = Path(__file__).resolve().parents[1]
+    code = ("import sys; from birder.cli import main; rc = main(['report', '--quick', '--out', sys.argv[1]]); "
+            "print('torch imported' if 'torch' in sys.modules else 'no torch'); sys.exit(rc)")
+    done = subprocess.run([sys.executable, "-c", code, str(folder)], cwd=root, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(root)})
+    return QuickReport(folder, done)

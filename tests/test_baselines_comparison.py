@@ -27,9 +27,10 @@ def test_shards_partition_the_training_set_and_the_test_set_is_held_out():
     assert len(data.y_test) == 360 and len(data.y_train) == 1437
 
 
-def test_quick_section_trains_every_optimizer_and_reports_it(tmp_path):
-    markdown = comparison.section(tmp_path, quick=True)
-    png = tmp_path / "baselines_digits_loss.png"
+def test_quick_section_trains_every_optimizer_and_reports_it(quick_report):
+    """comparison.section as ``birder report --quick`` writes it (conftest's ``quick_report``)."""
+    markdown = quick_report.section("Baselines on a real task")
+    png = quick_report.folder / "baselines_digits_loss.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for name in comparison.learning_rates():
         assert f"| {name} |" in markdown

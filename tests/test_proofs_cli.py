@@ -7,7 +7,7 @@ import pytest
 
 from birder.cli import main
 from proofs_checks import independent
-from proofs_checks.report import PLOT, section
+from proofs_checks.report import PLOT
 from proofs_checks.runner import run_checks
 from proofs_checks.target import load_target
 
@@ -67,14 +67,13 @@ class StaticBirder:
     step = staticmethod(independent.step)
 
 
-def test_report_section_has_the_table_and_the_plot(tmp_path):
-    from proofs_checks.pytest_plugin import _context
-
-    markdown = section(tmp_path, quick=True, ctx=_context(None))  # the reference's shared runs, computed once
+def test_report_section_has_the_table_and_the_plot(quick_report):
+    """proofs_checks.report.section as ``birder report --quick`` writes it (conftest's ``quick_report``)."""
+    markdown = quick_report.section("The paper's claims as checks")
     assert "| eq5_probability_exact | paper |" in markdown and "| theorem1_bound | paper |" in markdown
     assert "| contract_purity | contract |" in markdown
     assert "every check holds" in markdown
-    assert (tmp_path / PLOT).stat().st_size > 10_000
+    assert (quick_report.folder / PLOT).stat().st_size > 10_000
 
 
 GOOD = (Path(__file__).resolve().parent.parent / "proofs_checks" / "template.py").read_text()

@@ -163,11 +163,10 @@ def test_an_interrupted_report_run_leaves_the_old_report_whole(tmp_path):
     assert "old" in (out / "report.md").read_text()
 
 
-def test_the_report_process_never_imports_torch_and_ends_with_a_summary(tmp_path):
-    code = ("import sys; from birder.cli import main; rc = main(['report', '--quick', '--out', sys.argv[1]]); "
-            "print('torch imported' if 'torch' in sys.modules else 'no torch'); sys.exit(rc)")
-    result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "r")], cwd=ROOT, capture_output=True,
-                            text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+def test_the_report_process_never_imports_torch_and_ends_with_a_summary(quick_report):
+    """The whole ``report --quick`` in a fresh process (conftest's ``quick_report``, which the sections' own tests
+    read too)."""
+    result = quick_report.done
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
     assert lines[-1] == "no torch"
@@ -176,12 +175,12 @@ def test_the_report_process_never_imports_torch_and_ends_with_a_summary(tmp_path
                         r"birder_ref\.algorithm1 \(all hold\)", lines[-4]), lines[-4]
     assert "fit" in lines[-3] and "cross-validated" in lines[-3]
     assert result.stderr == ""  # no progress bars when stderr is not a terminal
-    text = (tmp_path / "r" / "report.md").read_text()
+    text = (quick_report.folder / "report.md").read_text()
     assert text.index("The answer first") < text.index("The paper's claims as checks")
     assert "about 1e-10" not in text and "| NO |" not in text
     for line in text.splitlines():
         if line.startswith("![") and "](" in line:
-            assert (tmp_path / "r" / line.split("](")[1].rstrip(")")).stat().st_size > 10_000, line
+            assert (quick_report.folder / line.split("](")[1].rstrip(")")).stat().st_size > 10_000, line
 
 
 def test_sections_follow_the_reports_progress_choice(tmp_path):
