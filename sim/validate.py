@@ -544,6 +544,20 @@ def claim_check(table: list[Row], basis: str, checked: tuple[Claim, ...] | None 
     return ClaimCheck(basis, tuple(claim_verdict(c, table, basis) for c in checked or claims()))
 
 
+def claims_markdown(checks: list[ClaimCheck]) -> str:
+    """The claims checks as the sim README prints them (a test compares them with a fresh run): one row per claim,
+    the text's range beside each basis's predicted value, where it is reached and whether it holds."""
+    lines = ["| claim | paper line | quantity | stated | " + " | ".join(c.basis for c in checks) + " |",
+             "|" + "---|" * (4 + len(checks))]
+    for k, v in enumerate(checks[0].verdicts):
+        cells = [f"{c.verdicts[k].predicted:.3g} at {c.verdicts[k].at_gpus} "
+                 f"({'holds' if c.verdicts[k].holds else '**does not hold**'})" for c in checks]
+        lines.append(f"| {v.claim.states} | {', '.join(map(str, v.claim.lines))} | {v.claim.quantity} | "
+                     f"{v.claim.stated} | " + " | ".join(cells) + " |")
+    lines.append("| | | | claims that hold | " + " | ".join(f"{c.held} of {len(c.verdicts)}" for c in checks) + " |")
+    return "\n".join(lines)
+
+
 def claim_check_lines(checks: list[ClaimCheck]) -> list[str]:
     """Claims checks as ``birder validate`` prints them: per basis a count, then one line per claim."""
     lines = []

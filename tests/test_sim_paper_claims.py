@@ -3,6 +3,7 @@ check against the simulator's predictions (sim.validate.claim_check)."""
 
 import tomllib
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +92,10 @@ def test_validate_refuses_a_bad_claims_file_in_one_line(tmp_path, capsys):
     assert main(["validate", "--no-cross-validation", "--claims", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "unknown quantity" in err
+
+
+def test_sim_readme_prints_the_claims_check_of_a_fresh_run():
+    text = (Path(__file__).resolve().parents[1] / "sim" / "README.md").read_text()
+    block = text.split("tests/test_sim_paper_claims.py -->\n", 1)[1].split("\n<!-- end claims check -->")[0]
+    table = validate.rows()
+    assert block == validate.claims_markdown([validate.claim_check(table, basis) for basis in validate.BASES])
