@@ -505,20 +505,22 @@ class ClaimCheck:
 
 
 def claim_prediction(table: list[Row], basis: str, model: str, batch_per_gpu: int, network: str, optimizer: str,
-                     gpus: int) -> workload.Prediction:
+                     gpus: int, tweak=None) -> workload.Prediction:
     """One configuration of a claim predicted on ``basis``, calibrated by the table's single-node row of the same
-    model, batch, network and optimizer where it has one (else from the GPU's FLOP rate, as a held-out row is)."""
+    model, batch, network and optimizer where it has one (else from the GPU's FLOP rate, as a held-out row is);
+    ``tweak`` changes the cluster as in ``compare`` (e.g. ``constants_tweak``: other site constants)."""
     single = next((r.throughput for r in table if r.gpus == GPUS_PER_NODE and
                    (r.model, r.batch_per_gpu, r.network, r.optimizer) == (model, batch_per_gpu, network, optimizer)),
                   None)
-    return predict(cluster(basis_network(basis, network), gpus // GPUS_PER_NODE, GPUS_PER_NODE), model=model,
-                   batch_per_gpu=batch_per_gpu, optimizer=optimizer, single_node_throughput=single)
+    c = cluster(basis_network(basis, network), gpus // GPUS_PER_NODE, GPUS_PER_NODE)
+    return predict(c if tweak is None else tweak(c), model=model, batch_per_gpu=batch_per_gpu, optimizer=optimizer,
+                   single_node_throughput=single)
 
 
-def claim_verdict(claim: Claim, table: list[Row], basis: str) -> ClaimVerdict:
+def claim_verdict(claim: Claim, table: list[Row], basis: str, tweak=None) -> ClaimVerdict:
     """The value of ``claim``'s quantity on ``basis`` and whether it lies in the claim's range."""
     def of(optimizer: str, network: str, gpus: int) -> workload.Prediction:
-        return claim_prediction(table, basis, claim.model, claim.batch_per_gpu, network, optimizer, gpus)
+        return claim_prediction(table, basis, claim.model, claim.batch_per_gpu, network, optimizer, gpus, tweak)
 
     values: dict[int, float] = {}
     pick = min
@@ -538,10 +540,10 @@ def claim_verdict(claim: Claim, table: list[Row], basis: str) -> ClaimVerdict:
     return ClaimVerdict(claim, values[at], at, claim.holds(values[at], at))
 
 
-def claim_check(table: list[Row], basis: str, checked: tuple[Claim, ...] | None = None) -> ClaimCheck:
+def claim_check(table: list[Row], basis: str, checked: tuple[Claim, ...] | None = None, tweak=None) -> ClaimCheck:
     """Every claim of ``checked`` (default: the paper's, ``claims()``) on ``basis``, calibrated by ``table``'s
-    single-node rows."""
-    return ClaimCheck(basis, tuple(claim_verdict(c, table, basis) for c in checked or claims()))
+    single-node rows (``tweak``: as in ``claim_prediction``)."""
+    return ClaimCheck(basis, tuple(claim_verdict(c, table, basis, tweak) for c in checked or claims()))
 
 
 def claims_markdown(checks: list[ClaimCheck]) -> str:

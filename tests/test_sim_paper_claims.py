@@ -99,3 +99,15 @@ def test_sim_readme_prints_the_claims_check_of_a_fresh_run():
     block = text.split("tests/test_sim_paper_claims.py -->\n", 1)[1].split("\n<!-- end claims check -->")[0]
     table = validate.rows()
     assert block == validate.claims_markdown([validate.claim_check(table, basis) for basis in validate.BASES])
+
+
+def test_other_site_constants_move_the_claims_they_touch_only():
+    """A tweak of the InfiniBand site's constants (as the fit applies them) moves the InfiniBand claim's prediction
+    and leaves a 10 GbE claim's as it was."""
+    table = validate.rows()
+    by_id = {c.id: c for c in validate.claims()}
+    tweak = validate.constants_tweak({"birder-paper-ib": {"efficiency": 0.5}})
+    for claim_id, moves in (("bert-ib-birder-speedup", True), ("bert-10gbe-birder-grows", False)):
+        before, after = (validate.claim_verdict(by_id[claim_id], table, validate.BASES[0], t).predicted
+                         for t in (None, tweak))
+        assert (after != pytest.approx(before, rel=1e-6)) is moves
