@@ -517,11 +517,10 @@ def claim_prediction(table: list[Row], basis: str, model: str, batch_per_gpu: in
                    single_node_throughput=single)
 
 
-def claim_verdict(claim: Claim, table: list[Row], basis: str, tweak=None) -> ClaimVerdict:
-    """The value of ``claim``'s quantity on ``basis`` and whether it lies in the claim's range."""
-    def of(optimizer: str, network: str, gpus: int) -> workload.Prediction:
-        return claim_prediction(table, basis, claim.model, claim.batch_per_gpu, network, optimizer, gpus, tweak)
-
+def claim_quantity(claim: Claim, of) -> tuple[float, int]:
+    """``claim``'s quantity and the GPU count where it is reached, from ``of(optimizer, network, gpus)``: a
+    prediction (``claim_prediction``), or anything with the fields the quantity reads (``throughput`` for speed-ups
+    and growth, as a published row has)."""
     values: dict[int, float] = {}
     pick = min
     for k, g in enumerate(claim.gpus):
@@ -537,7 +536,16 @@ def claim_verdict(claim: Claim, table: list[Row], basis: str, tweak=None) -> Cla
         elif claim.quantity == "comm_over_compute":
             values[g] = p.exposed_communication_s / p.compute_s
     at = pick(values, key=values.__getitem__)
-    return ClaimVerdict(claim, values[at], at, claim.holds(values[at], at))
+    return values[at], at
+
+
+def claim_verdict(claim: Claim, table: list[Row], basis: str, tweak=None) -> ClaimVerdict:
+    """The value of ``claim``'s quantity on ``basis`` and whether it lies in the claim's range."""
+    def of(optimizer: str, network: str, gpus: int) -> workload.Prediction:
+        return claim_prediction(table, basis, claim.model, claim.batch_per_gpu, network, optimizer, gpus, tweak)
+
+    value, at = claim_quantity(claim, of)
+    return ClaimVerdict(claim, value, at, claim.holds(value, at))
 
 
 def claim_check(table: list[Row], basis: str, checked: tuple[Claim, ...] | None = None, tweak=None) -> ClaimCheck:

@@ -111,3 +111,21 @@ def test_other_site_constants_move_the_claims_they_touch_only():
         before, after = (validate.claim_verdict(by_id[claim_id], table, validate.BASES[0], t).predicted
                          for t in (None, tweak))
         assert (after != pytest.approx(before, rel=1e-6)) is moves
+
+
+def test_the_claims_about_public_rows_hold_on_the_published_throughputs():
+    """Where every configuration a claim reads is a public row (ResNet-50 at 32 per GPU), the published
+    throughputs themselves must satisfy it: the claim is encoded as the paper states it."""
+    table = {(r.model, r.batch_per_gpu, r.network, r.optimizer, r.gpus): r for r in validate.rows()}
+    public = []
+    for claim in validate.claims():
+        def published(optimizer, network, gpus, claim=claim):
+            return table[claim.model, claim.batch_per_gpu, network, optimizer, gpus]
+        try:
+            value, at = validate.claim_quantity(claim, published)
+        except KeyError:  # a held-out configuration
+            continue
+        public.append(claim.id)
+        assert claim.holds(value, at), (claim.id, value, at)
+    assert public == ["resnet50-32-10gbe-birder-speedup-64", "resnet50-32-ib-birder-speedup",
+                      "resnet50-32-birder-10gbe-matches-sgdm-ib"]
