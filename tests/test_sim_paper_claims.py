@@ -129,3 +129,18 @@ def test_the_claims_about_public_rows_hold_on_the_published_throughputs():
         assert claim.holds(value, at), (claim.id, value, at)
     assert public == ["resnet50-32-10gbe-birder-speedup-64", "resnet50-32-ib-birder-speedup",
                       "resnet50-32-birder-10gbe-matches-sgdm-ib"]
+
+
+def test_the_verdict_flips_where_a_faster_link_carries_the_prediction_across_the_claim():
+    """The InfiniBand cluster's payload efficiency swept from 5% to all of the line rate: the baseline's
+    all-reduce gets faster, so Birder's predicted lead shrinks, crossing the stated 2.85x (+-15%) band; the verdict
+    holds exactly while the prediction is inside it."""
+    table = validate.rows()
+    claim = {c.id: c for c in validate.claims()}["bert-ib-birder-speedup"]
+    verdicts = [validate.claim_verdict(claim, table, validate.BASES[0],
+                                       validate.constants_tweak({"birder-paper-ib": {"efficiency": e}}))
+                for e in (0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 1.0)]
+    speedups = [v.predicted for v in verdicts]
+    assert speedups == sorted(speedups, reverse=True) and speedups[0] > claim.high and speedups[-1] < claim.low
+    assert [v.holds for v in verdicts] == [claim.low <= s <= claim.high for s in speedups]
+    assert any(v.holds for v in verdicts)
