@@ -517,6 +517,7 @@ def run_validate(args) -> int:
     if args.out:
         check_output_dir(args.out)
     table = validate.rows(args.csv)
+    claims = validate.claims(args.claims)  # a bad claims file is refused before any prediction
     with tqdm(total=len(table), desc="validate", unit="row", file=sys.stderr,
               disable=True if (args.json or _quiet(args)) else None) as bar:
         results = validate.compare(table, progress=bar)
@@ -531,6 +532,8 @@ def run_validate(args) -> int:
                "rows": [r.as_dict() for r in results], "orders": [o.as_dict() for o in orders],
                "speedup_trend": [t.as_dict() for t in trend], "profiles": profiles,
                "order_check": [site.as_dict(), generic.as_dict()]}
+    claim_checks = [validate.claim_check(table, basis, claims) for basis in validate.BASES]
+    summary["claims_check"] = [c.as_dict() for c in claim_checks]
     cross = None
     if not args.no_cross_validation:
         with tqdm(total=validate.cross_validation_groups(args.csv), desc="cross-validation", unit="group",
@@ -571,6 +574,8 @@ def run_validate(args) -> int:
         _say(f"order of optimizers on the {check.basis}: {len(check.orders) - check.orders_wrong} of "
              f"{len(check.orders)} multi-node groups as published; MAPE {validate.mape(check.multi_node) * 100:.1f}% "
              "over the multi-node rows")
+    for line in validate.claim_check_lines(claim_checks):
+        _say(line)
     _say("generic presets (the rows' network names as hardware presets, nothing fitted), per multi-node row:")
     for r in generic.multi_node:
         _say(f"  {r.model:9} {r.batch_per_gpu:5d} {r.network:8} {r.optimizer:13} {r.gpus:4d} {r.published:10.0f} "
@@ -777,6 +782,9 @@ def register(subparsers) -> None:
     v.add_argument("--out", default=None, type=_non_empty_path, help="directory for the predicted-vs-published plot")
     v.add_argument("--no-cross-validation", action="store_true",
                    help="skip the group cross-validation (it refits the site profiles once per group left out)")
+    v.add_argument("--claims", default=None, type=_non_empty_path,
+                   help="claims file checked against the predictions (default: the Birder paper's stated claims, "
+                        "sim/validation/birder_paper_claims.toml)")
     v.add_argument("--json", action="store_true", help="print one JSON object")
     v.set_defaults(func=run_validate)
 

@@ -59,7 +59,13 @@ def test_sim_readme_prints_the_order_check_of_a_fresh_run(checks):
 
 def test_validate_json_carries_both_bases(capsys, checks):
     assert main(["validate", "--no-cross-validation", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)["order_check"]
+    printed = json.loads(capsys.readouterr().out)
+    out = printed["order_check"]
+    claims = printed["claims_check"]
+    assert [c["basis"] for c in claims] == list(validate.BASES)
+    for got in claims:
+        assert got["claims"] == len(validate.claims()) == len(got["verdicts"])
+        assert got["held"] == sum(v["holds"] for v in got["verdicts"])
     assert [c["basis"] for c in out] == list(validate.BASES)
     for got, check in zip(out, checks, strict=True):
         assert got["orders_wrong"] == check.orders_wrong
