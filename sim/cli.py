@@ -26,7 +26,7 @@ from safeio.argtypes import positive_int, positive_number
 from safeio.atomic import staging_dir, write_text
 from safeio.outputs import check_output_dir, check_output_file
 from safeio.text import printable
-from sim.api import MAX_BATCH_PER_GPU, finite_json_value
+from sim.api import MAX_BATCH_PER_GPU, finite_json_value, stored_step_jitter_fits
 from sim.hardware import (
     COMM_LIBRARIES,
     FRAMEWORKS,
@@ -554,7 +554,7 @@ def run_validate(args) -> int:
         summary["cross_validation"] = cross.as_dict()
     with tqdm(total=len(validate.corpus_rows()[0]), desc="corpus", unit="row", file=sys.stderr,
               disable=True if (args.json or _quiet(args)) else None) as bar:
-        loso = validate.corpus_validation(progress=bar)
+        loso = validate.corpus_validation(progress=bar, step_jitter_fits=stored_step_jitter_fits())
     summary["corpus_validation"] = loso.as_dict()
     if args.out:
         from sim import plots

@@ -1506,11 +1506,11 @@ def unmeasured_figures_markdown(summary: dict) -> str:
 _SHIPPED: list[CorpusValidation] = []  # the shipped corpus's run, once per process
 
 
-def _shipped_corpus_validation(progress=None) -> CorpusValidation:
+def _shipped_corpus_validation(progress=None, step_jitter_fits: dict | None = None) -> CorpusValidation:
     """The shipped corpus's validation, once per process (the command line, the stored intervals and the report
     read the same run)."""
     if not _SHIPPED:
-        _SHIPPED.append(corpus_validation(*corpus_rows(), progress=progress))
+        _SHIPPED.append(corpus_validation(*corpus_rows(), progress=progress, step_jitter_fits=step_jitter_fits))
     return _SHIPPED[0]
 
 
@@ -1523,36 +1523,64 @@ def gpu_calibrated_on(gpu: str, model: str) -> str | None:
 
 
 def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str | None = None,
-                      progress: tqdm | None = None) -> CorpusValidation:
+                      progress: tqdm | None = None, step_jitter_fits: dict | None = None) -> CorpusValidation:
     """Predict every corpus row twice (with the site profiles fitted on its source's rows, and with generic
     hardware data only), leave each source (with those sharing its testbed) out of every fit in turn, and fit
     the intervals' quantiles on the other sources' left-out log ratios. Rows the simulator cannot express are
-    returned as skipped with the reason. Without ``corpus``: the shipped corpus, run once per process."""
+    returned as skipped with the reason. Without ``corpus``: the shipped corpus, run once per process. The per-step
+    jitter is fitted on a grid of predictions of every row (nested per held-out group; ``nested_step_jitter``),
+    unless ``step_jitter_fits`` gives what a run on this same corpus stored (its summary's ``step_jitter``): then
+    only the predictions those values need are made (the figures are the same, in a fraction of the time)."""
     if corpus is None:
-        return _shipped_corpus_validation(progress)
+        return _shipped_corpus_validation(progress, step_jitter_fits)
     skipped, excluded = [], []
     groups = _held_out_groups(corpus)
-    expressed = []  # (row, its generic predictions on every grid value of the per-step jitter)
+    expressed: list[PublishedRow] = []  # the rows the simulator can express
+    at: dict[tuple[int, float], workload.Prediction] = {}  # (row, per-step jitter) -> its generic prediction
     for row in corpus:
         try:
             if row.single_node_throughput is None:
                 raise ValueError("the source gives no single-node throughput")
-            expressed.append((row, {cv: corpus_predict(row, False, step_jitter_cv=cv) for cv in STEP_JITTER_GRID}))
+            first = STEP_JITTER_GRID if step_jitter_fits is None else (
+                step_jitter_fits["by_held_out_source"][row.source],)
+            at |= {(len(expressed), cv): corpus_predict(row, False, step_jitter_cv=cv) for cv in first}
+            expressed.append(row)
         except ValueError as error:
             skipped.append(SkippedRow(row.source, row.table, row.model, row.nodes, str(error)))
         if progress is not None:
             progress.update(1)
+
+    def generic_at(i: int, cv: float) -> workload.Prediction:
+        if (i, cv) not in at:
+            at[i, cv] = corpus_predict(expressed[i], False, step_jitter_cv=cv)
+        return at[i, cv]
+
     # the per-step jitter, fitted with each source's group held out (nested: its rows are predicted with the value
-    # the other sources chose) and on every row (the in-sample predictions' and the shipped value)
-    jitter = nested_step_jitter([row.source for row, _ in expressed], [row.throughput for row, _ in expressed],
-                                {cv: [ps[cv].throughput for _, ps in expressed] for cv in STEP_JITTER_GRID}, groups)
+    # the other sources chose), without a held-out group and a row's own (the intervals' errors), and on every row
+    # (the in-sample predictions' and the shipped value); or, given, as a run on this corpus stored them
+    if step_jitter_fits is None:
+        fit_rows = ([row.source for row in expressed], [row.throughput for row in expressed],
+                    {cv: [at[i, cv].throughput for i in range(len(expressed))] for cv in STEP_JITTER_GRID})
+        jitter = nested_step_jitter(*fit_rows, groups)
+        fitted_without: dict[str, float] = {}
+    else:
+        jitter = {"all": step_jitter_fits["all_sources"], **step_jitter_fits["by_held_out_source"]}
+        fitted_without = dict(step_jitter_fits["fitted_without"])
+
+    def jitter_without(sources: frozenset[str]) -> float:
+        key = "|".join(sorted(sources))
+        if key not in fitted_without:
+            fitted_without[key] = step_jitter_without(*fit_rows, sources)
+        return fitted_without[key]
+
     done, unmeasured = [], []
-    for row, ps in expressed:
-        generic, cv = ps[jitter[row.source]], jitter[row.source]
+    for i, row in enumerate(expressed):
+        cv = jitter[row.source]
+        generic = generic_at(i, cv)
         # in-sample: the site profile where there is one (no generic jitter: sim.hardware.default_step_jitter), else
         # the generic prediction with the jitter fitted on every row
         fitted = corpus_predict(row, True) if (
-            row.source, row.transport, float(row.line_rate_gbps)) in SITE_OF_SETUP else ps[jitter["all"]]
+            row.source, row.transport, float(row.line_rate_gbps)) in SITE_OF_SETUP else generic_at(i, jitter["all"])
         done.append((row, fitted, generic))
         calibrated_on = gpu_calibrated_on(row.gpu, row.model)
         if calibrated_on is not None and calibrated_on in groups[row.source]:
@@ -1567,27 +1595,18 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
 
     def logged(i: int, cv: float) -> LoggedError:
         if (i, cv) not in logged_at:
-            row, ps = expressed[i]
-            logged_at[i, cv] = LoggedError(row.source, row_interval_regime(row, ps[cv]),
-                                           math.log(row.throughput / ps[cv].throughput),
-                                           math.log(linear_scaling(row) / ps[cv].throughput))
+            row, p = expressed[i], generic_at(i, cv)
+            logged_at[i, cv] = LoggedError(row.source, row_interval_regime(row, p),
+                                           math.log(row.throughput / p.throughput),
+                                           math.log(linear_scaling(row) / p.throughput))
         return logged_at[i, cv]
 
-    errors = [logged(i, jitter[row.source]) for i, (row, _) in enumerate(expressed)]
-    fit_rows = ([row.source for row, _ in expressed], [row.throughput for row, _ in expressed],
-                {cv: [ps[cv].throughput for _, ps in expressed] for cv in STEP_JITTER_GRID})
-    fitted_without = {}  # excluded sources -> the jitter fitted without them, computed once
+    errors = [logged(i, jitter[row.source]) for i, row in enumerate(expressed)]
 
     def others_of(held: frozenset[str]) -> list[LoggedError]:
         # the other sources' rows, each predicted with the jitter fitted without the held-out group and its own
-        out = []
-        for i, (row, _) in enumerate(expressed):
-            if row.source not in held:
-                excluded = held | groups[row.source]
-                if excluded not in fitted_without:
-                    fitted_without[excluded] = step_jitter_without(*fit_rows, excluded)
-                out.append(logged(i, fitted_without[excluded]))
-        return out
+        return [logged(i, jitter_without(held | groups[row.source]))
+                for i, row in enumerate(expressed) if row.source not in held]
 
     bounds = left_out_bounds(errors, groups, others_of)
     out = []
@@ -1626,9 +1645,10 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
                                   in zip(u_rows, u_predicted, u_regimes, u_intervals, strict=True)),
                             tuple(u_pairs), levels, groups, tuple(excluded),
                             {"criterion": STEP_JITTER_CRITERION, "grid": list(STEP_JITTER_GRID),
-                             "rows": len(done), "sources": len({row.source for row, _, _ in done}),
+                             "rows": len(done), "sources": len({row.source for row in expressed}),
                              "all_sources": jitter["all"],
-                             "by_held_out_source": {s: v for s, v in jitter.items() if s != "all"}})
+                             "by_held_out_source": {s: v for s, v in jitter.items() if s != "all"},
+                             "fitted_without": dict(sorted(fitted_without.items()))})
 
 
 def _pair_errors(rows: list[PublishedRow], predicted: list[float], regimes: list[str]

@@ -116,3 +116,19 @@ def test_site_profiles_take_no_generic_jitter_and_users_set_or_turn_it_off(tmp_p
     path.write_text('step_jitter_cv = true\n[network]\npreset = "ib-hdr"\n')
     with pytest.raises(ValueError, match="step_jitter_cv"):
         load_cluster(path, 2)
+
+
+def test_stored_fits_give_the_figures_of_a_fresh_fit():
+    """`birder validate` reads the stored fits instead of predicting every row on the whole grid: on a two-source
+    corpus, feeding a fresh run's fits back gives the same rows, intervals and summary."""
+    from dataclasses import replace
+
+    from sim.validation import load_corpus
+
+    public = [r for r in load_corpus() if r.source == validate.PAPER_SOURCE]
+    corpus = tuple(r for r in public if r.transport == "ib") + tuple(
+        replace(r, source="other") for r in public if r.transport == "tcp")
+    fresh = validate.corpus_validation(corpus, "test")
+    assert set(fresh.step_jitter["fitted_without"]) == {"birder-neurips2023|other"}
+    again = validate.corpus_validation(corpus, "test", step_jitter_fits=json.loads(json.dumps(fresh.step_jitter)))
+    assert again.rows == fresh.rows and again.summary() == fresh.summary()
