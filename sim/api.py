@@ -77,6 +77,19 @@ def interval_quantiles() -> dict:
     return _intervals(validate.corpus_validation(), _cross_validation())
 
 
+def stored_step_jitter_fits() -> dict | None:
+    """The per-step jitter's fits (``validate.corpus_validation``'s summary ``step_jitter``) stored with the
+    intervals, where they were made on the shipped corpus as it is now; else None (fitted anew)."""
+    from sim import validate
+
+    if CROSS_VALIDATION_FILE.exists():
+        stored = json.loads(CROSS_VALIDATION_FILE.read_text()).get("intervals", {})
+        if stored.get("corpus_sha256") == _corpus_digest(validate.corpus_rows()[0]):
+            fits = stored.get("summary", {}).get("step_jitter")
+            return fits if fits and "fitted_without" in fits else None
+    return None
+
+
 def _inflate(stored: dict) -> dict:
     """JSON's nulls back to infinite bounds (a regime with too few rows to bound)."""
     def bounds(pair):
@@ -331,7 +344,8 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                 "incast_s": incast_s, "incast_basis": incast_basis(c) if incast_s > 0 else "",
                 "switch_buffer_assumed_bytes": c.nic.switch_buffer_bytes if incast_free is not None else None,
                 "incast_free_throughput": incast_free, "gpu_speed_cv": c.gpu_speed_cv,
-                "straggler_factor": straggler_factor(c.n_gpus, c.gpus_per_node, c.gpu_speed_cv)})
+                "step_jitter_cv": c.step_jitter_cv,
+                "straggler_factor": straggler_factor(c.n_gpus, c.gpus_per_node, c.straggler_cv)})
     return out
 
 

@@ -26,7 +26,7 @@ from safeio.argtypes import positive_int, positive_number
 from safeio.atomic import staging_dir, write_text
 from safeio.outputs import check_output_dir, check_output_file
 from safeio.text import printable
-from sim.api import MAX_BATCH_PER_GPU, finite_json_value
+from sim.api import MAX_BATCH_PER_GPU, finite_json_value, stored_step_jitter_fits
 from sim.hardware import (
     COMM_LIBRARIES,
     FRAMEWORKS,
@@ -42,12 +42,13 @@ from sim.hardware import (
     check_nics_per_node,
     check_sockets_per_connection,
     cluster,
+    default_step_jitter,
     describe,
     intra_preset,
     load_cluster,
     nic_preset,
 )
-from sim.stragglers import GPU_SPEED_CV, check_gpu_speed_cv
+from sim.stragglers import GPU_SPEED_CV, STEP_JITTER_CV, check_gpu_speed_cv, check_step_jitter_cv
 from sim.workload import GRAD_BITS, OPTIMIZERS
 
 
@@ -190,6 +191,10 @@ def _workload_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
                    help="spread of per-GPU speed (standard deviation / median): the step waits for the job's slowest "
                         f"GPU; 0 turns stragglers off (default {GPU_SPEED_CV:.4f}, Sinha et al. SC'22, "
                         "sim/presets/variability.toml; or the TOML's gpu_speed_cv)")
+    p.add_argument("--step-jitter-cv", type=float, default=None, metavar="CV",
+                   help="per-step jitter of each GPU's step time (standard deviation / median, fresh each step); "
+                        f"0 turns it off (default {STEP_JITTER_CV:.2f}, FITTED on the validation corpus, "
+                        "sim/presets/step_jitter.toml; or the TOML's step_jitter_cv)")
     p.add_argument("--hook", choices=("blocking", "overlapped"), default=None,
                    help="whether a 1-bit DDP hook holds up the backward pass until its collectives return "
                         "(blocking: the paper's hook; default) or overlaps it like DDP's all-reduce" + shared)
@@ -235,7 +240,8 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
             ("intra", f"preset {c.intra.name} ({'command line' if args.intra else 'default for ' + gpu})"),
             ("gpus per node", f"{c.gpus_per_node} ({'command line' if args.gpus_per_node else 'default'})"),
             ("oversubscription", f"{c.oversubscription:g} ({'command line' if over is not None else 'default'})"),
-            ("framework", f"{c.framework} ({'command line' if framework else 'default'})"), GPU_SPEED_DEFAULT))
+            ("framework", f"{c.framework} ({'command line' if framework else 'default'})"), GPU_SPEED_DEFAULT,
+            default_step_jitter(c.nic)[1]))
     leaf = getattr(args, "nodes_per_leaf", None)
     if leaf is not None:
         c = replace(c, nodes_per_leaf=leaf, provenance=c.provenance + (("nodes per leaf", f"{leaf} (command line)"),))
@@ -263,6 +269,11 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
         c = replace(c, gpu_speed_cv=check_gpu_speed_cv(speed_cv, "--gpu-speed-cv"), provenance=tuple(
             p for p in c.provenance if p[0] != "gpu speed spread") + (
             ("gpu speed spread", f"{speed_cv:g} of the median per GPU (command line)"),))
+    jitter_cv = getattr(args, "step_jitter_cv", None)
+    if jitter_cv is not None:
+        c = replace(c, step_jitter_cv=check_step_jitter_cv(jitter_cv, "--step-jitter-cv"), provenance=tuple(
+            p for p in c.provenance if p[0] != "step jitter") + (
+            ("step jitter", f"{jitter_cv:g} of the median step per GPU (command line)"),))
     if getattr(args, "cluster", None) and args.intra:
         c = replace(c, intra=intra_preset(args.intra),
                     provenance=c.provenance + (("intra", f"preset {args.intra} (command line)"),))
@@ -543,7 +554,7 @@ def run_validate(args) -> int:
         summary["cross_validation"] = cross.as_dict()
     with tqdm(total=len(validate.corpus_rows()[0]), desc="corpus", unit="row", file=sys.stderr,
               disable=True if (args.json or _quiet(args)) else None) as bar:
-        loso = validate.corpus_validation(progress=bar)
+        loso = validate.corpus_validation(progress=bar, step_jitter_fits=stored_step_jitter_fits())
     summary["corpus_validation"] = loso.as_dict()
     if args.out:
         from sim import plots

@@ -17,9 +17,19 @@ from typing import Any
 
 from birder_ref.schedules import Layout, OnLayout
 from safeio.inputs import read_text_bounded
-from sim.stragglers import GPU_SPEED_CV, check_gpu_speed_cv
+from sim.stragglers import GPU_SPEED_CV, STEP_JITTER_CV, check_gpu_speed_cv, check_step_jitter_cv, combined_cv
 
 GPU_SPEED_DEFAULT = ("gpu speed spread", f"{GPU_SPEED_CV:.4f} of the median per GPU (default: Sinha et al., SC'22)")
+
+
+def default_step_jitter(nic: Nic) -> tuple[float, tuple[str, str]]:
+    """The per-step jitter a cluster on ``nic`` takes unless told, with its provenance: the generic figure FITTED
+    on the corpus (presets/step_jitter.toml), or 0 on a site profile, whose constants were fitted on its own
+    multi-node steps and so already absorb that site's step-to-step noise (counting it again would double it)."""
+    if nic.fitted:
+        return 0.0, ("step jitter", "0 (site profile: its fitted constants absorb its step-to-step noise)")
+    return STEP_JITTER_CV, ("step jitter", f"{STEP_JITTER_CV:.2f} of the median step per GPU (default: FITTED on "
+                                           "the validation corpus, sim/presets/step_jitter.toml)")
 
 PRESETS = Path(__file__).with_name("presets")
 
@@ -260,6 +270,7 @@ class Cluster(OnLayout):
     sockets_per_connection: int | None = None  # set on the cluster (NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS);
     # None: the library's default for the NIC's vendor
     gpu_speed_cv: float = GPU_SPEED_CV  # spread of per-GPU speed (sim/stragglers.py); 0: every GPU equally fast
+    step_jitter_cv: float = STEP_JITTER_CV  # per-step jitter of each GPU's step (sim/stragglers.py); 0: none
 
     def __post_init__(self) -> None:
         if not isinstance(self.layout, Layout):
@@ -284,10 +295,16 @@ class Cluster(OnLayout):
         if self.sockets_per_connection is not None:
             check_sockets_per_connection(self.sockets_per_connection, "cluster: sockets_per_connection")
         check_gpu_speed_cv(self.gpu_speed_cv, "cluster: gpu_speed_cv")
+        check_step_jitter_cv(self.step_jitter_cv, "cluster: step_jitter_cv")
 
     @property
     def n_gpus(self) -> int:
         return self.layout.n_ranks
+
+    @property
+    def straggler_cv(self) -> float:
+        """sigma of one GPU's step within a step: the speed spread and the per-step jitter (sim/stragglers.py)."""
+        return combined_cv(self.gpu_speed_cv, self.step_jitter_cv)
 
     @property
     def rails(self) -> int:
@@ -547,16 +564,17 @@ def cluster(network: str, n_nodes: int, gpus_per_node: int = 8, intra: str | Non
     framework of presets/frameworks.toml)."""
     nic = nic_preset(network) if nic_count is None else nic_preset(network, count=nic_count)
     intra_name = intra or default_intra(gpu)
+    jitter_cv, jitter_prov = default_step_jitter(nic)
     prov = (("network", f"preset {network}" + (" (site profile, FITTED)" if nic.fitted else "")),
             ("intra", f"preset {intra_name}"), ("gpu", gpu), ("nodes", "argument"), ("framework", framework),
-            GPU_SPEED_DEFAULT)
+            GPU_SPEED_DEFAULT, jitter_prov)
     fabric = intra_preset(intra_name)
     return Cluster(layout_of(n_nodes, gpus_per_node), nic, fabric, oversubscription, gpu, network, prov,
-                   framework=framework)
+                   framework=framework, step_jitter_cv=jitter_cv)
 
 
 CLUSTER_KEYS = {"nodes", "gpus_per_node", "gpu", "network", "intra", "switch", "name", "framework", "comm_library",
-                "sockets_per_connection", "gpu_speed_cv"}
+                "sockets_per_connection", "gpu_speed_cv", "step_jitter_cv"}
 INTRA_KEYS = {"preset", "port_gbytes_per_s", "fabric_gbytes_per_s", "latency_us", "kind"}
 
 
@@ -704,9 +722,14 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
     speed_cv = check_gpu_speed_cv(data.get("gpu_speed_cv", GPU_SPEED_CV), "gpu_speed_cv")
     prov.append(("gpu speed spread", f"{speed_cv:.4f} of the median per GPU (file)") if "gpu_speed_cv" in data
                 else GPU_SPEED_DEFAULT)
+    jitter_cv, jitter_prov = default_step_jitter(nic)
+    if "step_jitter_cv" in data:
+        jitter_cv = check_step_jitter_cv(data["step_jitter_cv"], "step_jitter_cv")
+        jitter_prov = ("step jitter", f"{jitter_cv:.4f} of the median step per GPU (file)")
+    prov.append(jitter_prov)
     return Cluster(layout_of(counts["nodes"], counts["gpus_per_node"]), nic, intra, oversubscription, gpu, str(name),
                    tuple(prov), leaf, framework, comm_library=library, sockets_per_connection=sockets,
-                   gpu_speed_cv=speed_cv)
+                   gpu_speed_cv=speed_cv, step_jitter_cv=jitter_cv)
 
 
 LIMIT_NAMES = {"wire": "the wire", "measured": "the measured link rate", "pcie": "the GPU-NIC PCIe link",

@@ -10,6 +10,12 @@ GPUs, so a job of n nodes is slower than that node by
     factor = (1 + cv E[M_{nG}]) / (1 + cv E[M_G])      (1 on one node; grows with n)
 
 E[M_p] is computed exactly, by adaptive quadrature of its integral (order statistics; no sampling).
+
+Per-step jitter adds to it: each step each GPU takes t (1 + s_i + e_it), s_i ~ N(0, cv_speed^2) drawn once for the
+job, e_it ~ N(0, cv_step^2) fresh each step, all independent. Within one step the GPUs' sums are i.i.d.
+N(0, cv_speed^2 + cv_step^2), so the expected step (over both draws) is t (1 + sigma E[M_p]) with
+sigma = sqrt(cv_speed^2 + cv_step^2), and the factor above keeps its form with sigma for cv. The per-step cv has no
+published source: it is fitted on the validation corpus (presets/step_jitter.toml, sim/validate.py).
 """
 
 from __future__ import annotations
@@ -28,14 +34,38 @@ with (Path(__file__).parent / "presets" / "variability.toml").open("rb") as _f:
 GPU_SPEED_CV = GPU_SPEED["variation"] / GPU_SPEED["variation_in_sigmas"]
 MAX_GPU_SPEED_CV = 0.5  # beyond this a "spread" is no longer GPUs of one SKU: a wrong unit (percent for a share)
 
+with (Path(__file__).parent / "presets" / "step_jitter.toml").open("rb") as _f:
+    STEP_JITTER = tomllib.load(_f)["step_jitter"]
 
-def check_gpu_speed_cv(value, owner: str) -> float:
-    """``value`` as a coefficient of variation of per-GPU speed, or one ValueError naming ``owner``."""
+# the generic per-step jitter of one GPU's step time (standard deviation / median), FITTED on the corpus
+STEP_JITTER_CV = float(STEP_JITTER["cv"])
+# the values the fit chooses from, fixed before it was first run
+STEP_JITTER_GRID = tuple(round(0.02 * k, 2) for k in range(11))
+
+
+def _check_cv(value, owner: str, meaning: str, example: float) -> float:
     if not (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
             and 0 <= value <= MAX_GPU_SPEED_CV):
-        raise ValueError(f"{owner} must be a number from 0 (GPUs of equal speed) to {MAX_GPU_SPEED_CV:g} "
-                         f"(standard deviation / median of per-GPU speed, e.g. {GPU_SPEED_CV:.4f}), got {value!r}")
+        raise ValueError(f"{owner} must be a number from 0 to {MAX_GPU_SPEED_CV:g} (standard deviation / median "
+                         f"of {meaning}, e.g. {example:.4f}), got {value!r}")
     return float(value)
+
+
+def check_gpu_speed_cv(value, owner: str) -> float:
+    """``value`` as a coefficient of variation of per-GPU speed (0: GPUs of equal speed), or one ValueError
+    naming ``owner``."""
+    return _check_cv(value, owner, "per-GPU speed", GPU_SPEED_CV)
+
+
+def check_step_jitter_cv(value, owner: str) -> float:
+    """``value`` as a coefficient of variation of one GPU's step time from step to step (0: no jitter), or one
+    ValueError naming ``owner``."""
+    return _check_cv(value, owner, "one GPU's step time from step to step", STEP_JITTER_CV)
+
+
+def combined_cv(gpu_speed_cv: float, step_jitter_cv: float) -> float:
+    """sigma of one GPU's step within one step: the persistent spread and the per-step jitter, independent."""
+    return math.hypot(gpu_speed_cv, step_jitter_cv)
 
 
 @lru_cache(maxsize=1024)

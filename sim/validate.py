@@ -45,6 +45,7 @@ from sim.hardware import (
     network_spec,
 )
 from sim.models import MODELS, model_profile
+from sim.stragglers import STEP_JITTER_GRID
 from sim.system import burst_bytes, phase_load, step_schedule
 from sim.validation import MAX_SCALING_EFFICIENCY, REGIMES, PublishedRow, regime_of_efficiency
 from sim.validation import regime as corpus_regime
@@ -925,16 +926,19 @@ def corpus_cluster(row: PublishedRow, fitted: bool) -> Cluster:
     return replace(c, nic=replace(c.nic, measured_rate=row.measured_link_gbps * 1e9))
 
 
-def corpus_predict(row: PublishedRow, fitted: bool, measured_node: bool = True) -> workload.Prediction:
+def corpus_predict(row: PublishedRow, fitted: bool, measured_node: bool = True,
+                   step_jitter_cv: float | None = None) -> workload.Prediction:
     """The simulator's prediction (``sim.workload.Prediction``) for a row, calibrated by its single-node
-    throughput (``measured_node``; else compute from the built-in GPU profiles); ValueError if the set-up cannot
-    be expressed."""
+    throughput (``measured_node``; else compute from the built-in GPU profiles), with per-step jitter
+    ``step_jitter_cv`` (None: the shipped one); ValueError if the set-up cannot be expressed."""
     optimizer = SIMULATED_AS.get(row.optimizer, row.optimizer)
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer {row.optimizer!r} is not simulated")
     if row.precision not in GRAD_DTYPE_OF_PRECISION:
         raise ValueError(f"precision {row.precision!r} is not one of {', '.join(GRAD_DTYPE_OF_PRECISION)}")
     c = corpus_cluster(row, fitted)
+    if step_jitter_cv is not None:
+        c = replace(c, step_jitter_cv=step_jitter_cv)
     known = row.model in MODELS
     p = predict(c, model=row.model if known else None, params=None if known else int(row.params),
                 batch_per_gpu=int(row.batch_per_gpu), optimizer=optimizer,
@@ -1001,6 +1005,42 @@ def _held_out_groups(corpus) -> dict[str, frozenset[str]]:
                 linked[s].add(other)
                 linked[other].add(s)
     return {s: frozenset(v) for s, v in linked.items()}
+
+
+STEP_JITTER_CRITERION = "median log(measured / predicted) of the generic predictions closest to 0"
+
+
+def step_jitter_fit(measured: list[float], predicted: dict[float, list[float]]) -> float:
+    """The per-step jitter cv of ``STEP_JITTER_GRID`` whose predictions (``predicted[cv]``, row by row as
+    ``measured``) are unbiased in median log ratio (``STEP_JITTER_CRITERION``; ties to the smaller cv).
+    ValueError without rows."""
+    if not measured:
+        raise ValueError("step_jitter_fit: no rows to fit the per-step jitter on")
+
+    def bias(cv: float) -> float:
+        return abs(median([math.log(m / p) for m, p in zip(measured, predicted[cv], strict=True)]))
+
+    return min(STEP_JITTER_GRID, key=lambda cv: (bias(cv), cv))
+
+
+def step_jitter_without(sources: list[str], measured: list[float], predicted: dict[float, list[float]],
+                        excluded: frozenset[str]) -> float:
+    """``step_jitter_fit`` on the rows whose source is not in ``excluded``; 0 (no jitter: nothing to fit it on)
+    where no row is left."""
+    kept = [i for i, s in enumerate(sources) if s not in excluded]
+    if not kept:
+        return 0.0
+    return step_jitter_fit([measured[i] for i in kept], {cv: [ps[i] for i in kept] for cv, ps in predicted.items()})
+
+
+def nested_step_jitter(sources: list[str], measured: list[float], predicted: dict[float, list[float]],
+                       groups: dict[str, frozenset[str]]) -> dict[str, float]:
+    """Per source: the per-step jitter fitted on the rows of the sources not held out with it
+    (``step_jitter_without``); ``"all"``: the fit on every row (the shipped value)."""
+    out = {"all": step_jitter_fit(measured, predicted)}
+    for source in sorted(set(sources)):
+        out[source] = step_jitter_without(sources, measured, predicted, groups[source])
+    return out
 
 
 def log_ratio_quantiles(log_ratios: list[float], level: float = INTERVAL_LEVEL) -> tuple[float, float]:
@@ -1093,13 +1133,15 @@ def source_calibrated_level(errors: list[LoggedError], groups: dict[str, frozens
     return LEVEL_GRID[low]
 
 
-def left_out_bounds(errors: list[LoggedError], groups: dict[str, frozenset[str]]
+def left_out_bounds(errors: list[LoggedError], groups: dict[str, frozenset[str]], others_of=None
                     ) -> dict[frozenset[str], tuple[float, dict[str, tuple[float, float]]]]:
     """Per held-out group of sources: (the level calibrated on the other sources alone, and the quantiles of
-    their errors at it). Nothing of the held-out group enters either."""
+    their errors at it). Nothing of the held-out group enters either. ``others_of(held)``, where given, gives
+    the other sources' errors as predicted without the held-out group (a constant fitted on the corpus refitted
+    without it); else they are ``errors``' own."""
     out = {}
     for held in {groups[e.source] for e in errors}:
-        others = [e for e in errors if e.source not in held]
+        others = [e for e in errors if e.source not in held] if others_of is None else others_of(held)
         level = source_calibrated_level(others, groups)
         out[held] = level, interval_quantiles([(e.regime, e.log_ratio) for e in others], level)
     return out
@@ -1288,6 +1330,9 @@ class CorpusValidation:
     # rows left out of the unmeasured-node figures because their source set their GPU's compute figure
     # (gpus.toml ``<family>_calibrated_on``), each (source, gpu, model family)
     unmeasured_excluded: tuple[tuple[str, str, str], ...] = ()
+    # the per-step jitter's fit (``nested_step_jitter``): criterion, grid, rows, sources, the value fitted on all
+    # sources and the value each source's rows were predicted with (fitted without its group)
+    step_jitter: dict | None = None
 
     def mape(self, which: str, regime: str | None = None, source: str | None = None) -> float | None:
         chosen = [r for r in self.rows if (regime is None or r.regime == regime)
@@ -1361,7 +1406,8 @@ class CorpusValidation:
                                       for src in sorted({p.source for p in self.pairs})},
                 "unmeasured_node": self.unmeasured_figures(),
                 "speedup_unmeasured_node": pair_figures(list(self.unmeasured_pairs)),
-                "speedup_methods": self.speedup_methods(), "speedup_nested": self.speedup_nested()}
+                "speedup_methods": self.speedup_methods(), "speedup_nested": self.speedup_nested(),
+                "step_jitter": self.step_jitter}
 
     def unmeasured_figures(self) -> dict:
         """The intervals of predictions from the built-in GPU profiles (no node measured), each source left out:
@@ -1460,11 +1506,11 @@ def unmeasured_figures_markdown(summary: dict) -> str:
 _SHIPPED: list[CorpusValidation] = []  # the shipped corpus's run, once per process
 
 
-def _shipped_corpus_validation(progress=None) -> CorpusValidation:
+def _shipped_corpus_validation(progress=None, step_jitter_fits: dict | None = None) -> CorpusValidation:
     """The shipped corpus's validation, once per process (the command line, the stored intervals and the report
     read the same run)."""
     if not _SHIPPED:
-        _SHIPPED.append(corpus_validation(*corpus_rows(), progress=progress))
+        _SHIPPED.append(corpus_validation(*corpus_rows(), progress=progress, step_jitter_fits=step_jitter_fits))
     return _SHIPPED[0]
 
 
@@ -1477,40 +1523,92 @@ def gpu_calibrated_on(gpu: str, model: str) -> str | None:
 
 
 def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str | None = None,
-                      progress: tqdm | None = None) -> CorpusValidation:
+                      progress: tqdm | None = None, step_jitter_fits: dict | None = None) -> CorpusValidation:
     """Predict every corpus row twice (with the site profiles fitted on its source's rows, and with generic
     hardware data only), leave each source (with those sharing its testbed) out of every fit in turn, and fit
     the intervals' quantiles on the other sources' left-out log ratios. Rows the simulator cannot express are
-    returned as skipped with the reason. Without ``corpus``: the shipped corpus, run once per process."""
+    returned as skipped with the reason. Without ``corpus``: the shipped corpus, run once per process. The per-step
+    jitter is fitted on a grid of predictions of every row (nested per held-out group; ``nested_step_jitter``),
+    unless ``step_jitter_fits`` gives what a run on this same corpus stored (its summary's ``step_jitter``): then
+    only the predictions those values need are made (the figures are the same, in a fraction of the time)."""
     if corpus is None:
-        return _shipped_corpus_validation(progress)
-    done, skipped, unmeasured, excluded = [], [], [], []
+        return _shipped_corpus_validation(progress, step_jitter_fits)
+    skipped, excluded = [], []
     groups = _held_out_groups(corpus)
+    expressed: list[PublishedRow] = []  # the rows the simulator can express
+    at: dict[tuple[int, float], workload.Prediction] = {}  # (row, per-step jitter) -> its generic prediction
     for row in corpus:
         try:
             if row.single_node_throughput is None:
                 raise ValueError("the source gives no single-node throughput")
-            fitted = corpus_predict(row, True)
-            generic = corpus_predict(row, False) if (
-                row.source, row.transport, float(row.line_rate_gbps)) in SITE_OF_SETUP else fitted
-            done.append((row, fitted, generic))
-            calibrated_on = gpu_calibrated_on(row.gpu, row.model)
-            if calibrated_on is not None and calibrated_on in groups[row.source]:
-                excluded.append((row.source, row.gpu, model_profile(row.model).family))
-            elif row.model in MODELS:
-                p = corpus_predict(row, False, measured_node=False)
-                shown = replace(row, single_node_throughput=p.single_node_throughput)
-                unmeasured.append((row, p.throughput, row_interval_regime(shown, p)))
+            first = STEP_JITTER_GRID if step_jitter_fits is None else (
+                step_jitter_fits["by_held_out_source"][row.source],)
+            at |= {(len(expressed), cv): corpus_predict(row, False, step_jitter_cv=cv) for cv in first}
+            expressed.append(row)
         except ValueError as error:
             skipped.append(SkippedRow(row.source, row.table, row.model, row.nodes, str(error)))
         if progress is not None:
             progress.update(1)
+
+    def generic_at(i: int, cv: float) -> workload.Prediction:
+        if (i, cv) not in at:
+            at[i, cv] = corpus_predict(expressed[i], False, step_jitter_cv=cv)
+        return at[i, cv]
+
+    # the per-step jitter, fitted with each source's group held out (nested: its rows are predicted with the value
+    # the other sources chose), without a held-out group and a row's own (the intervals' errors), and on every row
+    # (the in-sample predictions' and the shipped value); or, given, as a run on this corpus stored them
+    if step_jitter_fits is None:
+        fit_rows = ([row.source for row in expressed], [row.throughput for row in expressed],
+                    {cv: [at[i, cv].throughput for i in range(len(expressed))] for cv in STEP_JITTER_GRID})
+        jitter = nested_step_jitter(*fit_rows, groups)
+        fitted_without: dict[str, float] = {}
+    else:
+        jitter = {"all": step_jitter_fits["all_sources"], **step_jitter_fits["by_held_out_source"]}
+        fitted_without = dict(step_jitter_fits["fitted_without"])
+
+    def jitter_without(sources: frozenset[str]) -> float:
+        key = "|".join(sorted(sources))
+        if key not in fitted_without:
+            fitted_without[key] = step_jitter_without(*fit_rows, sources)
+        return fitted_without[key]
+
+    done, unmeasured = [], []
+    for i, row in enumerate(expressed):
+        cv = jitter[row.source]
+        generic = generic_at(i, cv)
+        # in-sample: the site profile where there is one (no generic jitter: sim.hardware.default_step_jitter), else
+        # the generic prediction with the jitter fitted on every row
+        fitted = corpus_predict(row, True) if (
+            row.source, row.transport, float(row.line_rate_gbps)) in SITE_OF_SETUP else generic_at(i, jitter["all"])
+        done.append((row, fitted, generic))
+        calibrated_on = gpu_calibrated_on(row.gpu, row.model)
+        if calibrated_on is not None and calibrated_on in groups[row.source]:
+            excluded.append((row.source, row.gpu, model_profile(row.model).family))
+        elif row.model in MODELS:
+            p = corpus_predict(row, False, measured_node=False, step_jitter_cv=cv)
+            shown = replace(row, single_node_throughput=p.single_node_throughput)
+            unmeasured.append((row, p.throughput, row_interval_regime(shown, p)))
     # with a source out, its site profiles have no rows to fit on: its rows take the generic prediction; every
     # other source's rows are predicted alike whether or not the site was fitted
-    errors = [LoggedError(row.source, row_interval_regime(row, generic),
-                          math.log(row.throughput / generic.throughput),
-                          math.log(linear_scaling(row) / generic.throughput)) for row, _, generic in done]
-    bounds = left_out_bounds(errors, groups)
+    logged_at: dict[tuple[int, float], LoggedError] = {}  # (row, jitter) -> its error, computed once
+
+    def logged(i: int, cv: float) -> LoggedError:
+        if (i, cv) not in logged_at:
+            row, p = expressed[i], generic_at(i, cv)
+            logged_at[i, cv] = LoggedError(row.source, row_interval_regime(row, p),
+                                           math.log(row.throughput / p.throughput),
+                                           math.log(linear_scaling(row) / p.throughput))
+        return logged_at[i, cv]
+
+    errors = [logged(i, jitter[row.source]) for i, row in enumerate(expressed)]
+
+    def others_of(held: frozenset[str]) -> list[LoggedError]:
+        # the other sources' rows, each predicted with the jitter fitted without the held-out group and its own
+        return [logged(i, jitter_without(held | groups[row.source]))
+                for i, row in enumerate(expressed) if row.source not in held]
+
+    bounds = left_out_bounds(errors, groups, others_of)
     out = []
     for (row, fitted, generic), e in zip(done, errors, strict=True):
         reg = e.regime
@@ -1545,7 +1643,12 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
                             pooled(u_errors, "speedup_unmeasured_node"),
                             tuple((reg, p, low, high, row.throughput) for row, p, reg, (low, high)
                                   in zip(u_rows, u_predicted, u_regimes, u_intervals, strict=True)),
-                            tuple(u_pairs), levels, groups, tuple(excluded))
+                            tuple(u_pairs), levels, groups, tuple(excluded),
+                            {"criterion": STEP_JITTER_CRITERION, "grid": list(STEP_JITTER_GRID),
+                             "rows": len(done), "sources": len({row.source for row in expressed}),
+                             "all_sources": jitter["all"],
+                             "by_held_out_source": {s: v for s, v in jitter.items() if s != "all"},
+                             "fitted_without": dict(sorted(fitted_without.items()))})
 
 
 def _pair_errors(rows: list[PublishedRow], predicted: list[float], regimes: list[str]

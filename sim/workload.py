@@ -157,9 +157,9 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float) ->
     """Simulate one optimizer step of ``kind``: K - 1 micro-batches of forward + backward without communication
     (DDP's no_sync), then forward, backward with overlapped bucket collectives, optimizer step.
 
-    ``compute_s`` is one measured node's pace; the job runs at its slowest GPU's (sim/stragglers.py), so every
+    ``compute_s`` is one measured node's pace; each step runs at its slowest GPU's (sim/stragglers.py), so every
     layer's backward, and the bucket collectives waiting on it, ends that much later."""
-    compute_s *= straggler_factor(cluster.n_gpus, cluster.gpus_per_node, cluster.gpu_speed_cv)
+    compute_s *= straggler_factor(cluster.n_gpus, cluster.gpus_per_node, cluster.straggler_cv)
     env = simpy.Environment()
     gpu = simpy.Resource(env, capacity=1)
     fabric = Fabric(env, cluster)

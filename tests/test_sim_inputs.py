@@ -10,7 +10,7 @@ import pytest
 from birder.cli import main
 from sim import validate
 from sim.hardware import load_cluster
-from sim.stragglers import GPU_SPEED_CV, straggler_factor
+from sim.stragglers import GPU_SPEED_CV, STEP_JITTER_CV, combined_cv, straggler_factor
 
 EXAMPLE = str(Path(__file__).resolve().parents[1] / "sim" / "presets" / "example_cluster.toml")
 HEADER = "model,batch_per_gpu,network,optimizer,gpus,throughput\n"
@@ -32,12 +32,13 @@ def one_line_error(capsys) -> str:
 
 def test_a_tiny_single_node_throughput_returns_instead_of_hanging():
     """0.001 samples/s: a 256,000 s iteration; the flow engine must still finish (bounded by the subprocess).
-    Compute-bound: 4 nodes give 4 x 0.001, less only the wait for the slowest of 32 GPUs (sim/stragglers.py)."""
+    Compute-bound: 4 nodes give 4 x 0.001, less only each step's wait for the slowest of 32 GPUs
+    (sim/stragglers.py)."""
     done = subprocess.run([sys.executable, "-m", "birder.cli", "predict", "--nodes", "4",
                            "--single-node-throughput", "0.001", "--json"], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
-    slowest = straggler_factor(32, 8, GPU_SPEED_CV)
+    slowest = straggler_factor(32, 8, combined_cv(GPU_SPEED_CV, STEP_JITTER_CV))
     assert json.loads(done.stdout)["throughput"] == pytest.approx(0.004 / slowest, rel=1e-3)
 
 

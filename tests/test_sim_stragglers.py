@@ -12,7 +12,7 @@ from scipy import stats
 from birder.cli import main
 from sim.hardware import load_cluster
 from sim.network import cluster
-from sim.stragglers import GPU_SPEED, GPU_SPEED_CV, expected_max_normal, straggler_factor
+from sim.stragglers import GPU_SPEED, GPU_SPEED_CV, STEP_JITTER_CV, combined_cv, expected_max_normal, straggler_factor
 from sim.workload import predict
 
 
@@ -57,10 +57,10 @@ def test_factor_is_one_on_a_node_and_grows_with_nodes():
 def test_stragglers_never_lift_a_prediction_and_add_at_most_their_compute(network, optimizer):
     for nodes in (1, 4, 16):
         base = cluster(network, nodes)
-        even = predict(replace(base, gpu_speed_cv=0.0), model="resnet50", optimizer=optimizer,
+        even = predict(replace(base, gpu_speed_cv=0.0, step_jitter_cv=0.0), model="resnet50", optimizer=optimizer,
                        single_node_throughput=3000.0)
         spread = predict(base, model="resnet50", optimizer=optimizer, single_node_throughput=3000.0)
-        extra = (straggler_factor(base.n_gpus, 8, GPU_SPEED_CV) - 1) * even.compute_s
+        extra = (straggler_factor(base.n_gpus, 8, base.straggler_cv) - 1) * even.compute_s
         assert even.iteration_s <= spread.iteration_s <= even.iteration_s + extra + 1e-12
         assert spread.throughput <= nodes * 3000.0 * (1 + 1e-9)  # never above linear scaling of the node
         if nodes == 1:
@@ -85,7 +85,8 @@ def test_command_line_and_cluster_file_set_or_turn_off_the_spread(tmp_path, caps
     assert runs["0"] > runs[None]
     assert main(args) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["gpu_speed_cv"] == GPU_SPEED_CV and out["straggler_factor"] == straggler_factor(128, 8, GPU_SPEED_CV)
+    assert out["gpu_speed_cv"] == GPU_SPEED_CV and out["step_jitter_cv"] == STEP_JITTER_CV
+    assert out["straggler_factor"] == straggler_factor(128, 8, combined_cv(GPU_SPEED_CV, STEP_JITTER_CV))
     path = tmp_path / "c.toml"
     path.write_text('gpu_speed_cv = 0\n[network]\npreset = "ib-hdr"\n')
     assert load_cluster(path, 16).gpu_speed_cv == 0.0
