@@ -25,8 +25,10 @@ GPU_SPEED_DEFAULT = ("gpu speed spread", f"{GPU_SPEED_CV:.4f} of the median per 
 def default_step_jitter(nic: Nic) -> tuple[float, tuple[str, str]]:
     """The per-step jitter a cluster on ``nic`` takes unless told, with its provenance: the generic figure FITTED
     on the corpus (presets/step_jitter.toml), or 0 on a site profile, whose constants were fitted on its own
-    multi-node steps and so already absorb that site's step-to-step noise (counting it again would double it)."""
-    if nic.fitted:
+    multi-node training steps and so already absorb that site's step-to-step noise (counting it again would double
+    it). A network ``birder calibrate`` fitted on nccl-tests output (fitted, but on no training rows) saw no
+    training steps, so it takes the generic figure."""
+    if nic.fitted and nic.fitted_on:
         return 0.0, ("step jitter", "0 (site profile: its fitted constants absorb its step-to-step noise)")
     return STEP_JITTER_CV, ("step jitter", f"{STEP_JITTER_CV:.2f} of the median step per GPU (default: FITTED on "
                                            "the validation corpus, sim/presets/step_jitter.toml)")
