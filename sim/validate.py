@@ -1566,10 +1566,14 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
     else:
         jitter = {"all": step_jitter_fits["all_sources"], **step_jitter_fits["by_held_out_source"]}
         fitted_without = dict(step_jitter_fits["fitted_without"])
+        fit_rows = None  # no grid of predictions: every value needed must be among the stored ones
 
     def jitter_without(sources: frozenset[str]) -> float:
         key = "|".join(sorted(sources))
         if key not in fitted_without:
+            if fit_rows is None:
+                raise ValueError(f"the stored per-step jitter fits lack the fit without {key}; regenerate them "
+                                 "(python -m sim.api --write-cross-validation)")
             fitted_without[key] = step_jitter_without(*fit_rows, sources)
         return fitted_without[key]
 
