@@ -152,12 +152,18 @@ def site_of(network: str) -> str:
     return SITE_OF.get(network, network)
 
 
+def single_node_or_none(table: list[Row], row: Row, gpus_per_node: int = GPUS_PER_NODE) -> float | None:
+    """The throughput of ``table``'s one-node row of ``row``'s model, batch, network and optimizer; None without one."""
+    return next((other.throughput for other in table
+                 if (other.model, other.batch_per_gpu, other.network, other.optimizer, other.gpus) == (
+                     row.model, row.batch_per_gpu, row.network, row.optimizer, gpus_per_node)), None)
+
+
 def single_node(table: list[Row], row: Row, gpus_per_node: int = GPUS_PER_NODE) -> float:
-    for other in table:
-        if (other.model, other.batch_per_gpu, other.network, other.optimizer, other.gpus) == (
-                row.model, row.batch_per_gpu, row.network, row.optimizer, gpus_per_node):
-            return other.throughput
-    raise ValueError(f"no single-node row for {row.model}/{row.batch_per_gpu}/{row.network}/{row.optimizer}")
+    found = single_node_or_none(table, row, gpus_per_node)
+    if found is None:
+        raise ValueError(f"no single-node row for {row.model}/{row.batch_per_gpu}/{row.network}/{row.optimizer}")
+    return found
 
 
 def row_cluster(row: Row, network: str | None = None) -> Cluster:
@@ -510,12 +516,10 @@ def claim_prediction(table: list[Row], basis: str, model: str, batch_per_gpu: in
     """One configuration of a claim predicted on ``basis``, calibrated by the table's single-node row of the same
     model, batch, network and optimizer where it has one (else from the GPU's FLOP rate, as a held-out row is);
     ``tweak`` changes the cluster as in ``compare`` (e.g. ``constants_tweak``: other site constants)."""
-    single = next((r.throughput for r in table if r.gpus == GPUS_PER_NODE and
-                   (r.model, r.batch_per_gpu, r.network, r.optimizer) == (model, batch_per_gpu, network, optimizer)),
-                  None)
-    c = cluster(basis_network(basis, network), gpus // GPUS_PER_NODE, GPUS_PER_NODE)
+    row = Row(model, batch_per_gpu, network, optimizer, gpus, math.nan)  # the configuration; nothing measured
+    c = row_cluster(row, basis_network(basis, network))
     return predict(c if tweak is None else tweak(c), model=model, batch_per_gpu=batch_per_gpu, optimizer=optimizer,
-                   single_node_throughput=single)
+                   single_node_throughput=single_node_or_none(table, row))
 
 
 def claim_quantity(claim: Claim, of) -> tuple[float, int]:
