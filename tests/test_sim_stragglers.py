@@ -75,28 +75,37 @@ def test_throughput_per_gpu_never_rises_with_nodes_from_stragglers_alone():
     assert per_gpu[-1] < per_gpu[0]
 
 
-def test_command_line_and_cluster_file_set_or_turn_off_the_spread(tmp_path, capsys):
+@pytest.mark.parametrize("option, key, default, bad_in_file", [
+    ("--gpu-speed-cv", "gpu_speed_cv", GPU_SPEED_CV, '"x"'),
+    ("--step-jitter-cv", "step_jitter_cv", STEP_JITTER_CV, "true"),
+])
+def test_command_line_and_cluster_file_set_or_turn_off_each_spread(tmp_path, capsys, option, key, default,
+                                                                     bad_in_file):
+    """The persistent speed spread and the per-step jitter are set alike: on the command line, in a cluster file,
+    0 turning either off; a bad value is one error."""
     args = ["predict", "--model", "resnet50", "--nodes", "16", "--network", "ib-hdr",
             "--single-node-throughput", "3000", "--json"]
     runs = {}
-    for cv in (None, "0"):
-        assert main(args + ([] if cv is None else ["--gpu-speed-cv", cv])) == 0
-        runs[cv] = json.loads(capsys.readouterr().out)["throughput"]
-    assert runs["0"] > runs[None]
+    for cv in (None, "0", "0.15"):
+        assert main(args + ([] if cv is None else [option, cv])) == 0
+        out = json.loads(capsys.readouterr().out)
+        runs[cv] = out["throughput"]
+        assert out[key] == (default if cv is None else float(cv))
+    assert runs["0"] > runs[None] > runs["0.15"]
     assert main(args) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["gpu_speed_cv"] == GPU_SPEED_CV and out["step_jitter_cv"] == STEP_JITTER_CV
     assert out["straggler_factor"] == straggler_factor(128, 8, combined_cv(GPU_SPEED_CV, STEP_JITTER_CV))
     path = tmp_path / "c.toml"
-    path.write_text('gpu_speed_cv = 0\n[network]\npreset = "ib-hdr"\n')
-    assert load_cluster(path, 16).gpu_speed_cv == 0.0
+    path.write_text(f'{key} = 0\n[network]\npreset = "ib-hdr"\n')
+    assert getattr(load_cluster(path, 16), key) == 0.0
     assert main(["predict", "--model", "resnet50", "--cluster", str(path), "--nodes", "16",
                  "--single-node-throughput", "3000", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["throughput"] == pytest.approx(runs["0"], rel=1e-12)
     for bad in ("-0.1", "5", "nan"):
-        assert main(args + ["--gpu-speed-cv", bad]) == 2
+        assert main(args + [option, bad]) == 2
         err = capsys.readouterr().err
-        assert "--gpu-speed-cv" in err and len(err.strip().splitlines()) == 1
-    path.write_text('gpu_speed_cv = "x"\n[network]\npreset = "ib-hdr"\n')
-    with pytest.raises(ValueError, match="gpu_speed_cv"):
+        assert option in err and len(err.strip().splitlines()) == 1
+    path.write_text(f'{key} = {bad_in_file}\n[network]\npreset = "ib-hdr"\n')
+    with pytest.raises(ValueError, match=key):
         load_cluster(path, 2)
