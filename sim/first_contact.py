@@ -1,0 +1,306 @@
+"""First contact: the frozen model against published rows it has never seen (issue 27, item 1).
+
+Each row of ``sim/validation/first_contact_rows.csv`` (sources: ``first_contact_sources.toml``) is scored through
+the command line exactly as a user would: ``birder predict --json`` with the row's network (the closest built-in
+``--network`` or a cluster TOML of ``sim/validation/first_contact_clusters/`` written from the stated hardware),
+model (``--model`` or ``--params``), layout, batch, optimizer, gradient dtype, framework and the table's own
+1-node figure as ``--single-node-throughput``. Beside it stand two naive baselines on the same rows: linear scaling
+and a no-overlap alpha-beta ring with textbook constants (``sim.validate.alpha_beta_throughput``). Rows the CLI
+cannot express (an MPI backend, a parameter-server count, a network without a preset) are scored with the nearest
+expressible set-up, flagged ``expressible = false`` and summarised apart.
+
+The log ``sim/validation/first_contact.json`` is append-only: ``python -m sim.first_contact score`` appends one
+entry (the commit whose prediction code scored it, the date, every row, and the figures per source and pooled, by
+regime) and never rewrites an earlier one. ``first_contact_summary`` is a pure loader of that log for
+``birder validate --json`` (key ``first_contact``). Nothing here is imported by prediction code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import datetime as _dt
+import hashlib
+import io
+import json
+import math
+import statistics
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ROWS_PATH = ROOT / "sim" / "validation" / "first_contact_rows.csv"
+SOURCES_PATH = ROOT / "sim" / "validation" / "first_contact_sources.toml"
+LOG_PATH = ROOT / "sim" / "validation" / "first_contact.json"
+# the code that makes a prediction: a change here means a new model commit (sim/validation holds data and the
+# corpus tooling; this file only scores)
+PREDICTION_PATHS = ("sim", "birder", "birder_ref", ":(exclude)sim/validation", ":(exclude)sim/first_contact.py")
+REGIMES = ("compute-bound", "communication-bound")
+GRAD_BITS = {"fp32": 32, "fp16": 16, "bf16": 16}
+
+
+def load_sources(path: str | Path = SOURCES_PATH) -> dict[str, dict]:
+    """The first-contact sources, ``{id: entry}``; ValueError if an entry lacks a key of sources.toml."""
+    data = tomllib.loads(Path(path).read_text(encoding="utf-8")).get("sources", {})
+    keys = {"title", "authors", "venue", "year", "url", "how_read", "independent_of", "testbed"}
+    for sid, entry in data.items():
+        if set(entry) != keys:
+            raise ValueError(f"{path}: [sources.{sid}] must have exactly the keys {sorted(keys)}")
+        if not str(entry["url"]).startswith("https://"):
+            raise ValueError(f"{path}: [sources.{sid}] url must be an https address")
+    return data
+
+
+def load_rows(path: str | Path = ROWS_PATH, sources: dict | None = None) -> list[dict]:
+    """The first-contact rows, numbers parsed; ValueError naming the line for a row without a known source, a
+    reference, a positive throughput and 1-node figure, or an expressible flag."""
+    sources = load_sources() if sources is None else sources
+    with open(path, encoding="utf-8", newline="") as handle:
+        raw = list(csv.DictReader(handle))
+    rows = []
+    for line, row in enumerate(raw, start=2):
+        where = f"{path}:{line}"
+        if row["source"] not in sources:
+            raise ValueError(f"{where}: source {row['source']!r} has no entry in {SOURCES_PATH.name}")
+        if not row["ref"].startswith("https://"):
+            raise ValueError(f"{where}: ref must give the row's address (https URL with commit and line)")
+        if row["expressible"] not in ("true", "false") or (row["expressible"] == "false") != bool(
+                row["why_not_expressible"]):
+            raise ValueError(f"{where}: expressible must be true, or false with why_not_expressible")
+        if bool(row["cli_network"]) == bool(row["cli_cluster"]):
+            raise ValueError(f"{where}: give exactly one of cli_network and cli_cluster")
+        parsed = dict(row)
+        for key in ("params", "gpus_per_node", "nodes", "nics_per_node", "batch_per_gpu", "accumulation_steps"):
+            parsed[key] = int(row[key])
+        for key in ("line_rate_gbps", "throughput", "single_node_throughput"):
+            parsed[key] = float(row[key])
+            if not (math.isfinite(parsed[key]) and parsed[key] > 0):
+                raise ValueError(f"{where}: {key} must be a positive number")
+        if parsed["nodes"] < 2:
+            raise ValueError(f"{where}: a first-contact row is multi-node (nodes >= 2)")
+        parsed["expressible"] = row["expressible"] == "true"
+        rows.append(parsed)
+    return rows
+
+
+def predict_argv(row: dict) -> list[str]:
+    """The ``birder predict`` arguments a user would type for ``row``."""
+    argv = ["predict", "--json", "--quiet"]
+    argv += ["--cluster", str(ROOT / row["cli_cluster"])] if row["cli_cluster"] else ["--network", row["cli_network"]]
+    argv += ["--model", row["model"]] if row["model"] else ["--params", str(row["params"])]
+    argv += ["--gpu", row["gpu"], "--nodes", str(row["nodes"]), "--gpus-per-node", str(row["gpus_per_node"]),
+             "--nics-per-node", str(row["nics_per_node"]), "--batch-per-gpu", str(row["batch_per_gpu"]),
+             "--optimizer", row["optimizer"], "--grad-dtype", row["grad_dtype"], "--framework", row["framework"],
+             "--accumulation-steps", str(row["accumulation_steps"]),
+             "--single-node-throughput", repr(row["single_node_throughput"])]
+    if row["intra"] == "pcie" and not row["cli_cluster"]:
+        argv += ["--intra", f"{row['gpu']}-pcie"]
+    return argv
+
+
+def run_cli(argv: list[str]) -> dict:
+    """``birder`` run in this process on ``argv`` (the console script's own entry point); its JSON object.
+    RuntimeError with its stderr if it exits non-zero."""
+    from birder.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(list(argv))
+    if status:
+        raise RuntimeError(f"birder {' '.join(argv)} exited {status}: {err.getvalue().strip()}")
+    return json.loads(out.getvalue())
+
+
+def model_params(row: dict) -> int:
+    """Parameters the alpha-beta baseline sends: the built-in profile's count for ``--model``, else ``params``."""
+    if not row["model"]:
+        return row["params"]
+    from sim.models import model_profile
+
+    return model_profile(row["model"]).n_params
+
+
+def score_row(row: dict) -> dict:
+    """One row scored: the CLI's prediction and interval, the two baselines, both regimes."""
+    from sim.validate import alpha_beta_throughput, incast_slowed
+    from sim.validation import regime_of_efficiency
+
+    argv = predict_argv(row)
+    out = run_cli(argv)
+    linear = row["nodes"] * row["single_node_throughput"]
+    samples_per_node = row["gpus_per_node"] * row["batch_per_gpu"] * row["accumulation_steps"]
+    ring = alpha_beta_throughput(model_params(row), GRAD_BITS[row["grad_dtype"]], row["nodes"], samples_per_node,
+                                 row["single_node_throughput"], row["line_rate_gbps"] * 1e9 * row["nics_per_node"] / 8)
+    ring_regime = regime_of_efficiency(  # the project's interval regime (sim.validate.row_interval_regime)
+        incast_slowed(ring, row["nodes"] * samples_per_node, out.get("incast_s") or 0.0) / linear)
+    return {"source": row["source"], "ref": row["ref"], "table": row["table"], "nodes": row["nodes"],
+            "gpus_per_node": row["gpus_per_node"], "expressible": row["expressible"],
+            "why_not_expressible": row["why_not_expressible"], "argv": argv, "measured": row["throughput"],
+            "predicted": out["throughput"], "low": out["throughput_low"], "high": out["throughput_high"],
+            "linear": linear, "alpha_beta": ring, "interval_regime": out["interval_regime"],
+            "alpha_beta_regime": ring_regime,
+            "measured_regime": regime_of_efficiency(row["throughput"] / linear)}
+
+
+def _ape(predicted: float, measured: float) -> float:
+    return abs(predicted - measured) / measured
+
+
+def figures(scored: list[dict], by_regime: bool = True) -> dict:
+    """Median and mean absolute % error of the simulator and both baselines, 80% coverage and the median
+    half-width of the interval (half its width over the prediction); by the interval regime (alpha-beta ring with
+    the simulator's incast stalls, the project's rule) when ``by_regime``."""
+    if not scored:
+        return {"rows": 0}
+
+    def errors(key):
+        values = [_ape(s[key], s["measured"]) for s in scored]
+        return {"median": statistics.median(values), "mean": statistics.fmean(values)}
+
+    out = {"rows": len(scored), "error": errors("predicted"),
+           "coverage": sum(s["low"] <= s["measured"] <= s["high"] for s in scored) / len(scored),
+           "median_half_width": statistics.median((s["high"] - s["low"]) / 2 / s["predicted"] for s in scored),
+           "linear": errors("linear"), "alpha_beta": errors("alpha_beta"),
+           "measured_communication_bound": sum(s["measured_regime"] == REGIMES[1] for s in scored)}
+    if by_regime:
+        out["by_regime"] = {r: figures([s for s in scored if s["interval_regime"] == r], False) for r in REGIMES}
+    return out
+
+
+def summarise(scored: list[dict]) -> dict:
+    """Per source and pooled: every row, the expressible ones and the others apart."""
+    def split(rows):
+        return {"all": figures(rows), "expressible": figures([s for s in rows if s["expressible"]]),
+                "not_expressible": figures([s for s in rows if not s["expressible"]])}
+
+    sources = sorted({s["source"] for s in scored})
+    return {"pooled": split(scored), "sources": {sid: split([s for s in scored if s["source"] == sid])
+                                                 for sid in sources}}
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def model_commit() -> str:
+    """The commit whose prediction code scores now: the fork point from ``main`` if no prediction file differs
+    from it (committed or not), else HEAD (which must then hold every change: refused if one is uncommitted)."""
+    head = _git("rev-parse", "HEAD")
+    try:
+        base = _git("merge-base", "HEAD", "main")
+    except subprocess.CalledProcessError:
+        base = head
+    if not _git("diff", "--name-only", base, "--", *PREDICTION_PATHS):
+        return base
+    if _git("status", "--porcelain", "--", *PREDICTION_PATHS):
+        raise ValueError("prediction code has uncommitted changes: commit them before scoring")
+    return head
+
+
+def read_log(path: str | Path = LOG_PATH) -> list[dict]:
+    """The log's entries, oldest first ([] if there is no log)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    entries = json.loads(path.read_text(encoding="utf-8")).get("entries")
+    if not isinstance(entries, list):
+        raise ValueError(f"{path}: expected an object with a list 'entries'")
+    return entries
+
+
+def append_entry(entry: dict, path: str | Path = LOG_PATH) -> None:
+    """Append ``entry`` to the log, written atomically; earlier entries are kept byte for byte in content."""
+    from safeio.atomic import write_text
+
+    entries = read_log(path) + [entry]
+    write_text(path, json.dumps({"entries": entries}, indent=1) + "\n")
+
+
+def score(rows_path: str | Path = ROWS_PATH, log_path: str | Path = LOG_PATH, progress: bool = True) -> dict:
+    """Score every row, append the entry to the log and return it."""
+    rows = load_rows(rows_path)
+    commit = model_commit()
+    scored = []
+    for i, row in enumerate(rows, start=1):
+        scored.append(score_row(row))
+        if progress:
+            print(f"\r{i}/{len(rows)} rows scored", end="", file=sys.stderr, flush=True)
+    if progress:
+        print(file=sys.stderr)
+    entry = {"model_commit": commit, "scored_at": _git("rev-parse", "HEAD"),
+             "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+             "command": "python -m sim.first_contact score",
+             "rows_file": str(Path(rows_path).resolve().relative_to(ROOT)),
+             "rows_sha256": hashlib.sha256(Path(rows_path).read_bytes()).hexdigest(),
+             **summarise(scored), "rows": scored}
+    append_entry(entry, log_path)
+    return entry
+
+
+def first_contact_summary(path: str | Path = LOG_PATH) -> dict:
+    """``birder validate --json``'s ``first_contact``: per source, its FIRST scoring (the commit that predicted
+    it before any change, rows, error, coverage, by regime, beside linear scaling and the alpha-beta ring), the
+    commits of any later re-scores, and the pooled figures of the first entry. A pure loader of the log."""
+    entries = read_log(path)
+    out: dict = {"log": str(Path(path).resolve().relative_to(ROOT)) if Path(path).resolve().is_relative_to(ROOT)
+                 else str(path), "sources": {}, "pooled": None}
+    for entry in entries:
+        for sid, figs in entry["sources"].items():
+            record = out["sources"].setdefault(sid, {"model_commit": entry["model_commit"], "date": entry["date"],
+                                                     **figs, "rescored_at": []})
+            if record["date"] != entry["date"]:
+                record["rescored_at"].append({"model_commit": entry["model_commit"], "date": entry["date"]})
+    if entries:
+        out["pooled"] = {"model_commit": entries[0]["model_commit"], "date": entries[0]["date"],
+                         **entries[0]["pooled"]}
+    return out
+
+
+def _percent(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def markdown(entry: dict) -> str:
+    """The entry's figures as a table: per source and pooled, all rows and by regime, with the baselines."""
+    lines = ["| source | set | regime | rows | median err | mean err | coverage | median half-width | "
+             "linear median/mean | alpha-beta median/mean |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def add(name, kind, regime, f):
+        if not f.get("rows"):
+            return
+        lines.append(f"| {name} | {kind} | {regime} | {f['rows']} | {_percent(f['error']['median'])} | "
+                     f"{_percent(f['error']['mean'])} | {_percent(f['coverage'])} | "
+                     f"{_percent(f['median_half_width'])} | {_percent(f['linear']['median'])} / "
+                     f"{_percent(f['linear']['mean'])} | {_percent(f['alpha_beta']['median'])} / "
+                     f"{_percent(f['alpha_beta']['mean'])} |")
+
+    for name, split in [("pooled", entry["pooled"]), *sorted(entry["sources"].items())]:
+        for kind in ("all", "expressible", "not_expressible"):
+            f = split[kind]
+            add(name, kind, "all", f)
+            for regime, fr in f.get("by_regime", {}).items():
+                add(name, kind, regime, fr)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["score"]:
+        entry = score(progress=sys.stderr.isatty())
+        print(markdown(entry))
+        return 0
+    if argv[:1] == ["show"]:
+        entries = read_log()
+        if not entries:
+            print(f"no entries in {LOG_PATH}", file=sys.stderr)
+            return 2
+        print(markdown(entries[0] if argv[1:2] != ["--last"] else entries[-1]))
+        return 0
+    print("usage: python -m sim.first_contact score | show [--last]", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
