@@ -43,6 +43,8 @@ GRAD_BITS = {"fp32": 32, "fp16": 16, "bf16": 16}
 
 def load_sources(path: str | Path = SOURCES_PATH) -> dict[str, dict]:
     """The first-contact sources, ``{id: entry}``; ValueError if an entry lacks a key of sources.toml."""
+    from sim.validation import HOW_READ
+
     data = tomllib.loads(Path(path).read_text(encoding="utf-8")).get("sources", {})
     keys = {"title", "authors", "venue", "year", "url", "how_read", "independent_of", "testbed"}
     for sid, entry in data.items():
@@ -50,6 +52,8 @@ def load_sources(path: str | Path = SOURCES_PATH) -> dict[str, dict]:
             raise ValueError(f"{path}: [sources.{sid}] must have exactly the keys {sorted(keys)}")
         if not str(entry["url"]).startswith("https://"):
             raise ValueError(f"{path}: [sources.{sid}] url must be an https address")
+        if entry["how_read"] not in HOW_READ:
+            raise ValueError(f"{path}: [sources.{sid}] how_read must be one of {HOW_READ}")
     return data
 
 
