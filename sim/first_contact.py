@@ -253,22 +253,36 @@ def score(rows_path: str | Path = ROWS_PATH, log_path: str | Path = LOG_PATH, pr
     return entry
 
 
+def first_contact_rows(entries: list[dict]) -> list[dict]:
+    """Every source's rows as its FIRST entry scored them (later re-scores left out)."""
+    seen: set[str] = set()
+    rows = []
+    for entry in entries:
+        new = set(entry["sources"]) - seen
+        rows += [r for r in entry["rows"] if r["source"] in new]
+        seen |= new
+    return rows
+
+
 def first_contact_summary(path: str | Path = LOG_PATH) -> dict:
     """``birder validate --json``'s ``first_contact``: per source, its FIRST scoring (the commit that predicted
-    it before any change, rows, error, coverage, by regime, beside linear scaling and the alpha-beta ring), the
-    commits of any later re-scores, and the pooled figures of the first entry. A pure loader of the log."""
+    it before any change, rows, error, coverage, by regime, beside linear scaling and the alpha-beta ring) and the
+    commits of any later re-scores; ``pooled``: the figures of every source's first-contact rows together. A pure
+    loader of the log: nothing is predicted."""
     entries = read_log(path)
-    out: dict = {"log": str(Path(path).resolve().relative_to(ROOT)) if Path(path).resolve().is_relative_to(ROOT)
-                 else str(path), "sources": {}, "pooled": None}
+    out: dict = {"log": str(path), "sources": {}, "pooled": None}
     for entry in entries:
         for sid, figs in entry["sources"].items():
-            record = out["sources"].setdefault(sid, {"model_commit": entry["model_commit"], "date": entry["date"],
-                                                     **figs, "rescored_at": []})
-            if record["date"] != entry["date"]:
-                record["rescored_at"].append({"model_commit": entry["model_commit"], "date": entry["date"]})
-    if entries:
-        out["pooled"] = {"model_commit": entries[0]["model_commit"], "date": entries[0]["date"],
-                         **entries[0]["pooled"]}
+            if sid in out["sources"]:
+                out["sources"][sid]["rescored_at"].append({"model_commit": entry["model_commit"],
+                                                           "date": entry["date"]})
+            else:
+                out["sources"][sid] = {"model_commit": entry["model_commit"], "date": entry["date"], **figs,
+                                       "rescored_at": []}
+    rows = first_contact_rows(entries)
+    if rows:
+        out["pooled"] = {"model_commits": sorted({out["sources"][s]["model_commit"] for s in out["sources"]}),
+                         **summarise(rows)["pooled"]}
     return out
 
 
@@ -277,7 +291,8 @@ def _percent(x: float | None) -> str:
 
 
 def markdown(entry: dict) -> str:
-    """The entry's figures as a table: per source and pooled, all rows and by regime, with the baselines."""
+    """Figures (an entry's, or ``first_contact_summary``'s) as a table: pooled and per source, every row, the
+    expressible and the others, by regime, beside the baselines."""
     lines = ["| source | set | regime | rows | median err | mean err | coverage | median half-width | "
              "linear median/mean | alpha-beta median/mean |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
 
@@ -311,14 +326,14 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(markdown(entry))
         return 0
-    if argv[:1] == ["show"]:
-        entries = read_log()
-        if not entries:
+    if argv == ["show"]:
+        summary = first_contact_summary()
+        if summary["pooled"] is None:
             print(f"no entries in {LOG_PATH}", file=sys.stderr)
             return 2
-        print(markdown(entries[0] if argv[1:2] != ["--last"] else entries[-1]))
+        print(markdown(summary))
         return 0
-    print("usage: python -m sim.first_contact score [--source ID ...] | show [--last]", file=sys.stderr)
+    print("usage: python -m sim.first_contact score [--source ID ...] | show", file=sys.stderr)
     return 2
 
 
