@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ROWS_PATH = ROOT / "sim" / "validation" / "first_contact_rows.csv"
 SOURCES_PATH = ROOT / "sim" / "validation" / "first_contact_sources.toml"
 LOG_PATH = ROOT / "sim" / "validation" / "first_contact.json"
+CLUSTERS_DIR = "sim/validation/first_contact_clusters/"  # the cluster files written from the sources' hardware
 # the code that makes a prediction: a change here means a new model commit (sim/validation holds data and the
 # corpus tooling; this file only scores)
 PREDICTION_PATHS = ("sim", "birder", "birder_ref", ":(exclude)sim/validation", ":(exclude)sim/first_contact.py")
@@ -92,7 +93,7 @@ def load_rows(path: str | Path = ROWS_PATH, sources: dict | None = None) -> list
 def predict_argv(row: dict) -> list[str]:
     """The ``birder predict`` arguments a user would type for ``row``."""
     argv = ["predict", "--json", "--quiet"]
-    argv += ["--cluster", str(ROOT / row["cli_cluster"])] if row["cli_cluster"] else ["--network", row["cli_network"]]
+    argv += ["--cluster", row["cli_cluster"]] if row["cli_cluster"] else ["--network", row["cli_network"]]
     argv += ["--model", row["model"]] if row["model"] else ["--params", str(row["params"])]
     argv += ["--gpu", row["gpu"], "--nodes", str(row["nodes"]), "--gpus-per-node", str(row["gpus_per_node"]),
              "--nics-per-node", str(row["nics_per_node"]), "--batch-per-gpu", str(row["batch_per_gpu"]),
@@ -104,11 +105,19 @@ def predict_argv(row: dict) -> list[str]:
     return argv
 
 
+def normalised_argv(argv: list[str]) -> list[str]:
+    """``argv`` with a cluster file given relative to the repository's root (the first entries of the log wrote
+    the absolute path of the checkout that scored them)."""
+    return [a[a.index(CLUSTERS_DIR):] if CLUSTERS_DIR in a else a for a in argv]
+
+
 def run_cli(argv: list[str]) -> dict:
-    """``birder`` run in this process on ``argv`` (the console script's own entry point); its JSON object.
-    RuntimeError with its stderr if it exits non-zero."""
+    """``birder`` run in this process on ``argv`` (the console script's own entry point; a cluster file of
+    ``first_contact_clusters`` found from the repository's root wherever this runs); its JSON object. RuntimeError
+    with its stderr if it exits non-zero."""
     from birder.cli import main
 
+    argv = [str(ROOT / a) if a.startswith(CLUSTERS_DIR) else a for a in argv]
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         status = main(list(argv))
