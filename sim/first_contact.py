@@ -85,7 +85,10 @@ def load_rows(path: str | Path = ROWS_PATH, sources: dict | None = None) -> list
                 raise ValueError(f"{where}: {key} must be a positive number")
         if parsed["nodes"] < 2:
             raise ValueError(f"{where}: a first-contact row is multi-node (nodes >= 2)")
+        if row["single_node_measured"] not in ("true", "false"):
+            raise ValueError(f"{where}: single_node_measured must be true (the source's own 1-node figure) or false")
         parsed["expressible"] = row["expressible"] == "true"
+        parsed["single_node_measured"] = row["single_node_measured"] == "true"
         rows.append(parsed)
     return rows
 
@@ -273,11 +276,13 @@ def first_contact_rows(entries: list[dict]) -> list[dict]:
     return rows
 
 
-def first_contact_summary(path: str | Path = LOG_PATH) -> dict:
+def first_contact_summary(path: str | Path = LOG_PATH, rows_path: str | Path = ROWS_PATH) -> dict:
     """``birder validate --json``'s ``first_contact``: per source, its FIRST scoring (the commit that predicted
     it before any change, rows, error, coverage, by regime, beside linear scaling and the alpha-beta ring) and the
-    commits of any later re-scores; ``pooled``: the figures of every source's first-contact rows together. A pure
-    loader of the log: nothing is predicted."""
+    commits of any later re-scores; ``pooled``: the figures of every source's first-contact rows together;
+    ``pooled_own_single_node``: the same on the rows whose source published the 1-node figure itself (the others
+    multiply a 1-GPU or half-node figure: ``single_node_measured`` in the rows file). A pure loader of the log and
+    the rows file: nothing is predicted."""
     entries = read_log(path)
     out: dict = {"log": str(path), "sources": {}, "pooled": None}
     for entry in entries:
@@ -290,8 +295,11 @@ def first_contact_summary(path: str | Path = LOG_PATH) -> dict:
                                        "rescored_at": []}
     rows = first_contact_rows(entries)
     if rows:
-        out["pooled"] = {"model_commits": sorted({out["sources"][s]["model_commit"] for s in out["sources"]}),
-                         **summarise(rows)["pooled"]}
+        commits = sorted({out["sources"][s]["model_commit"] for s in out["sources"]})
+        out["pooled"] = {"model_commits": commits, **summarise(rows)["pooled"]}
+        own = {(r["ref"], tuple(predict_argv(r))) for r in load_rows(rows_path) if r["single_node_measured"]}
+        mine = [r for r in rows if (r["ref"], tuple(normalised_argv(r["argv"]))) in own]
+        out["pooled_own_single_node"] = {"model_commits": commits, **summarise(mine)["pooled"]}
     return out
 
 
@@ -362,7 +370,10 @@ def markdown(entry: dict) -> str:
                      f"{_percent(f['linear']['mean'])} | {_percent(f['alpha_beta']['median'])} / "
                      f"{_percent(f['alpha_beta']['mean'])} |")
 
-    for name, split in [("pooled", entry["pooled"]), *sorted(entry["sources"].items())]:
+    blocks = [("pooled", entry["pooled"])]
+    if "pooled_own_single_node" in entry:
+        blocks.append(("pooled, own 1-node figure", entry["pooled_own_single_node"]))
+    for name, split in [*blocks, *sorted(entry["sources"].items())]:
         for kind in ("all", "expressible", "not_expressible"):
             f = split[kind]
             add(name, kind, "all", f)

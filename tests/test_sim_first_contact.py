@@ -66,8 +66,9 @@ def test_validate_loader_keeps_each_sources_first_contact_and_lists_re_scores(tm
     assert summary["pooled"]["model_commits"] == [first["model_commit"]]
     assert summary["pooled"]["all"]["rows"] == first["pooled"]["all"]["rows"]  # the re-score is not counted twice
     every = fc.first_contact_summary()  # the shipped log: every source once, each row at its first contact
-    assert every["pooled"]["all"]["rows"] == len(fc.load_rows()) == sum(
-        s["all"]["rows"] for s in every["sources"].values())
+    rows = fc.load_rows()
+    assert every["pooled"]["all"]["rows"] == len(rows) == sum(s["all"]["rows"] for s in every["sources"].values())
+    assert every["pooled_own_single_node"]["all"]["rows"] == sum(r["single_node_measured"] for r in rows)
     with pytest.raises(ValueError, match="no rows of nowhere"):
         fc.score(log_path=log, progress=False, only=["nowhere"])
     assert json.loads(log.read_text())["entries"][1]["model_commit"] == "f" * 40  # nothing appended, nothing lost
