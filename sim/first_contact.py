@@ -284,7 +284,9 @@ def first_contact_summary(path: str | Path = LOG_PATH, rows_path: str | Path = R
     multiply a 1-GPU or half-node figure: ``single_node_measured`` in the rows file). A pure loader of the log and
     the rows file: nothing is predicted."""
     entries = read_log(path)
-    out: dict = {"log": str(path), "sources": {}, "pooled": None}
+    resolved = Path(path).resolve()
+    out: dict = {"log": str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(path),
+                 "sources": {}, "pooled": None}
     for entry in entries:
         for sid, figs in entry["sources"].items():
             if sid in out["sources"]:
