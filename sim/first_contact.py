@@ -39,7 +39,6 @@ CLUSTERS_DIR = "sim/validation/first_contact_clusters/"  # the cluster files wri
 # corpus tooling; this file only scores)
 PREDICTION_PATHS = ("sim", "birder", "birder_ref", ":(exclude)sim/validation", ":(exclude)sim/first_contact.py")
 REGIMES = ("compute-bound", "communication-bound")
-GRAD_BITS = {"fp32": 32, "fp16": 16, "bf16": 16}
 
 
 def load_sources(path: str | Path = SOURCES_PATH) -> dict[str, dict]:
@@ -139,24 +138,24 @@ def model_params(row: dict) -> int:
 
 
 def score_row(row: dict) -> dict:
-    """One row scored: the CLI's prediction and interval, the two baselines, both regimes."""
-    from sim.validate import alpha_beta_throughput, incast_slowed
+    """One row scored: the CLI's prediction, interval and interval regime (an alpha-beta ring with the simulator's
+    incast stalls: ``sim.validate.row_interval_regime``'s rule, as ``birder predict`` keys its interval), the two
+    baselines and the measured regime."""
+    from sim.validate import alpha_beta_throughput, gradient_bits
     from sim.validation import regime_of_efficiency
 
     argv = predict_argv(row)
     out = run_cli(argv)
     linear = row["nodes"] * row["single_node_throughput"]
     samples_per_node = row["gpus_per_node"] * row["batch_per_gpu"] * row["accumulation_steps"]
-    ring = alpha_beta_throughput(model_params(row), GRAD_BITS[row["grad_dtype"]], row["nodes"], samples_per_node,
-                                 row["single_node_throughput"], row["line_rate_gbps"] * 1e9 * row["nics_per_node"] / 8)
-    ring_regime = regime_of_efficiency(  # the project's interval regime (sim.validate.row_interval_regime)
-        incast_slowed(ring, row["nodes"] * samples_per_node, out.get("incast_s") or 0.0) / linear)
+    ring = alpha_beta_throughput(model_params(row), gradient_bits(row["optimizer"], row["grad_dtype"]), row["nodes"],
+                                 samples_per_node, row["single_node_throughput"],
+                                 row["line_rate_gbps"] * 1e9 * row["nics_per_node"] / 8)
     return {"source": row["source"], "ref": row["ref"], "table": row["table"], "nodes": row["nodes"],
             "gpus_per_node": row["gpus_per_node"], "expressible": row["expressible"],
             "why_not_expressible": row["why_not_expressible"], "argv": argv, "measured": row["throughput"],
             "predicted": out["throughput"], "low": out["throughput_low"], "high": out["throughput_high"],
             "linear": linear, "alpha_beta": ring, "interval_regime": out["interval_regime"],
-            "alpha_beta_regime": ring_regime,
             "measured_regime": regime_of_efficiency(row["throughput"] / linear)}
 
 
