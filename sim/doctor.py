@@ -25,7 +25,7 @@ import re
 import statistics
 from dataclasses import dataclass, field, replace
 
-from sim.calibrate import PLATEAU_BYTES, NcclTestsOutput, layout
+from sim.calibrate import PLATEAU_BYTES, NcclTestsOutput, efficiency_limit, layout
 from sim.collective import predict_collective
 from sim.hardware import INTRA, TRANSPORTS, Cluster, intra_preset, make_nic, nccl_channels
 
@@ -43,7 +43,10 @@ _TRANSPORT = re.compile(r"(?:via NET/|NET/|Using network )(Socket|IB|AWS Libfabr
 _IB_DEVICES = re.compile(r"NET/IB\s*:\s*Using\s+((?:\[\d+\]\S+\s*)+)")
 _CHANNELS_RING = re.compile(r"Channel\s+\d+/(\d+)\s*:\s*\d")  # "Channel 00/02 :    0   1" (a ring, not a connection)
 _CHANNELS_COUNT = re.compile(r"(\d+)\s+coll channels")
-_ENV = re.compile(r"NCCL_(MAX_NCHANNELS|MIN_NCHANNELS|IB_DISABLE|P2P_DISABLE|ALGO|NET_GDR_LEVEL)=(\S+)")
+# NCCL_* settings as a command line gives them (-x NCCL_ALGO=Tree) or as NCCL INFO echoes them ("NCCL_IB_DISABLE set
+# by environment to 1.")
+_ENV = re.compile(r"NCCL_(MAX_NCHANNELS|MIN_NCHANNELS|IB_DISABLE|P2P_DISABLE|ALGO|NET_GDR_LEVEL)"
+                  r"(?:=| set by environment to )([^\s.]+)")
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 
 
@@ -197,7 +200,8 @@ def diagnose(output: NcclTestsOutput, stated: Cluster, ev: LogEvidence) -> Diagn
         causes.append(f"the sweep stops at {rows[-1]['size']:,} bytes, below the plateau (about {PLATEAU_BYTES >> 20} "
                       "MB): rerun with -e 1G or more")
     where = (f"{stated.n_nodes} nodes x {stated.gpus_per_node} {stated.gpu.upper()}"
-             + (f" over {stated.nic.count} x {stated.nic.name}" if stated.n_nodes > 1 else f" ({stated.intra.name})"))
+             + (f" over {stated.nic.count} x {stated.nic.name} ({efficiency_limit(stated)})" if stated.n_nodes > 1
+                else f" ({stated.intra.name})"))
     at = "on the plateau" if reached else f"at its largest sizes (up to {rows[-1]['size']:,} bytes)"
     expected = measured / share
     head = f"{op} on {where}: {measured:.3g} GB/s busbw {at}, {share:.0%} of the {expected:.3g} GB/s the model gives"
