@@ -359,13 +359,36 @@ def _quiet(args) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------- predict
+def _traced_step(args, c: Cluster, result: dict) -> dict[str, float]:
+    """The predicted step again with its events recorded (the same simulation, so the same times): written as a
+    Chrome/Perfetto trace where ``--trace`` asks; returns each link class's busy share, averaged over step kinds."""
+    from sim import trace, workload
+
+    traces: dict[str, list] = {}
+    prediction = workload.predict(c, optimizer=args.optimizer, single_node_throughput=args.single_node_throughput,
+                                  traces=traces, **_options(args))
+    if not math.isclose(prediction.iteration_s, result["iteration_s"], rel_tol=1e-12):
+        raise RuntimeError("the traced step differs from the predicted one")  # a bug, never bad input
+    times = {kind: seconds for kind, _, seconds in prediction.steps}
+    shares = {kind: share for kind, share, _ in prediction.steps}
+    if args.trace is not None:
+        title = f"{result['model']} on {c.n_nodes} x {c.gpus_per_node} {c.gpu} over {c.nic.name}, {args.optimizer}"
+        write_text(Path(args.trace), json.dumps(trace.chrome_trace(traces, times, shares, title)) + "\n")
+    used = {kind: trace.link_utilisation(events, times[kind]) for kind, events in traces.items()}
+    return {link: sum(shares[k] * used[k][link] for k in used) for link in ("intra", "inter")}
+
+
 def run_predict(args) -> int:
     from sim.api import predict_on
 
     check_options_apply(args, [args.optimizer])
+    if args.trace is not None:
+        check_output_file(args.trace, "--trace")  # before any work
     c = make_cluster(args, args.nodes)
     result = predict_on(c, optimizer=args.optimizer, single_node_throughput=args.single_node_throughput,
                         **_options(args))
+    if args.json or args.trace is not None:
+        result["link_utilisation"] = _traced_step(args, c, result)
     if args.json:
         print(_strict_json(result))
         return 0
@@ -389,6 +412,10 @@ def run_predict(args) -> int:
     _say(f"  bytes per GPU per step  {result['intra_node_bytes_per_gpu'] / 1e6:12.2f} MB intra, "
           f"{result['inter_node_bytes_per_gpu'] / 1e6:.2f} MB inter")
     _say(f"  scale efficiency        {result['scale_efficiency'] * 100:12.1f} %")
+    if args.trace is not None:
+        busy = result["link_utilisation"]
+        _say(f"  links busy              {busy['intra'] * 100:12.1f} % intra-node, {busy['inter'] * 100:.1f} % "
+             f"inter-node; trace written to {args.trace} (open it at ui.perfetto.dev)")
     if result["extrapolated"]:
         _say("  note: extrapolated beyond the site's fit: " + "; ".join(result["extrapolation_reasons"]))
     return 0
@@ -797,6 +824,8 @@ def register(subparsers) -> None:
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgdm", help="optimizer (default sgdm)")
     p.add_argument("--single-node-throughput", type=_positive_float, default=None,
                    help="samples/s the same optimizer and batch reached on one node: calibrates compute time")
+    p.add_argument("--trace", default=None, type=_non_empty_path, metavar="FILE.json",
+                   help="write the predicted step as a Chrome/Perfetto trace (open it at ui.perfetto.dev)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_flags(run_predict))
 
