@@ -24,6 +24,7 @@ from birder_ref.registry import simulated_spec
 from birder_ref.schedules import SCHEMES, Layout
 from safeio.argtypes import positive_int, positive_number
 from safeio.atomic import staging_dir, write_text
+from safeio.inputs import read_text_bounded
 from safeio.outputs import check_output_dir, check_output_file
 from safeio.text import printable
 from sim.api import MAX_BATCH_PER_GPU, finite_json_value, stored_step_jitter_fits
@@ -358,13 +359,36 @@ def _quiet(args) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------- predict
+def _traced_step(args, c: Cluster, result: dict) -> dict[str, float]:
+    """The predicted step again with its events recorded (the same simulation, so the same times): written as a
+    Chrome/Perfetto trace where ``--trace`` asks; returns each link class's busy share, averaged over step kinds."""
+    from sim import trace, workload
+
+    traces: dict[str, list] = {}
+    prediction = workload.predict(c, optimizer=args.optimizer, single_node_throughput=args.single_node_throughput,
+                                  traces=traces, **_options(args))
+    if not math.isclose(prediction.iteration_s, result["iteration_s"], rel_tol=1e-12):
+        raise RuntimeError("the traced step differs from the predicted one")  # a bug, never bad input
+    times = {kind: seconds for kind, _, seconds in prediction.steps}
+    shares = {kind: share for kind, share, _ in prediction.steps}
+    if args.trace is not None:
+        title = f"{result['model']} on {c.n_nodes} x {c.gpus_per_node} {c.gpu} over {c.nic.name}, {args.optimizer}"
+        write_text(Path(args.trace), json.dumps(trace.chrome_trace(traces, times, shares, title)) + "\n")
+    used = {kind: trace.link_utilisation(events, times[kind]) for kind, events in traces.items()}
+    return {link: sum(shares[k] * used[k][link] for k in used) for link in ("intra", "inter")}
+
+
 def run_predict(args) -> int:
     from sim.api import predict_on
 
     check_options_apply(args, [args.optimizer])
+    if args.trace is not None:
+        check_output_file(args.trace, "--trace")  # before any work
     c = make_cluster(args, args.nodes)
     result = predict_on(c, optimizer=args.optimizer, single_node_throughput=args.single_node_throughput,
                         **_options(args))
+    if args.json or args.trace is not None:
+        result["link_utilisation"] = _traced_step(args, c, result)
     if args.json:
         print(_strict_json(result))
         return 0
@@ -388,6 +412,10 @@ def run_predict(args) -> int:
     _say(f"  bytes per GPU per step  {result['intra_node_bytes_per_gpu'] / 1e6:12.2f} MB intra, "
           f"{result['inter_node_bytes_per_gpu'] / 1e6:.2f} MB inter")
     _say(f"  scale efficiency        {result['scale_efficiency'] * 100:12.1f} %")
+    if args.trace is not None:
+        busy = result["link_utilisation"]
+        _say(f"  links busy              {busy['intra'] * 100:12.1f} % intra-node, {busy['inter'] * 100:.1f} % "
+             f"inter-node; trace written to {args.trace} (open it at ui.perfetto.dev)")
     if result["extrapolated"]:
         _say("  note: extrapolated beyond the site's fit: " + "; ".join(result["extrapolation_reasons"]))
     return 0
@@ -699,6 +727,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
         raise ValueError(f"--op given {len(ops)} times for {len(args.outputs)} files: once for all, or once per file")
     outputs = [calibrate.read_output(path, ops[i % len(ops)]) for i, path in enumerate(args.outputs)]
     nodes, per_node = calibrate.layout(outputs, args.nodes, args.gpus_per_node)
+    if nodes < 2:
+        raise ValueError(f"the output was measured on one node ({per_node} GPUs): it never crosses the network, so it "
+                         "cannot fit one; run nccl-tests across two or more nodes (birder doctor judges a single node)")
     shown = {o.gpu for o in outputs if o.gpu}
     gpu = args.gpu or (shown.pop() if len(shown) == 1 else "a100")
     base, base_name = calibrate.base_cluster(nodes, per_node, gpu, args.network, args.transport,
@@ -742,6 +773,48 @@ def run_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------------------------- doctor
+def run_doctor(args: argparse.Namespace) -> int:
+    from sim import calibrate, doctor
+
+    text = read_text_bounded(Path(args.log), calibrate.MAX_OUTPUT_BYTES, "nccl-tests output")
+    output = calibrate.parse_nccl_tests(text, str(args.log), args.op)
+    nodes, per_node = doctor.stated_layout(output, args.nodes, args.gpus_per_node)
+    if nodes > 1 and not (args.network or args.cluster):
+        raise ValueError(f"the output spans {nodes} nodes: name the network it ran on (--network PRESET, e.g. ib-hdr "
+                         "or 100gbe, or --cluster FILE.toml) so that doctor knows what the hardware gives")
+    gpu = args.gpu or output.gpu
+    if gpu is None and not args.cluster:
+        shown = ", ".join(output.device_names) or "none printed"
+        raise ValueError(f"the log's GPU ({shown}) is not one the model knows: give --gpu "
+                         f"({', '.join(GPUS)}) and, for a PCIe card, --intra (e.g. a100-pcie)")
+    intra = args.intra
+    if intra is None and gpu and any("PCIE" in name.upper() for name in output.device_names):
+        intra = f"{gpu}-pcie" if f"{gpu}-pcie" in INTRA else None  # the device name says PCIe
+    stated = make_cluster(argparse.Namespace(**{**vars(args), "gpus_per_node": per_node, "gpu": gpu,
+                                                "intra": intra}), nodes)
+    found = doctor.diagnose(output, stated, doctor.read_evidence(text))
+    body = {"log": str(args.log), "op": found.op, "nodes": stated.n_nodes, "gpus_per_node": stated.gpus_per_node,
+            "gpu": stated.gpu, "network": stated.nic.name, "nics_per_node": stated.nic.count,
+            "intra": stated.intra.name, "rows": list(found.rows), "plateau_share": found.plateau_share,
+            "plateau_reached": found.plateau_reached, "verdict": found.verdict,
+            "likely_causes": list(found.likely_causes), "hypotheses": list(found.hypotheses),
+            "evidence": {"transports": sorted(found.evidence.transports), "ib_devices": found.evidence.ib_devices,
+                         "channels": found.evidence.channels, "shm": found.evidence.shm, "gdr": found.evidence.gdr,
+                         "env": found.evidence.env, "nccl_version": found.evidence.nccl_version}}
+    if args.json:
+        print(_strict_json(body))
+        return 0
+    _say(found.verdict)
+    _say(f"{'size (B)':>14} {'busbw (GB/s)':>13} {'model (GB/s)':>13} {'share':>6}")
+    for r in found.rows:
+        _say(f"{r['size']:14,d} {r['busbw_gbytes_per_s']:13.3g} {r['expected_busbw_gbytes_per_s']:13.3g} "
+             f"{r['share']:6.0%}")
+    for i, cause in enumerate(found.likely_causes, 1):
+        _say(f"{i}. {cause}")
+    return 0
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("predict", help="time one training configuration on a simulated cluster")
     _workload_args(p)
@@ -751,6 +824,8 @@ def register(subparsers) -> None:
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgdm", help="optimizer (default sgdm)")
     p.add_argument("--single-node-throughput", type=_positive_float, default=None,
                    help="samples/s the same optimizer and batch reached on one node: calibrates compute time")
+    p.add_argument("--trace", default=None, type=_non_empty_path, metavar="FILE.json",
+                   help="write the predicted step as a Chrome/Perfetto trace (open it at ui.perfetto.dev)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_flags(run_predict))
 
@@ -822,3 +897,15 @@ def register(subparsers) -> None:
     k.add_argument("--name", default=None, help="the cluster's name (default: the TOML's file name)")
     k.add_argument("--json", action="store_true", help="print one JSON object")
     k.set_defaults(func=_flags(run_calibrate))
+
+    d = subparsers.add_parser("doctor", help="a verdict on your nccl-tests output: the share of the stated hardware's "
+                                             "bandwidth reached, and why")
+    d.add_argument("log", type=_non_empty_path, metavar="LOG",
+                   help="nccl-tests output as printed (all_reduce_perf, all_gather_perf, reduce_scatter_perf, "
+                        "alltoall_perf), NCCL INFO lines and the command line included if you have them")
+    d.add_argument("--op", choices=("all-reduce", "all-gather", "reduce-scatter", "all-to-all"), default=None,
+                   help="the collective, where the output does not name its binary")
+    d.add_argument("--nodes", type=positive_int, default=None, help="nodes measured (default: the Rank lines')")
+    _cluster_args(d)
+    d.add_argument("--json", action="store_true", help="print one JSON object")
+    d.set_defaults(func=_flags(run_doctor))

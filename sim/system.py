@@ -727,6 +727,23 @@ def collective_ops(schedule: Schedule, cluster: Cluster, in_switch: bool = True)
     return _collective(_schedule_key(schedule, cluster), schedule, cluster, in_switch)[2]
 
 
+def operation_spans(schedule: Schedule, cluster: Cluster) -> list[tuple[str, tuple[str, ...], OpTime]]:
+    """The NCCL operations of one collective as ``Fabric.run`` times them, each with its name (its phases') and the
+    link classes it crosses (``intra``: the node's fabric, ``inter``: the NICs), for a trace of the step."""
+    ops = collective_ops(schedule, cluster)
+    named = operations(schedule)
+    if len(ops) != len(named):  # reduced in the switches (NVLS, CollNet): one operation for the whole all-reduce
+        return [(f"{schedule.scheme} in the switches ({ops[0].algorithm})",
+                 ("intra",) if cluster.n_nodes == 1 else ("intra", "inter"), ops[0])] if ops else []
+    out = []
+    for (kind, phases), op in zip(named, ops, strict=True):
+        loads = [phase_load(ph, schedule.layout, cluster.rails) for ph in phases]
+        tracks = tuple(t for t, used in (("intra", any(x.intra_total for x in loads)),
+                                          ("inter", any(x.inter_total for x in loads))) if used)
+        out.append((" + ".join(ph.name for ph in phases) or kind, tracks or ("intra",), op))
+    return out
+
+
 def collective_time(schedule: Schedule, cluster: Cluster) -> float:
     """Seconds one collective (a schedule: its NCCL operations one after another) takes alone on the cluster."""
     return _collective(_schedule_key(schedule, cluster), schedule, cluster)[0]
