@@ -178,6 +178,16 @@ def test_nccl_on_one_gpu_is_bit_exact():
 
 
 @pytest.mark.cuda
+@pytest.mark.skipif(_gpus() < 1, reason="needs a CUDA GPU")
+def test_gloo_with_cuda_tensors_2x3_on_one_gpu_is_bit_exact():
+    """Six ranks share one GPU over gloo (NCCL refuses two ranks on one GPU); G = 3 divides the node sums by 3,
+    which a reciprocal multiply on CUDA would get wrong in the last bit."""
+    result = run(Config(backend="gloo", device="cuda", nodes=2, gpus_per_node=3, steps=4, resume_at=2,
+                        nonfinite_at=(3, 4)))
+    assert result.passed and result.mismatched_elements == 0 and result.device != "cpu", result
+
+
+@pytest.mark.cuda
 @pytest.mark.skipif(_gpus() < 4, reason="needs 4 CUDA GPUs")
 def test_nccl_2x2_is_bit_exact():
     result = run(Config(backend="nccl", nodes=2, gpus_per_node=2, steps=5, resume_at=2, nonfinite_at=(3, 1)))
