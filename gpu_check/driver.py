@@ -59,7 +59,7 @@ class Runner:
 
         self.out, self.environment = out, environment
         self.started = time.monotonic()
-        self.budget_end = self.started + budget_s
+        self.budget_s, self.budget_end = budget_s, self.started + budget_s
         self.records: dict[str, dict] = {}
         self.bar = tqdm(total=parts, desc="gpu-check", unit="part", disable=True if quiet else None)
 
@@ -148,7 +148,11 @@ def log_tail(path: Path, lines: int = 15) -> list[str]:
 
 
 def run_parts(runner: Runner, names: list[str], device: str) -> str:
-    """``env`` first (it says whether torch sees CUDA), then the others; returns the device they ran on."""
+    """``env`` first (it says whether torch sees CUDA), then the others; returns the device they ran on. With
+    ``device`` cpu every part runs its CPU form in one process (one torch import)."""
+    if device == "cpu":
+        runner.wait([runner.start(names, "cpu", max(MIN_SLICE_S, runner.left()))])
+        return device
     runner.wait([runner.start(["env"], "cpu", min(plan.PARTS[0].limit_s, runner.left()))])
     env = runner.records["env"]
     cuda = bool(env.get("cuda_available"))
@@ -161,16 +165,16 @@ def run_parts(runner: Runner, names: list[str], device: str) -> str:
         for name in rest:
             runner.skip(name, "skipped: --device cuda, but torch sees no CUDA device")
         return device
-    device = "cuda" if device == "auto" and cuda else ("cpu" if device == "auto" else device)
-    if device == "cpu":  # the CPU forms: small, one process, one torch import
+    if not cuda:  # auto on a machine without CUDA: the CPU forms, small, in one process
         if rest:
             runner.wait([runner.start(rest, "cpu", max(MIN_SLICE_S, runner.left()))])
-        return device
+        return "cpu"
+    device = "cuda"
     side_by_side = [p for p in plan.PARTS if p.name in rest and p.concurrent]
     runner.wait([runner.start([p.name], device, min(p.limit_s, runner.left())) for p in side_by_side])
     for part in (p for p in plan.PARTS if p.name in rest and not p.concurrent):
         if runner.left() < MIN_SLICE_S:
-            runner.skip(part.name, f"skipped: the {plan.BUDGET_S:.0f} s budget is spent")
+            runner.skip(part.name, f"skipped: the {runner.budget_s:.0f} s budget is spent")
             continue
         runner.wait([runner.start([part.name], device, min(part.limit_s, runner.left()))])
     return device

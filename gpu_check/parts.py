@@ -284,7 +284,8 @@ def bench(ctx: Context) -> dict:
             "quantize_pack_alone_gbytes_per_s": round(alone, 2),
             "quantize_pack_alone_share_of_measured_copy": round(alone / copy, 4),
             "worker_share_of_measured_copy_best": best, "target_share": plan.TARGET_SHARE_OF_COPY,
-            "meets_target": best >= plan.TARGET_SHARE_OF_COPY, "profile": result["profile"], "plot": result["plot"],
+            "meets_target": best >= plan.TARGET_SHARE_OF_COPY if ctx.cuda else None,
+            "profile": result["profile"], "plot": result["plot"],
             "headline": f"quantize + pack (Birder's fused worker stage) "
                         f"{100 * largest['worker_share_of_measured_copy']:.1f}% of the measured copy bandwidth "
                         f"{copy:.0f} GB/s at {largest['elements']:,} elements (best "
@@ -425,7 +426,9 @@ def largest_model(ctx: Context) -> dict:
     def said(name: str, r: dict) -> str:
         per = "" if r.get("bytes_per_parameter") is None else f", {r['bytes_per_parameter']} B/parameter"
         bound = " (the search's cap)" if r.get("bounded_by_cap") else ""
-        return f"{name} {r.get('parameters', 0) / 1e9:.2f} B parameters{bound}{per}"
+        n = r.get("parameters", 0)
+        count = f"{n / 1e9:.2f} billion" if n >= 1e9 else f"{n / 1e6:.2f} million" if n >= 1e6 else f"{n:,}"
+        return f"{name} {count} parameters{bound}{per}"
 
     figures["headline"] = (f"{said('Birder', birder)}; {said('AdamW', adamw)}"
                            + ("" if ratio is None else f"; Birder fits {ratio:.2f}x AdamW's model"))
@@ -456,7 +459,10 @@ def main(argv: list[str] | None = None) -> int:
             figures = {"status": "error", "error": f"{type(error).__name__}: {error}"[:1000],
                        "headline": f"raised {type(error).__name__}: {' '.join(str(error).split())[:200]}"}
         figures["seconds"] = round(time.monotonic() - started, 2)
+        if not ctx.cuda and name != "env":
+            figures["headline"] = f"CPU form: {figures.get('headline', '')}"
         write_text(args.out / "parts" / f"{name}.json", json.dumps(figures, indent=1, default=str))
+        (args.out / "parts" / f"{name}.partial.json").unlink(missing_ok=True)
     return 0
 
 

@@ -25,24 +25,30 @@ class Part:
     ``concurrent`` parts check correctness and run side by side, the others time things and run alone."""
 
     name: str
-    what: str
+    what: str  # on CUDA
+    cpu_form: str  # what runs instead without CUDA
     limit_s: float
     concurrent: bool = False
     env: tuple[tuple[str, str], ...] = ()  # extra environment of the part's process
 
 
 PARTS = (
-    Part("env", "the machine: Python, torch and its CUDA, the GPU, NCCL, each package and where it came from", 45),
-    Part("cuda_tests", "the CUDA-marked tests: pytest -m cuda on the test files that carry the mark", 150, True),
+    Part("env", "the machine: Python, torch and its CUDA, the GPU, NCCL, each package and where it came from",
+         "the same", 45),
+    Part("cuda_tests", "the CUDA-marked tests: pytest -m cuda on the test files that carry the mark",
+         "the same (the marked tests skip themselves)", 150, True),
     Part("check_adapter", "birder check --impl gpu_validation.check_adapter on CUDA tensors "
-         "(BIRDER_CHECK_DEVICE=cuda)", 180, True),
+         "(BIRDER_CHECK_DEVICE=cuda)", "three cheap checks on CPU tensors", 180, True),
     Part("validate", "gpu_validation.Birder and the expert hook against birder_ref bit for bit on CUDA: 6 and 4 gloo "
-         "ranks sharing the GPU, 1 NCCL rank; 2 NCCL ranks on one GPU tried (NCCL refuses them)", 150, True),
+         "ranks sharing the GPU, 1 NCCL rank; 2 NCCL ranks on one GPU tried (NCCL refuses them)",
+         "2 gloo ranks on CPU, 2 steps", 150, True),
     Part("bench", "birder bench on the GPU; Birder's quantize + pack (worker) stage against the measured HBM copy "
-         "bandwidth (goal 50%)", 50),
-    Part("step_time", "Birder's step against DDP's all-reduce + AdamW at benchmarks/hook_speed.py's model sizes", 90),
+         "bandwidth (goal 50%)", "65,536 elements on one CPU thread (no figure)", 50),
+    Part("step_time", "Birder's step against DDP's all-reduce + AdamW at benchmarks/hook_speed.py's model sizes",
+         "one gloo rank, a 64-wide MLP, 2 steps (no figure)", 90),
     Part("largest_model", "the largest MLP that trains a step with Birder, and with AdamW (a bounded search; an "
-         "out-of-memory trial is caught)", 120, env=(("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"),)),
+         "out-of-memory trial is caught)", "64-wide layers, at most 4 (the search's code, no figure)", 120,
+         env=(("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"),)),
 )
 PART_NAMES = tuple(p.name for p in PARTS)
 
@@ -139,6 +145,8 @@ def dry_run_lines(out: Path, wheels: Path, require_wheels: bool, device: str) ->
     lines.append(f"parts, in order ({on}; correctness parts side by side, then timings alone):")
     for i, part in enumerate(PARTS, 1):
         lines.append(f"  {i}. {part.name:<14} <= {part.limit_s:>4.0f} s  {part.what}")
+        if device != "cuda":
+            lines.append(f"     {'':<14}          CPU form: {part.cpu_form}")
     lines.append(f"  the CUDA-marked test files: {', '.join(cuda_test_files()) or 'none found'}")
     lines.append(f"whole check: at most {BUDGET_S:.0f} s; writes {out}/gpu_check.json, {out}/gpu_check.md, "
                  f"{out}/parts/*.json, {out}/logs/*.log")

@@ -34,7 +34,9 @@ def markdown(result: dict) -> str:
         lines.append(f"| {name} | {STATUS.get(record['status'], record['status'])} | "
                      f"{'' if seconds is None else f'{seconds:.1f}'} | {_cell(record.get('headline', ''))} |")
     lines += ["", "What each part runs:", ""]
-    lines += [f"- **{p.name}**: {p.what}." for p in plan.PARTS if p.name in parts]
+    cpu = result["device"] == "cpu"
+    lines += [f"- **{p.name}**: " + (f"CPU form: {p.cpu_form} (on CUDA: {p.what})." if cpu else f"{p.what}.")
+              for p in plan.PARTS if p.name in parts]
     validate = parts.get("validate", {})
     if validate.get("why_not_more_nccl_ranks"):
         lines += ["", f"Why one NCCL rank: {validate['why_not_more_nccl_ranks']}"]
@@ -44,7 +46,8 @@ def markdown(result: dict) -> str:
     bench = parts.get("bench", {})
     if bench.get("kernels"):
         lines += ["", f"Birder's kernels (`{bench['command']}`; measured copy bandwidth "
-                      f"{bench['measured_copy_gbytes_per_s']} GB/s, nominal peak {bench['peak_gbytes_per_s']} GB/s):",
+                      f"{bench['measured_copy_gbytes_per_s']} GB/s, nominal peak "
+                      f"{bench['peak_gbytes_per_s']:.1f} GB/s):",
                   "", "| elements | worker ms | server ms | update ms | worker share of measured copy |",
                   "|---:|---:|---:|---:|---:|"]
         lines += [f"| {k['elements']:,} | {k['worker_ms']} | {k['server_ms']} | {k['update_ms']} | "
