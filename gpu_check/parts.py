@@ -94,7 +94,8 @@ def env(ctx: Context) -> dict:
                             "capability": ".".join(map(str, torch.cuda.get_device_capability(i)))}
                            for i in range(torch.cuda.device_count())]
         if dist.is_nccl_available():
-            figures["nccl_version"] = ".".join(map(str, torch.cuda.nccl.version()))
+            version = torch.cuda.nccl.version()  # a tuple; an int in older torch
+            figures["nccl_version"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
         gpu = figures["gpus"][0]
         where = f"{gpu['name']} ({gpu['memory_gib']} GiB, {len(figures['gpus'])} GPU(s))"
     else:
@@ -344,8 +345,10 @@ def _trial(optimizer: str, layers: int, width: int, device) -> dict:
         if cuda:
             torch.cuda.synchronize(device)
         fit, error = True, None
-    except torch.cuda.OutOfMemoryError as oom:
-        fit, error = False, " ".join(str(oom).split())[:160]
+    except RuntimeError as oom:  # torch.OutOfMemoryError, or DDP's "error when running the callback" around one
+        if not isinstance(oom, torch.cuda.OutOfMemoryError) and "out of memory" not in str(oom):
+            raise
+        fit, error = False, " ".join(str(oom).split())[:200]
     finally:
         del model, ddp, opt, x
         gc.collect()
@@ -356,15 +359,21 @@ def _trial(optimizer: str, layers: int, width: int, device) -> dict:
             "seconds": round(time.perf_counter() - start, 2), **({"error": error} if error else {})}
 
 
-def _largest(optimizer: str, width: int, device, cap: int, report, max_verify: int = 5) -> dict:
+def _largest(optimizer: str, width: int, device, cap: int, report, seconds_left, max_verify: int = 5) -> dict:
     """The most layers that fit, never trying more than ``cap``: two small trials give the bytes per layer (CUDA),
     the free memory a prediction, and at most ``max_verify`` trials bisect from it between the most layers seen to
-    fit and the fewest seen to fail (upward by one layer until one fails). ``report(trials)`` after each trial."""
+    fit and the fewest seen to fail (upward by one layer until one fails). ``report(trials)`` after each trial; a
+    trial whose time (scaled from the last one's) would pass ``seconds_left()`` is not started."""
     import torch
 
-    trials = []
+    trials: list[dict] = []
+    stopped_for_time = False
 
-    def attempt(layers: int) -> bool:
+    def attempt(layers: int) -> bool | None:
+        nonlocal stopped_for_time
+        if trials and trials[-1]["seconds"] * layers / trials[-1]["layers"] * 1.5 + 5 > seconds_left():
+            stopped_for_time = True
+            return None
         trials.append(_trial(optimizer, layers, width, device))
         report(trials)
         return trials[-1]["fit"]
@@ -380,7 +389,10 @@ def _largest(optimizer: str, width: int, device, cap: int, report, max_verify: i
     for _ in range(max_verify):
         if layers <= fits or layers > cap or (fails is not None and layers >= fails):
             break
-        if attempt(layers):
+        fit = attempt(layers)
+        if fit is None:
+            break
+        if fit:
             fits = layers
             layers = layers + 1 if fails is None else (fits + fails) // 2
         else:
@@ -390,6 +402,7 @@ def _largest(optimizer: str, width: int, device, cap: int, report, max_verify: i
     per_parameter = width * width + width
     return {"largest_layers": fits, "parameters": fits * per_parameter, "first_failing_layers": fails,
             "predicted_layers": predicted, "exact": fails == fits + 1, "bounded_by_cap": fails is None and fits >= cap,
+            "stopped_for_time": stopped_for_time,
             "bytes_per_parameter": None if per_layer is None else round(per_layer / per_parameter, 2),
             "peak_gib": None if kept["peak_bytes"] is None else round(kept["peak_bytes"] / 2**30, 2),
             "trials": trials}
@@ -416,7 +429,7 @@ def largest_model(ctx: Context) -> dict:
         try:
             for optimizer in ("adamw", "birder"):  # AdamW's default (foreach) implementation, as users get it
                 figures[optimizer] = _largest(optimizer, width, device, cap, lambda trials, o=optimizer: ctx.progress(
-                    "largest_model", {**figures, f"{o}_trials_so_far": trials}))
+                    "largest_model", {**figures, f"{o}_trials_so_far": trials}), ctx.seconds_left)
         finally:
             dist.destroy_process_group()
     adamw, birder = figures["adamw"], figures["birder"]
@@ -425,7 +438,8 @@ def largest_model(ctx: Context) -> dict:
 
     def said(name: str, r: dict) -> str:
         per = "" if r.get("bytes_per_parameter") is None else f", {r['bytes_per_parameter']} B/parameter"
-        bound = " (the search's cap)" if r.get("bounded_by_cap") else ""
+        bound = (" (the search's cap)" if r.get("bounded_by_cap") else " (at least: the search ran out of time)"
+                 if r.get("stopped_for_time") and not r.get("exact") else "")
         n = r.get("parameters", 0)
         count = f"{n / 1e9:.2f} billion" if n >= 1e9 else f"{n / 1e6:.2f} million" if n >= 1e6 else f"{n:,}"
         return f"{name} {count} parameters{bound}{per}"
