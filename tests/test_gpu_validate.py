@@ -95,6 +95,11 @@ def test_local_runs_refuse_missing_gpus_and_absurd_rank_counts():
         Config(backend="nccl", nodes=64, gpus_per_node=8).check_local()
     with pytest.raises(ValueError, match="local gloo ranks"):
         Config(nodes=512, gpus_per_node=8).check_local()
+    with pytest.raises(ValueError, match="nccl moves CUDA tensors only"):
+        Config(backend="nccl", device="cpu").check()
+    if not _gpus():
+        with pytest.raises(ValueError, match="gloo on device cuda asked for, but torch sees no CUDA device"):
+            Config(device="cuda").check_local()
 
 
 def test_3x2_command_line_is_bit_exact():
