@@ -67,7 +67,7 @@ def markdown(result: dict) -> str:
         for name, record in problems.items():
             lines.append(f"- **{name}** ({STATUS.get(record['status'], record['status'])}): "
                          f"{_cell(record.get('error') or record.get('headline', ''))}")
-            detail = record.get("failed_checks") or record.get("problems") or record.get("log_tail") or \
-                record.get("output_tail") or []
+            detail = record.get("failed_checks") or record.get("problems") or record.get("errors") or \
+                record.get("log_tail") or record.get("output_tail") or []
             lines += [f"  - `{_cell(item)[:300]}`" for item in detail[:8]]
     return "\n".join(lines) + "\n"
