@@ -207,3 +207,61 @@ def test_readme_recipe_sentences_hold_for_the_committed_exploration():
     assert f"the same 10x embedding lr lowers AdamW too, to {check['mean']:.3f} ± {check['std']:.3f}" in readme
     assert (f"from {rows['base']['mean']:.3f} ± {rows['base']['std']:.3f} to about AdamW's held-out loss in the "
             f"study's table ({adamw['mean']:.3f} ± {adamw['std']:.3f})") in readme
+
+
+THREE = EXAMPLE.with_name("convergence_three_tasks.py")
+
+
+def _three_module():
+    import importlib.util
+
+    _study_module()
+    if "convergence_three_tasks" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("convergence_three_tasks", THREE)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["convergence_three_tasks"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["convergence_three_tasks"]
+
+
+def test_three_task_study_smoke_sweeps_extends_and_runs_final_seeds(tmp_path):
+    """The three-task study end to end at its smoke budget (3 steps a run) on the image regression and the LM
+    (digits goes through the same code as convergence_study's smoke test): every knob setting of both methods,
+    the grid extended on both sides of its single point, the final seeds, the docs block, the plot."""
+    three = _three_module()
+    out = tmp_path / "three.png"
+    done = subprocess.run([sys.executable, str(THREE), "--smoke", "--tasks", "image", "lm", "--out", str(out)],
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.with_suffix(".json").read_text())
+    assert all(r["ranks_identical"] and r["failure"] is None and r["steps"] == 3 for r in result["records"])
+    for task in ("image", "lm"):
+        (lr,) = three.SMOKE.learning_rates[task]
+        for method in three.METHODS:
+            for knobs in three.TASK_KNOBS[task]:
+                runs = three.series(result["records"], task, method, knobs)
+                assert [r["lr"] for r in runs] == [lr / 3, lr, lr * 3], (task, method, knobs)
+                assert all(r[k] == v for r in runs for k, v in three.KNOBS[knobs][method].items())
+            assert {r["phase"] for r in result["records"] if (r["task"], r["method"]) == (task, method)} == {
+                "sweep", "final"}
+    assert result["tasks"]["image"]["pixels"] == [107, 160] and 0 < result["records"][0]["test"]["loss"] < 10
+    assert "| image regression, 3 steps | Birder | default" in done.stdout and "[docs/convergence.md]" in done.stdout
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_three_task_sweep_extends_at_an_end_and_finals_add_the_default_knobs():
+    three = _three_module()
+
+    def rec(method, knobs, lr, loss):
+        return {"phase": "sweep", "task": "lm", "method": method, "knobs": knobs, "lr": lr, "failure": None,
+                "validation": {"loss": loss}}
+
+    middle = [rec("adamw", "default", lr, loss) for lr, loss in ((1e-3, 2.0), (3e-3, 1.5), (1e-2, 1.9))]
+    assert three.extensions(middle) == []
+    low = [rec("birder", "default", lr, loss) for lr, loss in ((1e-3, 2.0), (3e-3, 2.1), (1e-2, float("nan")))]
+    assert three.extensions(low) == [1e-3 / 3] and three.extensions(low[:1]) == [1e-3 / 3, 1e-3 * 3]
+    high = [*middle, rec("adamw", "beta", 1e-2, 1.0), rec("adamw", "beta", 3e-3, 1.2)]
+    assert three.extensions(three.series(high, "lm", "adamw", "beta")) == [3e-2]
+    records = [*high, *low, rec("birder", "beta", 1e-3, 1.9)]
+    assert three.final_settings(records, "lm") == [("adamw", "beta", 1e-2), ("adamw", "default", 3e-3),
+                                                   ("birder", "beta", 1e-3), ("birder", "default", 1e-3)]
