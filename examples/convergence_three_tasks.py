@@ -349,13 +349,20 @@ def lr_range(result: dict) -> tuple[float, float]:
     return min(ratios), max(ratios)
 
 
+def _one_three(x: float) -> float:
+    """The nearest (in log) of ..., 0.1, 0.3, 1, 3, 10, ...: the usual lr grid."""
+    decade = 10.0 ** math.floor(math.log10(x))
+    return min((decade, 3 * decade, 10 * decade), key=lambda c: abs(math.log(c / x)))
+
+
 def sweep_multiples(result: dict) -> list[float]:
-    """The multiples of a tuned AdamW lr to sweep Birder's lr over: the grid's steps from one step below the
+    """The multiples of a tuned AdamW lr to sweep Birder's lr over: the 1-3-10 grid from one 3x step below the
     smallest ratio seen to one step above the largest."""
     low, high = lr_range(result)
-    step = result["budget"]["grid_step"]
-    count = round(math.log(high / low, step)) + 3
-    return [low / step * step**i for i in range(count)]
+    multiples = [_one_three(low / result["budget"]["grid_step"])]
+    while multiples[-1] < _one_three(high * result["budget"]["grid_step"]) / 2:
+        multiples.append(_one_three(multiples[-1] * 3))
+    return multiples
 
 
 def _fixed_ratio(low: float, high: float) -> str:
@@ -424,8 +431,9 @@ def readme_snippet(result: dict) -> str:
 
 
 def plot(result: dict, path: Path) -> Path:
-    """One panel per task: final validation loss against lr for each method and knob setting (seed 0), each
-    method's chosen setting starred, its 3-seed test loss as a bar at that lr."""
+    """Top, per task: the sweep (final validation loss against lr, seed 0) of each method and knob setting, each
+    method's chosen setting starred. Bottom: the final seeds' held-out loss during training (mean and range) at each
+    method's chosen setting (solid) and its best default-knob setting (dashed) where that differs."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -433,31 +441,44 @@ def plot(result: dict, path: Path) -> Path:
 
     s, records = summary(result), result["records"]
     tasks = list(result["tasks"])
-    fig, axes = plt.subplots(1, len(tasks), figsize=(5.2 * len(tasks), 4.8), squeeze=False)
+    fig, axes = plt.subplots(2, len(tasks), figsize=(5.3 * len(tasks), 9), squeeze=False)
     styles = {"default": "-", "beta": "--", "emb x10": ":", "emb x10 + beta": "-."}
     markers = {"default": "o", "beta": "s", "emb x10": "^", "emb x10 + beta": "D"}
-    for ax, task in zip(axes[0], tasks, strict=True):
-        for i, method in enumerate(METHODS):
-            color = f"C{3 if method == 'birder' else 0}"
+    colors = {"adamw": "C0", "birder": "C3"}
+    for column, task in enumerate(tasks):
+        sweep_ax, curve_ax = axes[0][column], axes[1][column]
+        scale = "linear" if task == "lm" else "log"
+        for method in METHODS:
             for knobs in result["task_knobs"][task]:
                 runs = series(records, task, method, knobs)
-                ax.plot([r["lr"] for r in runs], [r["validation"]["loss"] for r in runs], styles[knobs],
-                        marker=markers[knobs], ms=4, color=color, alpha=0.85, label=f"{METHOD_NAMES[method]}, {knobs}")
-            chosen = s[task][method]["knobs"][s[task][method]["chosen"]]
-            ax.plot([chosen["lr"]], [chosen["validation"]], "*", ms=16, color=color, mec="k", zorder=5)
-            if chosen["test"] is not None:
-                offset = 1.12 if i else 1 / 1.12
-                ax.errorbar([chosen["lr"] * offset], [chosen["test"]["mean"]], yerr=[chosen["test"]["std"]], fmt="x",
-                            color=color, capsize=3, zorder=5)
+                sweep_ax.plot([r["lr"] for r in runs], [r["validation"]["loss"] for r in runs], styles[knobs],
+                              marker=markers[knobs], ms=4, color=colors[method], alpha=0.85,
+                              label=f"{METHOD_NAMES[method]}, {knobs}")
+            row = s[task][method]
+            chosen = row["knobs"][row["chosen"]]
+            sweep_ax.plot([chosen["lr"]], [chosen["validation"]], "*", ms=16, color=colors[method], mec="k", zorder=5)
+            for knobs in dict.fromkeys((row["chosen"], "default")):
+                k = row["knobs"][knobs]
+                finals = [r for r in records if r["phase"] == "final" and (r["task"], r["method"], r["knobs"], r["lr"])
+                          == (task, method, knobs, k["lr"])]
+                steps = [p["step"] for p in finals[0]["curve"]]
+                losses = np.array([[p["loss"] for p in r["curve"]] for r in finals])
+                curve_ax.plot(steps, losses.mean(0), "-" if knobs == row["chosen"] else "--", marker="o", ms=3,
+                              color=colors[method], label=f"{METHOD_NAMES[method]}, {knobs}, lr {k['lr']:g}")
+                curve_ax.fill_between(steps, losses.min(0), losses.max(0), color=colors[method], alpha=0.15)
         losses = [r["validation"]["loss"] for r in records if r["phase"] == "sweep" and r["task"] == task
                   and math.isfinite(r["validation"]["loss"])]
-        top = min(max(losses), 3 * min(losses) if task != "lm" else min(losses) + 1.0)
-        ax.set(xscale="log", yscale="log" if task != "lm" else "linear", ylim=(None, top),
-               xlabel="base learning rate", ylabel="final validation loss (seed 0)",
-               title=f"{TASK_NAMES[task]}: Birder's best lr = {s[task]['ratio_chosen']:.2g}x AdamW's")
-        ax.legend(fontsize=7)
-    fig.suptitle("Same-budget lr sweeps (star: each method's chosen setting; x with bar: its test loss, "
-                 f"mean ± sd over {len(result['budget']['seeds'])} seeds)", fontsize=10)
+        top = min(max(losses), min(losses) + 1.0 if scale == "linear" else 5 * min(losses))
+        sweep_ax.set(xscale="log", yscale=scale, ylim=(None, top), xlabel="base learning rate",
+                     ylabel="final validation loss (seed 0)",
+                     title=f"{TASK_NAMES[task]}: Birder's best lr = {s[task]['ratio_chosen']:.2g}x AdamW's")
+        sweep_ax.legend(fontsize=7)
+        unit = {"digits": "nats per image", "lm": "nats per byte", "image": "MSE, standardized RGB"}[task]
+        curve_ax.set(yscale=scale, xlabel="step", ylabel=f"test loss ({unit})",
+                     title=f"{TASK_NAMES[task]}: {len(result['budget']['seeds'])} seeds, mean and range")
+        curve_ax.legend(fontsize=7)
+    fig.suptitle("Same-budget lr sweeps (top; star: each method's chosen setting) and the chosen settings' held-out "
+                 "loss (bottom)", fontsize=11)
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=100, format="png")
