@@ -389,6 +389,16 @@ def recipe_block(result: dict) -> str:
              f"{result['budget']['grid_step']:g}x grid) was {per_task}: from {low:.2g}x to {high:.2g}x over "
              f"{len(s)} tasks, {_fixed_ratio(low, high)}. Sweep Birder's lr at {multiples} your tuned AdamW lr, "
              "and extend the grid while the best sits at an end."]
+    rule = []
+    for task, row in s.items():  # the two-task study's rule, "a third of AdamW's lr", read off the sweep
+        knobs = row["birder"]["chosen"]
+        target = row["adamw"]["knobs"][row["adamw"]["chosen"]]["lr"] / 3
+        near = [r for r in series(result["records"], task, "birder", knobs) if abs(math.log(r["lr"] / target)) < 0.15]
+        gap = near[0]["validation"]["loss"] - row["birder"]["knobs"][knobs]["validation"] if near else None
+        rule.append(f"{TASK_NAMES[task]} " + ("not on the grid" if gap is None else
+                                              f"{gap:+.3f} at lr {near[0]['lr']:g}"))
+    lines.append(f"- **The old rule** (a third of AdamW's lr), Birder at its chosen knobs, validation loss against its "
+                 f"best (seed 0): {'; '.join(rule)}.")
     for task, row in s.items():
         parts = []
         for method in METHODS:
