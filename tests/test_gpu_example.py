@@ -327,6 +327,9 @@ def test_docs_convergence_sentences_hold_for_the_committed_three_task_study():
     assert round(100 * (gap["image"][0]["mean"] / gap["image"][1]["mean"] - 1)) == 4
     assert three.verdict(*gap["digits"]) == "within the seeds' spread" and gap["digits"][1]["std"] > 2 * gap[
         "digits"][0]["std"]
+    rows = _recipe_module().final_rows(json.loads(RECIPE.with_suffix(".json").read_text()))  # beta alone, LM
+    assert [f"{rows[k]['mean']:.3f} ± {rows[k]['std']:.3f}" for k in ("beta 0.8", "base")] == [
+        "2.360 ± 0.012", "2.432 ± 0.011"]
     # the two-task study: constant beat cosine on its LM for both methods; the same runs agree to 3-4 digits at
     # small lrs and differ by up to 0.05 (LM, lr 0.03) and 0.07 (digits, lr 0.1)
     old = [r for r in json.loads(STUDY.with_suffix(".json").read_text())["records"] if r["phase"] == "sweep"]
