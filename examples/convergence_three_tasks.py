@@ -434,10 +434,17 @@ def readme_snippet(result: dict) -> str:
         a = row["adamw"]["knobs"][row["adamw"]["chosen"]]["test"]
         tasks.append(f"{TASK_NAMES[task]} {b['mean']:.3f} against {a['mean']:.3f} ({verdict(b, a)})")
     multiples = ", ".join(f"{m:.2g}x" for m in sweep_multiples(result))
+    helped = [f"{row['birder']['chosen']} on the {TASK_NAMES[task]}" for task, row in s.items()
+              if row["birder"]["chosen"] != "default" and verdict(
+                  row["birder"]["knobs"][row["birder"]["chosen"]]["test"],
+                  row["birder"]["knobs"]["default"]["test"]) == "lower, beyond the seeds' spread"]
+    knobs = (f" Birder's knobs that helped beyond the seeds' spread (beta: 0.8 for 0.95; emb x10: 10x lr for the "
+             f"embedding tables): {'; '.join(helped)}." if helped else "")
     return (f"**Convergence** ([docs/convergence.md](docs/convergence.md)): on {len(s)} small tasks with real data "
             f"({', '.join(TASK_NAMES[t] for t in s)}), each method tuned with the same sweep, Birder's best lr fell "
             f"between {low:.2g}x and {high:.2g}x AdamW's best ({_fixed_ratio(low, high)}): sweep Birder's lr at "
-            f"{multiples} your tuned AdamW lr. Held-out loss, Birder against AdamW (3 seeds): {'; '.join(tasks)}.")
+            f"{multiples} your tuned AdamW lr.{knobs} Held-out loss, Birder against AdamW tuned the same way "
+            f"(3 seeds): {'; '.join(tasks)}.")
 
 
 def plot(result: dict, path: Path) -> Path:
