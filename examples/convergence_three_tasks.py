@@ -507,14 +507,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="a few steps of every path (seconds; for the tests)")
     parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
-    parser.add_argument("--out", default=str(Path(__file__).with_name("convergence_three_tasks.png")),
-                        help="the plot; every run goes beside it as .json")
+    parser.add_argument("--out", default=None, help="the plot; every run goes beside it as .json (default: "
+                        "examples/convergence_three_tasks.png; with --smoke, in the temporary directory, so that a "
+                        "smoke run never replaces the committed study)")
     parser.add_argument("--progress", default=None, help="also append every run's record to this JSON-lines file")
     parser.add_argument("--render", action="store_true",
                         help="train nothing: redraw the plot and print the docs block from the JSON beside --out")
     args = parser.parse_args(argv)
-    out = Path(args.out)
+    committed = Path(__file__).with_name("convergence_three_tasks.png")
+    out = Path(args.out) if args.out else Path(tempfile.gettempdir()) / committed.name if args.smoke else committed
     if args.render:
+        if not out.with_suffix(".json").is_file():
+            parser.error(f"--render: no study at {out.with_suffix('.json')}; run without --render first")
         result = json.loads(out.with_suffix(".json").read_text())
     else:
         mode = "smoke" if args.smoke else "study"
