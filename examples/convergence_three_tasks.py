@@ -34,7 +34,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -180,12 +179,6 @@ def extensions(runs: list[dict]) -> list[float]:
                                                                      else [])
 
 
-def _broadcast(value):
-    box = [value]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
-
-
 def _run_all(task: cs.Task, runs: list[Run], rank: int, out: str, label: str) -> list[dict]:
     """Each run on this rank in turn; rank 0 appends its records to ``out`` and prints a progress line."""
     done, started = [], time.monotonic()
@@ -216,12 +209,12 @@ def study(rank: int, budget: cs.Budget, tasks: tuple[str, ...], max_extensions: 
         records = _run_all(task, [Run(k, run_spec(name, m, k, lr, budget.sweep_seed, "sweep")) for m, k in keys
                                   for lr in budget.learning_rates[name]], rank, out, f"{name} sweep")
         for round_ in range(1, max_extensions + 1):
-            more = _broadcast([Run(k, run_spec(name, m, k, lr, budget.sweep_seed, "sweep")) for m, k in keys
+            more = cs._broadcast([Run(k, run_spec(name, m, k, lr, budget.sweep_seed, "sweep")) for m, k in keys
                                for lr in extensions(series(records, name, m, k))] if rank == 0 else None)
             if not more:
                 break
             records += _run_all(task, more, rank, out, f"{name} extension {round_}")
-        finals = _broadcast(final_settings(records, name) if rank == 0 else None)
+        finals = cs._broadcast(final_settings(records, name) if rank == 0 else None)
         _run_all(task, [Run(k, run_spec(name, m, k, lr, seed, "final")) for m, k, lr in finals
                         for seed in budget.seeds], rank, out, f"{name} final")
 
@@ -268,11 +261,6 @@ def run(budget: cs.Budget, tasks=TASKS, max_extensions: int = 2, progress: str |
 
 # ---- what the docs show ----
 
-def _spread(values: list[float]) -> dict:
-    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-            "n": len(values)}
-
-
 def summary(result: dict) -> dict:
     """Per task: per method and knob setting the series' best lr (and whether it sits at the searched range's
     end), the searched range, each method's final settings with their test loss over seeds, and the ratios."""
@@ -290,7 +278,7 @@ def summary(result: dict) -> dict:
                                    "searched": [min(r["lr"] for r in runs), max(r["lr"] for r in runs)],
                                    "at_edge": chosen["lr"] in (runs[0]["lr"], runs[-1]["lr"]),
                                    "sweep": {f"{r['lr']:g}": r["validation"]["loss"] for r in runs},
-                                   "test": _spread([r["test"]["loss"] for r in finals]) if finals else None}
+                                   "test": cs._spread([r["test"]["loss"] for r in finals]) if finals else None}
             chosen = min(settings, key=lambda k: settings[k]["validation"])
             per[method] = {"knobs": settings, "chosen": chosen}
         ratios = {k: per["birder"]["knobs"][k]["lr"] / per["adamw"]["knobs"][k]["lr"]

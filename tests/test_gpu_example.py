@@ -27,15 +27,23 @@ def test_digits_example_trains_birder_and_adamw_and_plots(tmp_path):
 STUDY = EXAMPLE.with_name("convergence_study.py")
 
 
-def _study_module():
+def _example_module(path: Path):
+    """An example script imported as a module under its own name (its dataclasses look their module up there);
+    the scripts it imports (convergence_study) are loaded first the same way."""
     import importlib.util
 
-    if "convergence_study" not in sys.modules:  # its dataclasses look their module up there
-        spec = importlib.util.spec_from_file_location("convergence_study", STUDY)
+    if path != STUDY:
+        _example_module(STUDY)
+    if path.stem not in sys.modules:
+        spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(spec)
-        sys.modules["convergence_study"] = module
+        sys.modules[path.stem] = module
         spec.loader.exec_module(module)
-    return sys.modules["convergence_study"]
+    return sys.modules[path.stem]
+
+
+def _study_module():
+    return _example_module(STUDY)
 
 
 def test_convergence_study_smoke_runs_every_method_on_both_tasks(tmp_path):
@@ -110,15 +118,7 @@ RECIPE = EXAMPLE.with_name("birder_recipe.py")
 
 
 def _recipe_module():
-    import importlib.util
-
-    _study_module()
-    if "birder_recipe" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("birder_recipe", RECIPE)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["birder_recipe"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["birder_recipe"]
+    return _example_module(RECIPE)
 
 
 def test_param_groups_split_decay_and_embedding_lr_and_default_to_one_group():
@@ -215,15 +215,7 @@ THREE = EXAMPLE.with_name("convergence_three_tasks.py")
 
 
 def _three_module():
-    import importlib.util
-
-    _study_module()
-    if "convergence_three_tasks" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("convergence_three_tasks", THREE)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["convergence_three_tasks"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["convergence_three_tasks"]
+    return _example_module(THREE)
 
 
 def test_three_task_study_smoke_sweeps_extends_and_runs_final_seeds(tmp_path):
