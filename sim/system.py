@@ -926,6 +926,27 @@ def summation_servers(cluster: Cluster, dim: int, bits: int = 32) -> Schedule:
     return Schedule(SUMMATION_SERVERS, layout, int(dim), D, phases)
 
 
+def host_staging_s(cluster: Cluster, nbytes: float) -> float:
+    """Seconds an all-reduce of ``nbytes`` per GPU spends outside the wire where the framework stages it through
+    host memory (``Framework.host_reduce_bandwidth`` > 0: Horovod's MPI backend, an MPI_Allreduce on host
+    buffers), 0 where NCCL reduces on the GPUs. Added to the wire's time, in series: Horovod's background thread
+    copies the fused buffer to the host, calls MPI_Allreduce, and copies the sum back, one after another.
+
+        t = 2 nbytes / PCIe  +  3 (p - 1) / p  nbytes / B_core
+
+    two copies over the GPU's PCIe link (gpus.toml ``pcie_gbytes_per_s``, NCCL's count of an x16 link), and the
+    CPU reduction of a ring all-reduce over the p ranks: each rank sums (p - 1) / p of the buffer, reading two
+    operands and writing one (3 bytes of memory traffic a byte), on its one core at ``B_core``. The wire is
+    timed as NCCL's ring on the same links [assumption: no published figure separates MPI's TCP or RoCE
+    throughput from NCCL's; its shared-memory steps inside a node cost more than NVLink's and are not counted]."""
+    bandwidth = framework_preset(cluster.framework).host_reduce_bandwidth
+    p = cluster.n_gpus
+    if bandwidth <= 0 or p == 1:
+        return 0.0
+    pcie = GPUS[cluster.gpu]["pcie_gbytes_per_s"] * 1e9
+    return 2 * nbytes / pcie + 3 * (p - 1) / p * nbytes / bandwidth
+
+
 def check_optimizer_framework(optimizer: str, framework: str) -> None:
     """Refuse a compressed optimizer (``birder_ref.registry``) with a summation-server framework
     (presets/frameworks.toml): its 1-bit steps run as a communication hook among the GPUs (Birder's schedule,

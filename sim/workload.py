@@ -27,7 +27,7 @@ from birder_ref.schedules import SCHEMES
 from sim.hardware import GPUS, Cluster, Nic, framework_preset
 from sim.models import ModelProfile, model_profile, synthetic
 from sim.stragglers import step_sigma, straggler_factor
-from sim.system import Fabric, check_optimizer_framework, operation_spans, step_schedule, traffic
+from sim.system import Fabric, check_optimizer_framework, host_staging_s, operation_spans, step_schedule, traffic
 
 BUCKET_CAP_BYTES = 25 * 1024 * 1024  # torch DDP bucket_cap_mb = 25
 FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
@@ -212,6 +212,13 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
                                                              "protocol": op.protocol}))
                 start += op.seconds
         yield env.process(fabric.run(schedule))
+        if not spec.compressed or (kind.full_precision and not spec.own_full_precision):
+            staged = host_staging_s(cluster, elements * work.grad_bits / 8)  # an MPI backend's host copies and sums
+            if staged > 0:
+                start = env.now
+                yield env.timeout(staged)
+                if record:
+                    record(("host", "host staging", start, staged, {"elements": elements}))
         if compressed:
             yield from on_gpu("decompress", decompress, elements=elements)
 

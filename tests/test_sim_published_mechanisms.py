@@ -1,14 +1,20 @@
 """Mechanisms that published rows showed missing (issue 27, item 3), each against the figure that explains it:
-per-step jitter averaged over accumulation micro-batches (sim/stragglers.py ``step_sigma``)."""
+per-step jitter averaged over accumulation micro-batches (sim/stragglers.py ``step_sigma``); Horovod's MPI backend
+staged through host memory (sim/system.py ``host_staging_s``)."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from sim import validate
+from sim.hardware import FRAMEWORKS, cluster, framework_preset
+from sim.models import model_profile
 from sim.stragglers import GPU_SPEED_CV, STEP_JITTER_CV, expected_max_normal, step_sigma, straggler_factor
+from sim.system import host_staging_s
 from sim.validation import load_corpus
+from sim.workload import ddp_buckets, predict
 
 
 def test_jitter_of_a_step_of_k_micro_batches_averages_over_them():
@@ -46,3 +52,29 @@ def test_nvidia_bert_two_nodes_of_32_micro_batches_scale_linearly_as_published()
     sigma_1, sigma_32 = step_sigma(GPU_SPEED_CV, STEP_JITTER_CV), step_sigma(GPU_SPEED_CV, STEP_JITTER_CV, 32)
     factors = straggler_factor(16, 8, sigma_1) / straggler_factor(16, 8, sigma_32)
     assert averaged / not_averaged == pytest.approx(factors, rel=2e-3)
+
+
+def test_horovod_mpi_stages_each_fused_buffer_through_the_host():
+    """Horovod's MPI backend (presets/frameworks.toml ``horovod-mpi``): each fused buffer is copied to the host
+    over the GPU's PCIe link, summed by MPI on the CPU (3 bytes of memory traffic per byte summed, (p - 1) / p of
+    the buffer per rank, one core each) and copied back, in series with the wire; NCCL (``horovod-0.20``, the
+    same fusion and cycle) stages nothing. The step's trace holds one host event per fused buffer, and the MPI
+    step is slower than NCCL's by at most those events' sum (part of it hides under the backward pass).
+    No corpus row ran Horovod's MPI backend (the published MPI-vs-NCCL rows are first-contact rows: kept out)."""
+    c = cluster("25gbe", 4, 4, gpu="v100", framework="horovod-mpi")
+    nbytes = 64 * 2**20
+    assert host_staging_s(c, nbytes) == pytest.approx(2 * nbytes / 12e9 + 3 * 15 / 16 * nbytes / 10e9, rel=1e-12)
+    assert host_staging_s(replace(c, framework="horovod-0.20"), nbytes) == 0
+    low, high = FRAMEWORKS["horovod-mpi"]["host_reduce_gbytes_per_s_range"]
+    assert low < FRAMEWORKS["horovod-mpi"]["host_reduce_gbytes_per_s"] < high
+    traces = {}
+    mpi = predict(c, model="resnet50", batch_per_gpu=64, traces=traces)
+    nccl = predict(replace(c, framework="horovod-0.20"), model="resnet50", batch_per_gpu=64)
+    framework = framework_preset("horovod-mpi")
+    buckets = ddp_buckets(model_profile("resnet50"), 4, framework.bucket_cap_bytes, framework.first_bucket_bytes)
+    (events,) = traces.values()
+    host = [e for e in events if e[0] == "host"]
+    assert sorted(e[4]["elements"] for e in host) == sorted(b.elements for b in buckets)
+    staged = sum(e[3] for e in host)
+    assert staged == pytest.approx(sum(host_staging_s(c, b.elements * 4) for b in buckets), rel=1e-12)
+    assert 0 < mpi.iteration_s - nccl.iteration_s <= staged * (1 + 1e-9)
