@@ -78,6 +78,6 @@ def test_a_dry_run_scores_without_touching_the_log(tmp_path):
     """``score --no-log``: the rows are scored as a logged score would, and the log is left as it was."""
     log = tmp_path / "first_contact.json"
     log.write_text('{"entries": []}\n')
-    entry = fc.score(log_path=log, progress=False, only=["byteps-issue-78"], log=False)
+    entry = fc.score(log_path=log, progress=False, only=["horovod-issue-416"], log=False)
     assert entry["pooled"]["all"]["rows"] == len(entry["rows"]) == 1
     assert log.read_text() == '{"entries": []}\n'
