@@ -27,7 +27,16 @@ from birder_ref.schedules import SCHEMES
 from sim.hardware import GPUS, Cluster, Nic, framework_preset
 from sim.models import ModelProfile, model_profile, synthetic
 from sim.stragglers import step_sigma, straggler_factor
-from sim.system import Fabric, check_optimizer_framework, host_staging_s, operation_spans, step_schedule, traffic
+from sim.system import (
+    Fabric,
+    check_optimizer_framework,
+    host_staging_s,
+    operation_spans,
+    rpc_copy_s,
+    step_schedule,
+    traffic,
+    whole_variable_servers,
+)
 
 BUCKET_CAP_BYTES = 25 * 1024 * 1024  # torch DDP bucket_cap_mb = 25
 FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
@@ -164,6 +173,11 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
     GPU, ``intra``/``inter`` for each NCCL operation on the link classes it crosses."""
     compute_s *= straggler_factor(cluster.n_gpus, cluster.gpus_per_node,
                                   step_sigma(cluster.gpu_speed_cv, cluster.step_jitter_cv, work.accumulation_steps))
+    framework = framework_preset(cluster.framework)
+    if framework.whole_variables and framework.pattern == "summation-servers" and cluster.n_nodes > 1:
+        # each variable whole on one server: spread over as many servers as carry the busiest one's share
+        servers = cluster.servers or cluster.n_nodes * cluster.nic.count
+        cluster = replace(cluster, servers=whole_variable_servers(work.model.tensors, servers))
     env = simpy.Environment()
     gpu = simpy.Resource(env, capacity=1)
     fabric = Fabric(env, cluster)
@@ -175,7 +189,6 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
     n_params = model.n_params
     spec = simulated_spec(work.optimizer)
     opt_s = _kernel_seconds(cluster.gpu, n_params, spec.step_bytes_per_element, 4)
-    framework = framework_preset(cluster.framework)
     split = framework.split_of(model.name)
     buckets = split_buckets(model, split) if split is not None else \
         ddp_buckets(model, 4, framework.bucket_cap_bytes, framework.first_bucket_bytes)
@@ -213,12 +226,14 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
                 start += op.seconds
         yield env.process(fabric.run(schedule))
         if not spec.compressed or (kind.full_precision and not spec.own_full_precision):
-            staged = host_staging_s(cluster, elements * work.grad_bits / 8)  # an MPI backend's host copies and sums
-            if staged > 0:
-                start = env.now
-                yield env.timeout(staged)
-                if record:
-                    record(("host", "host staging", start, staged, {"elements": elements}))
+            nbytes = elements * work.grad_bits / 8
+            for name, staged in (("host staging", host_staging_s(cluster, nbytes)),  # an MPI backend's copies, sums
+                                 ("rpc copies", rpc_copy_s(cluster, nbytes))):  # a parameter server's gRPC stack
+                if staged > 0:
+                    start = env.now
+                    yield env.timeout(staged)
+                    if record:
+                        record(("host", name, start, staged, {"elements": elements}))
         if compressed:
             yield from on_gpu("decompress", decompress, elements=elements)
 

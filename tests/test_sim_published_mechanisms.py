@@ -12,7 +12,7 @@ from sim import validate
 from sim.hardware import FRAMEWORKS, cluster, framework_preset
 from sim.models import model_profile
 from sim.stragglers import GPU_SPEED_CV, STEP_JITTER_CV, expected_max_normal, step_sigma, straggler_factor
-from sim.system import host_staging_s
+from sim.system import busiest_server_share, host_staging_s, whole_variable_servers
 from sim.validation import load_corpus
 from sim.workload import ddp_buckets, predict
 
@@ -78,3 +78,35 @@ def test_horovod_mpi_stages_each_fused_buffer_through_the_host():
     staged = sum(e[3] for e in host)
     assert staged == pytest.approx(sum(host_staging_s(c, b.elements * 4) for b in buckets), rel=1e-12)
     assert 0 < mpi.iteration_s - nccl.iteration_s <= staged * (1 + 1e-9)
+
+
+def test_tensorflow_places_whole_variables_on_the_least_loaded_server():
+    """tf_cnn_benchmarks' ParamServerDeviceSetter: each variable, in creation order, whole on the server with the
+    fewest elements so far. VGG-16's fc6 (25088 x 4096 = 102,760,448 of its 138,357,544 parameters) sits on one
+    server whatever their number; ResNet-50's 161 tensors spread to within a few percent of even on 2 servers."""
+    vgg, resnet = model_profile("vgg16").tensors, model_profile("resnet50").tensors
+    assert 25088 * 4096 in vgg
+    for servers in (1, 2, 8, 64):
+        assert busiest_server_share(vgg, servers) >= 25088 * 4096 / sum(vgg)
+        assert whole_variable_servers(vgg, servers) == 1
+    assert busiest_server_share(resnet, 2) == pytest.approx(0.518, abs=0.001)
+    assert busiest_server_share((3, 2, 2, 1), 2) == 0.5  # 3 | 2, 2 | then 1 on the first: 4 of 8
+    assert busiest_server_share((5, 1, 1, 1), 3) == 5 / 8
+    assert whole_variable_servers(resnet, 2) == 2 and whole_variable_servers(resnet, 8) == 6
+    with pytest.raises(ValueError, match="servers >= 1"):
+        busiest_server_share(vgg, 0)
+
+
+def test_vgg16_through_parameter_servers_waits_for_the_server_holding_fc6():
+    """Physics bound: with whole variables the server holding fc6 (411 MB of fp32) receives it from the 7 other
+    worker nodes and sends it back, so its NIC alone takes 7 x 411 MB / the NIC's rate each way, and the worker's
+    gRPC stack takes 2 x 411 MB / 0.72 GB/s (tensorflow#6256, quoted in the preset) in series with it; fc6's
+    gradient is ready after the forward pass at the earliest, so the step lasts at least forward + both.
+    Spread evenly over the 8 servers (the model before whole variables) the step is shorter than that bound."""
+    assert "718.74 MB/s" in FRAMEWORKS["tf-parameter-server"]["source"]
+    assert FRAMEWORKS["tf-parameter-server"]["rpc_gbytes_per_s"] == 0.72
+    c = cluster("25gbe", 8, 8, gpu="v100", framework="tf-parameter-server")
+    step = predict(c, model="vgg16", batch_per_gpu=32)
+    fc6 = 25088 * 4096 * 4
+    bound = step.compute_s / 3 + 7 * fc6 / c.nic_bandwidth + 2 * fc6 / 0.72e9
+    assert step.iteration_s >= bound
