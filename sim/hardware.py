@@ -82,6 +82,7 @@ class Framework:
     # on the least-loaded one (sim.system.whole_variable_servers); else every tensor is spread over all servers
     rpc_bandwidth: float = 0.0  # bytes/s one process's RPC stack (serialise, copy) moves a tensor at
     # (sim.system.rpc_copy_s); 0: no software cost beyond the wire
+    unmodelled: tuple[str, ...] = ()  # one sentence each: what the simulator does not model for this framework
 
     def __post_init__(self) -> None:
         _non_negative(f"framework {self.name!r}", bucket_cap_bytes=self.bucket_cap_bytes,
@@ -559,7 +560,8 @@ def framework_preset(name: str) -> Framework:
                      bool(spec["overlaps_backward"]), spec["cycle_ms"] * 1e-3, spec.get("source", ""),
                      spec.get("pattern", "allreduce"), bool(spec.get("servers_on_workers", False)), splits,
                      float(spec.get("partition_bytes", 0)), float(spec.get("host_reduce_gbytes_per_s", 0)) * 1e9,
-                     bool(spec.get("whole_variables", False)), float(spec.get("rpc_gbytes_per_s", 0)) * 1e9)
+                     bool(spec.get("whole_variables", False)), float(spec.get("rpc_gbytes_per_s", 0)) * 1e9,
+                     tuple(spec.get("unmodelled", ())))
 
 
 def default_intra(gpu: str) -> str:
