@@ -29,8 +29,8 @@ from tqdm import tqdm
 
 from sim.hardware import PRESETS, SITES, Cluster, cluster, load_cluster
 from sim.models import model_profile
-from sim.stragglers import straggler_factor
-from sim.system import incast_basis, switch_buffer_assumed
+from sim.stragglers import step_sigma, straggler_factor
+from sim.system import incast_basis, switch_buffer_assumed, unmodelled
 from sim.validate import (
     INTERVAL_LEVEL,
     alpha_beta_throughput,
@@ -344,8 +344,9 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                 "incast_s": incast_s, "incast_basis": incast_basis(c) if incast_s > 0 else "",
                 "switch_buffer_assumed_bytes": c.nic.switch_buffer_bytes if incast_free is not None else None,
                 "incast_free_throughput": incast_free, "gpu_speed_cv": c.gpu_speed_cv,
-                "step_jitter_cv": c.step_jitter_cv,
-                "straggler_factor": straggler_factor(c.n_gpus, c.gpus_per_node, c.straggler_cv)})
+                "step_jitter_cv": c.step_jitter_cv, "unmodelled": unmodelled(c, accumulation_steps),
+                "straggler_factor": straggler_factor(c.n_gpus, c.gpus_per_node,
+                                                     step_sigma(c.gpu_speed_cv, c.step_jitter_cv, accumulation_steps))})
     return out
 
 

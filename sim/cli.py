@@ -418,6 +418,8 @@ def run_predict(args) -> int:
              f"inter-node; trace written to {args.trace} (open it at ui.perfetto.dev)")
     if result["extrapolated"]:
         _say("  note: extrapolated beyond the site's fit: " + "; ".join(result["extrapolation_reasons"]))
+    for sentence in result["unmodelled"]:
+        _say(f"  not modelled: {sentence}")
     return 0
 
 

@@ -11,8 +11,9 @@ expressible set-up, flagged ``expressible = false`` and summarised apart.
 
 The log ``sim/validation/first_contact.json`` is append-only: ``python -m sim.first_contact score`` appends one
 entry (the commit whose prediction code scored it, the date, every row, and the figures per source and pooled, by
-regime) and never rewrites an earlier one. ``first_contact_summary`` is a pure loader of that log for
-``birder validate --json`` (key ``first_contact``). Nothing here is imported by prediction code.
+regime) and never rewrites an earlier one; ``score --no-log`` scores the same way and writes nothing (a dry run, to
+compare a change against the log: its figures are no longer first contact). ``first_contact_summary`` is a pure
+loader of that log for ``birder validate --json`` (key ``first_contact``). Nothing here is imported by prediction code.
 """
 
 from __future__ import annotations
@@ -237,9 +238,9 @@ def append_entry(entry: dict, path: str | Path = LOG_PATH) -> None:
 
 
 def score(rows_path: str | Path = ROWS_PATH, log_path: str | Path = LOG_PATH, progress: bool = True,
-          only: list[str] | None = None) -> dict:
+          only: list[str] | None = None, log: bool = True) -> dict:
     """Score every row (or the rows of the sources ``only``: a new source's first contact), append the entry to
-    the log and return it."""
+    the log (unless ``log`` is false: a dry run that writes nothing) and return it."""
     rows = load_rows(rows_path)
     if only:
         unknown = set(only) - {row["source"] for row in rows}
@@ -260,7 +261,8 @@ def score(rows_path: str | Path = ROWS_PATH, log_path: str | Path = LOG_PATH, pr
              "rows_file": str(Path(rows_path).resolve().relative_to(ROOT)),
              "rows_sha256": hashlib.sha256(Path(rows_path).read_bytes()).hexdigest(),
              **summarise(scored), "rows": scored}
-    append_entry(entry, log_path)
+    if log:
+        append_entry(entry, log_path)
     return entry
 
 
@@ -387,9 +389,12 @@ def markdown(entry: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    dry_run = argv[:1] == ["score"] and "--no-log" in argv
+    if dry_run:
+        argv = [a for a in argv if a != "--no-log"]
     if argv[:1] == ["score"] and all(a == "--source" for a in argv[1::2]) and len(argv) % 2 == 1:
         try:
-            entry = score(progress=sys.stderr.isatty(), only=argv[2::2] or None)
+            entry = score(progress=sys.stderr.isatty(), only=argv[2::2] or None, log=not dry_run)
         except ValueError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
@@ -405,7 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) == 2 and argv[0] == "plot" and argv[1].endswith(".png"):
         print(plot(argv[1]))
         return 0
-    print("usage: python -m sim.first_contact score [--source ID ...] | show | plot OUT.png", file=sys.stderr)
+    print("usage: python -m sim.first_contact score [--no-log] [--source ID ...] | show | plot OUT.png",
+          file=sys.stderr)
     return 2
 
 

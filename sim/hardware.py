@@ -76,11 +76,19 @@ class Framework:
     # starts): groups by parameter index instead of caps, for the models a framework's scripts split so
     partition_bytes: float = 0.0  # summation servers: a tensor goes out in pieces of at most this, each to one
     # server (0: whole, to one server)
+    host_reduce_bandwidth: float = 0.0  # bytes/s of one CPU core summing in host memory where the all-reduce is
+    # staged through the host (an MPI backend: sim.system.host_staging_s); 0: NCCL on the GPUs, nothing staged
+    whole_variables: bool = False  # summation servers: each variable lives whole on one server, placed greedily
+    # on the least-loaded one (sim.system.whole_variable_servers); else every tensor is spread over all servers
+    rpc_bandwidth: float = 0.0  # bytes/s one process's RPC stack (serialise, copy) moves a tensor at
+    # (sim.system.rpc_copy_s); 0: no software cost beyond the wire
+    unmodelled: tuple[str, ...] = ()  # one sentence each: what the simulator does not model for this framework
 
     def __post_init__(self) -> None:
         _non_negative(f"framework {self.name!r}", bucket_cap_bytes=self.bucket_cap_bytes,
                       first_bucket_bytes=self.first_bucket_bytes, cycle=self.cycle,
-                      partition_bytes=self.partition_bytes)
+                      partition_bytes=self.partition_bytes, host_reduce_bandwidth=self.host_reduce_bandwidth,
+                      rpc_bandwidth=self.rpc_bandwidth)
         if self.pattern not in FRAMEWORK_PATTERNS:
             raise ValueError(f"framework {self.name!r}: pattern must be one of {', '.join(FRAMEWORK_PATTERNS)}, "
                              f"got {self.pattern!r}")
@@ -551,7 +559,9 @@ def framework_preset(name: str) -> Framework:
     return Framework(name, spec["bucket_cap_mb"] * 2**20, spec["first_bucket_mb"] * 2**20,
                      bool(spec["overlaps_backward"]), spec["cycle_ms"] * 1e-3, spec.get("source", ""),
                      spec.get("pattern", "allreduce"), bool(spec.get("servers_on_workers", False)), splits,
-                     float(spec.get("partition_bytes", 0)))
+                     float(spec.get("partition_bytes", 0)), float(spec.get("host_reduce_gbytes_per_s", 0)) * 1e9,
+                     bool(spec.get("whole_variables", False)), float(spec.get("rpc_gbytes_per_s", 0)) * 1e9,
+                     tuple(spec.get("unmodelled", ())))
 
 
 def default_intra(gpu: str) -> str:

@@ -28,6 +28,11 @@ class ModelProfile:
         return sum(sum(layer.tensors) for layer in self.layers)
 
     @property
+    def tensors(self) -> tuple[int, ...]:
+        """Every tensor's parameter count in creation (forward) order."""
+        return tuple(t for layer in self.layers for t in layer.tensors)
+
+    @property
     def forward_flops(self) -> float:
         return sum(layer.flops for layer in self.layers)
 

@@ -16,6 +16,16 @@ job, e_it ~ N(0, cv_step^2) fresh each step, all independent. Within one step th
 N(0, cv_speed^2 + cv_step^2), so the expected step (over both draws) is t (1 + sigma E[M_p]) with
 sigma = sqrt(cv_speed^2 + cv_step^2), and the factor above keeps its form with sigma for cv. The per-step cv has no
 published source: it is fitted on the validation corpus (presets/step_jitter.toml, sim/validate.py).
+
+Gradient accumulation: a step of K micro-batches (K - 1 under ``no_sync``, one all-reduce) synchronises once, so
+GPU i's step is the sum of its K micro-batches, t sum_k (1 + s_i + e_ik) = K t (1 + s_i + mean_k e_ik). Assuming
+the micro-batches' jitter e_ik independent [assumption: the same as the steps' of a K = 1 run, which the fitted cv
+describes], mean_k e_ik ~ N(0, cv_step^2 / K): the jitter averages, the persistent spread s_i does not, and
+
+    sigma_K = sqrt(cv_speed^2 + cv_step^2 / K)      (``step_sigma``)
+
+takes sigma's place in the factor. (NVIDIA's BERT pre-training tables in the corpus keep the global batch fixed:
+128 down to 1 micro-batches per step from 2 to 32 nodes.)
 """
 
 from __future__ import annotations
@@ -66,6 +76,16 @@ def check_step_jitter_cv(value, owner: str) -> float:
 def combined_cv(gpu_speed_cv: float, step_jitter_cv: float) -> float:
     """sigma of one GPU's step within one step: the persistent spread and the per-step jitter, independent."""
     return math.hypot(gpu_speed_cv, step_jitter_cv)
+
+
+@lru_cache(maxsize=1024)
+def step_sigma(gpu_speed_cv: float, step_jitter_cv: float, micro_batches: int = 1) -> float:
+    """sigma_K of one GPU's step of ``micro_batches`` micro-batches, relative to its mean: sqrt(cv_speed^2 +
+    cv_step^2 / K) (the module's docstring: independent micro-batch jitter averages over the K, the persistent
+    speed spread does not). K = 1 is ``combined_cv``."""
+    if not (isinstance(micro_batches, int) and not isinstance(micro_batches, bool) and micro_batches >= 1):
+        raise ValueError(f"step_sigma: micro_batches must be a positive integer, got {micro_batches!r}")
+    return math.hypot(gpu_speed_cv, step_jitter_cv / math.sqrt(micro_batches))
 
 
 @lru_cache(maxsize=1024)

@@ -13,7 +13,8 @@ The GPU's events and those waits tile the step from 0 to its iteration time exac
 from __future__ import annotations
 
 TRACKS = {"gpu": (1, "GPU (compute, compression kernels, optimizer)"), "exposed": (2, "exposed communication"),
-          "intra": (3, "intra-node links (NVLink / PCIe)"), "inter": (4, "inter-node links (NICs)")}
+          "intra": (3, "intra-node links (NVLink / PCIe)"), "inter": (4, "inter-node links (NICs)"),
+          "host": (5, "host memory (an MPI backend's copies and CPU sums)")}
 
 
 def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:

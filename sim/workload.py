@@ -26,8 +26,17 @@ from birder_ref.registry import SIMULATED, StepKind, simulated_spec
 from birder_ref.schedules import SCHEMES
 from sim.hardware import GPUS, Cluster, Nic, framework_preset
 from sim.models import ModelProfile, model_profile, synthetic
-from sim.stragglers import straggler_factor
-from sim.system import Fabric, check_optimizer_framework, operation_spans, step_schedule, traffic
+from sim.stragglers import step_sigma, straggler_factor
+from sim.system import (
+    Fabric,
+    check_optimizer_framework,
+    host_staging_s,
+    operation_spans,
+    rpc_copy_s,
+    step_schedule,
+    traffic,
+    whole_variable_servers,
+)
 
 BUCKET_CAP_BYTES = 25 * 1024 * 1024  # torch DDP bucket_cap_mb = 25
 FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
@@ -157,11 +166,18 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
     """Simulate one optimizer step of ``kind``: K - 1 micro-batches of forward + backward without communication
     (DDP's no_sync), then forward, backward with overlapped bucket collectives, optimizer step.
 
-    ``compute_s`` is one measured node's pace; each step runs at its slowest GPU's (sim/stragglers.py), so every
-    layer's backward, and the bucket collectives waiting on it, ends that much later. ``trace``: a list that
-    receives the step's events as (track, name, start_s, duration_s, args) in the order they end (``sim.trace``):
-    track ``gpu`` for work on the GPU, ``intra``/``inter`` for each NCCL operation on the link classes it crosses."""
-    compute_s *= straggler_factor(cluster.n_gpus, cluster.gpus_per_node, cluster.straggler_cv)
+    ``compute_s`` is one measured node's pace; each step runs at its slowest GPU's (sim/stragglers.py; the per-step
+    jitter of a step of K micro-batches averages over them: ``step_sigma``), so every layer's backward, and the
+    bucket collectives waiting on it, ends that much later. ``trace``: a list that receives the step's events as
+    (track, name, start_s, duration_s, args) in the order they end (``sim.trace``): track ``gpu`` for work on the
+    GPU, ``intra``/``inter`` for each NCCL operation on the link classes it crosses."""
+    compute_s *= straggler_factor(cluster.n_gpus, cluster.gpus_per_node,
+                                  step_sigma(cluster.gpu_speed_cv, cluster.step_jitter_cv, work.accumulation_steps))
+    framework = framework_preset(cluster.framework)
+    if framework.whole_variables and framework.pattern == "summation-servers" and cluster.n_nodes > 1:
+        # each variable whole on one server: spread over as many servers as carry the busiest one's share
+        servers = cluster.servers or cluster.n_nodes * cluster.nic.count
+        cluster = replace(cluster, servers=whole_variable_servers(work.model.tensors, servers))
     env = simpy.Environment()
     gpu = simpy.Resource(env, capacity=1)
     fabric = Fabric(env, cluster)
@@ -173,7 +189,6 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
     n_params = model.n_params
     spec = simulated_spec(work.optimizer)
     opt_s = _kernel_seconds(cluster.gpu, n_params, spec.step_bytes_per_element, 4)
-    framework = framework_preset(cluster.framework)
     split = framework.split_of(model.name)
     buckets = split_buckets(model, split) if split is not None else \
         ddp_buckets(model, 4, framework.bucket_cap_bytes, framework.first_bucket_bytes)
@@ -210,6 +225,15 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
                                                              "protocol": op.protocol}))
                 start += op.seconds
         yield env.process(fabric.run(schedule))
+        if not spec.compressed or (kind.full_precision and not spec.own_full_precision):
+            nbytes = elements * work.grad_bits / 8
+            for name, staged in (("host staging", host_staging_s(cluster, nbytes)),  # an MPI backend's copies, sums
+                                 ("rpc copies", rpc_copy_s(cluster, nbytes))):  # a parameter server's gRPC stack
+                if staged > 0:
+                    start = env.now
+                    yield env.timeout(staged)
+                    if record:
+                        record(("host", name, start, staged, {"elements": elements}))
         if compressed:
             yield from on_gpu("decompress", decompress, elements=elements)
 

@@ -72,3 +72,12 @@ def test_validate_loader_keeps_each_sources_first_contact_and_lists_re_scores(tm
     with pytest.raises(ValueError, match="no rows of nowhere"):
         fc.score(log_path=log, progress=False, only=["nowhere"])
     assert json.loads(log.read_text())["entries"][1]["model_commit"] == "f" * 40  # nothing appended, nothing lost
+
+
+def test_a_dry_run_scores_without_touching_the_log(tmp_path):
+    """``score --no-log``: the rows are scored as a logged score would, and the log is left as it was."""
+    log = tmp_path / "first_contact.json"
+    log.write_text('{"entries": []}\n')
+    entry = fc.score(log_path=log, progress=False, only=["horovod-issue-416"], log=False)
+    assert entry["pooled"]["all"]["rows"] == len(entry["rows"]) == 1
+    assert log.read_text() == '{"entries": []}\n'
