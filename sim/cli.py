@@ -8,11 +8,8 @@ ValueErrors name parameters; ``birder.cli`` prints them as one line and exits 2.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import math
-import os
 import re
 import sys
 from dataclasses import replace
@@ -23,8 +20,8 @@ from tqdm import tqdm
 from birder_ref.registry import simulated_spec
 from birder_ref.schedules import SCHEMES, Layout
 from safeio.argtypes import positive_int, positive_number
-from safeio.atomic import staging_dir, write_text
-from safeio.outputs import check_output_dir, check_output_file
+from safeio.outputs import check_output_file, check_outputs, check_owned, output_files, write_output_file
+from safeio.serialise import csv_text
 from safeio.text import printable
 from sim.api import MAX_BATCH_PER_GPU, finite_json_value, stored_step_jitter_fits
 from sim.hardware import (
@@ -398,7 +395,7 @@ def run_collective(args) -> int:
     from sim.collective import parse_size, predict_collective, sweep_sizes
 
     if args.out:
-        check_output_dir(args.out)
+        check_outputs(args.out, ("collective.csv", "collective.png"))
     c = make_cluster(args, args.nodes)
     low, sep, high = args.bytes.partition(":")
     try:
@@ -411,8 +408,10 @@ def run_collective(args) -> int:
         from sim.collective_plots import size_sweep
 
         out = Path(args.out)
-        write_text(out / "collective.csv", _csv(results, list(results[0])))
-        plot = str(size_sweep(results, out / "collective.png"))
+        with output_files(out, "birder collective") as staged:  # both or neither, never over a file of the user's
+            staged.write_text("collective.csv", _csv(results, list(results[0])))
+            size_sweep(results, staged.path("collective.png"))
+        plot = str(out / "collective.png")
     if args.json:
         body = results[0] if len(results) == 1 and not sep else {"results": results}
         if plot:
@@ -431,11 +430,7 @@ def run_collective(args) -> int:
 
 
 def _csv(rows: list[dict], fields: list[str]) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
+    return csv_text(rows, fields)  # names from users' files cannot run as spreadsheet formulas
 
 
 # --------------------------------------------------------------------------------------------------- sweep
@@ -488,7 +483,7 @@ def sweep(args, nodes: list[int], networks: list[str], optimizers: list[str], pr
 def run_sweep(args) -> int:
     if args.cluster and args.networks:
         raise ValueError("--cluster and --networks conflict: a cluster file names its own network; give one")
-    check_output_dir(args.out)
+    check_outputs(args.out, ("sweep.csv", "throughput_vs_gpus.png", "time_breakdown.png"))
     check_options_apply(args, args.optimizers)
     networks = args.networks or ([Path(args.cluster).stem] if args.cluster else ["10gbe", "ib-hdr"])
     if args.measured_gbps is not None and len(networks) > 1:
@@ -498,14 +493,10 @@ def run_sweep(args) -> int:
     from sim import plots  # matplotlib only when plotting: keeps `birder predict` fast
 
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_text(out / "sweep.csv", _csv(results, list(SWEEP_FIELDS)))
-    with staging_dir(out, "sweep-plots") as staging:  # the plots are drawn beside, then each renamed into place
-        drawn = plots.throughput_vs_gpus(results, staging) + plots.time_breakdown(results, staging)
-        figures = []
-        for path in drawn:
-            os.replace(path, out / Path(path).name)
-            figures.append(str(out / Path(path).name))
+    with output_files(out, "birder sweep") as staged:  # the table and the plots all or none
+        staged.write_text("sweep.csv", _csv(results, list(SWEEP_FIELDS)))
+        drawn = plots.throughput_vs_gpus(results, staged.dir) + plots.time_breakdown(results, staged.dir)
+    figures = [str(out / Path(path).name) for path in drawn]
     speedups = sweep_speedups(results, args.optimizers[0])
     if args.json:
         print(_strict_json({"csv": str(out / "sweep.csv"), "plots": figures, "results": results,
@@ -526,7 +517,7 @@ def run_validate(args) -> int:
     from sim import validate
 
     if args.out:
-        check_output_dir(args.out)
+        check_outputs(args.out, ("validation.png", "corpus_left_out.png"))
     table = validate.rows(args.csv)
     claims = validate.claims(args.claims)  # a bad claims file is refused before any prediction
     with tqdm(total=len(table), desc="validate", unit="row", file=sys.stderr,
@@ -559,15 +550,13 @@ def run_validate(args) -> int:
     if args.out:
         from sim import plots
 
-        with staging_dir(args.out, "validate-plot") as staging:
-            drawn = [plots.validation(summary["rows"], staging,
+        with output_files(args.out, "birder validate") as staged:
+            drawn = [plots.validation(summary["rows"], staged.dir,
                                       cross_validated=summary.get("cross_validation", {}).get("rows"),
                                       title="Against the Birder paper: fit (filled) and groups left out (open)"),
-                     plots.corpus_left_out(summary["corpus_validation"]["predictions"], staging)]
-            for path in drawn:
-                os.replace(path, Path(args.out) / Path(path).name)
-            summary["plot"] = str(Path(args.out) / drawn[0].name)
-            summary["corpus_plot"] = str(Path(args.out) / drawn[1].name)
+                     plots.corpus_left_out(summary["corpus_validation"]["predictions"], staged.dir)]
+        summary["plot"] = str(Path(args.out) / drawn[0].name)
+        summary["corpus_plot"] = str(Path(args.out) / drawn[1].name)
     if args.json:
         print(_strict_json(summary))
         return 0
@@ -693,7 +682,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from sim import calibrate
 
     check_output_file(args.out, inputs=tuple(args.outputs))  # before any work: never over an input, a device,
-    # a folder or the toolkit's own files
+    # a folder or the toolkit's own files, nor over a file birder did not write (a cluster file of the user's)
+    check_owned(args.out)
     ops = args.op or [None]
     if len(ops) not in (1, len(args.outputs)):
         raise ValueError(f"--op given {len(ops)} times for {len(args.outputs)} files: once for all, or once per file")
@@ -707,7 +697,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     fit = calibrate.fit_network(base, rows)
     sources = [(str(p), calibrate.file_digest(p)) for p in args.outputs]
     name = args.name or Path(args.out).stem
-    write_text(Path(args.out), calibrate.cluster_toml(fit, base_name, name, sources, len(rows)))
+    write_output_file(args.out, calibrate.cluster_toml(fit, base_name, name, sources, len(rows)), "birder calibrate",
+                      toml_data=calibrate.cluster_data(fit, base_name, name, sources))  # read back before the swap
     errors = fit.row_errors(rows)
     body = {"cluster_file": str(args.out), "nodes": nodes, "gpus_per_node": per_node, "gpu": gpu, "base": base_name,
             "constants": fit.constants, "fitted": list(fit.fitted), "rms_log_error": fit.rms_log_error,

@@ -96,9 +96,9 @@ def test_a_killed_sweeps_plot_staging_is_removed_by_the_next_sweep(tmp_path):
 
     out = tmp_path / "s"
     out.mkdir()
-    (out / f".sweep-plots.{2**30}.k1ll3d.tmp").mkdir()  # what SIGKILL while drawing leaves
+    (out / f".birder-outputs.{2**30}.k1ll3d.tmp").mkdir()  # what SIGKILL while drawing leaves
     (out / "notes.txt").write_text("the user's, kept")
     assert main(["sweep", "--nodes", "1", "--optimizers", "sgdm", "--networks", "10gbe", "--out", str(out),
                  "--json"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "sweep.csv", "throughput_vs_gpus.png",
-                                                     "time_breakdown.png"]
+    assert sorted(p.name for p in out.iterdir()) == [".birder-manifest", "notes.txt", "sweep.csv",
+                                                     "throughput_vs_gpus.png", "time_breakdown.png"]
