@@ -9,7 +9,7 @@ import numpy as np
 
 from birder_ref.hyperparameters import DEFAULTS
 from birder_ref.quantize import quantize, quantize_unchecked
-from birder_ref.validation import check_array, check_coefficients, check_draws, check_int
+from birder_ref.validation import check_array, check_coefficients, check_draws, check_int, native, scalar
 
 # `birder check` judges a module offering quantize, init and step: this one, by default.
 __all__ = ["State", "init", "step", "quantize", "worker_step", "server_step", "mean_of_signs", "check_step_inputs",
@@ -179,6 +179,8 @@ def step(
     Lines 12-13: u_bar = Q(mean(u) + server_e), server_e = mean(u) + server_e - u_bar.
     The update x -= lr * u_bar (line 16) is the caller's.
     """
+    grads, u_worker, u_server = native(grads), native(u_worker), native(u_server)  # >f4 as float32
+    beta, eps, T0 = scalar(beta), scalar(eps), scalar(T0)  # 0-d arrays as Python numbers
     check_step_inputs(state, grads, u_worker, u_server, beta, eps, T0)
     with overflow_guard():
         u, m, b_hat, b, e = worker_step(state, grads, beta, eps, u_worker, T0)

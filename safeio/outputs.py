@@ -157,7 +157,7 @@ def write_manifest(folder: Path, command: str) -> None:
     names = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST_NAME)
     lines = [f"# files written by {command}; a later run replaces this folder only while it holds nothing else",
              *(f"{_sha256(folder / name)}  {name}" for name in names)]
-    (folder / MANIFEST_NAME).write_text("\n".join(lines) + "\n")
+    (folder / MANIFEST_NAME).write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 # ------------------------------------------------------------------------------------ the one output rule
@@ -173,19 +173,18 @@ def check_owned(path: str | Path, flag: str = "--out") -> None:
     path = Path(path)
     if not os.path.lexists(path):
         return
-    shown = f"{flag} {path}" if flag else str(path)
+    prefix, other = (f"{flag}: ", f"another {flag}") if flag else ("", "another output path")
     if path.is_symlink() or not path.is_file():
-        raise ValueError(f"{shown}: {path} exists and is not a regular file birder wrote: move it away, or give "
-                         "another output path")
+        raise ValueError(f"{prefix}{path} exists and is not a regular file birder wrote: move it away, or give {other}")
     manifest = path.parent / MANIFEST_NAME
     listed = read_manifest(manifest) if manifest.is_file() and not manifest.is_symlink() else {}
     if path.name not in listed:
-        raise ValueError(f"{shown}: {path} was not written by birder (no entry in {manifest.name} beside it): it is "
-                         "never replaced; remove or move it, or give another output path")
+        raise ValueError(f"{prefix}{path} was not written by birder (no entry in {manifest}): it is never replaced; "
+                         f"remove or move it, or give {other}")
     digest = listed[path.name]
     if digest is not None and _sha256(path) != digest:
-        raise ValueError(f"{shown}: {path} changed since birder wrote it (an edit of yours?): it is never replaced; "
-                         "remove or move it, or give another output path")
+        raise ValueError(f"{prefix}{path} changed since birder wrote it (an edit of yours?): it is never replaced; "
+                         f"remove or move it, or give {other}")
 
 
 def check_outputs(folder: str | Path, names: tuple[str, ...] | list[str], flag: str = "--out") -> Path:
@@ -229,7 +228,7 @@ class StagedOutputs:
         return self.write_text(name, text, lambda back: check_toml(back, data, name))
 
 
-def _check_written(path: Path) -> None:
+def check_written(path: Path) -> None:
     """What any file of its kind must be when read back: UTF-8 text for .md/.csv/.toml/.json (strict JSON), a
     whole PNG (signature first, IEND chunk last)."""
     suffix = path.suffix.lower()
@@ -277,7 +276,7 @@ def output_files(folder: str | Path, command: str, flag: str = "--out") -> Itera
         names = sorted(p.name for p in staging.iterdir())
         for name in names:
             try:
-                _check_written(staging / name)
+                check_written(staging / name)
                 if name in staged.checks:
                     staged.checks[name](staging / name)
             except OSError as error:

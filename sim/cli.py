@@ -240,6 +240,9 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
             ("framework", f"{c.framework} ({'command line' if framework else 'default'})"), GPU_SPEED_DEFAULT,
             default_step_jitter(c.nic)[1]))
     leaf = getattr(args, "nodes_per_leaf", None)
+    if leaf is not None and leaf > MAX_GPUS:
+        raise ValueError(f"--nodes-per-leaf {_short(leaf)} exceeds {MAX_GPUS:,}, the largest cluster the simulator "
+                         "answers")
     if leaf is not None:
         c = replace(c, nodes_per_leaf=leaf, provenance=c.provenance + (("nodes per leaf", f"{leaf} (command line)"),))
     measured = getattr(args, "measured_gbps", None)
@@ -681,9 +684,9 @@ def _print_corpus_validation(loso) -> None:
 def run_calibrate(args: argparse.Namespace) -> int:
     from sim import calibrate
 
-    check_output_file(args.out, inputs=tuple(args.outputs))  # before any work: never over an input, a device,
-    # a folder or the toolkit's own files, nor over a file birder did not write (a cluster file of the user's)
-    check_owned(args.out)
+    # before any work: never over an input, a device, a folder or the toolkit's own files, nor over a file birder
+    # did not write (a cluster file of the user's)
+    check_owned(check_output_file(args.out, inputs=tuple(args.outputs)))
     ops = args.op or [None]
     if len(ops) not in (1, len(args.outputs)):
         raise ValueError(f"--op given {len(ops)} times for {len(args.outputs)} files: once for all, or once per file")
