@@ -301,8 +301,15 @@ def output_files(folder: str | Path, command: str, flag: str = "--out") -> Itera
 
 def _named(error: OSError, folder: Path, staging: Path) -> OSError:
     """An OSError raised while writing into ``staging`` with the output's own name in ``folder`` instead."""
-    name = Path(error.filename).name if error.filename else ""
-    target = folder / name if name and Path(error.filename).parent == staging else folder
+    if error.filename is None:  # a write through a file object (matplotlib's): the file written last failed
+        try:
+            partial = max(staging.iterdir(), key=lambda p: p.stat().st_mtime_ns, default=None)
+        except OSError:
+            partial = None
+        name = partial.name if partial is not None else ""
+    else:
+        name = Path(error.filename).name if Path(error.filename).parent == staging else ""
+    target = folder / name if name else folder
     return OSError(error.errno, f"cannot write {target} ({error.strerror or error}); nothing there was "
                                 "changed", str(target))
 

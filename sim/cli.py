@@ -75,6 +75,17 @@ def _model_name(text: str) -> str:
     return text
 
 
+MAX_NAME_CHARS = 100  # a cluster's name is a label in tables and plots, not a paragraph
+
+
+def _cluster_name(text: str) -> str:
+    """A label: 1 to MAX_NAME_CHARS printable characters (a line break or an escape in it is a pasting accident)."""
+    if not text.strip() or len(text) > MAX_NAME_CHARS or not text.isprintable():
+        raise argparse.ArgumentTypeError(f"expected a name of 1 to {MAX_NAME_CHARS} printable characters, got "
+                                         f"'{printable(text[:40])}'")
+    return text
+
+
 def _non_empty_path(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("expected a path, got ''")
@@ -813,6 +824,7 @@ def register(subparsers) -> None:
     k.add_argument("--line-rate-gbps", type=positive_number("Gb/s"), default=None,
                    help="... and one NIC's line rate, Gb/s")
     k.add_argument("--nics-per-node", type=positive_int, default=None, help="NICs per node NCCL used (default 1)")
-    k.add_argument("--name", default=None, help="the cluster's name (default: the TOML's file name)")
+    k.add_argument("--name", default=None, type=_cluster_name,
+                   help="the cluster's name (default: the TOML's file name)")
     k.add_argument("--json", action="store_true", help="print one JSON object")
     k.set_defaults(func=_flags(run_calibrate))
