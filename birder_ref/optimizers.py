@@ -109,6 +109,7 @@ class Birder:
         params, grads, lr = native(params), native(grads), scalar(lr)  # >f4, 0-d arrays accepted
         check_step_arguments(params, grads, lr, t)
         check_int("t", t, 1, SEED_MAX)  # the draws' step counter is 32 bits
+        state = algorithm1.native_state(state)  # a state saved on a big-endian machine
         algorithm1.check_state(state)
         U = draws.worker_uniforms(self.seed, t, state.n_workers, state.dim)
         V = draws.server_uniforms(self.seed, t, state.dim)

@@ -92,6 +92,7 @@ def step(
         raise ValueError(f"unknown scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
     grads, u_worker, u_server = native(grads), native(u_worker), native(u_server)  # >f4 as float32
     beta, eps, T0 = scalar(beta), scalar(eps), scalar(T0)  # 0-d arrays as Python numbers
+    state = algorithm1.native_state(state)
     algorithm1.check_state(state)
     if not isinstance(grads, np.ndarray) or grads.ndim != 3 or grads.shape[0] < 1 or grads.shape[1] < 1:
         raise ValueError(f"grads must be a (n_nodes, gpus_per_node, d) array, got {getattr(grads, 'shape', grads)}")

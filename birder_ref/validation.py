@@ -139,7 +139,11 @@ def scalar(value):
     ``np.float32(1e-8)``) as its value, so NumPy 2 promotion treats it as the paper's Python coefficient (a 0-d
     float64 array would turn float32 results into float64); anything else as given, for the checks to judge."""
     if type(value) is np.ndarray and value.ndim == 0 and value.dtype.kind in "biuf":
-        return value.item()
-    if isinstance(value, np.integer | np.floating):
-        return value.item()
+        value = value[()]  # the NumPy scalar
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):  # float(), not .item(): a longdouble's item() stays a longdouble, and
+        return float(value)  # would turn float32 results into float128
     return value

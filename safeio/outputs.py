@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from safeio.inputs import read_text_bounded
+from safeio.text import printable
 
 # The toolkit's packages (pyproject's [tool.setuptools.packages.find]); in a checkout, the folders beside them
 # that hold its source, and the files at its root that describe it.
@@ -171,9 +172,12 @@ def check_owned(path: str | Path, flag: str = "--out") -> None:
     """ValueError (one line naming the file and how to proceed) if ``path`` exists and is not a file the toolkit
     wrote and nobody changed since (see above); a symbolic link, a folder or a device there is refused too."""
     path = Path(path)
+    prefix, other = (f"{flag}: ", f"another {flag}") if flag else ("", "another output path")
+    if path.name == MANIFEST_NAME or not path.name.isprintable():  # a line break in a name would forge manifest lines
+        raise ValueError(f"{prefix}{printable(path.name)} cannot be an output's name (the manifest birder keeps, or "
+                         f"a name with control characters): give {other}")
     if not os.path.lexists(path):
         return
-    prefix, other = (f"{flag}: ", f"another {flag}") if flag else ("", "another output path")
     if path.is_symlink() or not path.is_file():
         raise ValueError(f"{prefix}{path} exists and is not a regular file birder wrote: move it away, or give {other}")
     manifest = path.parent / MANIFEST_NAME

@@ -48,7 +48,7 @@ class Case:
     python: bool = False
     expect_exit: int = 2  # 0 for a valid input whose output must stay safe (names printed escaped)
     check: object = None  # callable(scratch) -> "" or what was injected into the files written
-    stdout: str = "pipe"  # "closed" (>&-) or "full" (/dev/full): a write error on the standard output
+    stdout: str = "pipe"  # "closed" (>&-), "full" (/dev/full), "readonly" (1</dev/null): a write error on stdout
     env: dict = field(default_factory=dict)  # extra environment (PYTHONIOENCODING=ascii, LC_ALL=C)
 
 
@@ -346,6 +346,79 @@ CASES += [
 ]
 
 
+def two_sweeps_at_once(folder: str):
+    """A second sweep into ``folder`` running while the case's own runs (a concurrent writer of one manifest)."""
+    def make(d):
+        make.process = subprocess.Popen([BIRDER, *SWEEP1, "--networks", "ib-hdr", "--out", str(d / folder)],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    return make
+
+
+def manifest_lists(folder: str, *names: str):
+    """A check: after the runs, the manifest in ``folder`` lists every one of ``names`` (none lost to a race)."""
+    def check(scratch: Path) -> str:
+        for _ in range(600):  # the other sweep may still be running
+            process = getattr(two_sweeps_at_once, "process", None)
+            if process is None or process.poll() is not None:
+                break
+            time.sleep(0.5)
+        text = (scratch / folder / ".birder-manifest").read_text() if (scratch / folder / ".birder-manifest"
+                                                                         ).is_file() else ""
+        return "" if all(f"  {n}" in text for n in names) else "manifest entries lost"
+
+    return check
+
+
+# A second batch of issue 31, written after the first came back clean: the manifest itself, names that would
+# forge manifest lines, concurrent writers, state arrays in the other byte order, other NumPy scalar types.
+CASES += [
+    Case("i31b-calibrate-out-is-the-manifest", ["calibrate", "m.txt", *CALIBRATE, "--out", ".birder-manifest"],
+         {}, copy_nccl()),
+    Case("i31b-manifest-is-a-folder", ["calibrate", "m.txt", *CALIBRATE, "--out", "c.toml"],
+         {".birder-manifest/keep": "x"}, copy_nccl()),
+    Case("i31b-out-name-forges-a-manifest-line", ["calibrate", "m.txt", *CALIBRATE, "--out",
+                                                  "x\n" + "0" * 64 + "  victim.toml"],
+         {"victim.toml": "# mine\n"}, copy_nccl()),
+    Case("i31b-manifest-too-large", ["calibrate", "m.txt", *CALIBRATE, "--out", "c.toml"],
+         {"c.toml": "# mine\n", ".birder-manifest": "c.toml\n" + "#" * (2 << 20)}, copy_nccl()),
+    Case("i31b-two-sweeps-one-folder", [*SWEEP1, "--networks", "10gbe", "--out", "S"], {}, two_sweeps_at_once("S"),
+         expect_exit=0, check=manifest_lists("S", "sweep.csv", "time_breakdown.png")),
+    Case("i31b-sweep-out-read-only-folder", [*SWEEP1, "--networks", "10gbe", "--out", "ro"], {"ro/keep": "x"},
+         lambda d: (d / "ro").chmod(0o555), expect_exit=0 if os.geteuid() == 0 else 2),  # root writes there
+    Case("i31b-stdout-read-only-descriptor", ["predict", "--nodes", "2"], stdout="readonly"),
+    Case("i31b-missing-non-ascii-file-ascii-terminal", ["predict", "--cluster", "Zürich.toml"],
+         env={"PYTHONIOENCODING": "ascii", "LC_ALL": "C"}),
+    Case("i31b-sweep-stdout-closed-writes-nothing", [*SWEEP1, "--networks", "10gbe", "--out", "S"], stdout="closed"),
+    Case("i31b-prices-currency-number", ["report", "--quick", "--out", "R", "--prices", "p.toml"],
+         {"p.toml": "node = 10\ncurrency = 840\n"}),
+    Case("i31b-prices-node-bool", ["report", "--quick", "--out", "R", "--prices", "p.toml"],
+         {"p.toml": "node = true\n"}),
+    Case("i31b-prices-node-int-beyond-64-bits", ["report", "--quick", "--out", "R", "--prices", "p.toml"],
+         {"p.toml": "node = 99999999999999999999\n"}),
+    Case("i31b-cluster-incast-certain-below-onset", ["predict", "--cluster", "c.toml"],
+         {"c.toml": CLUSTER + "incast_onset_bytes = 1e6\nincast_certain_bytes = 2\n"}),
+    Case("i31b-api-state-big-endian", api(STEP + "s = s.__class__(*(x.astype('>f4') for x in (s.m, s.b_hat, s.b, "
+                                          "s.e, s.server_e)), s.t)\nu, s2 = algorithm1.step(s, g, u_worker=U, "
+                                          "u_server=V)\nassert s2.m.dtype == np.float32"),
+         python=True, expect_exit=0),
+    Case("i31b-api-beta-longdouble-0d", api(STEP + "u, s2 = algorithm1.step(s, g, beta=np.array(0.9, np.longdouble), "
+                                            "u_worker=U, u_server=V)\nassert u.dtype == np.float32 and "
+                                            "s2.m.dtype == np.float32, (u.dtype, s2.m.dtype)"),
+         python=True, expect_exit=0),
+    Case("i31b-api-eps-complex-0d", api(STEP + "algorithm1.step(s, g, eps=np.array(1e-8 + 0j), u_worker=U, "
+                                        "u_server=V)"), python=True),
+    Case("i31b-api-grads-big-endian-fortran", api(STEP + "gb = np.asfortranarray(g.astype('>f4'))\n"
+                                                  "u, s2 = algorithm1.step(s, gb, u_worker=U, u_server=V)\n"
+                                                  "assert s2.m.dtype == np.float32"), python=True, expect_exit=0),
+    Case("i31b-api-T0-numpy-bool-0d", api(STEP + "algorithm1.step(s, g, T0=np.array(True), u_worker=U, "
+                                          "u_server=V)"), python=True),
+    Case("i31b-api-lr-0d-object", api("from birder_ref import driver\nfrom birder_ref.optimizers import SGDM\n"
+                                      "from birder_ref.schedules import Layout\ndriver.train(driver.figure8(), "
+                                      "SGDM(), Layout(1, 2), 3, np.array('0.1', dtype=object))"), python=True),
+]
+
+
 def fingerprint(roots) -> dict[str, tuple[int, str]]:
     """path -> (size, SHA-1) of every file (large ones: size and mtime; a sparse 10 GB file is not read)."""
     state = {}
@@ -379,12 +452,14 @@ def run(case: Case) -> str:
         users = fingerprint([scratch])
         package = fingerprint(package_roots())
         command = [sys.executable, "-c", case.argv[0]] if case.python else [BIRDER, *case.argv]
-        stdout = {"pipe": subprocess.PIPE, "full": open("/dev/full", "w")}.get(case.stdout)  # noqa: SIM115
+        stdout = {"pipe": subprocess.PIPE, "full": "/dev/full", "readonly": "/dev/null"}.get(case.stdout)
+        if case.stdout in ("full", "readonly"):  # a full device, or a descriptor open for reading only
+            stdout = open(stdout, "w" if case.stdout == "full" else "r")  # noqa: SIM115
         process = subprocess.Popen(command, cwd=scratch, stdin=subprocess.PIPE, stdout=stdout,
                                    stderr=subprocess.PIPE, text=True, start_new_session=True,
                                    env={**os.environ, **case.env},
                                    preexec_fn=(lambda: os.close(1)) if case.stdout == "closed" else None)
-        if case.stdout == "full":
+        if case.stdout in ("full", "readonly"):
             stdout.close()
         try:  # stdin stays open with no writer: /dev/stdin is a pipe that never ends
             out, err = process.communicate(timeout=TIMEOUT_S if case.expect_exit == 2 else VALID_TIMEOUT_S)
