@@ -76,7 +76,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         except OSError as error:  # a full disk, a quota: name the output, not the temporary beside it
             if error.filename is not None and not str(error.filename).startswith(str(tmp)):
                 raise  # about another file (an input read on the way)
-            raise OSError(error.errno, f"cannot write {path} ({error.strerror or error}); it was left as it was",
+            raise OSError(error.errno, f"{error.strerror or error}; {path.name} was left as it was",
                           str(path)) from None
         if path.is_dir() and tmp.is_dir():  # a directory cannot be renamed over a non-empty one: swap
             old = path.with_name(f".{path.name}.{os.getpid()}.old")

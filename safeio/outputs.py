@@ -195,14 +195,22 @@ def check_outputs(folder: str | Path, names: tuple[str, ...] | list[str], flag: 
     """Before the work: ``folder`` may receive files (``check_output_dir``) and none of ``names`` in it would
     replace a file the toolkit did not write (``check_owned``). Returns the resolved folder."""
     resolved = check_output_dir(folder, flag)
+    _manifest_lines(resolved, flag)
     for name in names:
         check_owned(resolved / name, flag)
     return resolved
 
 
-def _manifest_lines(folder: Path) -> dict[str, str | None]:
+def _manifest_lines(folder: Path, flag: str = "--out") -> dict[str, str | None]:
+    """The manifest's entries (none if there is none yet); ValueError if something else stands in its place, which
+    a run could not update after writing its files."""
     manifest = folder / MANIFEST_NAME
-    return read_manifest(manifest) if manifest.is_file() and not manifest.is_symlink() else {}
+    if not os.path.lexists(manifest):
+        return {}
+    if manifest.is_symlink() or not manifest.is_file():
+        raise ValueError(f"{flag}: {manifest} is not the manifest birder keeps (a link, a folder or a device): move "
+                         f"it away, or give another {flag}")
+    return read_manifest(manifest)
 
 
 class StagedOutputs:
@@ -290,7 +298,7 @@ def output_files(folder: str | Path, command: str, flag: str = "--out") -> Itera
             fcntl.flock(descriptor, fcntl.LOCK_EX)
             for name in names:
                 check_owned(folder / name, flag)
-            listed = _manifest_lines(folder)
+            listed = _manifest_lines(folder, flag)
             digests = {name: _sha256(staging / name) for name in names}
             for name in names:
                 os.replace(staging / name, folder / name)
@@ -314,8 +322,7 @@ def _named(error: OSError, folder: Path, staging: Path) -> OSError:
     else:
         name = Path(error.filename).name if Path(error.filename).parent == staging else ""
     target = folder / name if name else folder
-    return OSError(error.errno, f"cannot write {target} ({error.strerror or error}); nothing there was "
-                                "changed", str(target))
+    return OSError(error.errno, f"{error.strerror or error}; nothing in {folder} was changed", str(target))
 
 
 def write_output_file(path: str | Path, text: str, command: str, flag: str = "--out",
