@@ -224,6 +224,17 @@ class StagedOutputs:
     def path(self, name: str) -> Path:
         return self.dir / name
 
+    @contextmanager
+    def writing(self, name: str) -> Iterator[Path]:
+        """Around a writer that names no file in its errors (matplotlib's savefig): an OSError inside names
+        ``name``, so a full disk is reported against the file being written."""
+        try:
+            yield self.dir / name
+        except OSError as error:
+            if error.filename is not None:
+                raise
+            raise OSError(error.errno, error.strerror or str(error), str(self.dir / name)) from None
+
     def write_text(self, name: str, text: str, check: Callable[[str], None] | None = None) -> Path:
         """``text`` as UTF-8 into ``name``; ``check(text_read_back)`` raises ValueError if it is not what was
         meant (a reader of the format)."""
@@ -313,14 +324,8 @@ def output_files(folder: str | Path, command: str, flag: str = "--out") -> Itera
 
 def _named(error: OSError, folder: Path, staging: Path) -> OSError:
     """An OSError raised while writing into ``staging`` with the output's own name in ``folder`` instead."""
-    if error.filename is None:  # a write through a file object (matplotlib's): the file written last failed
-        try:
-            partial = max(staging.iterdir(), key=lambda p: p.stat().st_mtime_ns, default=None)
-        except OSError:
-            partial = None
-        name = partial.name if partial is not None else ""
-    else:
-        name = Path(error.filename).name if Path(error.filename).parent == staging else ""
+    # a writer that names no file (matplotlib's savefig outside ``StagedOutputs.writing``): the folder
+    name = Path(error.filename).name if error.filename and Path(error.filename).parent == staging else ""
     target = folder / name if name else folder
     return OSError(error.errno, f"{error.strerror or error}; nothing in {folder} was changed", str(target))
 

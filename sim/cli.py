@@ -509,7 +509,10 @@ def run_sweep(args) -> int:
     out = Path(args.out)
     with output_files(out, "birder sweep") as staged:  # the table and the plots all or none
         staged.write_text("sweep.csv", _csv(results, list(SWEEP_FIELDS)))
-        drawn = plots.throughput_vs_gpus(results, staged.dir) + plots.time_breakdown(results, staged.dir)
+        with staged.writing("throughput_vs_gpus.png"):
+            drawn = plots.throughput_vs_gpus(results, staged.dir)
+        with staged.writing("time_breakdown.png"):
+            drawn += plots.time_breakdown(results, staged.dir)
     figures = [str(out / Path(path).name) for path in drawn]
     speedups = sweep_speedups(results, args.optimizers[0])
     if args.json:
@@ -565,10 +568,12 @@ def run_validate(args) -> int:
         from sim import plots
 
         with output_files(args.out, "birder validate") as staged:
-            drawn = [plots.validation(summary["rows"], staged.dir,
-                                      cross_validated=summary.get("cross_validation", {}).get("rows"),
-                                      title="Against the Birder paper: fit (filled) and groups left out (open)"),
-                     plots.corpus_left_out(summary["corpus_validation"]["predictions"], staged.dir)]
+            with staged.writing("validation.png"):
+                drawn = [plots.validation(summary["rows"], staged.dir,
+                                          cross_validated=summary.get("cross_validation", {}).get("rows"),
+                                          title="Against the Birder paper: fit (filled) and groups left out (open)")]
+            with staged.writing("corpus_left_out.png"):
+                drawn.append(plots.corpus_left_out(summary["corpus_validation"]["predictions"], staged.dir))
         summary["plot"] = str(Path(args.out) / drawn[0].name)
         summary["corpus_plot"] = str(Path(args.out) / drawn[1].name)
     if args.json:
