@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from safeio.atomic import atomic_path
 from safeio.inputs import read_text_bounded
-from safeio.outputs import check_replaceable_dir, write_manifest
+from safeio.outputs import check_replaceable_dir, check_written, write_manifest
 from safeio.text import printable
 
 # "module:function" of each section, in report order: the answer first, then how it was reached.
@@ -140,7 +140,10 @@ def _build(outdir: Path, quick: bool, sections: tuple, progress: bool, timings: 
                 out = out.markdown
             parts.append(out)
         parts += ["## How long each section took", "", timings_table(timings), ""]
-        (tmp / REPORT_NAME).write_text("\n".join(parts))
+        (tmp / REPORT_NAME).write_text("\n".join(parts), encoding="utf-8")
+        for written in tmp.rglob("*"):  # read back before the swap: whole PNGs, UTF-8 text
+            if written.is_file():
+                check_written(written)
         write_manifest(tmp, "birder report")
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from birder.report import Section, show_progress
 from birder_ref import registry
 from birder_ref.schedules import Layout
+from safeio.serialise import markdown_text
 
 MATCH_SHARE = 0.95  # "matches": at least this share of the other's throughput
 NODES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -284,7 +285,8 @@ def why_not(g: ModelGrid, network: str, nodes: int) -> str:
 # ------------------------------------------------------------------------------------------ prices
 @dataclass(frozen=True)
 class Prices:
-    """What a cluster costs: per node (its GPUs included), per NIC and per switch port, by network."""
+    """What a cluster costs: per node (its GPUs included), per NIC and per switch port, by network. ``currency``
+    and ``path`` as Markdown text (``load_prices`` escapes them)."""
 
     node: float
     nic: dict[str, float]
@@ -304,6 +306,12 @@ _PRICES: list[Prices] = []  # the price file of this run (``use_prices``), read 
 
 
 MAX_PRICE_FILE_BYTES = 1 << 20  # a price file is a few lines; a megabyte is the wrong file
+# Any price is 0 (a NIC or port included in the node's price; never the node itself) or in [1e-4, 1e12] units of
+# its currency: from the finest price quoted (cloud prices per hour, to 1/10,000 of a unit) to more than any
+# cluster's purchase in any currency (a 1,000-node cluster of 500,000 USD nodes is 5e8 USD, 1.3e13 VND; per node
+# 1.3e10). Within these bounds costs and samples per cost are finite and non-zero (no overflow, no division by 0).
+PRICE_RANGE = (1e-4, 1e12)
+MAX_CURRENCY_CHARS = 24  # "USD", "EUR per hour", "k CHF": a name, not a sentence
 
 
 def load_prices(path: str | Path) -> Prices:
@@ -326,11 +334,13 @@ def load_prices(path: str | Path) -> Prices:
                          f"optional currency; found {sorted(data)}")
 
     def price(value, key: str, positive: bool = False) -> float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and (
-            value > 0 if positive else value >= 0)
+        low, high = PRICE_RANGE
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and (
+            low <= value <= high or (value == 0 and not positive))  # NaN and infinities fail too
         if not ok:
-            raise ValueError(f"{path}: {key} must be a {'positive' if positive else 'non-negative'} number, "
-                             f"got {value!r}")
+            what = (f"positive number, a price between {low:g} and {high:g}" if positive else
+                    f"non-negative number, a price between {low:g} and {high:g} or 0 (included in the node's)")
+            raise ValueError(f"{path}: {key} must be a {what} in the file's currency, got {value!r:.40}")
         return float(value)
 
     tables = {}
@@ -346,10 +356,13 @@ def load_prices(path: str | Path) -> Prices:
                              f"(known: {', '.join(NETWORKS)})")
         tables[table] = {net: price(v, f"[{table}] {net}") for net, v in entries.items()}
     currency = data.get("currency", "units")
-    if not isinstance(currency, str) or not currency.strip():
-        raise ValueError(f"{path}: currency must be a non-empty string, got {currency!r}")
-    return Prices(price(data["node"], "node", positive=True), tables["nic"], tables["switch_port"], currency,
-                  str(path))
+    if not isinstance(currency, str) or not currency.strip() or len(currency) > MAX_CURRENCY_CHARS or not \
+            currency.isprintable():
+        raise ValueError(f"{path}: currency must be a name of 1 to {MAX_CURRENCY_CHARS} printable characters (USD, "
+                         f"EUR), got {currency!r:.60}")
+    # the currency and the path appear only in report.md: escaped there once, here (no | or # of theirs is syntax)
+    return Prices(price(data["node"], "node", positive=True), tables["nic"], tables["switch_port"],
+                  markdown_text(currency.strip()), markdown_text(path))
 
 
 def use_prices(prices: Prices | None) -> None:

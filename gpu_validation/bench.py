@@ -31,6 +31,8 @@ from birder_ref.draws import SERVER_STREAM, stream_key
 from gpu_validation import comm, launch
 from gpu_validation import torch_birder as tb
 from safeio.atomic import atomic_path, write_text
+from safeio.outputs import output_files
+from safeio.serialise import check_toml, toml_pair
 from sim.system import BASE_LATENCY_US, HW_LATENCY_US
 
 # Nominal HBM bandwidth (GB/s) of GPUs by name fragment, from the vendors' datasheets.
@@ -323,8 +325,8 @@ def write_profile(path: str | Path, fields: dict, result: dict) -> Path:
                      f"{k['gbytes_per_s']:.2f} GB/s ({100 * k['peak_ratio']:.1f}% of {k['peak_gbytes_per_s']:.1f}"
                      f" GB/s peak)")
     lines.append("")
-    lines += [f'{key} = "{fields[key]}"' if isinstance(fields[key], str) else f"{key} = {fields[key]}"
-              for key in ("name", "nodes", "gpus_per_node", "gpu") if key in fields]
+    top = ("name", "nodes", "gpus_per_node", "gpu")
+    lines += [toml_pair(key, fields[key]) for key in top if key in fields]  # escaped (a device's name)
     for table in ("network", "intra"):
         if table in fields:
             lines.append("")
@@ -332,12 +334,15 @@ def write_profile(path: str | Path, fields: dict, result: dict) -> Path:
                 lines.append("# transport: gloo runs over TCP sockets; for nccl InfiniBand is assumed (edit if on TCP)")
             lines += _latency_derivation(table, result.get("collectives") or [], result["gpus_per_node"])
             lines.append(f"[{table}]")
-            for key, value in fields[table].items():
-                lines.append(f'{key} = "{value}"' if isinstance(value, str) else f"{key} = {value}")
+            lines += [toml_pair(key, value) for key, value in fields[table].items()]
     if "network" not in fields:
         lines += ["", "# One node only: no inter-node group to measure; predict takes this preset.",
                   "[network]", 'preset = "10gbe"']
-    return write_text(path, "\n".join(lines) + "\n")
+    text = "\n".join(lines) + "\n"
+    meant = {key: fields[key] for key in top if key in fields} | {
+        table: fields[table] for table in ("network", "intra") if table in fields}
+    check_toml(text, meant | ({} if "network" in fields else {"network": {"preset": "10gbe"}}), str(path))
+    return write_text(path, text)
 
 
 def _latency_derivation(table: str, rows: list[dict], gpus_per_node: int) -> list[str]:
@@ -401,8 +406,13 @@ def _result(cfg: BenchConfig, device: torch.device, kernels: list[dict], rows: l
     fields = profile_fields(cfg, cfg.ranks // g, g, rows, None if device.type == "cpu" else result["device"])
     result["profile_fields"] = fields
     result["provenance"] = provenance(fields, result)
-    result["profile"] = str(write_profile(cfg.out, fields, result)) if cfg.out else None
-    result["plot"] = str(plot(result, Path(cfg.out).with_suffix(".png"))) if cfg.out else None
+    result["profile"] = result["plot"] = None
+    if cfg.out:  # the profile and its plot both or neither, never over a file birder did not write
+        out = Path(cfg.out)
+        with output_files(out.parent, "birder bench") as staged:
+            write_profile(staged.path(out.name), fields, result)
+            plot(result, staged.path(out.with_suffix(".png").name))
+        result["profile"], result["plot"] = str(out), str(out.with_suffix(".png"))
     return result
 
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from safeio.argtypes import number_between, positive_int
-from safeio.outputs import check_output_file
+from safeio.outputs import check_output_file, check_owned
 from safeio.text import printable_lines
 
 PATHS = ("optimizer", "hook")  # gpu_validation.validate.PATHS (importing it here would need torch)
@@ -71,7 +71,7 @@ def _profile_path(text: str) -> str:
         raise argparse.ArgumentTypeError("expected a file path for the cluster profile, got ''")
     try:  # the profile and its plot beside it (same name, .png)
         for path in (text, Path(text).with_suffix(".png")):
-            check_output_file(path, flag="")
+            check_owned(check_output_file(path, flag=""), flag="")  # never over a file birder did not write
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error).strip()) from None
     return text

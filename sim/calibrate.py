@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from safeio.inputs import read_bytes_bounded, read_text_bounded
+from safeio.serialise import toml_comment, toml_pair
 from sim.collective import predict_collective
 from sim.hardware import GENERIC_NETWORKS, GPUS, TRANSPORTS, Cluster, cluster, make_nic
 
@@ -384,31 +385,40 @@ def layout(outputs: list[NcclTestsOutput], nodes: int | None, gpus_per_node: int
     return nodes, gpus_per_node
 
 
-def cluster_toml(fit: Fit, base_name: str, name: str, sources: list[tuple[str, str]], n_rows: int) -> str:
-    """The cluster TOML of a fit (``sim.hardware.load_cluster``'s keys): the base's hardware data, the fitted
-    constants marked FITTED with the files they came from."""
+def cluster_data(fit: Fit, base_name: str, name: str, sources: list[tuple[str, str]]) -> dict:
+    """The values of a fit's cluster TOML (``sim.hardware.load_cluster``'s keys), as tomllib reads them back."""
     c = fit.cluster
     files = ", ".join(f"{path} (sha256 {digest[:12]})" for path, digest in sources)
-    lines = [f"# Written by `birder calibrate` from nccl-tests output: {files}.",
-             f"# {n_rows} rows; simulated / measured time: rms log error {fit.rms_log_error:.3f}, largest "
-             f"{fit.max_relative_error * 100:.1f}%. Constants marked FITTED belong to this cluster only.",
-             *(f"# {band}: {n} rows, rms log error {rms:.3f}, largest {worst * 100:.1f}%"
-               for band, n, rms, worst in fit.band_errors),
-             *(f"# warning: {w}" for w in fit.warnings),
-             f'name = "{name}"', f"nodes = {c.n_nodes}", f"gpus_per_node = {c.gpus_per_node}", f'gpu = "{c.gpu}"', "",
-             "[network]"]
-    if base_name in GENERIC_NETWORKS:
-        lines.append(f'preset = "{base_name}"  # hardware data; the keys below override it')
-    else:
-        lines += [f'transport = "{base_name}"', f"line_rate_gbps = {c.nic.line_rate / 1e9:g}"]
-    lines.append(f"count = {c.nic.count}")
-    unpinned = dict(fit.unidentified)
+    network: dict = {"preset": base_name} if base_name in GENERIC_NETWORKS else {
+        "transport": base_name, "line_rate_gbps": float(f"{c.nic.line_rate / 1e9:g}")}
+    network["count"] = c.nic.count
     for key in ("efficiency", "latency_us", "peer_overhead_us"):
-        note = (f"FITTED to {files}" if key in fit.identified else f"not identified by the table: {unpinned[key]}"
-                if key in unpinned else "not fitted (the table does not constrain it)")
-        lines.append(f"{key} = {fit.constants[key]:.6g}  # {note}")
-    lines += ["fitted = true", f'source = "birder calibrate: {", ".join(fit.identified) or "nothing"} fitted to '
-                                f'{files.replace(chr(34), "")}"', ""]
+        network[key] = float(f"{fit.constants[key]:.6g}")
+    network["fitted"] = True
+    network["source"] = f"birder calibrate: {', '.join(fit.identified) or 'nothing'} fitted to {files}"
+    return {"name": name, "nodes": c.n_nodes, "gpus_per_node": c.gpus_per_node, "gpu": c.gpu, "network": network}
+
+
+def cluster_toml(fit: Fit, base_name: str, name: str, sources: list[tuple[str, str]], n_rows: int) -> str:
+    """The cluster TOML of a fit (``cluster_data``): the base's hardware data, the fitted constants marked FITTED
+    with the files they came from. Every value and comment goes through ``safeio.serialise`` (a name or a path
+    cannot add keys or lines)."""
+    data = cluster_data(fit, base_name, name, sources)
+    files = ", ".join(f"{path} (sha256 {digest[:12]})" for path, digest in sources)
+    comments = [f"Written by `birder calibrate` from nccl-tests output: {files}.",
+                f"{n_rows} rows; simulated / measured time: rms log error {fit.rms_log_error:.3f}, largest "
+                f"{fit.max_relative_error * 100:.1f}%. Constants marked FITTED belong to this cluster only.",
+                *(f"{band}: {n} rows, rms log error {rms:.3f}, largest {worst * 100:.1f}%"
+                  for band, n, rms, worst in fit.band_errors),
+                *(f"warning: {w}" for w in fit.warnings)]
+    lines = [toml_comment(text) for text in comments]
+    lines += [toml_pair(key, data[key]) for key in ("name", "nodes", "gpus_per_node", "gpu")] + ["", "[network]"]
+    unpinned = dict(fit.unidentified)
+    notes = {"preset": "hardware data; the keys below override it"}
+    for key in ("efficiency", "latency_us", "peer_overhead_us"):
+        notes[key] = (f"FITTED to {files}" if key in fit.identified else f"not identified by the table: {unpinned[key]}"
+                      if key in unpinned else "not fitted (the table does not constrain it)")
+    lines += [toml_pair(key, value, notes.get(key, "")) for key, value in data["network"].items()] + [""]
     return "\n".join(lines)
 
 

@@ -8,11 +8,8 @@ ValueErrors name parameters; ``birder.cli`` prints them as one line and exits 2.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import math
-import os
 import re
 import sys
 from dataclasses import replace
@@ -23,9 +20,9 @@ from tqdm import tqdm
 from birder_ref.registry import simulated_spec
 from birder_ref.schedules import SCHEMES, Layout
 from safeio.argtypes import positive_int, positive_number
-from safeio.atomic import staging_dir, write_text
 from safeio.inputs import read_text_bounded
-from safeio.outputs import check_output_dir, check_output_file
+from safeio.outputs import check_output_file, check_outputs, check_owned, output_files, write_output_file
+from safeio.serialise import csv_text
 from safeio.text import printable
 from sim.api import MAX_BATCH_PER_GPU, finite_json_value, stored_step_jitter_fits
 from sim.hardware import (
@@ -76,6 +73,17 @@ def _model_name(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("expected a model name (resnet50, bert-base, bert-large, gpt2, vit-b16), "
                                          "got ''")
+    return text
+
+
+MAX_NAME_CHARS = 100  # a cluster's name is a label in tables and plots, not a paragraph
+
+
+def _cluster_name(text: str) -> str:
+    """A label: 1 to MAX_NAME_CHARS printable characters (a line break or an escape in it is a pasting accident)."""
+    if not text.strip() or len(text) > MAX_NAME_CHARS or not text.isprintable():
+        raise argparse.ArgumentTypeError(f"expected a name of 1 to {MAX_NAME_CHARS} printable characters, got "
+                                         f"'{printable(text[:40])}'")
     return text
 
 
@@ -244,6 +252,9 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
             ("framework", f"{c.framework} ({'command line' if framework else 'default'})"), GPU_SPEED_DEFAULT,
             default_step_jitter(c.nic)[1]))
     leaf = getattr(args, "nodes_per_leaf", None)
+    if leaf is not None and leaf > MAX_GPUS:
+        raise ValueError(f"--nodes-per-leaf {_short(leaf)} exceeds {MAX_GPUS:,}, the largest cluster the simulator "
+                         "answers")
     if leaf is not None:
         c = replace(c, nodes_per_leaf=leaf, provenance=c.provenance + (("nodes per leaf", f"{leaf} (command line)"),))
     measured = getattr(args, "measured_gbps", None)
@@ -373,7 +384,8 @@ def _traced_step(args, c: Cluster, result: dict) -> dict[str, float]:
     shares = {kind: share for kind, share, _ in prediction.steps}
     if args.trace is not None:
         title = f"{result['model']} on {c.n_nodes} x {c.gpus_per_node} {c.gpu} over {c.nic.name}, {args.optimizer}"
-        write_text(Path(args.trace), json.dumps(trace.chrome_trace(traces, times, shares, title)) + "\n")
+        write_output_file(args.trace, json.dumps(trace.chrome_trace(traces, times, shares, title)) + "\n",
+                          "birder predict", "--trace", check=json.loads)
     used = {kind: trace.link_utilisation(events, times[kind]) for kind, events in traces.items()}
     return {link: sum(shares[k] * used[k][link] for k in used) for link in ("intra", "inter")}
 
@@ -383,7 +395,7 @@ def run_predict(args) -> int:
 
     check_options_apply(args, [args.optimizer])
     if args.trace is not None:
-        check_output_file(args.trace, "--trace")  # before any work
+        check_owned(check_output_file(args.trace, "--trace"), "--trace")  # before any work
     c = make_cluster(args, args.nodes)
     result = predict_on(c, optimizer=args.optimizer, single_node_throughput=args.single_node_throughput,
                         **_options(args))
@@ -428,7 +440,7 @@ def run_collective(args) -> int:
     from sim.collective import parse_size, predict_collective, sweep_sizes
 
     if args.out:
-        check_output_dir(args.out)
+        check_outputs(args.out, ("collective.csv", "collective.png"))
     c = make_cluster(args, args.nodes)
     low, sep, high = args.bytes.partition(":")
     try:
@@ -441,8 +453,10 @@ def run_collective(args) -> int:
         from sim.collective_plots import size_sweep
 
         out = Path(args.out)
-        write_text(out / "collective.csv", _csv(results, list(results[0])))
-        plot = str(size_sweep(results, out / "collective.png"))
+        with output_files(out, "birder collective") as staged:  # both or neither, never over a file of the user's
+            staged.write_text("collective.csv", _csv(results, list(results[0])))
+            size_sweep(results, staged.path("collective.png"))
+        plot = str(out / "collective.png")
     if args.json:
         body = results[0] if len(results) == 1 and not sep else {"results": results}
         if plot:
@@ -461,11 +475,7 @@ def run_collective(args) -> int:
 
 
 def _csv(rows: list[dict], fields: list[str]) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
+    return csv_text(rows, fields)  # names from users' files cannot run as spreadsheet formulas
 
 
 # --------------------------------------------------------------------------------------------------- sweep
@@ -518,7 +528,7 @@ def sweep(args, nodes: list[int], networks: list[str], optimizers: list[str], pr
 def run_sweep(args) -> int:
     if args.cluster and args.networks:
         raise ValueError("--cluster and --networks conflict: a cluster file names its own network; give one")
-    check_output_dir(args.out)
+    check_outputs(args.out, ("sweep.csv", "throughput_vs_gpus.png", "time_breakdown.png"))
     check_options_apply(args, args.optimizers)
     networks = args.networks or ([Path(args.cluster).stem] if args.cluster else ["10gbe", "ib-hdr"])
     if args.measured_gbps is not None and len(networks) > 1:
@@ -528,14 +538,13 @@ def run_sweep(args) -> int:
     from sim import plots  # matplotlib only when plotting: keeps `birder predict` fast
 
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_text(out / "sweep.csv", _csv(results, list(SWEEP_FIELDS)))
-    with staging_dir(out, "sweep-plots") as staging:  # the plots are drawn beside, then each renamed into place
-        drawn = plots.throughput_vs_gpus(results, staging) + plots.time_breakdown(results, staging)
-        figures = []
-        for path in drawn:
-            os.replace(path, out / Path(path).name)
-            figures.append(str(out / Path(path).name))
+    with output_files(out, "birder sweep") as staged:  # the table and the plots all or none
+        staged.write_text("sweep.csv", _csv(results, list(SWEEP_FIELDS)))
+        with staged.writing("throughput_vs_gpus.png"):
+            drawn = plots.throughput_vs_gpus(results, staged.dir)
+        with staged.writing("time_breakdown.png"):
+            drawn += plots.time_breakdown(results, staged.dir)
+    figures = [str(out / Path(path).name) for path in drawn]
     speedups = sweep_speedups(results, args.optimizers[0])
     if args.json:
         print(_strict_json({"csv": str(out / "sweep.csv"), "plots": figures, "results": results,
@@ -556,7 +565,7 @@ def run_validate(args) -> int:
     from sim import validate
 
     if args.out:
-        check_output_dir(args.out)
+        check_outputs(args.out, ("validation.png", "corpus_left_out.png"))
     table = validate.rows(args.csv)
     claims = validate.claims(args.claims)  # a bad claims file is refused before any prediction
     with tqdm(total=len(table), desc="validate", unit="row", file=sys.stderr,
@@ -589,15 +598,15 @@ def run_validate(args) -> int:
     if args.out:
         from sim import plots
 
-        with staging_dir(args.out, "validate-plot") as staging:
-            drawn = [plots.validation(summary["rows"], staging,
-                                      cross_validated=summary.get("cross_validation", {}).get("rows"),
-                                      title="Against the Birder paper: fit (filled) and groups left out (open)"),
-                     plots.corpus_left_out(summary["corpus_validation"]["predictions"], staging)]
-            for path in drawn:
-                os.replace(path, Path(args.out) / Path(path).name)
-            summary["plot"] = str(Path(args.out) / drawn[0].name)
-            summary["corpus_plot"] = str(Path(args.out) / drawn[1].name)
+        with output_files(args.out, "birder validate") as staged:
+            with staged.writing("validation.png"):
+                drawn = [plots.validation(summary["rows"], staged.dir,
+                                          cross_validated=summary.get("cross_validation", {}).get("rows"),
+                                          title="Against the Birder paper: fit (filled) and groups left out (open)")]
+            with staged.writing("corpus_left_out.png"):
+                drawn.append(plots.corpus_left_out(summary["corpus_validation"]["predictions"], staged.dir))
+        summary["plot"] = str(Path(args.out) / drawn[0].name)
+        summary["corpus_plot"] = str(Path(args.out) / drawn[1].name)
     if args.json:
         print(_strict_json(summary))
         return 0
@@ -722,8 +731,9 @@ def _print_corpus_validation(loso) -> None:
 def run_calibrate(args: argparse.Namespace) -> int:
     from sim import calibrate
 
-    check_output_file(args.out, inputs=tuple(args.outputs))  # before any work: never over an input, a device,
-    # a folder or the toolkit's own files
+    # before any work: never over an input, a device, a folder or the toolkit's own files, nor over a file birder
+    # did not write (a cluster file of the user's)
+    check_owned(check_output_file(args.out, inputs=tuple(args.outputs)))
     ops = args.op or [None]
     if len(ops) not in (1, len(args.outputs)):
         raise ValueError(f"--op given {len(ops)} times for {len(args.outputs)} files: once for all, or once per file")
@@ -740,7 +750,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     fit = calibrate.fit_network(base, rows)
     sources = [(str(p), calibrate.file_digest(p)) for p in args.outputs]
     name = args.name or Path(args.out).stem
-    write_text(Path(args.out), calibrate.cluster_toml(fit, base_name, name, sources, len(rows)))
+    write_output_file(args.out, calibrate.cluster_toml(fit, base_name, name, sources, len(rows)), "birder calibrate",
+                      toml_data=calibrate.cluster_data(fit, base_name, name, sources))  # read back before the swap
     errors = fit.row_errors(rows)
     body = {"cluster_file": str(args.out), "nodes": nodes, "gpus_per_node": per_node, "gpu": gpu, "base": base_name,
             "constants": fit.constants, "fitted": list(fit.fitted), "rms_log_error": fit.rms_log_error,
@@ -896,7 +907,8 @@ def register(subparsers) -> None:
     k.add_argument("--line-rate-gbps", type=positive_number("Gb/s"), default=None,
                    help="... and one NIC's line rate, Gb/s")
     k.add_argument("--nics-per-node", type=positive_int, default=None, help="NICs per node NCCL used (default 1)")
-    k.add_argument("--name", default=None, help="the cluster's name (default: the TOML's file name)")
+    k.add_argument("--name", default=None, type=_cluster_name,
+                   help="the cluster's name (default: the TOML's file name)")
     k.add_argument("--json", action="store_true", help="print one JSON object")
     k.set_defaults(func=_flags(run_calibrate))
 

@@ -224,6 +224,13 @@ MEASURED_OVER_LINE_RATE = 0.01  # a measured link rate may exceed the line rate 
 # figure such as "9.9" or "100"); payload above the line rate is no measurement of that link
 MIN_NONZERO_LATENCY_US = 0.01  # 10 ns: light covers 2 m of fibre in that time; a smaller nonzero latency is
 # seconds typed into the us key
+MIN_SHARE = 0.01  # a payload share (efficiency, share_at_8_gpus) under 1% of the line rate is a broken link, not a
+# network to plan on (and a share of 1e-300 turns a step into 1e298 s)
+MAX_SWITCH_BYTES = 1e12  # 1 TB: 100x the deepest switch buffer sold (Broadcom Jericho2, 8 GB of HBM); more is bits
+# or a typo (byte keys: switch_buffer_bytes, incast_*_bytes; inf where the key allows it)
+MIN_GBYTES_PER_S = 1e-6  # 1 kB/s: under it no data path (a CPU loopback measured by `birder bench` gives ~1e-3)
+MAX_BUFFER_ALPHA = 64.0  # switches' dynamic-threshold factor alpha runs from 1/128 to 8 (Broadcom's DT settings);
+# 64 leaves room for other vendors
 
 
 def check_nics_per_node(nics: int, gpus_per_node: int, option: str) -> None:
@@ -483,6 +490,23 @@ INFINITE_OK = ("incast_onset_bytes", "incast_certain_bytes", "switch_buffer_byte
                "per_flow_gbps_placement_group")  # inf: no such limit
 
 
+def _outside_physical_range(key: str, kind: str, value: float) -> str:
+    """Where a [network] value lies outside what hardware has (the bounds above), in words; "" if inside."""
+    if kind == "share" and value < MIN_SHARE:
+        return f"below {MIN_SHARE:g}"
+    if UNITS[key] == "bytes" and math.isfinite(value) and value > MAX_SWITCH_BYTES:
+        return f"above {MAX_SWITCH_BYTES:g}"
+    if UNITS[key] == "bytes" and value < 1:
+        return "below 1 (a buffer holds whole bytes)"
+    if UNITS[key] == "GB/s" and value and not MIN_GBYTES_PER_S <= value <= MAX_INTRA_GBYTES_PER_S:
+        return f"outside [{MIN_GBYTES_PER_S:g}, {MAX_INTRA_GBYTES_PER_S:g}]"
+    if key == "buffer_alpha" and not 1 / 128 <= value <= MAX_BUFFER_ALPHA:
+        return f"outside [1/128, {MAX_BUFFER_ALPHA:g}]"
+    if key.startswith("per_flow") and math.isfinite(value) and value > MAX_LINE_RATE_GBPS:
+        return f"above {MAX_LINE_RATE_GBPS:g}"
+    return ""
+
+
 def make_nic(name: str, spec: dict[str, Any], owner: str | None = None) -> Nic:
     """A NIC from TOML values (units in the key names), checked in those units (errors name the key, its unit and
     the value as written), then converted to SI once."""
@@ -516,6 +540,10 @@ def make_nic(name: str, spec: dict[str, Any], owner: str | None = None) -> Nic:
         if key == "retransmission_timeout_s" and value > MAX_RETRANSMISSION_TIMEOUT_S:
             raise ValueError(f"{owner} {key} = {value!r} s exceeds {MAX_RETRANSMISSION_TIMEOUT_S:g} s, Linux's "
                              "largest TCP retransmission timeout")
+        outside = _outside_physical_range(key, kind, value)
+        if outside:
+            raise ValueError(f"{owner} {key} = {value!r:.40} ({UNITS[key]}) is {outside}: no cluster network has it "
+                             "(the bounds and their sources are in sim/hardware.py)")
         if key == "latency_us" and 0 < value < MIN_NONZERO_LATENCY_US:
             raise ValueError(f"{owner} latency_us = {value!r} us is below {MIN_NONZERO_LATENCY_US:g} us (10 ns) "
                              "and not 0 (the key is in microseconds, not seconds)")
@@ -681,6 +709,9 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
                 kind = "non-negative" if key == "latency_us" else "positive"
                 raise ValueError(f"[intra] {key} must be a {kind} number ({UNITS.get(key, 'us')}), got {value!r}")
             bound = MAX_TIME_US if key == "latency_us" else MAX_INTRA_GBYTES_PER_S
+            if key != "latency_us" and value < MIN_GBYTES_PER_S:
+                raise ValueError(f"[intra] {key} = {value!r:.40} GB/s is below {MIN_GBYTES_PER_S:g} GB/s (1 kB/s): no "
+                                 "intra-node fabric is that slow")
             if value > bound:
                 raise ValueError(f"[intra] {key} = {value!r} {UNITS.get(key, 'us')} exceeds {bound:g}: no "
                                  "intra-node fabric is that " + ("slow" if key == "latency_us" else "fast"))
@@ -695,9 +726,9 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
     leaf = switch.pop("nodes_per_leaf", 1)
     if switch:
         raise ValueError(f"[switch] has unknown keys {sorted(switch)}; expected oversubscription, nodes_per_leaf")
-    if not (isinstance(leaf, int) and not isinstance(leaf, bool) and leaf >= 1):
-        raise ValueError(f"[switch] nodes_per_leaf must be a positive integer ({UNITS['nodes_per_leaf']}), "
-                         f"got {leaf!r}")
+    if not (isinstance(leaf, int) and not isinstance(leaf, bool) and 1 <= leaf <= MAX_GPUS):
+        raise ValueError(f"[switch] nodes_per_leaf must be a positive integer ({UNITS['nodes_per_leaf']}) of at most "
+                         f"{MAX_GPUS:,}, the largest cluster the simulator answers, got {leaf!r:.40}")
     prov.append(("nodes per leaf", f"{leaf} ({'file' if 'nodes_per_leaf' in data.get('switch', {}) else 'default'})"))
     if from_file is not None and not (isinstance(from_file, int | float) and not isinstance(from_file, bool)
                                       and 1 <= from_file <= MAX_OVERSUBSCRIPTION):
@@ -712,9 +743,11 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
     counts = {}
     for key, given in (("nodes", n_nodes), ("gpus_per_node", gpus_per_node)):
         value = given if given is not None else data.get(key, 1 if key == "nodes" else 8)
-        if given is None and key in data and not (isinstance(value, int) and not isinstance(value, bool)
-                                                  and value >= 1):
-            raise ValueError(f"{key} must be a positive integer ({UNITS[key]}), got {value!r}")
+        in_file = data.get(key, 1)  # checked even where the command line wins: a wrong file is said so
+        if key in data and not (isinstance(in_file, int) and not isinstance(in_file, bool)
+                                and 1 <= in_file <= MAX_GPUS):
+            raise ValueError(f"{key} must be a positive integer ({UNITS[key]}) of at most {MAX_GPUS:,}, got "
+                             f"{in_file!r:.40}")
         counts[key] = value
         prov.append((key, f"{value} ({'command line' if given is not None else 'file' if key in data else 'default'})"))
     framework_from = "command line" if framework else ("file" if "framework" in data else "default")

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from matplotlib.colors import to_rgb
-from matplotlib.image import imread
+from matplotlib.image import imread, imsave
 
 from birder import report, report_scaling
 from birder.report_scaling import ModelGrid, Setting, decide, decision_sentence, num, stops_paying_sentence
@@ -116,7 +116,7 @@ def test_a_failing_section_leaves_the_old_report_and_no_stray_files(tmp_path):
     before = _earlier_report(out)
 
     def fine(outdir, quick):
-        (outdir / "new.png").write_bytes(b"png")
+        imsave(outdir / "new.png", np.zeros((2, 2)))  # a whole PNG: what is written is read back before the swap
         return "fine"
 
     def boom(outdir, quick):
