@@ -534,32 +534,37 @@ def run_validate(args) -> int:
         check_output_dir(args.out)
     table = paper.rows(args.csv)
     claims = paper_claims.claims(args.claims)  # a bad claims file is refused before any prediction
-    with tqdm(total=len(table), desc="validate", unit="row", file=sys.stderr,
-              disable=True if (args.json or _quiet(args)) else None) as bar:
+    corpus_size = len(corpus_setup.corpus_rows()[0])
+    groups = 0 if args.no_cross_validation else site_fit.cross_validation_groups(args.csv)
+    # one bar over every stage, in the units each stage counts (rows, claims, groups), its stage in the description;
+    # on a terminal only (stderr: --json keeps stdout to itself), not with --quiet
+    with tqdm(total=2 * len(table) + 2 * len(claims) + groups + corpus_size, desc="validate: the paper's rows",
+              unit="step", file=sys.stderr, disable=True if _quiet(args) else None) as bar:
         results = paper.compare(table, progress=bar)
-    orders = paper.order_agreement(results)
-    trend = paper.speedup_trend(results)
-    multi = [r for r in results if r.gpus > paper.GPUS_PER_NODE]
-    profiles = sorted({r.profile for r in results})
-    generic = optimizer_order.order_check(table, optimizer_order.BASES[1])
-    # the fit's own predictions, not predicted again
-    site = optimizer_order.OrderCheck.of(optimizer_order.BASES[0], results)
-    summary = {"mape": paper.mape(results), "fit_mape": paper.mape(results),
-               "mape_multi_node": paper.mape(multi), "orders_agree": all(o.same for o in orders),
-               "rows": [r.as_dict() for r in results], "orders": [o.as_dict() for o in orders],
-               "speedup_trend": [t.as_dict() for t in trend], "profiles": profiles,
-               "order_check": [site.as_dict(), generic.as_dict()]}
-    claim_checks = [paper_claims.claim_check(table, basis, claims) for basis in optimizer_order.BASES]
-    summary["claims_check"] = [c.as_dict() for c in claim_checks]
-    cross = None
-    if not args.no_cross_validation:
-        with tqdm(total=site_fit.cross_validation_groups(args.csv), desc="cross-validation", unit="group",
-                  file=sys.stderr, disable=True if (args.json or _quiet(args)) else None) as bar:
+        orders = paper.order_agreement(results)
+        trend = paper.speedup_trend(results)
+        multi = [r for r in results if r.gpus > paper.GPUS_PER_NODE]
+        profiles = sorted({r.profile for r in results})
+        bar.set_description("validate: order on generic presets")
+        generic = optimizer_order.order_check(table, optimizer_order.BASES[1], progress=bar)
+        # the fit's own predictions, not predicted again
+        site = optimizer_order.OrderCheck.of(optimizer_order.BASES[0], results)
+        summary = {"mape": paper.mape(results), "fit_mape": paper.mape(results),
+                   "mape_multi_node": paper.mape(multi), "orders_agree": all(o.same for o in orders),
+                   "rows": [r.as_dict() for r in results], "orders": [o.as_dict() for o in orders],
+                   "speedup_trend": [t.as_dict() for t in trend], "profiles": profiles,
+                   "order_check": [site.as_dict(), generic.as_dict()]}
+        bar.set_description("validate: the paper's claims")
+        claim_checks = [paper_claims.claim_check(table, basis, claims, progress=bar)
+                        for basis in optimizer_order.BASES]
+        summary["claims_check"] = [c.as_dict() for c in claim_checks]
+        cross = None
+        if not args.no_cross_validation:
+            bar.set_description("validate: group cross-validation")
             cross = site_fit.group_cross_validation(args.csv, progress=bar)
-        summary["cross_validated_mape"] = cross.mape
-        summary["cross_validation"] = cross.as_dict()
-    with tqdm(total=len(corpus_setup.corpus_rows()[0]), desc="corpus", unit="row", file=sys.stderr,
-              disable=True if (args.json or _quiet(args)) else None) as bar:
+            summary["cross_validated_mape"] = cross.mape
+            summary["cross_validation"] = cross.as_dict()
+        bar.set_description("validate: the corpus, each source left out")
         loso = leave_one_source_out.corpus_validation(progress=bar, step_jitter_fits=stored_step_jitter_fits())
     summary["corpus_validation"] = loso.as_dict()
     if args.out:
@@ -804,6 +809,7 @@ def register(subparsers) -> None:
                    help="claims file checked against the predictions (default: the Birder paper's stated claims, "
                         "sim/validation/birder_paper_claims.toml)")
     v.add_argument("--json", action="store_true", help="print one JSON object")
+    v.add_argument("--quiet", action="store_true", help="no progress bar")
     v.set_defaults(func=run_validate)
 
     k = subparsers.add_parser("calibrate", help="fit a cluster's network to your nccl-tests output; write a cluster "

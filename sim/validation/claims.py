@@ -224,10 +224,16 @@ def claim_verdict(claim: Claim, table: list[Row], basis: str, tweak=None) -> Cla
     return ClaimVerdict(claim, value, at, claim.holds(value, at))
 
 
-def claim_check(table: list[Row], basis: str, checked: tuple[Claim, ...] | None = None, tweak=None) -> ClaimCheck:
+def claim_check(table: list[Row], basis: str, checked: tuple[Claim, ...] | None = None, tweak=None,
+                progress=None) -> ClaimCheck:
     """Every claim of ``checked`` (default: the paper's, ``claims()``) on ``basis``, calibrated by ``table``'s
-    single-node rows (``tweak``: as in ``claim_prediction``)."""
-    return ClaimCheck(basis, tuple(claim_verdict(c, table, basis, tweak) for c in checked or claims()))
+    single-node rows (``tweak``: as in ``claim_prediction``); ``progress`` (a tqdm bar) counts one per claim."""
+    verdicts = []
+    for claim in checked or claims():
+        verdicts.append(claim_verdict(claim, table, basis, tweak))
+        if progress is not None:
+            progress.update(1)
+    return ClaimCheck(basis, tuple(verdicts))
 
 
 def claims_markdown(checks: list[ClaimCheck]) -> str:
