@@ -78,8 +78,10 @@ def _check_bounds(**values: int | None) -> None:
 def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None, params: int | None = None,
                batch_per_gpu: int = 32, scheme: str = "hierarchical", single_node_throughput: float | None = None,
                warmup_fraction: float | None = None, marsit_period: int | None = None, grad_dtype: str = "fp32",
-               accumulation_steps: int = 1, hook_blocks_backward: bool = True) -> dict:
-    """One training configuration on cluster ``c``: ``birder predict --json`` as a dict."""
+               accumulation_steps: int = 1, hook_blocks_backward: bool = True, seq_len: int | None = None) -> dict:
+    """One training configuration on cluster ``c``: ``birder predict --json`` as a dict. A ``params`` model
+    takes ``seq_len`` (tokens per sample) unless a measured node (``single_node_throughput``) sets its compute:
+    without either its compute is unknown by a factor of its sequence length, and it is refused."""
     _check_bounds(params=params, batch_per_gpu=batch_per_gpu, accumulation_steps=accumulation_steps,
                   marsit_period=marsit_period)
     if isinstance(single_node_throughput, int | float) and 0 < single_node_throughput < MIN_SINGLE_NODE_THROUGHPUT:
@@ -87,10 +89,13 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                          f"sample per 11.6 days), got {single_node_throughput:g}")
     if model is None and params is None:
         model = "resnet50"
+    if params is not None and seq_len is None and single_node_throughput is None:
+        raise ValueError("params needs seq_len (tokens per sample: the sequence length of a sequence model, 1 for "
+                         "a per-sample model such as a CNN) or single_node_throughput (a measured node counts them)")
     out = predict(c, model=model, params=params, batch_per_gpu=batch_per_gpu, optimizer=optimizer, scheme=scheme,
                   single_node_throughput=single_node_throughput, warmup_fraction=warmup_fraction,
                   marsit_period=marsit_period, grad_dtype=grad_dtype, accumulation_steps=accumulation_steps,
-                  hook_blocks_backward=hook_blocks_backward).as_dict()
+                  hook_blocks_backward=hook_blocks_backward, seq_len=seq_len).as_dict()
     site = c.nic.name if c.nic.name in SITES else None
     n_params = params if model is None else model_profile(model).n_params
     samples = c.gpus_per_node * batch_per_gpu * accumulation_steps
@@ -112,15 +117,23 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                               scheme=scheme, single_node_throughput=single_node_throughput,
                               warmup_fraction=warmup_fraction, marsit_period=marsit_period, grad_dtype=grad_dtype,
                               accumulation_steps=accumulation_steps,
-                              hook_blocks_backward=hook_blocks_backward).throughput
+                              hook_blocks_backward=hook_blocks_backward, seq_len=seq_len).throughput
         if incast_free > high:
             high = incast_free
             basis += ("; upper end raised to the incast-free prediction (the switch buffer is assumed: a "
                       "deeper-buffered switch or a lossless fabric has none)")
     reasons = extrapolation(c, model, batch_per_gpu, grad_dtype, accumulation_steps)
+    if model is not None:
+        profile = model_profile(model)
+        tokens, tokens_source = profile.tokens, profile.tokens_source
+    elif seq_len is not None:
+        tokens, tokens_source = seq_len, f"--seq-len {seq_len}"
+    else:
+        tokens, tokens_source = None, "not given: the measured node's throughput counts them"
     out.update({"model": model if model is not None else f"params-{params}", "batch_per_gpu": batch_per_gpu,
                 "network": c.nic.name, "cluster": c.name or c.nic.name, "site_profile": site is not None,
                 "measured_node": single_node_throughput is not None, "interval_regime": regime,
+                "seq_len": tokens, "seq_len_source": tokens_source,
                 "optimizer": optimizer, "nodes": c.n_nodes, "gpus": c.n_gpus, "gpus_per_node": c.gpus_per_node,
                 "nics_per_node": c.nic.count, "grad_dtype": grad_dtype, "accumulation_steps": accumulation_steps,
                 "relative_error": (high - low) / 2 / out["throughput"], "throughput_low": low,
@@ -139,15 +152,18 @@ def predict_config(model: str, nodes: int, network: str = "10gbe", optimizer: st
                    batch_per_gpu: int = 32, gpus_per_node: int = 8, gpu: str = "a100",
                    scheme: str = "hierarchical", single_node_throughput: float | None = None,
                    nics_per_node: int | None = None, cluster_file: str | Path | None = None,
-                   grad_dtype: str = "fp32", accumulation_steps: int = 1, hook_blocks_backward: bool = True) -> dict:
-    """One training configuration on a network (any preset or site profile name) or a cluster file."""
+                   grad_dtype: str = "fp32", accumulation_steps: int = 1, hook_blocks_backward: bool = True,
+                   params: int | None = None, seq_len: int | None = None) -> dict:
+    """One training configuration on a network (any preset or site profile name) or a cluster file; ``params``
+    (with ``seq_len``) for a synthetic model instead of ``model`` (None then)."""
     if cluster_file is not None:
         c = load_cluster(cluster_file, nodes, gpus_per_node, gpu)
     else:
         c = cluster(network, nodes, gpus_per_node, None, gpu, 1.0, nics_per_node)
-    return predict_on(c, optimizer=optimizer, model=model, batch_per_gpu=batch_per_gpu, scheme=scheme,
-                      single_node_throughput=single_node_throughput, grad_dtype=grad_dtype,
-                      accumulation_steps=accumulation_steps, hook_blocks_backward=hook_blocks_backward)
+    return predict_on(c, optimizer=optimizer, model=model, params=params, batch_per_gpu=batch_per_gpu,
+                      scheme=scheme, single_node_throughput=single_node_throughput, grad_dtype=grad_dtype,
+                      accumulation_steps=accumulation_steps, hook_blocks_backward=hook_blocks_backward,
+                      seq_len=seq_len)
 
 
 def sweep_grid(model: str, nodes: list[int], networks: list[str] | None, optimizers: list[str], *,

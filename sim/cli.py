@@ -172,6 +172,10 @@ def _workload_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     model.add_argument("--model", type=_model_name,
                        help="resnet50, bert-base, bert-large, gpt2 or vit-b16 (default resnet50)")
     model.add_argument("--params", type=positive_int, help="a synthetic model of N parameters")
+    p.add_argument("--seq-len", type=positive_int, default=None, metavar="L",
+                   help="tokens per sample of a --params model (its compute counts each; 1 for a per-sample model "
+                        "such as a CNN); required with --params unless --single-node-throughput is given. Built-in "
+                        "models carry their own")
     p.add_argument("--batch-per-gpu", type=_batch_per_gpu, default=32,
                    help=f"samples per GPU per step, at most {MAX_BATCH_PER_GPU:,} (default 32)")
     shared = (" (with several --optimizers: used by those it applies to)" if sweep else "") + "; refused for an "\
@@ -317,6 +321,8 @@ def _options(args) -> dict:
            "grad_dtype": getattr(args, "grad_dtype", "fp32"),
            "accumulation_steps": getattr(args, "accumulation_steps", 1),
            "hook_blocks_backward": (getattr(args, "hook", None) or "blocking") == "blocking"}
+    if getattr(args, "seq_len", None) is not None:
+        out["seq_len"] = args.seq_len
     if getattr(args, "params", None) is not None:
         out["params"] = args.params
     else:
@@ -332,7 +338,7 @@ def _strict_json(value) -> str:
 FLAGS = {"single_node_throughput": "--single-node-throughput", "batch_per_gpu": "--batch-per-gpu",
          "accumulation_steps": "--accumulation-steps", "grad_dtype": "--grad-dtype", "warmup_fraction":
          "--warmup-fraction", "marsit_period": "--marsit-period", "model or params": "--model or --params",
-         "algorithm": "--algorithm", "params": "--params"}
+         "algorithm": "--algorithm", "params": "--params", "seq_len": "--seq-len"}
 
 
 def _flags(run):
