@@ -16,6 +16,8 @@ rows in ``sim/presets/birder_public.csv``. The modules, in the order they build 
 - ``pairs``: speed-ups, the pairs of rows of one table, and their intervals each source left out.
 - ``leave_one_source_out``: the corpus predicted with each source left out of every fit, and its intervals.
 - ``figures``: the figures as the READMEs quote them.
+- ``source_weighted``: an experiment, not used by predictions: the conformal correction with each source weighted
+  equally, scored beside the shipped one (``python -m sim.validation.source_weighted``).
 - ``stored``: the stored run (``sim/presets/cross_validation.json``) that predictions' intervals read;
   ``python -m sim.validation.stored`` regenerates it.
 """
