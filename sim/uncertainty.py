@@ -203,13 +203,17 @@ def stored_intervals() -> dict:
     ``unmeasured_node`` (per interval regime, ``interval_regime``, the corpus left out source by source; ``all``
     pools the regimes), and ``speedup_measured_node`` and ``speedup_unmeasured_node``, the same on
     log(measured ratio / predicted ratio) of the corpus's pairs. ValueError, saying how to regenerate it, where
-    the file is missing or lacks a key."""
+    the file is missing, lacks a key, or was measured on other data files than those shipped (``STORED_FROM``):
+    never bounds of another corpus, silently."""
     regenerate = "regenerate it: python -m sim.validation.stored"
     if not CROSS_VALIDATION_FILE.exists():
         raise ValueError(f"{CROSS_VALIDATION_FILE} is missing; {regenerate}")
     stored = json.loads(CROSS_VALIDATION_FILE.read_text()).get("intervals", {})
     if not all(k in stored for k in (*BOUNDS_BY_REGIME, "site_profile_by_site", "speedup_methods")):
         raise ValueError(f"{CROSS_VALIDATION_FILE} lacks some of the intervals' bounds; {regenerate}")
+    if stored.get("inputs_sha256") != stored_inputs_digest():
+        raise ValueError(f"{CROSS_VALIDATION_FILE} was measured on other data than "
+                         f"{', '.join(f.name for f in STORED_FROM)} hold now; {regenerate}")
     return _inflate(stored)
 
 

@@ -137,6 +137,20 @@ def test_validate_prints_fit_and_group_cross_validation_of_whole_groups(tmp_path
     assert "cross_validation" not in out and out["fit_mape"] < 0.10
 
 
+def test_stored_bounds_of_other_data_are_refused(tmp_path, monkeypatch):
+    """A corpus changed since the bounds were stored: predictions refuse them in one error saying how to
+    regenerate, never use them silently."""
+    changed = tmp_path / "corpus.csv"
+    changed.write_bytes(uncertainty.STORED_FROM[1].read_bytes() + b"\n")
+    monkeypatch.setattr(uncertainty, "STORED_FROM", (uncertainty.STORED_FROM[0], changed, *uncertainty.STORED_FROM[2:]))
+    uncertainty.stored_intervals.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="python -m sim.validation.stored"):
+            uncertainty.stored_intervals()
+    finally:
+        uncertainty.stored_intervals.cache_clear()
+
+
 def test_the_interval_comes_from_the_stored_cross_validation_of_these_rows():
     """The stored measurement (python -m sim.validation.stored) is of the public rows as they are."""
     from sim import api
@@ -147,6 +161,7 @@ def test_the_interval_comes_from_the_stored_cross_validation_of_these_rows():
     assert json.dumps(read_back) == json.dumps(run["cross_validation"])  # the stored file reads back unchanged
     corpus, _ = corpus_setup.corpus_rows()
     assert run["intervals"]["corpus_sha256"] == stored.corpus_digest(corpus)  # and of the corpus as it is
+    assert run["intervals"]["inputs_sha256"] == uncertainty.stored_inputs_digest()  # what predictions check
     low, high = run["intervals"]["site_profile_by_site"]["birder-paper-ib"]  # its own rows' bounds
     out = api.predict_config("resnet50", 4, "birder-paper-ib")
     assert out["throughput_low"] == pytest.approx(min(out["throughput"], out["throughput"] * math.exp(low)))
