@@ -239,3 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m sim.validation.site_fit: error: {error}", file=sys.stderr)
         return 2
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
