@@ -89,7 +89,7 @@ def buying_networks() -> list[str]:
 
 def _fitted_names() -> dict:
     try:
-        from sim.validate import FITTED
+        from sim.validation.site_fit import FITTED
     except ImportError:
         return {}
     return dict(FITTED)
@@ -170,8 +170,9 @@ def grid(quick: bool = False, progress: bool = False) -> Grid:
     if quick in _CACHE:
         return _CACHE[quick]
     from sim import api
+    from sim.validation.stored import validation_summary
 
-    summary = api.validation_summary()
+    summary = validation_summary()
     networks = tuple(buying_networks())
     nodes = QUICK_NODES if quick else NODES
     models = []
@@ -194,10 +195,10 @@ def interval(p: dict) -> tuple[float, float]:
 
 def speedup(a: dict, b: dict) -> dict:
     """a's throughput over b's with its interval, calibrated on the corpus's paired rows
-    (``sim.api.speedup_interval``: ``ratio``, ``low``, ``high``, ``basis``, ``verdict``)."""
-    from sim import api
+    (``sim.uncertainty.speedup_interval``: ``ratio``, ``low``, ``high``, ``basis``, ``verdict``)."""
+    from sim.uncertainty import speedup_interval
 
-    return api.speedup_interval(a, b)
+    return speedup_interval(a, b)
 
 
 def within_uncertainty(a: dict, b: dict) -> bool:
@@ -622,7 +623,7 @@ def interval_words(g: Grid) -> str:
 
 def speedup_words(g: Grid) -> str:
     """How a speed-up's range is made, with the corpus's check of it."""
-    from sim.validate import percent
+    from sim.validation.figures import percent
 
     corpus = (g.summary.get("corpus_validation") or {}).get("summary") or {}
     f, level = corpus.get("speedup") or {}, corpus.get("interval_level", 0.8)
@@ -668,8 +669,9 @@ def accuracy_words(summary: dict) -> tuple[str, str]:
 def corpus_lines(summary: dict) -> list[str]:
     """The validation corpus with each source left out (``birder validate``), as the READMEs quote it, and its
     per-source table."""
-    from sim.validate import EQUAL_BY_CONSTRUCTION, corpus_figures_markdown
-    from sim.validate import percent as pct
+    from sim.validation.figures import corpus_figures_markdown
+    from sim.validation.figures import percent as pct
+    from sim.validation.leave_one_source_out import EQUAL_BY_CONSTRUCTION
 
     corpus = summary.get("corpus_validation")
     if not corpus:

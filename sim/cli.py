@@ -1,8 +1,9 @@
 """`birder predict`, `birder collective`, `birder sweep`, `birder validate`, `birder calibrate`: the simulator on
 the command line.
 
-Arguments are parsed here and handed to the library (``sim.api``, ``sim.collective``, ``sim.validate``), whose
-ValueErrors name parameters; ``birder.cli`` prints them as one line and exits 2.
+Arguments are parsed here and handed to the library (``sim.api``, ``sim.collective``, ``sim.validation``), whose
+ValueErrors name parameters; ``birder.cli`` prints them as one line and exits 2. (Over 600 lines: the
+flags and output of five subcommands; each ``run_*`` is short and hands off to the library.)
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from safeio.inputs import read_text_bounded
 from safeio.outputs import check_output_file, check_outputs, check_owned, output_files, write_output_file
 from safeio.serialise import csv_text
 from safeio.text import printable
-from sim.api import MAX_BATCH_PER_GPU, finite_json_value, stored_step_jitter_fits
+from sim.api import MAX_BATCH_PER_GPU
 from sim.hardware import (
     COMM_LIBRARIES,
     FRAMEWORKS,
@@ -47,6 +48,7 @@ from sim.hardware import (
     nic_preset,
 )
 from sim.stragglers import GPU_SPEED_CV, STEP_JITTER_CV, check_gpu_speed_cv, check_step_jitter_cv
+from sim.uncertainty import finite_json_value
 from sim.workload import GRAD_BITS, OPTIMIZERS
 
 
@@ -179,6 +181,10 @@ def _workload_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     model.add_argument("--model", type=_model_name,
                        help="resnet50, bert-base, bert-large, gpt2 or vit-b16 (default resnet50)")
     model.add_argument("--params", type=positive_int, help="a synthetic model of N parameters")
+    p.add_argument("--seq-len", type=positive_int, default=None, metavar="L",
+                   help="tokens per sample of a --params model (its compute counts each; 1 for a per-sample model "
+                        "such as a CNN); required with --params unless --single-node-throughput is given. Built-in "
+                        "models carry their own")
     p.add_argument("--batch-per-gpu", type=_batch_per_gpu, default=32,
                    help=f"samples per GPU per step, at most {MAX_BATCH_PER_GPU:,} (default 32)")
     shared = (" (with several --optimizers: used by those it applies to)" if sweep else "") + "; refused for an "\
@@ -327,6 +333,8 @@ def _options(args) -> dict:
            "grad_dtype": getattr(args, "grad_dtype", "fp32"),
            "accumulation_steps": getattr(args, "accumulation_steps", 1),
            "hook_blocks_backward": (getattr(args, "hook", None) or "blocking") == "blocking"}
+    if getattr(args, "seq_len", None) is not None:
+        out["seq_len"] = args.seq_len
     if getattr(args, "params", None) is not None:
         out["params"] = args.params
     else:
@@ -342,7 +350,7 @@ def _strict_json(value) -> str:
 FLAGS = {"single_node_throughput": "--single-node-throughput", "batch_per_gpu": "--batch-per-gpu",
          "accumulation_steps": "--accumulation-steps", "grad_dtype": "--grad-dtype", "warmup_fraction":
          "--warmup-fraction", "marsit_period": "--marsit-period", "model or params": "--model or --params",
-         "algorithm": "--algorithm", "params": "--params"}
+         "algorithm": "--algorithm", "params": "--params", "seq_len": "--seq-len"}
 
 
 def _flags(run):
@@ -487,8 +495,8 @@ SWEEP_FIELDS = ("model", "batch_per_gpu", "network", "optimizer", "nodes", "gpus
 
 def sweep_speedups(results: list[dict], baseline: str) -> list[dict]:
     """Per network and node count of a sweep, every other optimizer's throughput over ``baseline``'s with its
-    paired interval and verdict (``sim.api.speedup_interval``)."""
-    from sim.api import speedup_interval
+    paired interval and verdict (``sim.uncertainty.speedup_interval``)."""
+    from sim.uncertainty import speedup_interval
 
     base = {(r["network"], r["nodes"]): r for r in results if r["optimizer"] == baseline}
     out = []
@@ -562,38 +570,47 @@ def run_sweep(args) -> int:
 
 # ------------------------------------------------------------------------------------------------ validate
 def run_validate(args) -> int:
-    from sim import validate
+    from sim.validation import claims as paper_claims
+    from sim.validation import corpus_setup, leave_one_source_out, paper, site_fit
+    from sim.validation import order as optimizer_order
+    from sim.validation.stored import stored_step_jitter_fits
 
     if args.out:
         check_outputs(args.out, ("validation.png", "corpus_left_out.png"))
-    table = validate.rows(args.csv)
-    claims = validate.claims(args.claims)  # a bad claims file is refused before any prediction
-    with tqdm(total=len(table), desc="validate", unit="row", file=sys.stderr,
-              disable=True if (args.json or _quiet(args)) else None) as bar:
-        results = validate.compare(table, progress=bar)
-    orders = validate.order_agreement(results)
-    trend = validate.speedup_trend(results)
-    multi = [r for r in results if r.gpus > validate.GPUS_PER_NODE]
-    profiles = sorted({r.profile for r in results})
-    generic = validate.order_check(table, validate.BASES[1])
-    site = validate.OrderCheck.of(validate.BASES[0], results)  # the fit's own predictions, not predicted again
-    summary = {"mape": validate.mape(results), "fit_mape": validate.mape(results),
-               "mape_multi_node": validate.mape(multi), "orders_agree": all(o.same for o in orders),
-               "rows": [r.as_dict() for r in results], "orders": [o.as_dict() for o in orders],
-               "speedup_trend": [t.as_dict() for t in trend], "profiles": profiles,
-               "order_check": [site.as_dict(), generic.as_dict()]}
-    claim_checks = [validate.claim_check(table, basis, claims) for basis in validate.BASES]
-    summary["claims_check"] = [c.as_dict() for c in claim_checks]
-    cross = None
-    if not args.no_cross_validation:
-        with tqdm(total=validate.cross_validation_groups(args.csv), desc="cross-validation", unit="group",
-                  file=sys.stderr, disable=True if (args.json or _quiet(args)) else None) as bar:
-            cross = validate.group_cross_validation(args.csv, progress=bar)
-        summary["cross_validated_mape"] = cross.mape
-        summary["cross_validation"] = cross.as_dict()
-    with tqdm(total=len(validate.corpus_rows()[0]), desc="corpus", unit="row", file=sys.stderr,
-              disable=True if (args.json or _quiet(args)) else None) as bar:
-        loso = validate.corpus_validation(progress=bar, step_jitter_fits=stored_step_jitter_fits())
+    table = paper.rows(args.csv)
+    claims = paper_claims.claims(args.claims)  # a bad claims file is refused before any prediction
+    corpus_size = len(corpus_setup.corpus_rows()[0])
+    groups = 0 if args.no_cross_validation else site_fit.cross_validation_groups(args.csv)
+    # one bar over every stage, in the units each stage counts (rows, claims, groups), its stage in the description;
+    # on a terminal only (stderr: --json keeps stdout to itself), not with --quiet
+    with tqdm(total=2 * len(table) + 2 * len(claims) + groups + corpus_size, desc="validate: the paper's rows",
+              unit="step", file=sys.stderr, disable=True if _quiet(args) else None) as bar:
+        results = paper.compare(table, progress=bar)
+        orders = paper.order_agreement(results)
+        trend = paper.speedup_trend(results)
+        multi = [r for r in results if r.gpus > paper.GPUS_PER_NODE]
+        profiles = sorted({r.profile for r in results})
+        bar.set_description("validate: order on generic presets")
+        generic = optimizer_order.order_check(table, optimizer_order.BASES[1], progress=bar)
+        # the fit's own predictions, not predicted again
+        site = optimizer_order.OrderCheck.of(optimizer_order.BASES[0], results)
+        summary = {"mape": paper.mape(results), "fit_mape": paper.mape(results),
+                   "mape_multi_node": paper.mape(multi), "orders_agree": all(o.same for o in orders),
+                   "rows": [r.as_dict() for r in results], "orders": [o.as_dict() for o in orders],
+                   "speedup_trend": [t.as_dict() for t in trend], "profiles": profiles,
+                   "order_check": [site.as_dict(), generic.as_dict()]}
+        bar.set_description("validate: the paper's claims")
+        claim_checks = [paper_claims.claim_check(table, basis, claims, progress=bar)
+                        for basis in optimizer_order.BASES]
+        summary["claims_check"] = [c.as_dict() for c in claim_checks]
+        cross = None
+        if not args.no_cross_validation:
+            bar.set_description("validate: group cross-validation")
+            cross = site_fit.group_cross_validation(args.csv, progress=bar)
+            summary["cross_validated_mape"] = cross.mape
+            summary["cross_validation"] = cross.as_dict()
+        bar.set_description("validate: the corpus, each source left out")
+        loso = leave_one_source_out.corpus_validation(progress=bar, step_jitter_fits=stored_step_jitter_fits())
     summary["corpus_validation"] = loso.as_dict()
     if args.out:
         from sim import plots
@@ -622,9 +639,9 @@ def run_validate(args) -> int:
         _say(_order_line(o))
     for check in (site, generic):
         _say(f"order of optimizers on the {check.basis}: {len(check.orders) - check.orders_wrong} of "
-             f"{len(check.orders)} multi-node groups as published; MAPE {validate.mape(check.multi_node) * 100:.1f}% "
+             f"{len(check.orders)} multi-node groups as published; MAPE {paper.mape(check.multi_node) * 100:.1f}% "
              "over the multi-node rows")
-    for line in validate.claim_check_lines(claim_checks):
+    for line in paper_claims.claim_check_lines(claim_checks):
         _say(line)
     _say("generic presets (the rows' network names as hardware presets, nothing fitted), per multi-node row:")
     for r in generic.multi_node:
@@ -632,11 +649,11 @@ def run_validate(args) -> int:
              f"{r.predicted:10.0f} {r.error * 100:+6.1f}%")
     for o in generic.orders:
         _say("  " + _order_line(o))
-    lines: dict[tuple, list[validate.Speedup]] = {}
+    lines: dict[tuple, list[paper.Speedup]] = {}
     for t in trend:
         lines.setdefault((t.model, t.batch_per_gpu, t.network, t.optimizer), []).append(t)
     for (model, batch, network, optimizer), ts in lines.items():
-        ts = [t for t in ts if t.gpus > validate.GPUS_PER_NODE]
+        ts = [t for t in ts if t.gpus > paper.GPUS_PER_NODE]
         published = ", ".join(f"{t.published:.2f}" for t in ts)
         predicted = ", ".join(f"{t.predicted:.2f}" for t in ts)
         _say(f"speed-up over sgdm, {model} {batch}/GPU {network:8} {optimizer:13} at "
@@ -656,7 +673,7 @@ def run_validate(args) -> int:
 
 
 def _order_line(o) -> str:
-    """One group of ``validate.order_agreement``: the published order of optimizers beside the predicted."""
+    """One group of ``paper.order_agreement``: the published order of optimizers beside the predicted."""
     return (f"order {o.model} {o.batch_per_gpu}/GPU {o.network:8} {o.gpus:3d} GPUs: published "
             f"{' > '.join(o.published_order)}; predicted {' > '.join(o.predicted_order)} "
             f"({'same' if o.same else 'DIFFERENT'})")
@@ -664,7 +681,7 @@ def _order_line(o) -> str:
 
 def _speedup_line(name: str, f: dict, level: float) -> str:
     """One line of the speed-up intervals' figures (``CorpusValidation.speedup_figures``)."""
-    from sim.validate import percent as _percent
+    from sim.validation.figures import percent as _percent
 
     if not f["pairs"]:
         return f"speed-ups, {name}: no pairs"
@@ -676,8 +693,9 @@ def _speedup_line(name: str, f: dict, level: float) -> str:
 
 
 def _print_corpus_validation(loso) -> None:
-    from sim.validate import EQUAL_BY_CONSTRUCTION, REGIMES
-    from sim.validate import percent as _percent
+    from sim.uncertainty import REGIMES
+    from sim.validation.figures import percent as _percent
+    from sim.validation.leave_one_source_out import EQUAL_BY_CONSTRUCTION
 
     s = loso.summary()
     print(f"\ncorpus: {s['corpus']}: {s['rows']} multi-node rows predicted, {s['skipped_rows']} skipped; each "
@@ -885,6 +903,7 @@ def register(subparsers) -> None:
                    help="claims file checked against the predictions (default: the Birder paper's stated claims, "
                         "sim/validation/birder_paper_claims.toml)")
     v.add_argument("--json", action="store_true", help="print one JSON object")
+    v.add_argument("--quiet", action="store_true", help="no progress bar")
     v.set_defaults(func=run_validate)
 
     k = subparsers.add_parser("calibrate", help="fit a cluster's network to your nccl-tests output; write a cluster "

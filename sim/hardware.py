@@ -1,5 +1,8 @@
 """Network layer, hardware as data: NICs, intra-node fabrics, GPUs, clusters, and where their figures come from.
 
+(Over 600 lines: one parser per preset file and for the cluster TOML, sharing the unit conversions and the
+provenance records; each is short.)
+
 Generic presets (``presets/networks.toml``, ``intra.toml``, ``gpus.toml``) hold physical constants with their
 sources only. Site profiles (``presets/sites.toml``) are one cluster's measured behaviour: a generic preset plus
 constants FITTED to that cluster's published rows; they say so (``Nic.fitted``) and nothing generic inherits

@@ -15,17 +15,8 @@ Per-step jitter adds to it: each step each GPU takes t (1 + s_i + e_it), s_i ~ N
 job, e_it ~ N(0, cv_step^2) fresh each step, all independent. Within one step the GPUs' sums are i.i.d.
 N(0, cv_speed^2 + cv_step^2), so the expected step (over both draws) is t (1 + sigma E[M_p]) with
 sigma = sqrt(cv_speed^2 + cv_step^2), and the factor above keeps its form with sigma for cv. The per-step cv has no
-published source: it is fitted on the validation corpus (presets/step_jitter.toml, sim/validate.py).
-
-Gradient accumulation: a step of K micro-batches (K - 1 under ``no_sync``, one all-reduce) synchronises once, so
-GPU i's step is the sum of its K micro-batches, t sum_k (1 + s_i + e_ik) = K t (1 + s_i + mean_k e_ik). Assuming
-the micro-batches' jitter e_ik independent [assumption: the same as the steps' of a K = 1 run, which the fitted cv
-describes], mean_k e_ik ~ N(0, cv_step^2 / K): the jitter averages, the persistent spread s_i does not, and
-
-    sigma_K = sqrt(cv_speed^2 + cv_step^2 / K)      (``step_sigma``)
-
-takes sigma's place in the factor. (NVIDIA's BERT pre-training tables in the corpus keep the global batch fixed:
-128 down to 1 micro-batches per step from 2 to 32 nodes.)
+published source: it is fitted on the validation corpus (presets/step_jitter.toml,
+sim/validation/leave_one_source_out.py).
 """
 
 from __future__ import annotations

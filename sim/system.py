@@ -1,5 +1,9 @@
 """System layer: collectives as NCCL runs them, timed on the network layer's flows.
 
+(Over 600 lines: NCCL's tuner (latencies, algorithm and protocol choice), collectives as flows and the
+training step's schedule of them form one cost model; a split along those three lines is possible and not
+yet made.)
+
 ``birder_ref.schedules`` is the single source of who sends what. An NCCL operation (one all-reduce, or one phase
 of a 1-bit schedule: a reduce-scatter, an all-to-all, an all-gather) is pipelined: its bytes stream over every
 link at once, so its time is NCCL's latency, paid once per operation, plus the time its flows take on shared

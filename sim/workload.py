@@ -366,14 +366,20 @@ def predict(cluster: Cluster, model: str | None = None, params: int | None = Non
             optimizer: str = "sgdm", scheme: str = "hierarchical", single_node_throughput: float | None = None,
             warmup_fraction: float | None = None, marsit_period: int | None = None, grad_dtype: str = "fp32",
             accumulation_steps: int = 1, hook_blocks_backward: bool = HOOK_BLOCKS_BACKWARD,
-            traces: dict | None = None) -> Prediction:
+            seq_len: int | None = None, traces: dict | None = None) -> Prediction:
     """Predict one training configuration on ``cluster`` (the library behind ``birder predict``).
 
     Throughput counts every micro-batch: ``n_gpus * batch_per_gpu * accumulation_steps`` samples per step.
-    ``traces``: a dict that receives, per step kind, the events of its simulated step (``sim.trace``)."""
+    ``seq_len``: tokens per sample of a ``params`` model (None: 1); a built-in model has its own, and another
+    is refused. ``traces``: a dict that receives, per step kind, the events of its simulated step (``sim.trace``)."""
     if (model is None) == (params is None):
         raise ValueError("give exactly one of model or params")
-    profile = model_profile(model) if model is not None else synthetic(params)
+    if seq_len is not None and not (isinstance(seq_len, int) and not isinstance(seq_len, bool) and seq_len >= 1):
+        raise ValueError(f"seq_len must be a positive integer, got {seq_len!r}")
+    profile = model_profile(model) if model is not None else synthetic(params, tokens=seq_len or 1)
+    if model is not None and seq_len is not None and seq_len != profile.tokens:
+        raise ValueError(f"{model} has {profile.tokens} tokens per sample ({profile.tokens_source}), not seq_len "
+                         f"{seq_len}: a built-in model carries its own sequence length")
     if not (isinstance(batch_per_gpu, int) and not isinstance(batch_per_gpu, bool) and batch_per_gpu >= 1):
         raise ValueError(f"batch_per_gpu must be a positive integer, got {batch_per_gpu!r}")
     if not (isinstance(accumulation_steps, int) and not isinstance(accumulation_steps, bool)

@@ -1,12 +1,12 @@
-"""First contact (sim/first_contact.py): every published row carries its source, and the append-only log's figures
-are what re-scoring its rows through `birder predict --json` gives."""
+"""First contact (sim/validation/first_contact.py): every published row carries its source, and the append-only
+log's figures are what re-scoring its rows through `birder predict --json` gives."""
 
 import json
 import math
 
 import pytest
 
-from sim import first_contact as fc
+from sim.validation import first_contact as fc
 
 # a cheap row of each kind of set-up: EC2 TCP with parameter servers, RoCE verbs (a cluster file), InfiniBand DGX-2H
 RESCORED = ("bugliarello-cscs-2017", "ec2-p2-10g.toml", 2), ("horovod-readme-2017", "roce-25g.toml", 4), \
@@ -22,7 +22,7 @@ def test_every_row_has_its_source_and_the_first_contact_of_every_source_is_logge
     rows = fc.load_rows(sources=sources)  # refuses a row without a known source, an https ref or a flag
     assert {row["source"] for row in rows} == set(sources)
     entries = fc.read_log()
-    assert entries, "no first-contact entry: run python -m sim.first_contact score"
+    assert entries, "no first-contact entry: run python -m sim.validation.first_contact score"
     for source in sources:
         first = next(e for e in entries if source in e["sources"])
         logged = [r for r in first["rows"] if r["source"] == source]
@@ -44,7 +44,7 @@ def test_the_logged_figures_are_reproduced_by_rescoring_rows_through_the_cli():
         for key in ("predicted", "low", "high", "linear", "alpha_beta"):
             assert math.isclose(again[key], logged[key], rel_tol=1e-9), (
                 f"{source} {key}: {again[key]} now, {logged[key]} logged by {entry['model_commit'][:7]}: the model "
-                "changed; append a re-score (python -m sim.first_contact score), never rewrite the log")
+                "changed; append a re-score (python -m sim.validation.first_contact score), never rewrite the log")
         assert again["interval_regime"] == logged["interval_regime"]
         # the source's figures are those of its logged rows
         assert entry["sources"][source] == json.loads(json.dumps(fc.summarise(

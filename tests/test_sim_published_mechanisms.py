@@ -9,12 +9,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from sim import validate
 from sim.hardware import FRAMEWORKS, cluster, framework_preset
 from sim.models import model_profile
 from sim.stragglers import GPU_SPEED_CV, STEP_JITTER_CV, expected_max_normal, step_sigma, straggler_factor
 from sim.system import busiest_server_share, host_staging_s, unmodelled, whole_variable_servers
-from sim.validation import load_corpus
+from sim.validation import corpus_setup as validate
+from sim.validation.corpus import load_corpus
 from sim.workload import ddp_buckets, predict
 
 

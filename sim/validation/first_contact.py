@@ -5,15 +5,16 @@ the command line exactly as a user would: ``birder predict --json`` with the row
 ``--network`` or a cluster TOML of ``sim/validation/first_contact_clusters/`` written from the stated hardware),
 model (``--model`` or ``--params``), layout, batch, optimizer, gradient dtype, framework and the table's own
 1-node figure as ``--single-node-throughput``. Beside it stand two naive baselines on the same rows: linear scaling
-and a no-overlap alpha-beta ring with textbook constants (``sim.validate.alpha_beta_throughput``). Rows the CLI
+and a no-overlap alpha-beta ring with textbook constants (``sim.uncertainty.alpha_beta_throughput``). Rows the CLI
 cannot express (an MPI backend, a parameter-server count, a network without a preset) are scored with the nearest
 expressible set-up, flagged ``expressible = false`` and summarised apart.
 
-The log ``sim/validation/first_contact.json`` is append-only: ``python -m sim.first_contact score`` appends one
-entry (the commit whose prediction code scored it, the date, every row, and the figures per source and pooled, by
-regime) and never rewrites an earlier one; ``score --no-log`` scores the same way and writes nothing (a dry run, to
-compare a change against the log: its figures are no longer first contact). ``first_contact_summary`` is a pure
-loader of that log for ``birder validate --json`` (key ``first_contact``). Nothing here is imported by prediction code.
+The log ``sim/validation/first_contact.json`` is append-only: ``python -m sim.validation.first_contact score``
+appends one entry (the commit whose prediction code scored it, the date, every row, and the figures per source
+and pooled, by regime) and never rewrites an earlier one; ``score --no-log`` scores the same way and writes
+nothing (a dry run, to compare a change against the log: its figures are no longer first contact).
+``first_contact_summary`` is a pure loader of that log for ``birder validate --json`` (key ``first_contact``).
+Nothing here is imported by prediction code.
 """
 
 from __future__ import annotations
@@ -31,20 +32,20 @@ import sys
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: sim/validation/first_contact.py
 ROWS_PATH = ROOT / "sim" / "validation" / "first_contact_rows.csv"
 SOURCES_PATH = ROOT / "sim" / "validation" / "first_contact_sources.toml"
 LOG_PATH = ROOT / "sim" / "validation" / "first_contact.json"
 CLUSTERS_DIR = "sim/validation/first_contact_clusters/"  # the cluster files written from the sources' hardware
 # the code that makes a prediction: a change here means a new model commit (sim/validation holds data and the
 # corpus tooling; this file only scores)
-PREDICTION_PATHS = ("sim", "birder", "birder_ref", ":(exclude)sim/validation", ":(exclude)sim/first_contact.py")
+PREDICTION_PATHS = ("sim", "birder", "birder_ref", ":(exclude)sim/validation")
 REGIMES = ("compute-bound", "communication-bound")
 
 
 def load_sources(path: str | Path = SOURCES_PATH) -> dict[str, dict]:
     """The first-contact sources, ``{id: entry}``; ValueError if an entry lacks a key of sources.toml."""
-    from sim.validation import HOW_READ
+    from sim.validation.corpus import HOW_READ
 
     data = tomllib.loads(Path(path).read_text(encoding="utf-8")).get("sources", {})
     keys = {"title", "authors", "venue", "year", "url", "how_read", "independent_of", "testbed"}
@@ -140,10 +141,9 @@ def model_params(row: dict) -> int:
 
 def score_row(row: dict) -> dict:
     """One row scored: the CLI's prediction, interval and interval regime (an alpha-beta ring with the simulator's
-    incast stalls: ``sim.validate.row_interval_regime``'s rule, as ``birder predict`` keys its interval), the two
-    baselines and the measured regime."""
-    from sim.validate import alpha_beta_throughput, gradient_bits
-    from sim.validation import regime_of_efficiency
+    incast stalls: ``sim.validation.corpus_setup.row_interval_regime``'s rule, as ``birder predict`` keys its
+    interval), the two baselines and the measured regime."""
+    from sim.uncertainty import alpha_beta_throughput, gradient_bits, regime_of_efficiency
 
     argv = predict_argv(row)
     out = run_cli(argv)
@@ -257,7 +257,7 @@ def score(rows_path: str | Path = ROWS_PATH, log_path: str | Path = LOG_PATH, pr
         print(file=sys.stderr)
     entry = {"model_commit": commit, "scored_at": _git("rev-parse", "HEAD"),
              "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-             "command": "python -m sim.first_contact score",
+             "command": "python -m sim.validation.first_contact score",
              "rows_file": str(Path(rows_path).resolve().relative_to(ROOT)),
              "rows_sha256": hashlib.sha256(Path(rows_path).read_bytes()).hexdigest(),
              **summarise(scored), "rows": scored}
@@ -410,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) == 2 and argv[0] == "plot" and argv[1].endswith(".png"):
         print(plot(argv[1]))
         return 0
-    print("usage: python -m sim.first_contact score [--no-log] [--source ID ...] | show | plot OUT.png",
+    print("usage: python -m sim.validation.first_contact score [--no-log] [--source ID ...] | show | plot OUT.png",
           file=sys.stderr)
     return 2
 
