@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from sim.hardware import SITES, Cluster, cluster, load_cluster
 from sim.models import model_profile
-from sim.stragglers import step_sigma, straggler_factor
+from sim.stragglers import straggler_factor
 from sim.system import incast_basis, switch_buffer_assumed, unmodelled
 from sim.uncertainty import (
     INTERVAL_LEVEL,
@@ -144,8 +144,7 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                 "switch_buffer_assumed_bytes": c.nic.switch_buffer_bytes if incast_free is not None else None,
                 "incast_free_throughput": incast_free, "gpu_speed_cv": c.gpu_speed_cv,
                 "step_jitter_cv": c.step_jitter_cv, "unmodelled": unmodelled(c, accumulation_steps),
-                "straggler_factor": straggler_factor(c.n_gpus, c.gpus_per_node,
-                                                     step_sigma(c.gpu_speed_cv, c.step_jitter_cv, accumulation_steps))})
+                "straggler_factor": straggler_factor(c.n_gpus, c.gpus_per_node, c.straggler_cv)})
     return out
 
 

@@ -70,16 +70,6 @@ def combined_cv(gpu_speed_cv: float, step_jitter_cv: float) -> float:
 
 
 @lru_cache(maxsize=1024)
-def step_sigma(gpu_speed_cv: float, step_jitter_cv: float, micro_batches: int = 1) -> float:
-    """sigma_K of one GPU's step of ``micro_batches`` micro-batches, relative to its mean: sqrt(cv_speed^2 +
-    cv_step^2 / K) (the module's docstring: independent micro-batch jitter averages over the K, the persistent
-    speed spread does not). K = 1 is ``combined_cv``."""
-    if not (isinstance(micro_batches, int) and not isinstance(micro_batches, bool) and micro_batches >= 1):
-        raise ValueError(f"step_sigma: micro_batches must be a positive integer, got {micro_batches!r}")
-    return math.hypot(gpu_speed_cv, step_jitter_cv / math.sqrt(micro_batches))
-
-
-@lru_cache(maxsize=1024)
 def expected_max_normal(n: int) -> float:
     """E[max of n independent standard normals], exact up to the quadrature's tolerance (1e-10):
 

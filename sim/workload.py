@@ -26,7 +26,7 @@ from birder_ref.registry import SIMULATED, StepKind, simulated_spec
 from birder_ref.schedules import SCHEMES
 from sim.hardware import GPUS, Cluster, Nic, framework_preset
 from sim.models import ModelProfile, model_profile, synthetic
-from sim.stragglers import step_sigma, straggler_factor
+from sim.stragglers import straggler_factor
 from sim.system import (
     Fabric,
     check_optimizer_framework,
@@ -166,13 +166,11 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
     """Simulate one optimizer step of ``kind``: K - 1 micro-batches of forward + backward without communication
     (DDP's no_sync), then forward, backward with overlapped bucket collectives, optimizer step.
 
-    ``compute_s`` is one measured node's pace; each step runs at its slowest GPU's (sim/stragglers.py; the per-step
-    jitter of a step of K micro-batches averages over them: ``step_sigma``), so every layer's backward, and the
-    bucket collectives waiting on it, ends that much later. ``trace``: a list that receives the step's events as
-    (track, name, start_s, duration_s, args) in the order they end (``sim.trace``): track ``gpu`` for work on the
-    GPU, ``intra``/``inter`` for each NCCL operation on the link classes it crosses."""
-    compute_s *= straggler_factor(cluster.n_gpus, cluster.gpus_per_node,
-                                  step_sigma(cluster.gpu_speed_cv, cluster.step_jitter_cv, work.accumulation_steps))
+    ``compute_s`` is one measured node's pace; each step runs at its slowest GPU's (sim/stragglers.py), so every
+    layer's backward, and the bucket collectives waiting on it, ends that much later. ``trace``: a list that
+    receives the step's events as (track, name, start_s, duration_s, args) in the order they end (``sim.trace``):
+    track ``gpu`` for work on the GPU, ``intra``/``inter`` for each NCCL operation on the link classes it crosses."""
+    compute_s *= straggler_factor(cluster.n_gpus, cluster.gpus_per_node, cluster.straggler_cv)
     framework = framework_preset(cluster.framework)
     if framework.whole_variables and framework.pattern == "summation-servers" and cluster.n_nodes > 1:
         # each variable whole on one server: spread over as many servers as carry the busiest one's share

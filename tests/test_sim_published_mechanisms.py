@@ -1,61 +1,16 @@
 """Mechanisms that published rows showed missing (issue 27, item 3), each against the figure that explains it:
-per-step jitter averaged over accumulation micro-batches (sim/stragglers.py ``step_sigma``); Horovod's MPI backend
+Horovod's MPI backend
 staged through host memory (sim/system.py ``host_staging_s``); TensorFlow's whole-variable parameter servers and
 gRPC copies (``busiest_server_share``, ``rpc_copy_s``); what a prediction does not model (``unmodelled``)."""
 
-import math
 from dataclasses import replace
 
-import numpy as np
 import pytest
 
 from sim.hardware import FRAMEWORKS, cluster, framework_preset
 from sim.models import model_profile
-from sim.stragglers import GPU_SPEED_CV, STEP_JITTER_CV, expected_max_normal, step_sigma, straggler_factor
 from sim.system import busiest_server_share, host_staging_s, unmodelled, whole_variable_servers
-from sim.validation import corpus_setup as validate
-from sim.validation.corpus import load_corpus
 from sim.workload import ddp_buckets, predict
-
-
-def test_jitter_of_a_step_of_k_micro_batches_averages_over_them():
-    """Monte Carlo, seeded: each job draws GPU i's persistent offset s_i once and, every step, fresh jitter e_ik for
-    each of its K micro-batches; the step ends when the slowest GPU's sum of K micro-batches does. The mean step
-    over jobs is K (1 + sigma_K E[M_p]) with sigma_K = sqrt(cv_speed^2 + cv_step^2 / K). Job means are i.i.d., so
-    their average is normal to within the CLT; a miss beyond 6.5 standard errors has probability 2 Phi(-6.5) <
-    1e-10 (the seed fixes the draw). The un-averaged sigma_1 lies far outside that band."""
-    rng = np.random.default_rng(27)
-    gpus, k, cv_step, jobs, steps = 64, 16, 0.1, 200, 8
-    s = rng.normal(0.0, GPU_SPEED_CV, size=(jobs, 1, 1, gpus))
-    e = rng.normal(0.0, cv_step, size=(jobs, steps, k, gpus))
-    job_means = (1 + s + e).sum(axis=2).max(axis=2).mean(axis=1) / k
-    estimate, stderr = job_means.mean(), job_means.std(ddof=1) / math.sqrt(jobs)
-    assert abs(estimate - (1 + step_sigma(GPU_SPEED_CV, cv_step, k) * expected_max_normal(gpus))) <= 6.5 * stderr
-    assert abs(estimate - (1 + step_sigma(GPU_SPEED_CV, cv_step, 1) * expected_max_normal(gpus))) > 100 * stderr
-    assert step_sigma(GPU_SPEED_CV, cv_step, 1) == math.hypot(GPU_SPEED_CV, cv_step)
-    with pytest.raises(ValueError, match="micro_batches"):
-        step_sigma(GPU_SPEED_CV, cv_step, 0)
-
-
-def test_nvidia_bert_two_nodes_of_32_micro_batches_scale_linearly_as_published():
-    """NVIDIA's PyTorch BERT-Large pre-training table (corpus source nvidia-dle-pytorch-bert, A100, 2 x 8 GPUs over
-    8 x 200G InfiniBand, fp32, seq 128, 32 micro-batches of 126 per step) runs at 1.001 of linear scaling (the
-    2-node row over the table's 1-node row). Jitter that does not average over the 32 micro-batches (the same
-    prediction with cv_step sqrt(32) times larger: its sigma_32 is the old sigma_1) puts the scale efficiency
-    1.5-2.5% below the table's; averaged, it is within 1%. (The built-in A100 compute: its own 1-node prediction
-    is the reference, as the table's 1-node row is the measured one's.)"""
-    row = next(r for r in load_corpus() if r.source == "nvidia-dle-pytorch-bert" and r.nodes == 2
-               and r.grad_accum == 32 and r.precision == "fp32")
-    published = row.throughput / (2 * row.single_node_throughput)
-    assert published == pytest.approx(1.0014, abs=1e-4)
-    averaged = validate.corpus_predict(row, fitted=False, measured_node=False).scale_efficiency
-    not_averaged = validate.corpus_predict(row, fitted=False, measured_node=False,
-                                           step_jitter_cv=STEP_JITTER_CV * math.sqrt(row.grad_accum)).scale_efficiency
-    assert abs(averaged / published - 1) < 0.01
-    assert 0.015 < 1 - not_averaged / published < 0.025
-    sigma_1, sigma_32 = step_sigma(GPU_SPEED_CV, STEP_JITTER_CV), step_sigma(GPU_SPEED_CV, STEP_JITTER_CV, 32)
-    factors = straggler_factor(16, 8, sigma_1) / straggler_factor(16, 8, sigma_32)
-    assert averaged / not_averaged == pytest.approx(factors, rel=2e-3)
 
 
 def test_horovod_mpi_stages_each_fused_buffer_through_the_host():
