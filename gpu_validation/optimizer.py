@@ -637,7 +637,9 @@ class Birder(torch.optim.Optimizer):
         beta, eps: Algorithm 1's moving-average factor and the constant added to b.
         seed: the draws' seed, the same on every rank (a non-negative integer below 2**32).
         scheme: "hierarchical" (a worker is a node; Section 4) or "flat" (every rank a worker).
-        gpus_per_node: ranks per node; default torchrun's LOCAL_WORLD_SIZE, else one node of all ranks.
+        gpus_per_node: ranks per node. On several hosts it comes from the hosts (exchanged once; ``layout``) and
+            a value or a ``LOCAL_WORLD_SIZE`` that disagrees is refused; on one host, default torchrun's
+            LOCAL_WORLD_SIZE, else one node of all ranks (simulated nodes).
         param_groups: optional groups of the DDP model's trainable parameters, each with its own "lr" and
             "weight_decay" (default: the arguments above); parameters no group names form a last group.
         max_consecutive_skips: this many steps in a row skipped for non-finite gradients raise RuntimeError
@@ -646,8 +648,10 @@ class Birder(torch.optim.Optimizer):
             when .grad is bit-identical to what was sent on every rank of the node, else exchanges again. Off by
             default: on gloo/CPU it measured slower (benchmarks/hook_speed.py --hooks birder birder_no_overlap).
 
-    ``step()`` is collective (every rank calls it once per backward); so is ``state_dict()`` (a record, then one
-    all-gather of every rank's shard, over Birder's group of all ranks); nothing else is.
+    ``step()`` is collective (every rank calls it once per backward); so are ``state_dict()`` (a record, then one
+    all-gather of every rank's shard, over Birder's group of all ranks) and ``to_adamw_state_dict()``; nothing else
+    is. A DDP model over a subgroup is refused; so are gradients all-reduced between backward and step()
+    (``refuse_reduced_gradients``).
     """
 
     _step_supports_amp_scaling = True  # GradScaler passes grad_scale / found_inf instead of unscaling for us
