@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from gpu_validation import adoption, launch
+from gpu_validation import adoption, launch, layout
 from gpu_validation.optimizer import Birder
 from gpu_validation.validate import batch, make_model
 
@@ -43,6 +43,19 @@ def test_the_layout_follows_the_hosts_and_every_bypass_is_refused_at_once():
             assert subgroup["seconds"] < _AT_ONCE
         else:
             assert subgroup == {"result": None, "seconds": subgroup["seconds"]}
+
+
+def test_hosts_that_cannot_be_a_layout_are_refused_with_one_line():
+    assert layout.verified_gpus_per_node(["a", "a", "b", "b"], None, None) == 2
+    assert layout.verified_gpus_per_node(["a"] * 4, 2, "4") == 2  # one host: simulated nodes, the argument first
+    assert layout.verified_gpus_per_node(["a"] * 4, None, "1") == 1 and layout.verified_gpus_per_node(["a"] * 4,
+                                                                                                       None, None) == 4
+    with pytest.raises(ValueError, match=r"the ranks run on 2 hosts with different numbers of ranks \(a: ranks "
+                                         r"\[0, 1, 2\]; b: ranks \[3\]\)"):
+        layout.verified_gpus_per_node(["a", "a", "a", "b"], None, None)
+    with pytest.raises(ValueError, match=r"the ranks are not numbered node by node \(a: ranks \[0, 2\]; b: ranks "
+                                         r"\[1, 3\]\)"):
+        layout.verified_gpus_per_node(["a", "b", "a", "b"], None, None)
 
 
 def test_a_plain_module_is_refused_naming_the_client_recipes(one_rank):
