@@ -1068,12 +1068,12 @@ class Birder(torch.optim.Optimizer):
         """Two int64 words for step()'s record: a checksum of a fixed sample of the local gradient (up to
         ``_SAMPLE`` evenly spaced elements of each of the largest trainable parameters' .grad) and whether that
         sample is finite and holds a nonzero value. Costs a few small index reads per step."""
-        sample = [p.grad.reshape(-1)[index] for p, index in self._sample if p.grad is not None and not p.grad.is_sparse]
-        if not sample:
+        picked = [p.grad.reshape(-1)[index] for p, index in self._sample if p.grad is not None and not p.grad.is_sparse]
+        if not picked:
             return torch.zeros(2, dtype=torch.int64, device=self.device)
-        finite = torch.stack([torch.isfinite(s).all() for s in sample]).all()  # a poisoned (NaN) step is skipped
-        nonzero = (finite & torch.stack([s.ne(0).any() for s in sample]).any()).to(torch.int64).reshape(1)
-        return torch.cat([bits_checksum(sample).reshape(1).to(self.device), nonzero.to(self.device)])
+        sample = torch.cat([x.to(torch.float32) for x in picked])  # exact for every floating dtype it holds
+        usable = torch.isfinite(sample).all() & sample.ne(0).any()  # a poisoned (NaN) step is skipped anyway
+        return torch.stack([sample.view(torch.int32).sum(dtype=torch.int64), usable.to(torch.int64)]).to(self.device)
 
     def _finish_record(self, started: tuple | None) -> None:
         if started is None:
