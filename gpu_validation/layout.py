@@ -25,6 +25,8 @@ import socket
 import torch
 import torch.distributed as dist
 
+from gpu_validation import comm
+
 HOST_ENV = "BIRDER_HOSTNAME"  # a simulated host name for this rank (tests; several "hosts" on one machine)
 _NAME_BYTES = 64  # POSIX HOST_NAME_MAX
 
@@ -40,8 +42,7 @@ def exchange_hosts(device: torch.device) -> list[str]:
     mine = torch.zeros(_NAME_BYTES, dtype=torch.uint8)
     mine[:len(name)] = torch.tensor(list(name), dtype=torch.uint8)
     every = torch.empty(dist.get_world_size() * _NAME_BYTES, dtype=torch.uint8, device=device)
-    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    gather(every, mine.to(device))
+    comm._all_gather(every, mine.to(device))
     rows = every.view(-1, _NAME_BYTES).cpu().tolist()
     return [bytes(b for b in row if b).decode(errors="replace") for row in rows]
 
