@@ -1,5 +1,6 @@
 # Two entry points for a fresh machine: `make run` (the main job, base dependencies only: no torch) and
-# `make test` (the whole suite, with the test extras: torch==2.13.0, pytest, ruff).
+# `make test` (the whole suite, with the test extras: torch==2.13.0, pytest, ruff, and the clients whose Birder
+# recipes it tests: lightning, accelerate).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -22,7 +23,7 @@ $(STAMP_TORCH): pyproject.toml | $(BIN)/python
 	touch $@ $(STAMP_RUN)
 
 $(STAMP_TEST): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e ".[test]"
+	$(BIN)/pip install -q -e ".[test,lightning,accelerate]"
 	touch $@ $(STAMP_RUN) $(STAMP_TORCH)
 
 run: $(STAMP_RUN)
