@@ -19,12 +19,12 @@ import sys
 import tempfile
 import time
 from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
 
+from birder.report_core import PROGRESS, Section, show_progress  # noqa: F401 - show_progress: the sections' own
 from safeio.atomic import atomic_path
 from safeio.inputs import read_text_bounded
 from safeio.outputs import check_replaceable_dir, write_manifest
@@ -32,7 +32,7 @@ from safeio.text import printable
 
 # "module:function" of each section, in report order: the answer first, then how it was reached.
 SECTIONS = (
-    "birder.report_scaling:decision_section",
+    "birder.report_decision:decision_section",
     "birder.report_checks:section",
     "birder.report_reference:section",
     "birder.report_scaling:scaling_section",
@@ -42,29 +42,10 @@ REPORT_NAME = "report.md"
 
 
 @dataclass(frozen=True)
-class Section:
-    """A section's Markdown and the lines it adds to the terminal summary (keyed, e.g. ``checks``)."""
-
-    markdown: str
-    summary: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class Report:
     path: Path
     summary: dict[str, str]
     timings: dict[str, float]
-
-
-_PROGRESS: ContextVar[bool | None] = ContextVar("report_progress", default=None)
-
-
-def show_progress(quiet: bool = False) -> bool:
-    """Progress bars only on a terminal, and never with ``--quiet``; inside ``write_report``, what it was given."""
-    during_report = _PROGRESS.get()
-    if during_report is not None:
-        return during_report
-    return not quiet and sys.stderr.isatty()
 
 
 @contextmanager
@@ -113,12 +94,12 @@ def write_report(outdir: Path, quick: bool = False, sections: tuple = SECTIONS, 
     target = check_replaceable_dir(given, unlisted=_report_before_manifests)  # links followed, never replaced
     timings: dict[str, float] = {}
     summary: dict[str, str] = {}
-    token = _PROGRESS.set(progress)  # the sections' own bars follow the same choice
+    token = PROGRESS.set(progress)  # the sections' own bars follow the same choice
     try:
         with _hypothesis_home_elsewhere():
             _build(target, quick, sections, progress, timings, summary)
     finally:
-        _PROGRESS.reset(token)
+        PROGRESS.reset(token)
     return Report(given / REPORT_NAME, summary, timings)
 
 
@@ -149,17 +130,17 @@ def _terminate(signum, frame):  # SIGTERM unwinds like Ctrl-C, so the temporary 
 
 
 def run(args: argparse.Namespace) -> int:
-    from birder import report_scaling
+    from birder import report_prices
 
     quiet = getattr(args, "quiet", False)
     # a bad price file fails here, before anything is built
-    report_scaling.use_prices(report_scaling.load_prices(args.prices) if args.prices else None)
+    report_prices.use_prices(report_prices.load_prices(args.prices) if args.prices else None)
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         report = write_report(Path(args.out), quick=args.quick, progress=show_progress(quiet))
     finally:
         signal.signal(signal.SIGTERM, previous)
-        report_scaling.use_prices(None)
+        report_prices.use_prices(None)
     if args.json:
         print(json.dumps({"report": str(report.path), "directory": str(report.path.parent),
                           "summary": report.summary, "timings_s": report.timings}))

@@ -14,8 +14,10 @@ import pytest
 from matplotlib.colors import to_rgb
 from matplotlib.image import imread
 
-from birder import report, report_scaling
-from birder.report_scaling import ModelGrid, Setting, decide, decision_sentence, num, stops_paying_sentence
+from birder import report, report_decision, report_grid, report_prices, report_words
+from birder.report_core import num
+from birder.report_grid import ModelGrid, Setting, decide
+from birder.report_words import decision_sentence, stops_paying_sentence
 from sim import api, plots
 from sim.network import NETWORKS
 
@@ -64,7 +66,7 @@ def test_where_one_bit_stops_paying_is_read_off_the_grid():
     assert "never on 100gbe" in text
     # Birder at 3,700/s against SGDM's 4,000/s on 100gbe: 0.93x, closer to 1 than the speed-ups' paired bounds
     # (wider than 8% either way in every regime): within the uncertainty, and the sentence says so
-    assert report_scaling.tied_counts(toy_grid(3900.0), "100gbe") == [2, 16]
+    assert report_grid.tied_counts(toy_grid(3900.0), "100gbe") == [2, 16]
     assert "never on 100gbe (per-message costs; within the uncertainty at 2-16)" in text
     # Birder behind at 2 nodes on 25gbe only: the counts where it does not pay are named, with the reason
     partial = stops_paying_sentence(toy_grid(3900.0, birder_elsewhere=0.9))
@@ -73,7 +75,7 @@ def test_where_one_bit_stops_paying_is_read_off_the_grid():
 
 def test_networks_are_ordered_by_line_rate_not_by_name():
     assert plots.speed_order(["100gbe", "10gbe", "25gbe", "my-cluster"]) == ["10gbe", "25gbe", "100gbe", "my-cluster"]
-    rates = [NETWORKS[n]["line_rate_gbps"] * NETWORKS[n].get("count", 1) for n in report_scaling.buying_networks()]
+    rates = [NETWORKS[n]["line_rate_gbps"] * NETWORKS[n].get("count", 1) for n in report_grid.buying_networks()]
     assert rates == sorted(rates) and len(rates) >= 3
 
 
@@ -82,9 +84,9 @@ def test_num_keeps_three_significant_figures():
 
 
 def test_the_first_screen_cites_the_simulators_predictions(tmp_path):
-    section = report_scaling.decision_section(tmp_path, quick=True)
+    section = report_decision.decision_section(tmp_path, quick=True)
     first_screen = "\n".join(section.markdown.splitlines()[:40])
-    grid = report_scaling.grid(quick=True)
+    grid = report_grid.grid(quick=True)
     resnet = grid.models[0]
     assert resnet.setting.model == "resnet50" and resnet.title in first_screen
     networks = first_screen.split("to the fastest: ")[1].split(".")[0].split(", ")
@@ -264,9 +266,9 @@ def test_a_price_file_ranks_networks_by_samples_per_unit_cost(tmp_path):
     path = tmp_path / "prices.toml"
     path.write_text('currency = "EUR"\nnode = 1000\n[nic]\n10gbe = 0\n100gbe = 3000\n'
                     '[switch_port]\n10gbe = 0\n100gbe = 1000\n')
-    prices = report_scaling.load_prices(path)
+    prices = report_prices.load_prices(path)
     assert prices.cluster_cost("100gbe", 16, 1) == 16 * (1000 + 4000)
-    lines = report_scaling.cost_ranking(toy_grid(3900.0), 16, prices)
+    lines = report_prices.cost_ranking(toy_grid(3900.0), 16, prices)
     table = [line for line in lines if line.startswith("| 1 ") or line.startswith("| 2 ")]
     assert "| 1 | 10gbe | birder |" in table[0] and "| 2 | 100gbe | sgdm |" in table[1]
     assert num(3900 / 16000 * 1e3) in table[0]  # 3,900 samples/s for 16 nodes x 1,000 EUR
@@ -285,7 +287,7 @@ def test_bad_price_files_are_one_error(tmp_path, text, message):
     path = tmp_path / "p.toml"
     path.write_text(text)
     with pytest.raises(ValueError, match=message):
-        report_scaling.load_prices(path)
+        report_prices.load_prices(path)
 
 
 def test_a_bad_price_file_stops_the_report_before_it_starts(tmp_path):
@@ -335,7 +337,7 @@ def test_speedup_words_quote_the_paired_check_and_caution_below_nominal(coverage
     speedup = {"pairs": 214, "coverage": coverage, "median_half_width": 0.213, "naive_coverage": 0.874,
                "naive_median_half_width": 0.295, "decided": 0.383, "decided_right": 0.976}
     summary = {"corpus_validation": {"summary": {"interval_level": 0.8, "speedup": speedup}}}
-    words = report_scaling.speedup_words(report_scaling.Grid((), summary, ()))
+    words = report_words.speedup_words(report_grid.Grid((), summary, ()))
     assert (f"(214 pairs: they covered {100 * coverage:.1f}% of the pairs left out with a median half-width of 21%, "
             "against 87.4% and 30% for the two intervals divided end by end; the 38% that excluded 1 named the faster "
             "as measured in 98% of cases)") in words
@@ -350,7 +352,7 @@ def test_with_a_price_file_the_decision_ranks_the_priced_networks_by_value(tmp_p
     d = decide(g, 16)
     path = tmp_path / "prices.toml"
     path.write_text("node = 1000\n[nic]\n10gbe = 0\n25gbe = 1000\n[switch_port]\n10gbe = 0\n25gbe = 500\n")
-    sentence = decision_sentence(g, d, report_scaling.load_prices(path))
+    sentence = decision_sentence(g, d, report_prices.load_prices(path))
     assert "100gbe left out" in sentence and "buy 100gbe" not in sentence
     # sgdm: 1,000/s for 16,000 (62.5 per 1,000) on 10gbe against 2,000/s for 40,000 (50) on 25gbe
     assert "without Birder buy 10gbe (sgdm 1,000/s (800 to 1,200), 62.5/s per 1,000 units)" in sentence
@@ -358,7 +360,7 @@ def test_with_a_price_file_the_decision_ranks_the_priced_networks_by_value(tmp_p
     assert "pick the cheaper by the prices, 10gbe." in sentence and "taken as the cheapest" not in sentence
     # 10gbe made dear: value and the tie-break follow the prices, not the line rate
     path.write_text("node = 1000\n[nic]\n10gbe = 5000\n25gbe = 1000\n[switch_port]\n10gbe = 0\n25gbe = 500\n")
-    dear = decision_sentence(g, d, report_scaling.load_prices(path))
+    dear = decision_sentence(g, d, report_prices.load_prices(path))
     assert "with Birder buy 25gbe (birder 3,850/s" in dear and "pick the cheaper" not in dear
     assert "No priced network cheaper than the fastest priced one, 25gbe" in dear
     assert decision_sentence(g, d) == decision_sentence(g, d, None) and "left out" not in decision_sentence(g, d)

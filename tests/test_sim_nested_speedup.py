@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from birder.report_scaling import speedup_words
+from birder.report_words import speedup_words
 from sim import validate
 from sim.validation import load_corpus
 
