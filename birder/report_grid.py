@@ -125,6 +125,7 @@ class ModelGrid:
     networks: tuple[str, ...]
     nodes: tuple[int, ...]
     predictions: tuple[dict, ...]
+    gpus_per_node: int = GPUS_PER_NODE
 
     def get(self, network: str, optimizer: str, nodes: int) -> dict | None:
         for p in self.predictions:
@@ -140,7 +141,7 @@ class ModelGrid:
     def title(self) -> str:
         s = self.setting
         if self.calibration.startswith("built-in"):
-            short = "built-in compute profile (no published single-node figure)"
+            short = f"{self.calibration.split(' compute')[0]} compute profile (no published single-node figure)"
         elif "Birder paper" in self.calibration:
             short = "calibrated on the Birder paper's single-node throughputs"
         else:
@@ -155,29 +156,88 @@ class Grid:
     networks: tuple[str, ...]
 
 
-_CACHE: dict[bool, Grid] = {}
+@dataclass(frozen=True)
+class Question:
+    """The user's own question (``birder report --model --nodes --gpu --cluster``); None: the overview's."""
+
+    models: tuple[str, ...] | None = None
+    nodes: tuple[int, ...] | None = None
+    gpu: str | None = None
+    cluster: str | None = None  # a cluster file: its one network instead of the buying networks
+
+    def settings(self, quick: bool) -> tuple[Setting, ...]:
+        """The models asked (a known setting's batch and calibration, else 32 per GPU on the built-in profile)."""
+        if self.models is None:
+            return tuple(s for s in SETTINGS if not quick or s.model in QUICK_MODELS)
+        known = {s.model: s for s in SETTINGS}
+        return tuple(known.get(m, Setting(m, m, 32, "built-in")) for m in self.models)
+
+    def decision_nodes(self) -> tuple[int, ...]:
+        return self.nodes if self.nodes is not None else HEADLINE_NODES
+
+    @property
+    def published_calibration(self) -> bool:
+        """The published single-node figures are of 8 A100s on the authors' own machines: used only for the
+        overview's hardware (no --gpu other than a100, no cluster file)."""
+        return self.cluster is None and self.gpu in (None, "a100")
 
 
-def grid(quick: bool = False, progress: bool = False) -> Grid:
-    """Every setting's predictions over the buying networks and nodes (computed once per process)."""
-    if quick in _CACHE:
-        return _CACHE[quick]
+_QUESTION: list[Question] = []
+
+
+def use_question(question: Question | None) -> None:
+    """The question this run's report answers (None: the overview)."""
+    _QUESTION[:] = [question] if question is not None else []
+
+
+def current_question() -> Question:
+    return _QUESTION[0] if _QUESTION else Question()
+
+
+_CACHE: dict[tuple, Grid] = {}
+
+
+def grid(quick: bool = False, progress: bool = False, question: Question | None = None) -> Grid:
+    """Every setting's predictions over the buying networks (or the cluster file's network) and nodes, for the
+    question of this run (``use_question``) unless one is given; computed once per process and question."""
+    question = question if question is not None else current_question()
+    key = (quick, question)
+    if key in _CACHE:
+        return _CACHE[key]
     from sim import api
 
     summary = api.validation_summary()
-    networks = tuple(buying_networks())
-    nodes = QUICK_NODES if quick else NODES
+    gpu = question.gpu or "a100"
+    if question.cluster is not None:
+        networks = (cluster_network_name(question.cluster),)
+    else:
+        networks = tuple(buying_networks())
+    nodes = tuple(sorted(set(QUICK_NODES if quick else NODES) | set(question.decision_nodes())))
     models = []
-    for setting in SETTINGS:
-        if quick and setting.model not in QUICK_MODELS:
-            continue
-        single, optimizers, words = single_node_figures(setting, summary, section_optimizers(quick), networks[0])
-        predictions = api.sweep_grid(setting.model, list(nodes), list(networks), list(optimizers),
-                                     batch_per_gpu=setting.batch_per_gpu, gpus_per_node=GPUS_PER_NODE, gpu="a100",
-                                     single_node_throughput=single, progress=progress)
-        models.append(ModelGrid(setting, words, optimizers, networks, nodes, tuple(predictions)))
-    _CACHE[quick] = Grid(tuple(models), summary, networks)
-    return _CACHE[quick]
+    for setting in question.settings(quick):
+        if question.published_calibration:
+            single, optimizers, words = single_node_figures(setting, summary, section_optimizers(quick),
+                                                            networks[0])
+        else:
+            single, optimizers, words = None, section_optimizers(quick), (
+                f"built-in {gpu.upper()} compute profile (sim/presets/gpus.toml; no published single-node figure "
+                "of this hardware in this project)")
+        predictions = api.sweep_grid(setting.model, list(nodes), None if question.cluster else list(networks),
+                                     list(optimizers), batch_per_gpu=setting.batch_per_gpu,
+                                     gpus_per_node=None if question.cluster else GPUS_PER_NODE,
+                                     gpu=question.gpu if question.cluster else gpu, single_node_throughput=single,
+                                     progress=progress, cluster_file=question.cluster)
+        per_node = predictions[0]["gpus_per_node"] if predictions else GPUS_PER_NODE
+        models.append(ModelGrid(setting, words, optimizers, networks, nodes, tuple(predictions), per_node))
+    _CACHE[key] = Grid(tuple(models), summary, networks)
+    return _CACHE[key]
+
+
+def cluster_network_name(path: str) -> str:
+    """The name predictions on a cluster file carry as their network (its ``name``, else its network's)."""
+    from sim.hardware import load_cluster
+
+    return load_cluster(path).nic.name
 
 
 # ------------------------------------------------------------------------------------------ decisions
@@ -197,39 +257,6 @@ def within_uncertainty(a: dict, b: dict) -> bool:
 def best(g: ModelGrid, network: str, nodes: int, optimizers) -> dict | None:
     found = [p for o in optimizers if (p := g.get(network, o, nodes)) is not None]
     return max(found, key=lambda p: p["throughput"], default=None)
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What one model at one node count tells a buyer."""
-
-    nodes: int
-    reference: dict  # the best uncompressed baseline on the fastest network
-    without: dict | None  # the cheapest network's best baseline reaching MATCH_SHARE of the reference
-    with_birder: dict | None  # the cheapest network where Birder reaches MATCH_SHARE of the reference
-    best_birder: dict | None  # Birder's best over the networks
-    speedups: dict[str, dict]  # per network: Birder / best baseline there (``speedup``)
-    best_per_network: dict[str, str]  # per network: the fastest optimizer
-
-
-def decide(g: ModelGrid, nodes: int) -> Decision | None:
-    fastest = g.networks[-1]
-    reference = best(g, fastest, nodes, g.baselines)
-    if reference is None:
-        return None
-    target = MATCH_SHARE * reference["throughput"]
-    without = next((b for n in g.networks if (b := best(g, n, nodes, g.baselines)) and b["throughput"] >= target),
-                   None)
-    birders = [p for n in g.networks if (p := g.get(n, "birder", nodes)) is not None]
-    with_birder = next((p for p in birders if p["throughput"] >= target), None)
-    speedups = {}
-    for n in g.networks:
-        b, base = g.get(n, "birder", nodes), best(g, n, nodes, g.baselines)
-        if b is not None and base is not None:
-            speedups[n] = speedup(b, base)
-    best_per = {n: top["optimizer"] for n in g.networks if (top := best(g, n, nodes, g.optimizers)) is not None}
-    return Decision(nodes, reference, without, with_birder, max(birders, key=lambda p: p["throughput"], default=None),
-                    speedups, best_per)
 
 
 def pays_runs(g: ModelGrid, network: str) -> tuple[list[int], list[int]]:

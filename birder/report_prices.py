@@ -1,5 +1,4 @@
-"""A price file for `birder report --prices`: what a cluster costs, and the networks ranked by samples/s per unit
-of cost."""
+"""A price file for `birder report --prices`: what a cluster costs (``report_verdict`` ranks the set-ups by it)."""
 
 from __future__ import annotations
 
@@ -7,28 +6,30 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from birder.report_core import interval, num, rate
-from birder.report_grid import ModelGrid, best, speedup
-
 
 @dataclass(frozen=True)
 class Prices:
-    """What a cluster costs: per node (its GPUs included), per NIC and per switch port, by network."""
+    """What a cluster costs: per node (its GPUs included), per NIC and per switch port, by network; ``years``
+    (optional): the years the cluster is paid off over, for a cost per sample. The NICs per node are not the file's:
+    they are the simulated cluster's (a preset's count, or a cluster file's ``[network] count``), and the report
+    says how many it priced."""
 
     node: float
     nic: dict[str, float]
     switch_port: dict[str, float]
     currency: str = "units"
     path: str = ""
+    years: float | None = None
 
     def cluster_cost(self, network: str, nodes: int, nics_per_node: int) -> float | None:
-        """nodes x (node + NICs x (NIC + switch port)); None where the file prices no NIC or port of ``network``."""
+        """nodes x (node + NICs per node x (NIC + switch port)); None where the file prices no NIC or port of
+        ``network``."""
         if network not in self.nic or network not in self.switch_port:
             return None
         return nodes * (self.node + nics_per_node * (self.nic[network] + self.switch_port[network]))
 
 
-PRICE_KEYS = {"currency", "node", "nic", "switch_port"}
+PRICE_KEYS = {"currency", "node", "nic", "switch_port", "years"}
 _PRICES: list[Prices] = []  # the price file of this run (``use_prices``), read by the decision section
 
 
@@ -52,7 +53,7 @@ def load_prices(path: str | Path) -> Prices:
     unknown = set(data) - PRICE_KEYS
     if unknown or "node" not in data:
         raise ValueError(f"{path}: expected node = PRICE, [nic] and [switch_port] tables of network = PRICE and an "
-                         f"optional currency; found {sorted(data)}")
+                         f"optional currency and years; found {sorted(data)}")
 
     def price(value, key: str, positive: bool = False) -> float:
         ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and (
@@ -77,8 +78,9 @@ def load_prices(path: str | Path) -> Prices:
     currency = data.get("currency", "units")
     if not isinstance(currency, str) or not currency.strip():
         raise ValueError(f"{path}: currency must be a non-empty string, got {currency!r}")
+    years = price(data["years"], "years", positive=True) if "years" in data else None
     return Prices(price(data["node"], "node", positive=True), tables["nic"], tables["switch_port"], currency,
-                  str(path))
+                  str(path), years)
 
 
 def use_prices(prices: Prices | None) -> None:
@@ -89,39 +91,3 @@ def use_prices(prices: Prices | None) -> None:
 def current_prices() -> Prices | None:
     """The price file of this run (``use_prices``), or None."""
     return _PRICES[0] if _PRICES else None
-
-
-def cost_ranking(g: ModelGrid, nodes: int, prices: Prices) -> list[str]:
-    """Markdown: per network, its best set-up's samples/s per 1,000 of cost, best first, with its interval, and
-    whether it is within the uncertainty of the first."""
-    ranked = []
-    for net in g.networks:
-        p = best(g, net, nodes, g.optimizers)
-        cost = None if p is None else prices.cluster_cost(net, nodes, p.get("nics_per_node", 1))
-        if cost:
-            ranked.append((p["throughput"] / cost * 1e3, p, cost))
-    unpriced = [n for n in g.networks if prices.cluster_cost(n, nodes, 1) is None]
-    if not ranked:
-        return [f"No network of this grid is priced in {prices.path}."]
-    ranked.sort(key=lambda item: -item[0])
-    top = ranked[0]
-    lines = [f"Samples/s per 1,000 {prices.currency} of cluster at {nodes} nodes (node {num(prices.node)}, NICs and "
-             f"switch ports per network from {prices.path}), best set-up per network:", "",
-             f"| rank | network | optimizer | samples/s | cluster cost ({prices.currency}) | per 1,000 "
-             f"{prices.currency} | vs the first |", "|---:|---|---|---:|---:|---:|---|"]
-    for i, (value, p, cost) in enumerate(ranked, 1):
-        lo, hi = interval(p)
-        tied = i > 1 and speedup(p, top[1])["high"] * top[2] / cost >= 1  # samples/s per cost: ratio x cost ratio
-        lines.append(f"| {i} | {p['network']} | {p['optimizer']} | {rate(p)} | {num(cost)} | {num(value)} "
-                     f"({num(lo / cost * 1e3)} to {num(hi / cost * 1e3)}) | "
-                     + ("first" if i == 1 else "within the uncertainty" if tied else "below") + " |")
-    if unpriced:
-        lines += ["", f"Not priced (no NIC or switch port price): {', '.join(unpriced)}."]
-    return lines
-
-
-
-def per_cost(p: dict, prices: Prices) -> float | None:
-    """Samples/s per 1,000 of cluster cost of the set-up ``p``; None where its network is not priced."""
-    cost = prices.cluster_cost(p["network"], p["nodes"], p.get("nics_per_node", 1))
-    return None if not cost else p["throughput"] / cost * 1e3

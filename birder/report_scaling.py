@@ -6,9 +6,22 @@ from __future__ import annotations
 from pathlib import Path
 
 from birder.report_core import num, show_progress
-from birder.report_grid import GPUS_PER_NODE, ModelGrid, best, extrapolated, grid, speedup
+from birder.report_grid import (
+    GPUS_PER_NODE,
+    ModelGrid,
+    best,
+    current_question,
+    extrapolated,
+    grid,
+    is_uncompressed,
+    speedup,
+)
+from birder.report_prices import current_prices
+from birder.report_verdict import shown_rows, verdicts
 from birder.report_words import accuracy_words, corpus_lines, fitted_constants_lines, stops_paying_details
 from birder_ref.schedules import Layout
+
+BREAKDOWN_NETWORKS = 4  # networks of a verdict the time breakdown shows
 
 
 def scaling_section(outdir: Path, quick: bool) -> str:
@@ -64,8 +77,9 @@ def scaling_section(outdir: Path, quick: bool) -> str:
     lines.append("")
 
     curves = {}
+    answers = verdicts(g, current_question(), current_prices())
     for m in g.models:
-        lines += _model_section(m, outdir, plots)
+        lines += _model_section(m, outdir, plots, answers)
         curves[f"{m.setting.label}, {m.setting.batch_per_gpu}/GPU"] = [
             {"network": n, "nodes": k, "ratio": r["ratio"], "low": r["low"], "high": r["high"]}
             for k in m.nodes if k >= 2 for n in m.networks
@@ -79,16 +93,21 @@ def scaling_section(outdir: Path, quick: bool) -> str:
     return "\n".join(lines)
 
 
-def _model_section(m: ModelGrid, outdir: Path, plots) -> list[str]:
+def _model_section(m: ModelGrid, outdir: Path, plots, answers: list | None = None) -> list[str]:
+    """One model's predictions; the time breakdown shows the networks and node counts of its verdicts
+    (``answers``: the decision's ``(ModelGrid, Verdict)`` pairs), for SGDM/Adam and Birder: a few bars."""
     prefix = f"sim_{m.setting.model}_"
     title = f"{m.title}: predicted throughput (bands: prediction interval)"
     curve = plots.throughput_vs_gpus(list(m.predictions), outdir, prefix=prefix, title=title)[0]
-    shown = list(m.optimizers)  # every optimizer the tables name
-    multi = [p for p in m.predictions if p["nodes"] >= 2]
-    bars = plots.time_breakdown(multi, outdir, prefix=prefix, optimizers=shown,
-                                title=f"{m.title}: share of each iteration, 2-{m.nodes[-1]} nodes "
-                                      "(the same range as the throughput plot)")[0]
-    gpus = [Layout(n, GPUS_PER_NODE).n_ranks for n in m.nodes]
+    mine = [v for g, v in answers or [] if g is m]
+    networks = {r.network for v in mine for r in shown_rows(v, BREAKDOWN_NETWORKS)} or {m.networks[0], m.networks[-1]}
+    counts = {v.nodes for v in mine} or {n for n in m.nodes if n >= 2}
+    shown = [o for o in m.optimizers if is_uncompressed(o) or o == "birder"]
+    focus = [p for p in m.predictions if p["nodes"] in counts and p["network"] in networks and p["optimizer"] in shown]
+    bars = plots.time_breakdown(focus, outdir, prefix=prefix, optimizers=shown,
+                                title=f"{m.setting.label}: share of each iteration at "
+                                      f"{', '.join(map(str, sorted(counts)))} nodes")[0]
+    gpus = [Layout(n, m.gpus_per_node).n_ranks for n in m.nodes]
     lines = [f"### {m.title}", "", f"Compute: {m.calibration}.", "",
              "Where Birder stops beating the best uncompressed optimizer, and why:", "", *stops_paying_details(m), "",
              f"![throughput vs GPUs]({curve.name})", "", f"![share of each iteration]({bars.name})", "",

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import math
 
-from birder.report_core import interval, num, rate, ratio, spans
+from birder.report_core import spans
 from birder.report_grid import (
     GPUS_PER_NODE,
-    HEADLINE_NODES,
-    Decision,
     Grid,
     ModelGrid,
     best,
@@ -17,106 +15,7 @@ from birder.report_grid import (
     speedup,
     tied_counts,
     why_not,
-    within_uncertainty,
 )
-from birder.report_prices import Prices, per_cost
-from birder_ref.schedules import Layout
-
-
-def best_alternative(g: ModelGrid, d: Decision) -> tuple[str, dict] | None:
-    """The network slower than the reference's where Birder gains most over the best baseline, if it gains."""
-    cheaper = [(n, r) for n, r in d.speedups.items() if n != d.reference["network"] and r["ratio"] > 1]
-    return max(cheaper, key=lambda item: item[1]["ratio"], default=None)
-
-
-def decision_sentence(g: ModelGrid, d: Decision, prices: Prices | None = None) -> str:
-    """One node count's answer: the cheapest network that is enough without and with Birder, each with its own
-    figure, against the fastest uncompressed set-up. With a price file, the best samples/s per unit cost among
-    the networks it prices instead (``priced_decision_sentence``); without one, the slowest network is taken as
-    the cheapest."""
-    if prices is not None:
-        return priced_decision_sentence(g, d, prices)
-    ref = d.reference
-    head = f"**{d.nodes} nodes ({Layout(d.nodes, GPUS_PER_NODE).n_ranks} GPUs):**"
-    without = d.without if d.without is not None else ref
-    need = without["network"]
-    share = 100 * without["throughput"] / ref["throughput"]
-    fastest = f"the fastest uncompressed set-up is {ref['optimizer']} on {ref['network']}, {rate(ref)}"
-    if d.with_birder is not None and g.networks.index(d.with_birder["network"]) < g.networks.index(need):
-        text = (f"{head} without Birder buy {need} ({without['optimizer']} {rate(without)}, {share:.0f}% of the "
-                f"fastest); with Birder {d.with_birder['network']} is enough (birder {rate(d.with_birder)}, "
-                f"{100 * d.with_birder['throughput'] / ref['throughput']:.0f}%); {fastest}.")
-    else:
-        text = (f"{head} buy {need} with or without Birder: {without['optimizer']} there {rate(without)}, "
-                f"{share:.0f}% of the fastest; {fastest}.")
-        gain = d.speedups.get(need)
-        if gain is not None:
-            text += f" Birder on {need}: {ratio(gain)} the best baseline there."
-    text += " " + uncertainty_sentence(g, d.nodes)
-    alternative = best_alternative(g, d)
-    if alternative is not None:
-        net, r = alternative
-        b = g.get(net, "birder", d.nodes)
-        text += (f" On a cheaper network Birder gains most on {net}: {ratio(r)} the best baseline there, "
-                 f"{100 * b['throughput'] / ref['throughput']:.0f}% of the fastest set-up.")
-    else:
-        text += " On no cheaper network does Birder beat the best baseline."
-    return text
-
-
-def priced_decision_sentence(g: ModelGrid, d: Decision, prices: Prices) -> str:
-    """One node count's answer by the price file: among the networks it prices, the best samples/s per 1,000 of
-    cluster cost without Birder (best baseline) and with it (Birder), the networks left out for lack of a price,
-    and of the priced networks whose best set-ups are within the uncertainty of the fastest priced one, the
-    cheaper by the prices."""
-    head = f"**{d.nodes} nodes ({Layout(d.nodes, GPUS_PER_NODE).n_ranks} GPUs):**"
-    priced = [n for n in g.networks if prices.cluster_cost(n, d.nodes, 1) is not None]
-    unpriced = [n for n in g.networks if n not in priced]
-    left_out = f" ({', '.join(unpriced)} left out: {prices.path} prices no NIC or switch port of them)" \
-        if unpriced else ""
-    if not priced:
-        return f"{head} no network of this grid is priced in {prices.path}; nothing to rank by cost."
-    unit = f"per 1,000 {prices.currency}"
-
-    def top(optimizers) -> dict | None:
-        found = [p for n in priced if (p := best(g, n, d.nodes, optimizers)) is not None]
-        return max(found, key=lambda p: per_cost(p, prices), default=None)
-
-    without, with_birder = top(g.baselines), top(("birder",))
-    text = f"{head} by samples/s {unit} of cluster among the priced networks{left_out}:"
-    if without is not None:
-        text += (f" without Birder buy {without['network']} ({without['optimizer']} {rate(without)}, "
-                 f"{num(per_cost(without, prices))}/s {unit})")
-    if with_birder is not None:
-        gain = per_cost(with_birder, prices) / per_cost(without, prices) if without is not None else None
-        text += (f"; with Birder buy {with_birder['network']} (birder {rate(with_birder)}, "
-                 f"{num(per_cost(with_birder, prices))}/s {unit}"
-                 + (f", {gain:.2f}x the value without" if gain is not None else "") + ")")
-    fastest = best(g, priced[-1], d.nodes, g.optimizers)
-    tied = [p for n in priced if (p := best(g, n, d.nodes, g.optimizers)) and within_uncertainty(p, fastest)]
-    cheapest = min(tied, key=lambda p: prices.cluster_cost(p["network"], d.nodes, p.get("nics_per_node", 1)),
-                   default=None)
-    if cheapest is None or cheapest["network"] == fastest["network"]:
-        text += (f". No priced network cheaper than the fastest priced one, {fastest['network']}, is within the "
-                 "uncertainty of it.")
-    else:
-        text += (f". {cheapest['network']} ({cheapest['optimizer']} {rate(cheapest)}) and {fastest['network']} "
-                 f"({fastest['optimizer']} {rate(fastest)}) are within the uncertainty: pick the cheaper by the "
-                 f"prices, {cheapest['network']}.")
-    return text
-
-
-def uncertainty_sentence(g: ModelGrid, nodes: int) -> str:
-    """The cheapest network whose best set-up (any optimizer) is within the uncertainty of the fastest network's:
-    the interval of their ratio contains 1, so the prediction cannot tell them apart and the cheaper one is the
-    buy."""
-    fastest = best(g, g.networks[-1], nodes, g.optimizers)
-    tied = next((p for n in g.networks if (p := best(g, n, nodes, g.optimizers)) and within_uncertainty(p, fastest)),
-                None)
-    if fastest is None or tied is None or tied["network"] == fastest["network"]:
-        return ("Every cheaper network is slower than the fastest beyond the uncertainty of their ratio.")
-    return (f"{tied['network']} ({tied['optimizer']} {rate(tied)}) and {fastest['network']} ({fastest['optimizer']} "
-            f"{rate(fastest)}) are within the uncertainty: pick the cheaper, {tied['network']}.")
 
 
 def stops_paying_sentence(g: ModelGrid) -> str:
@@ -151,22 +50,6 @@ def stops_paying_details(g: ModelGrid) -> list[str]:
         if later:
             lines.append(f"- {net}, {later[0] if pays else grid_nodes[-1]} nodes: "
                          f"{why_not(g, net, later[0] if pays else grid_nodes[-1])}.")
-    return lines
-
-
-def headline_table(g: ModelGrid, nodes=HEADLINE_NODES) -> list[str]:
-    """Samples/s (range) of the best baseline and of Birder on every network at the headline node counts."""
-    counts = [n for n in nodes if n in g.nodes]
-    base = "best of " + "/".join(g.baselines)
-    lines = ["| network | " + " | ".join(f"{n} nodes: {base} | {n} nodes: birder" for n in counts) + " |",
-             "|---|" + "---:|" * (2 * len(counts))]
-    for net in g.networks:
-        cells = []
-        for n in counts:
-            for p in (best(g, net, n, g.baselines), g.get(net, "birder", n)):
-                cells.append("" if p is None else
-                             f"{num(p['throughput'])} ({num(interval(p)[0])} to {num(interval(p)[1])})")
-        lines.append(f"| {net} | " + " | ".join(cells) + " |")
     return lines
 
 

@@ -319,37 +319,3 @@ def corpus_left_out(predictions: list[dict], out: Path, prefix: str = "") -> Pat
     ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
     return _save(fig, out / f"{prefix}corpus_left_out.png")
-
-
-def network_choice(rows: list[dict], path: Path, title: str) -> Path:
-    """The buyer's comparison on a linear axis from zero (differences of a few percent stay visible as such):
-    one panel per node count, per network (slowest first) a bar per series (``label``) at ``throughput`` with
-    its interval (``low``, ``high``) as an error bar."""
-    counts = sorted({r["nodes"] for r in rows})
-    series = list(dict.fromkeys(r["label"] for r in rows))
-    colour = styles(series)
-    fig, axes = _panels(len(counts), width=5.5, sharey=False)  # each node count on its own scale, all from 0
-    for ax, n in zip(axes, counts, strict=True):
-        networks = speed_order(r["network"] for r in rows if r["nodes"] == n)
-        width = 0.8 / len(series)
-        for j, label in enumerate(series):
-            for i, net in enumerate(networks):
-                r = next((r for r in rows if (r["nodes"], r["network"], r["label"]) == (n, net, label)), None)
-                if r is None:
-                    continue
-                x = i + (j - (len(series) - 1) / 2) * width
-                ax.bar(x, r["throughput"], width * 0.9, color=colour[label]["color"], label=label if i == 0 else None)
-                ax.errorbar(x, r["throughput"], yerr=[[r["throughput"] - r["low"]], [r["high"] - r["throughput"]]],
-                            color="black", capsize=3, lw=1)
-        ax.set_xticks(range(len(networks)), [network_label(net) for net in networks], rotation=30, ha="right",
-                      fontsize=8)
-        ax.set_ylim(bottom=0)
-        ax.yaxis.set_major_formatter(PLAIN)
-        ax.set_title(f"{n} nodes", fontsize=10)
-        ax.grid(True, axis="y", alpha=0.3)
-    axes[0].set_ylabel("throughput (samples/s, linear from 0)")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
-    fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.06, 1, _below_title(fig)))
-    return _save(fig, path)
