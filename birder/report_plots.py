@@ -20,21 +20,6 @@ VERDICT_WORDS = {"yes": "Birder pays", "no": "Birder does not pay", "cannot tell
                  "not simulated": "Birder not simulated"}
 
 
-def texts_outside(fig) -> list[str]:
-    """The text artists of ``fig`` (titles, labels, ticks, legend) that reach outside the figure, drawn as saved."""
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
-    box = fig.bbox
-    out = []
-    for text in fig.findobj(matplotlib.text.Text):
-        if not text.get_visible() or not text.get_text():
-            continue
-        e = text.get_window_extent(renderer)
-        if e.x0 < box.x0 - 0.5 or e.y0 < box.y0 - 0.5 or e.x1 > box.x1 + 0.5 or e.y1 > box.y1 + 0.5:
-            out.append(text.get_text())
-    return out
-
-
 def draw_verdict(v: Verdict, rows: tuple[Row, ...]):
     """The figure (not saved): horizontal bars, the cheapest network at the top, the network to buy in bold."""
     fig, ax = plt.subplots(figsize=(7.5, 1.5 + 0.62 * len(rows)))
