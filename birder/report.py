@@ -107,7 +107,8 @@ def _build(outdir: Path, quick: bool, sections: tuple, progress: bool, timings: 
     parts = ["# Birder toolkit report", ""]
     with atomic_path(outdir) as tmp:
         tmp.mkdir(parents=True)
-        for spec in tqdm(sections, desc="report sections", unit="section", disable=not progress, file=sys.stderr):
+        for spec in tqdm(sections, desc="report sections", unit="section", disable=not progress, file=sys.stderr,
+                         leave=False):
             if callable(spec):
                 make, spec = spec, f"{spec.__module__}:{spec.__name__}"
             else:
