@@ -24,7 +24,7 @@ The sweep is the same for every method: each learning rate of ``LEARNING_RATES``
 validation loss. The chosen setting then runs with seeds 1-3 (other initial weights, data order and Birder
 draws), reported on the test split as mean and sample standard deviation. Birder's chosen setting also runs
 without warm-up (the ablation behind the recipe's warm-up line). The JSON beside the plot holds every run;
-``readme_block`` renders the README's table and recipe from it (a test checks the README holds that text).
+``readme_block`` renders the table and recipe of docs/convergence_study.md from it (a test checks it holds that text).
 """
 
 from __future__ import annotations

@@ -186,7 +186,7 @@ def sweep_grid(model: str, nodes: list[int], networks: list[str] | None, optimiz
     grid = [(net, opt, n) for net in (networks or [None]) for opt in optimizers for n in nodes]
     out = []
     for net, opt, n in tqdm(grid, desc="sweep", unit="config", disable=True if not progress else None,
-                            file=sys.stderr):
+                            file=sys.stderr, leave=False):  # gone when done: the answer follows it
         single = single_node_throughput.get(opt) if isinstance(single_node_throughput, dict) else single_node_throughput
         out.append(predict_config(model, n, net or "", opt, batch_per_gpu=batch_per_gpu, gpus_per_node=gpus_per_node,
                                   gpu=gpu, single_node_throughput=single, cluster_file=cluster_file,

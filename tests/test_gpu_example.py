@@ -75,18 +75,18 @@ def test_lr_schedules_warm_up_then_hold_or_decay_to_zero():
 
 
 def test_readme_convergence_figures_are_the_committed_studys():
-    """The README's table and recipe lines are ``readme_block`` of the committed JSON, and the JSON is the full
+    """The docs' table and recipe lines are ``readme_block`` of the committed JSON, and the JSON is the full
     study (its budget, every run's ranks identical), not a smoke run."""
     study = _study_module()
     result = json.loads(STUDY.with_suffix(".json").read_text())
     assert result["budget"]["steps"] == study.STUDY.steps and len(result["budget"]["seeds"]) == 3
     assert all(r["ranks_identical"] for r in result["records"])
-    readme = (STUDY.parents[1] / "README.md").read_text()
+    readme = (STUDY.parents[1] / "docs" / "convergence_study.md").read_text()
     assert study.readme_block(result) in readme
 
 
 def test_readme_convergence_sentences_hold_for_the_committed_study():
-    """Each qualitative sentence of the README's reading and recipe, checked on the committed JSON."""
+    """Each qualitative sentence of docs/convergence_study.md's reading and recipe, checked on the committed JSON."""
     result = json.loads(STUDY.with_suffix(".json").read_text())
     rows = {(r["phase"], r["task"], r["method"]): r for r in result["summary"]}
 
@@ -163,11 +163,11 @@ def test_readme_recipe_figures_are_the_committed_exploration():
     result = json.loads(RECIPE.with_suffix(".json").read_text())
     assert result["steps"] == _study_module().STUDY.steps["lm"] and list(result["variants"]) == list(recipe.VARIANTS)
     assert all(r["ranks_identical"] for r in [*result["screen"].values(), *result["records"]])
-    assert recipe.readme_block(result) in (RECIPE.parents[1] / "README.md").read_text()
+    assert recipe.readme_block(result) in (RECIPE.parents[1] / "docs" / "convergence_study.md").read_text()
 
 
 def test_readme_recipe_sentences_hold_for_the_committed_exploration():
-    """Each qualitative sentence of the README's recipe and its reading, checked on the committed JSON."""
+    """Each qualitative sentence of the docs' recipe and its reading, checked on the committed JSON."""
     recipe = _recipe_module()
     result = json.loads(RECIPE.with_suffix(".json").read_text())
     screen = {name: r["validation"]["loss"] for name, r in result["screen"].items()}
@@ -205,7 +205,7 @@ def test_readme_recipe_sentences_hold_for_the_committed_exploration():
     assert abs(rows["base"]["mean"] - study[("ablation", "lm", "birder")]["test_loss"]["mean"]) < 1e-9
     check = recipe._spread([r for r in result["records"] if r["phase"] == "adamw check"])
     assert check["mean"] + check["std"] < min(seeds["mean"], adamw["mean"]) - seeds["std"]  # Birder still behind
-    readme = " ".join((RECIPE.parents[1] / "README.md").read_text().split())
+    readme = " ".join((RECIPE.parents[1] / "docs" / "convergence_study.md").read_text().split())
     assert f"the same 10x embedding lr lowers AdamW too, to {check['mean']:.3f} ± {check['std']:.3f}" in readme
     assert (f"from {rows['base']['mean']:.3f} ± {rows['base']['std']:.3f} to about AdamW's held-out loss in the "
             f"study's table ({adamw['mean']:.3f} ± {adamw['std']:.3f})") in readme

@@ -169,7 +169,7 @@ def test_predict_intervals_follow_the_regime_and_the_measured_node():
     assert fast["throughput_low"] == pytest.approx(min(fast["throughput"], fast["throughput"] * math.exp(low)))
 
 
-@pytest.mark.parametrize("readme", ["README.md", "sim/README.md"])
+@pytest.mark.parametrize("readme", ["docs/predict.md", "sim/README.md"])
 def test_readme_figures_are_the_stored_runs(readme):
     """The READMEs quote the corpus figures as sim.figures.corpus_figures_markdown writes them from the stored
     run (which test_validate_reports_skill_coverage_and_width_beside_the_baselines checks against a fresh one)."""

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from birder.cli import main
-from birder.report_scaling import ModelGrid, Setting, why_not
+from birder.report_grid import ModelGrid, Setting, why_not
 from sim.api import predict_config
 
 # BERT-large on 16 nodes of 40 GbE: the preset's switch (12 MB shared, Arista 7050X) leaves each of 16 congested

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from birder.report_scaling import speedup_words
+from birder.report_words import speedup_words
 from sim.validation import corpus_setup, figures
 from sim.validation import leave_one_source_out as loso
 from sim.validation import pairs as speedup_pairs
