@@ -612,6 +612,7 @@ def run_validate(args) -> int:
         bar.set_description("validate: the corpus, each source left out")
         loso = leave_one_source_out.corpus_validation(progress=bar, step_jitter_fits=stored_step_jitter_fits())
     summary["corpus_validation"] = loso.as_dict()
+    summary.update(_headline_figures(loso))
     if args.out:
         from sim import plots
 
@@ -627,6 +628,17 @@ def run_validate(args) -> int:
     if args.json:
         print(_strict_json(summary))
         return 0
+    from sim.validation.first_contact import LOG_PATH, headline_lines, read_log
+
+    for line in headline_lines(summary["first_contact"], read_log(LOG_PATH)[-1]):
+        _say(line)
+    for which in ("left_out", "in_sample"):
+        f = summary[which]
+        _say(f"corpus, {which.replace('_', '-')} ({f['rows']} rows of {f['sources']} sources the model was designed "
+             f"on): error {f['error'] * 100:.1f}% (linear {f['linear'] * 100:.1f}%, alpha-beta "
+             f"{f['alpha_beta'] * 100:.1f}%)" + (f", 80% interval covers {f['coverage'] * 100:.1f}%"
+                                                 if "coverage" in f else ""))
+    _say("")
     _say(f"{'model':9} {'batch':>5} {'network':8} {'profile':19} {'optimizer':13} {'gpus':>4} {'published':>10} "
           f"{'predicted':>10} {'error':>7}")
     for r in results:
@@ -690,6 +702,21 @@ def _speedup_line(name: str, f: dict, level: float) -> str:
             f"intervals divided end by end: {_percent(f['naive_coverage'])}, {_percent(f['naive_median_half_width'])}"
             f"); {_percent(f['decided'])} exclude 1, of those {_percent(f['decided_right'])} on the measured side "
             f"(naive: {_percent(f['naive_decided'])}, {_percent(f['naive_decided_right'])})")
+
+
+def _headline_figures(loso) -> dict:
+    """``validate --json``'s headline keys: ``first_contact`` (sources the model never saw, scored before any change
+    for them: ``sim.validation.first_contact``), then the corpus it was designed on, ``left_out`` (each source left
+    out of every fit) and ``in_sample``, each beside linear scaling and the alpha-beta ring on the same rows."""
+    from sim.validation.first_contact import first_contact_summary
+
+    s = loso.summary()
+    sources = len({r.source for r in loso.rows})
+    common = {"rows": s["rows"], "sources": sources, "linear": s["mape_linear"], "alpha_beta": s["mape_alpha_beta"]}
+    return {"first_contact": first_contact_summary(),
+            "left_out": {"error": s["mape_left_out"], "coverage": s["coverage"],
+                         "median_half_width": s["median_half_width"], **common},
+            "in_sample": {"error": s["mape_in_sample"], **common}}
 
 
 def _print_corpus_validation(loso) -> None:

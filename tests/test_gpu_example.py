@@ -280,6 +280,7 @@ def test_docs_convergence_blocks_are_the_committed_three_task_study():
     assert all(r["ranks_identical"] and r["failure"] is None for r in result["records"])
     docs = DOCS.read_text()
     assert three.docs_block(result) in docs and three.recipe_block(result) in docs
+    assert three.readme_snippet(result) in (EXAMPLE.parents[1] / "README.md").read_text()
 
 
 def test_docs_convergence_sentences_hold_for_the_committed_three_task_study():

@@ -3,6 +3,7 @@ log's figures are what re-scoring its rows through `birder predict --json` gives
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -81,3 +82,8 @@ def test_a_dry_run_scores_without_touching_the_log(tmp_path):
     entry = fc.score(log_path=log, progress=False, only=["horovod-issue-416"], log=False)
     assert entry["pooled"]["all"]["rows"] == len(entry["rows"]) == 1
     assert log.read_text() == '{"entries": []}\n'
+
+
+def test_the_readme_leads_the_simulator_with_the_logs_first_contact_figures():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert fc.readme_block() in readme

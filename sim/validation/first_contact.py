@@ -387,6 +387,37 @@ def markdown(entry: dict) -> str:
     return "\n".join(lines)
 
 
+def headline_lines(summary: dict, latest: dict | None = None) -> list[str]:
+    """``birder validate``'s first lines: the first-contact figures (``first_contact_summary``) pooled, by measured
+    regime and per source, each beside linear scaling and the alpha-beta ring; then the latest re-score of the same
+    rows (``latest``: the log's last entry), which is no longer first contact."""
+    def line(name: str, f: dict) -> str:
+        return (f"  {name}: {f['rows']} rows, median error {_percent(f['error']['median'])} (linear "
+                f"{_percent(f['linear']['median'])}, alpha-beta {_percent(f['alpha_beta']['median'])}), 80% interval "
+                f"covers {_percent(f['coverage'])}, median half-width {_percent(f['median_half_width'])}")
+
+    pooled = summary["pooled"]["all"]
+    commits = ", ".join(c[:7] for c in summary["pooled"]["model_commits"])
+    out = [f"first contact: published rows the model had never seen, scored before any change for them (model "
+           f"{commits}; {summary['log']})", line("pooled", pooled)]
+    out += [line(f"pooled, {regime} (measured)", f) for regime, f in pooled["by_measured_regime"].items()
+            if f.get("rows")]
+    out += [line(sid, figs["all"]) for sid, figs in sorted(summary["sources"].items())]
+    if latest is not None and latest["model_commit"] not in summary["pooled"]["model_commits"]:
+        now = latest["pooled"]["all"]
+        out.append(f"the same rows re-scored by model {latest['model_commit'][:7]} ({latest['date']}; after the model "
+                   "was changed having seen them, so not first contact):")
+        out.append(line("pooled", now))
+        out += [line(f"pooled, {regime} (measured)", f) for regime, f in now["by_measured_regime"].items()
+                if f.get("rows")]
+    return out
+
+
+def readme_block(log_path: str | Path = LOG_PATH) -> str:
+    """The README's first-contact figures (``headline_lines`` of the log), as printed by ``birder validate``."""
+    return "```\n" + "\n".join(headline_lines(first_contact_summary(log_path), read_log(log_path)[-1])) + "\n```"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     dry_run = argv[:1] == ["score"] and "--no-log" in argv
@@ -407,11 +438,14 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(markdown(summary))
         return 0
+    if argv == ["readme"]:
+        print(readme_block())
+        return 0
     if len(argv) == 2 and argv[0] == "plot" and argv[1].endswith(".png"):
         print(plot(argv[1]))
         return 0
-    print("usage: python -m sim.validation.first_contact score [--no-log] [--source ID ...] | show | plot OUT.png",
-          file=sys.stderr)
+    print("usage: python -m sim.validation.first_contact score [--no-log] [--source ID ...] | show | readme | "
+          "plot OUT.png", file=sys.stderr)
     return 2
 
 
