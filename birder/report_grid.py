@@ -205,8 +205,9 @@ def grid(quick: bool = False, progress: bool = False, question: Question | None 
     if key in _CACHE:
         return _CACHE[key]
     from sim import api
+    from sim.validation.stored import validation_summary
 
-    summary = api.validation_summary()
+    summary = validation_summary()
     gpu = question.gpu or "a100"
     if question.cluster is not None:
         networks = (cluster_network_name(question.cluster),)
@@ -243,10 +244,10 @@ def cluster_network_name(path: str) -> str:
 # ------------------------------------------------------------------------------------------ decisions
 def speedup(a: dict, b: dict) -> dict:
     """a's throughput over b's with its interval, calibrated on the corpus's paired rows
-    (``sim.api.speedup_interval``: ``ratio``, ``low``, ``high``, ``basis``, ``verdict``)."""
-    from sim import api
+    (``sim.uncertainty.speedup_interval``: ``ratio``, ``low``, ``high``, ``basis``, ``verdict``)."""
+    from sim.uncertainty import speedup_interval
 
-    return api.speedup_interval(a, b)
+    return speedup_interval(a, b)
 
 
 def within_uncertainty(a: dict, b: dict) -> bool:

@@ -5,7 +5,7 @@ plot and the headline all read. Nothing else decides.
 Without a price file, networks are ranked by line rate (the slowest taken as the cheapest) and the answer is the
 cheapest network whose best set-up (any optimizer) reaches ``MATCH_SHARE`` of the fastest set-up; with one, the
 priced set-up with the most samples/s per unit of cost. Birder pays where its speed-up over the best uncompressed
-optimizer (by value, with prices) has an interval above 1 (``sim.api.speedup_interval``); it does not where the
+optimizer (by value, with prices) has an interval above 1 (``sim.uncertainty.speedup_interval``); it does not where the
 interval is below 1; otherwise the prediction cannot tell. A cheaper network whose best set-up is within the
 uncertainty of the answer's is named as not ruled out: then, and where Birder's case cannot be told, the range is
 too wide to decide, and the verdict says what would narrow it.
