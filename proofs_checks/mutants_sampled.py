@@ -252,7 +252,7 @@ MUTANTS = {
     "odd_tail_inclusive": (OddTailInclusive(), "line8_worker_quantizer"),
     "float16_vote_sum": (Float16VoteSum(), "line13_server_error"),
     "lerp_overflow": (LerpEmas(), "line5_6_moments"),
-    "zero_copy_gradients": (ZeroCopyGradients(), "contract_input_layouts"),
+    "zero_copy_gradients": (ZeroCopyGradients(), "contract_layouts_same_result"),
     "positional_order_swapped": (PositionalOrderSwapped(), "contract_calls"),
     "stale_keys": (StaleKeys(), "contract_calls"),
     "redraws_constant_draws": (RedrawsConstantDraws(), "line8_worker_quantizer"),
