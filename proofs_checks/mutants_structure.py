@@ -1,5 +1,9 @@
-"""A fourth set of wrong implementations, written before the suite was extended for issue 28 and run against it first
-(the first-contact figure is in tests/test_proofs_structure_mutants.py's docstring): each is a bug a real port
+"""A fourth set of wrong implementations, written before the suite was extended for issue 28 and run against it first.
+First contact (`birder check` at commit 59c0b3c, the suite before issue 28): 6 of the 22 wrong ports rejected
+(reciprocal_lanes, coefficients_per_shape, eps_from_first_call, resident_server_error, float16_counter,
+T0_zero_is_off), 2 of the 4 correct ports accepted (torch_lerp and torch_no_copy rejected: negative strides refused,
+g - m overflowing near the largest float32). Each wrong one is now rejected by the check in ``MUTANTS``, each correct
+one passes (with warnings for the two torch ports). Each is a bug a real port
 has in the general case - an aligned fast path, a cache, a narrow integer type, a layout guess - that shows only in
 one part of the input space (a shape, a draw, a history of calls, a scalar type). Beside them, correct ports the
 suite must accept: torch with lerp, a torch port that copies nothing, another valid draw mapping, moments rounded

@@ -270,7 +270,8 @@ def draws_anywhere_run(ctx: Context) -> dict:
     "and its float32 neighbours, inside its grid cell, anywhere, 1 - 2^-24; workers bit for bit where y and "
     "(y + 1)/2 are exact, the server where one ulp of z does not change Q",
     needs=("quantize", "init", "step"),
-    after=("line5_6_moments", "line8_worker_quantizer", "line12_server_quantizer"),
+    after=("line5_6_moments", "line9_worker_error", "contract_eps_convention", "line8_worker_quantizer",
+           "line12_server_quantizer"),
 )
 def step_draws_anywhere(ctx: Context) -> Outcome:
     run = draws_anywhere_run(ctx)

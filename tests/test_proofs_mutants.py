@@ -16,7 +16,8 @@ def test_mutant_is_rejected_by_its_check(name):
     report = run_checks(load_target(impl), names=list(catching), progress=False)
     for result in report.results:
         assert not result.passed, f"{name} passed {result.name}: {result.detail}"
-    assert not report.passed
+    assert not replace(report, strict=True).passed  # lerp_momentum only under --strict: its check is a warning
+    assert report.passed is all(r.severity == "warning" for r in report.results)
 
 
 def test_mutants_are_reachable_from_the_command_line_name():
