@@ -221,14 +221,14 @@ def test_check_ends_every_process_the_implementation_started_and_says_so(tmp_pat
 
 
 def test_warnings_exit_zero_and_fail_under_strict_with_severity_in_the_json(capsys):
-    argv = ["check", "--json", "--impl", "proofs_checks.mutants:lerp_momentum", "--only",
-            "interface,line5_6_moments,contract_float32_extremes"]
+    """A port that refuses a layout (np.frombuffer of a Fortran-ordered array) gets a warning: exit 0, exit 1 under
+    --strict; every check carries its severity."""
+    argv = ["check", "--json", "--impl", "proofs_checks.mutants_sampled:zero_copy_gradients", "--only",
+            "interface,contract_input_layouts,contract_layouts_same_result"]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["passed"] is True and out["warnings"] == ["contract_float32_extremes"]
+    assert out["passed"] is True and out["warnings"] == ["contract_input_layouts"]
     assert {c["name"]: c["severity"] for c in out["checks"]} == {
-        "interface": "error", "line5_6_moments": "error", "contract_float32_extremes": "warning"}
-    assert main(argv + ["--strict"]) == 1
-    assert json.loads(capsys.readouterr().out)["passed"] is False
-    assert main([a for a in argv if a != "--json"]) == 0
-    assert "WARN  contract_float32_extremes" in capsys.readouterr().out
+        "interface": "error", "contract_input_layouts": "warning", "contract_layouts_same_result": "error"}
+    assert main([a for a in argv if a != "--json"] + ["--strict"]) == 1
+    assert "WARN  contract_input_layouts" in capsys.readouterr().out

@@ -13,8 +13,12 @@ from proofs_checks.runner import run_checks
 from proofs_checks.target import load_target
 from proofs_checks.trajectories import BY_NAME
 
+# uint16_counter (65,536 steps) and chunked_server_error (2 x 2^20 elements) cost seconds each: `birder check` shows
+# them rejected (the report's figures); here the long run is shown to pass on a correct port instead.
+IN_CI = [name for name in mutants_structure.MUTANTS if name not in ("uint16_counter", "chunked_server_error")]
 
-@pytest.mark.parametrize("name", list(mutants_structure.MUTANTS))
+
+@pytest.mark.parametrize("name", IN_CI)
 def test_structure_mutant_is_rejected_by_the_check_naming_its_cause(name):
     impl, check, regime, _ = mutants_structure.MUTANTS[name]
     outcome = structure.judge_in(Context(load_target(impl)), check, regime)
@@ -47,3 +51,12 @@ def test_torch_ports_get_warnings_only_and_fail_only_under_strict():
         [(r.name, r.detail) for r in report.results if not r.passed]
     assert not replace(report, strict=True).passed
     assert {r.name: r.severity for r in report.results}["contract_layouts_same_result"] == "error"
+
+
+def test_the_long_run_passes_a_correct_port_and_stops_at_a_stopped_counter():
+    plain = structure.judge_in(Context(load_target("proofs_checks.mutants_regimes:plain")), "line2_long_run")
+    assert plain.status == "pass", plain.detail
+    stopped = structure.judge_in(Context(load_target(mutants_structure.MUTANTS["float16_counter"][0])),
+                                 "line2_long_run")
+    assert stopped.status == "fail" and "after step 2049 the state's t is 2048" in stopped.detail, stopped.detail
+
