@@ -13,13 +13,13 @@ position_ids), so the row shows what Birder's forward guard adds to such a model
 ``--micro-batches N`` accumulates N forward/backward passes per step (without no_sync).
 On a machine with fewer cores than ranks the ranks share cores: both sides pay it, the ratio stays meaningful.
 Usage: python benchmarks/hook_speed.py [--layouts 2x2 2x1] [--widths 512 1600] [--steps 10] [--batchnorm]
-    [--micro-batches 1]
+    [--micro-batches 1] [--backend gloo|nccl] [--device cpu|cuda]
 """
 
 import argparse
 import json
 
-from gpu_validation.bench import hook_step_seconds
+from gpu_validation.bench import hook_step_seconds, step_time_row
 
 TARGET_RATIO = 1.5  # Birder's step time over DDP's all-reduce + AdamW (issue 21)
 
@@ -33,25 +33,17 @@ def main() -> None:
     parser.add_argument("--hooks", nargs="+", default=["birder"], help="birder, birder_overlap, birder_hook")
     parser.add_argument("--batchnorm", action="store_true", help="a BatchNorm1d after each Linear (buffers)")
     parser.add_argument("--micro-batches", type=int, default=1, help="passes accumulated per step (default 1)")
+    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="default gloo")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="default cpu; cuda: the ranks share this machine's GPUs (nccl: one rank per GPU)")
     args = parser.parse_args()
     for layout in args.layouts:
         nodes, gpus = (int(x) for x in layout.split("x"))
         for width in args.widths:
             timed = hook_step_seconds(("allreduce", *args.hooks), nodes, gpus, args.steps, width,
-                                      args.batchnorm, args.micro_batches)
-            base = timed["median_s"]["allreduce"]
-            base_cpu = timed["median_cpu_s"]["allreduce"]
-            row = {"layout": layout, "backend": "gloo", "device": "cpu",
-                   "model": "mlp+batchnorm" if args.batchnorm else "mlp",
-                   "micro_batches": args.micro_batches, "parameters": timed["parameters"],
-                   "allreduce_adamw_ms_per_step": round(1e3 * base, 2),
-                   "allreduce_adamw_cpu_ms_per_step": round(1e3 * base_cpu, 2)}
-            for hook in args.hooks:
-                row[f"{hook}_ms_per_step"] = round(1e3 * timed["median_s"][hook], 2)
-                row[f"{hook}_over_allreduce"] = round(timed["median_s"][hook] / base, 3)
-                row[f"{hook}_cpu_ms_per_step"] = round(1e3 * timed["median_cpu_s"][hook], 2)
-                row[f"{hook}_cpu_over_allreduce"] = round(timed["median_cpu_s"][hook] / base_cpu, 3)
-            row["within_target"] = all(row[f"{hook}_over_allreduce"] <= TARGET_RATIO for hook in args.hooks)
+                                      args.batchnorm, args.micro_batches, args.backend, args.device)
+            row = step_time_row(timed, layout, tuple(args.hooks), args.backend, args.device, args.batchnorm,
+                                args.micro_batches, TARGET_RATIO)
             print(json.dumps(row), flush=True)
 
 

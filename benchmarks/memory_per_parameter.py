@@ -4,7 +4,9 @@ Each method trains the same model for a few steps on freshly launched gloo ranks
 peak resident set size of rank 0 (``ru_maxrss``) is compared: (Birder - AdamW) / trainable parameters. Target: at
 most 30 B per trainable parameter. A second model freezes a large backbone (``requires_grad=False``) under a small
 trainable head: Birder keeps no state for frozen parameters, so its cost per *frozen* parameter must be ~0.
-Usage: python benchmarks/memory_per_parameter.py [--width 1600] [--layout 1x2] [--steps 3]
+Each row also gives what Birder's own accounting expects (``expected_extra_bytes``); the last lines printed are the
+Markdown table the README quotes (``--readme`` prints only that).
+Usage: python benchmarks/memory_per_parameter.py [--widths 1600 3200] [--layouts 2x1 2x2] [--steps 2] [--frozen]
 """
 
 import argparse
@@ -52,25 +54,54 @@ def measure(method: str, width: int, frozen: bool, nodes: int, gpus_per_node: in
     return outcome.reports[0]["result"]
 
 
+def expected_extra_bytes(nodes: int, gpus_per_node: int) -> float:
+    """What Birder keeps per trainable parameter beyond AdamW's 8 B (exp_avg, exp_avg_sq), by its accounting:
+    m, b_hat and e of this rank's shard (12 B / G), the server error of its chunk (4 B / (G x nodes)), the
+    flattened gradient (4 B) and, with G > 1, the node's received rows (4 B)."""
+    g = gpus_per_node
+    return 12 / g + 4 / (g * nodes) + 4 + (4 if g > 1 else 0) - 8
+
+
+def table(rows: list[dict]) -> str:
+    """The Markdown table the README quotes (generated: ``--readme``)."""
+    lines = ["| layout | trainable parameters | DDP + AdamW peak RSS, rank 0 | Birder peak RSS, rank 0 | Birder extra "
+             "B / parameter (measured) | by Birder's accounting |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['layout']} | {r['trainable'] / 1e6:.1f} M | {r['adamw_peak_mb']:.0f} MB | "
+                     f"{r['birder_peak_mb']:.0f} MB | {r['birder_extra_bytes_per_trainable_parameter']:+.1f} | "
+                     f"{r['expected_extra_bytes']:+.1f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--width", type=int, default=1600, help="MLP width (1600: 10.3 M parameters)")
-    parser.add_argument("--layout", default="1x2", help="NODESxGPUS_PER_NODE (default 1x2)")
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--widths", type=int, nargs="+", default=[1600, 3200],
+                        help="MLP widths (1600: 10.3 M parameters, 3200: 41.0 M)")
+    parser.add_argument("--layouts", nargs="+", default=["2x1", "2x2"], help="NODESxGPUS_PER_NODE")
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--frozen", action="store_true", help="also a frozen backbone under a small head")
+    parser.add_argument("--readme", action="store_true", help="print the Markdown table only")
     args = parser.parse_args()
-    nodes, gpus = (int(v) for v in args.layout.split("x"))
-    for frozen in (False, True):
-        adamw = measure("adamw", args.width, frozen, nodes, gpus, args.steps)
-        birder = measure("birder", args.width, frozen, nodes, gpus, args.steps)
-        extra = birder["peak_rss_bytes"] - adamw["peak_rss_bytes"]
-        row = {"layout": args.layout, "frozen_backbone": frozen, "parameters": adamw["parameters"],
-               "trainable": adamw["trainable"], "adamw_peak_mb": round(adamw["peak_rss_bytes"] / 2**20, 1),
-               "birder_peak_mb": round(birder["peak_rss_bytes"] / 2**20, 1),
-               "birder_extra_bytes_per_trainable_parameter": round(extra / adamw["trainable"], 2)}
-        if frozen:
-            frozen_count = adamw["parameters"] - adamw["trainable"]
-            row["birder_extra_bytes_per_frozen_parameter"] = round(extra / frozen_count, 3)
-        print(json.dumps(row), flush=True)
+    rows = []
+    for layout in args.layouts:
+        nodes, gpus = (int(v) for v in layout.split("x"))
+        for width in args.widths:
+            for frozen in (False, True) if args.frozen else (False,):
+                adamw = measure("adamw", width, frozen, nodes, gpus, args.steps)
+                birder = measure("birder", width, frozen, nodes, gpus, args.steps)
+                extra = birder["peak_rss_bytes"] - adamw["peak_rss_bytes"]
+                row = {"layout": layout, "frozen_backbone": frozen, "parameters": adamw["parameters"],
+                       "trainable": adamw["trainable"], "adamw_peak_mb": round(adamw["peak_rss_bytes"] / 2**20, 1),
+                       "birder_peak_mb": round(birder["peak_rss_bytes"] / 2**20, 1),
+                       "birder_extra_bytes_per_trainable_parameter": round(extra / adamw["trainable"], 2),
+                       "expected_extra_bytes": round(expected_extra_bytes(nodes, gpus), 2)}
+                if frozen:
+                    frozen_count = adamw["parameters"] - adamw["trainable"]
+                    row["birder_extra_bytes_per_frozen_parameter"] = round(extra / frozen_count, 3)
+                rows.append(row)
+                if not args.readme:
+                    print(json.dumps(row), flush=True)
+    print(table([r for r in rows if not r["frozen_backbone"]]))
 
 
 if __name__ == "__main__":

@@ -139,13 +139,64 @@ def describe_error(error: BaseException) -> tuple[str, int] | None:
     return None
 
 
+class NamedStream:
+    """A text stream whose write errors (a full disk, a closed descriptor, an I/O error) are OSErrors naming it
+    (``standard output``), so the one-line message says which stream failed ("No space left on device: standard
+    output"); a closed pipe stays a
+    BrokenPipeError (exit 141, as shells expect)."""
+
+    def __init__(self, stream, name: str) -> None:
+        self._stream, self._name = stream, name
+
+    def _named(self, call, *args):
+        try:
+            return call(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as error:
+            raise OSError(error.errno, error.strerror or str(error), self._name) from None
+
+    def write(self, text: str) -> int:
+        return self._named(self._stream.write, text)
+
+    def flush(self) -> None:
+        self._named(self._stream.flush)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _real_stream(stream) -> bool:
+    try:
+        stream.fileno()
+    except (AttributeError, OSError, ValueError):  # captured in-process (StringIO), or closed
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     command = "birder"
+    if sys.stdout is None or (_real_stream(sys.stdout) and not _open_descriptor(sys.stdout.fileno())):
+        # started with stdout closed (`birder ... >&-`): every answer would be lost while the exit status said 0
+        if sys.stderr is not None:
+            print("birder: error: standard output is closed: run with >FILE, or >/dev/null to discard it",
+                  file=sys.stderr)
+        return EXIT_BAD_INPUT
+    stdout = sys.stdout
+    if _real_stream(stdout):
+        for stream in (stdout, sys.stderr):  # an ASCII-only terminal (LC_ALL=C, PYTHONIOENCODING=ascii) shows a
+            try:  # name it cannot encode as \xe9, not a codec error
+                stream.reconfigure(errors="backslashreplace")
+            except (AttributeError, ValueError, OSError):
+                pass
+        sys.stdout = NamedStream(stdout, "standard output")
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
         command = f"birder {args.command}"
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # a full disk behind stdout shows here, not after the exit status is decided
+        return status
     except BrokenPipeError:  # the reader of stdout went away (`birder ... | head`): nothing left to say
         try:  # point stdout at /dev/null so the flush at exit does not fail again
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -158,7 +209,27 @@ def main(argv: list[str] | None = None) -> int:
             raise
         message, status = described
         print(f"{command}: error: {message}", file=sys.stderr)
+        if isinstance(error, OSError) and error.filename == "standard output":
+            _discard_stdout()  # the flush at exit would fail again, with a second message
         return status
+    finally:
+        if isinstance(sys.stdout, NamedStream):
+            sys.stdout = stdout
+
+
+def _open_descriptor(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def _discard_stdout() -> None:
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.__stdout__.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 if __name__ == "__main__":

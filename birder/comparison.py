@@ -203,7 +203,7 @@ def plot(results: list[Result], path: Path) -> None:
 
 def section(outdir: Path, quick: bool) -> str:
     """The report section: loss curves (PNG) and a table of final training loss and test accuracy."""
-    from birder.report import show_progress
+    from birder.report_core import show_progress
 
     results = run(quick, progress=show_progress())
     steps = len(results[0].losses) - 1

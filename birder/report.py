@@ -19,20 +19,20 @@ import sys
 import tempfile
 import time
 from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
 
+from birder.report_core import PROGRESS, Section, show_progress  # noqa: F401 - show_progress: the sections' own
 from safeio.atomic import atomic_path
 from safeio.inputs import read_text_bounded
-from safeio.outputs import check_replaceable_dir, write_manifest
+from safeio.outputs import check_replaceable_dir, check_written, write_manifest
 from safeio.text import printable
 
 # "module:function" of each section, in report order: the answer first, then how it was reached.
 SECTIONS = (
-    "birder.report_scaling:decision_section",
+    "birder.report_decision:decision_section",
     "birder.report_checks:section",
     "birder.report_reference:section",
     "birder.report_scaling:scaling_section",
@@ -42,29 +42,10 @@ REPORT_NAME = "report.md"
 
 
 @dataclass(frozen=True)
-class Section:
-    """A section's Markdown and the lines it adds to the terminal summary (keyed, e.g. ``checks``)."""
-
-    markdown: str
-    summary: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class Report:
     path: Path
     summary: dict[str, str]
     timings: dict[str, float]
-
-
-_PROGRESS: ContextVar[bool | None] = ContextVar("report_progress", default=None)
-
-
-def show_progress(quiet: bool = False) -> bool:
-    """Progress bars only on a terminal, and never with ``--quiet``; inside ``write_report``, what it was given."""
-    during_report = _PROGRESS.get()
-    if during_report is not None:
-        return during_report
-    return not quiet and sys.stderr.isatty()
 
 
 @contextmanager
@@ -113,12 +94,12 @@ def write_report(outdir: Path, quick: bool = False, sections: tuple = SECTIONS, 
     target = check_replaceable_dir(given, unlisted=_report_before_manifests)  # links followed, never replaced
     timings: dict[str, float] = {}
     summary: dict[str, str] = {}
-    token = _PROGRESS.set(progress)  # the sections' own bars follow the same choice
+    token = PROGRESS.set(progress)  # the sections' own bars follow the same choice
     try:
         with _hypothesis_home_elsewhere():
             _build(target, quick, sections, progress, timings, summary)
     finally:
-        _PROGRESS.reset(token)
+        PROGRESS.reset(token)
     return Report(given / REPORT_NAME, summary, timings)
 
 
@@ -126,7 +107,8 @@ def _build(outdir: Path, quick: bool, sections: tuple, progress: bool, timings: 
     parts = ["# Birder toolkit report", ""]
     with atomic_path(outdir) as tmp:
         tmp.mkdir(parents=True)
-        for spec in tqdm(sections, desc="report sections", unit="section", disable=not progress, file=sys.stderr):
+        for spec in tqdm(sections, desc="report sections", unit="section", disable=not progress, file=sys.stderr,
+                         leave=False):
             if callable(spec):
                 make, spec = spec, f"{spec.__module__}:{spec.__name__}"
             else:
@@ -140,7 +122,10 @@ def _build(outdir: Path, quick: bool, sections: tuple, progress: bool, timings: 
                 out = out.markdown
             parts.append(out)
         parts += ["## How long each section took", "", timings_table(timings), ""]
-        (tmp / REPORT_NAME).write_text("\n".join(parts))
+        (tmp / REPORT_NAME).write_text("\n".join(parts), encoding="utf-8")
+        for written in tmp.rglob("*"):  # read back before the swap: whole PNGs, UTF-8 text
+            if written.is_file():
+                check_written(written)
         write_manifest(tmp, "birder report")
 
 
@@ -149,21 +134,26 @@ def _terminate(signum, frame):  # SIGTERM unwinds like Ctrl-C, so the temporary 
 
 
 def run(args: argparse.Namespace) -> int:
-    from birder import report_scaling
+    from birder import report_grid, report_prices
 
     quiet = getattr(args, "quiet", False)
-    # a bad price file fails here, before anything is built
-    report_scaling.use_prices(report_scaling.load_prices(args.prices) if args.prices else None)
+    # a bad price file or question fails here, before anything is built
+    report_prices.use_prices(report_prices.load_prices(args.prices) if args.prices else None)
+    report_grid.use_question(question(args))
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         report = write_report(Path(args.out), quick=args.quick, progress=show_progress(quiet))
     finally:
         signal.signal(signal.SIGTERM, previous)
-        report_scaling.use_prices(None)
+        report_prices.use_prices(None)
+        report_grid.use_question(None)
     if args.json:
         print(json.dumps({"report": str(report.path), "directory": str(report.path.parent),
                           "summary": report.summary, "timings_s": report.timings}))
         return 0
+    if "decision" in report.summary:  # the first screen: the same lines as report.md's
+        for line in report.summary["decision"].splitlines():
+            print(printable(line))
     print(printable(f"report written to {report.path} (plots beside it in {report.path.parent}/)"))
     for key in ("checks", "prediction error", "headline"):
         if key in report.summary:
@@ -171,12 +161,63 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+MAX_NODES = 4096  # the largest node count a question may ask (the simulator's grid reaches 512)
+
+
+def question(args: argparse.Namespace):
+    """The question of ``--model``, ``--nodes``, ``--gpu``, ``--cluster``, each checked (ValueError), or the
+    overview's where none is given."""
+    from birder.report_grid import Question
+
+    models = nodes = None
+    if args.model:
+        from sim.models import MODELS
+
+        models = tuple(dict.fromkeys(m.strip() for m in args.model.split(",")))
+        unknown = [m for m in models if m not in MODELS]
+        if unknown or not all(models):
+            raise ValueError(f"--model: unknown model {', '.join(unknown) or repr(args.model)}; choose from "
+                             f"{', '.join(MODELS)} (several: comma-separated)")
+    if args.nodes:
+        try:
+            nodes = tuple(sorted({int(n) for n in args.nodes.split(",")}))
+        except ValueError:
+            raise ValueError(f"--nodes: expected node counts such as 64 or 16,64, got {args.nodes!r}") from None
+        if not all(1 <= n <= MAX_NODES for n in nodes):
+            raise ValueError(f"--nodes: each count must be 1 to {MAX_NODES}, got {args.nodes!r}")
+    if args.gpu:
+        from sim.hardware import GPUS
+
+        if args.gpu not in GPUS:
+            raise ValueError(f"--gpu: unknown GPU {args.gpu!r}; choose from {', '.join(GPUS)}")
+    cluster = None
+    if args.cluster:
+        from sim.hardware import load_cluster
+
+        load_cluster(args.cluster)  # one clear error for a bad file, before any work
+        cluster = str(args.cluster)
+        if nodes is None:
+            nodes = (load_cluster(args.cluster).n_nodes,)
+    return Question(models, nodes, args.gpu, cluster)
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("report", help="the main job: which network and optimizer, checks, plots")
     p.add_argument("--out", default="report", help="directory to write report.md and plots into (default: report)")
     p.add_argument("--quick", action="store_true", help="fewer nodes and steps, for tests")
+    p.add_argument("--model", default=None, metavar="NAME[,NAME]",
+                   help="your model(s) (e.g. bert-large; default: the overview's ResNet-50, BERT-base, BERT-large, "
+                        "GPT-2)")
+    p.add_argument("--nodes", default=None, metavar="N[,N]",
+                   help="node counts to decide for (default 16,64; with --cluster, the file's nodes)")
+    p.add_argument("--gpu", default=None, metavar="NAME",
+                   help="GPU (a100, h100, v100, h200, ...; default a100 with the published single-node figures)")
+    p.add_argument("--cluster", default=None, metavar="FILE.toml",
+                   help="your cluster (sim/presets/example_cluster.toml; or `birder calibrate`'s output): decide on "
+                        "its network instead of the presets")
     p.add_argument("--prices", default=None, metavar="FILE.toml",
-                   help="price file (node = X; [nic] and [switch_port] tables of network = price; currency): "
-                        "rank the networks by samples/s per unit of cost")
+                   help="price file (node = X; [nic] and [switch_port] tables of network = price per NIC and per "
+                        "port; currency; years to pay it off, for a cost per sample): rank by samples/s per unit "
+                        "of cost")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)

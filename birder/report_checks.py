@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from birder.report import Section
+from birder.report_core import Section
 
 # the totals line of ``proofs_checks.runner.table``:
 # "TARGET: N pass, M fail, B not judged, K not applicable, J measured; wall time ..."

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -9,7 +10,7 @@ import numpy as np
 
 from birder_ref.hyperparameters import DEFAULTS
 from birder_ref.quantize import quantize, quantize_unchecked
-from birder_ref.validation import check_array, check_coefficients, check_draws, check_int
+from birder_ref.validation import check_array, check_coefficients, check_draws, check_int, native, scalar
 
 # `birder check` judges a module offering quantize, init and step: this one, by default.
 __all__ = ["State", "init", "step", "quantize", "worker_step", "server_step", "mean_of_signs", "check_step_inputs",
@@ -99,6 +100,19 @@ def check_state(state) -> State:
     return state
 
 
+def native_state(state):
+    """A state whose arrays are float32 in the other byte order (saved on a big-endian machine) with native
+    float32 arrays of the same values; any other state as given, for ``check_state`` to judge."""
+    if not isinstance(state, State):
+        return state
+    fields = {f.name: native(getattr(state, f.name)) for f in dataclasses.fields(state) if f.name != "t"}
+    if all(fields[name] is getattr(state, name) for name in fields):
+        return state
+    if state.b is state.b_hat:  # one array for both (no AMSGrad): keep them one
+        fields["b"] = fields["b_hat"]
+    return dataclasses.replace(state, **fields)
+
+
 def check_step_inputs(state: State, grads, u_worker, u_server, beta: float, eps: float, T0: int | None = None,
                       state_checked: bool = False) -> None:
     """Every input of one step, checked before anything is computed (the state is never touched)."""
@@ -180,6 +194,9 @@ def step(
     Lines 12-13: u_bar = Q(mean(u) + server_e), server_e = mean(u) + server_e - u_bar.
     The update x -= lr * u_bar (line 16) is the caller's.
     """
+    grads, u_worker, u_server = native(grads), native(u_worker), native(u_server)  # >f4 as float32
+    beta, eps, T0 = scalar(beta), scalar(eps), scalar(T0)  # 0-d arrays as Python numbers
+    state = native_state(state)
     check_step_inputs(state, grads, u_worker, u_server, beta, eps, T0)
     with overflow_guard():
         u, m, b_hat, b, e = worker_step(state, grads, beta, eps, u_worker, T0)

@@ -17,7 +17,7 @@ import numpy as np
 
 from birder_ref import draws
 from birder_ref.schedules import Layout, check_layout
-from birder_ref.validation import check_int, check_lr, check_real
+from birder_ref.validation import check_int, check_lr, check_real, scalar
 
 GRADIENT_GRID = 2.0**-16  # exact-data gradients are multiples of this: node sums are then exact
 
@@ -148,6 +148,7 @@ def train(problem: Problem, optimizer: DistributedOptimizer, layout: Layout, ste
     steps = check_int("steps", steps, 0)
     seed = check_int("seed", seed, 0, 2**32 - 1)
     if not callable(lr):
+        lr = scalar(lr)  # a 0-d array as its Python value
         check_lr(lr)
     params = np.tile(problem.x0.astype(np.float32), (layout.n_ranks, 1))
     state = optimizer.init(layout, problem.dim)
@@ -155,7 +156,7 @@ def train(problem: Problem, optimizer: DistributedOptimizer, layout: Layout, ste
     for t in range(1, steps + 1):
         history.losses.append(problem.loss(params[0]))
         history.params.append(params[0].copy())
-        rate = check_lr(lr(t), f"lr({t})") if callable(lr) else lr
+        rate = check_lr(scalar(lr(t)), f"lr({t})") if callable(lr) else lr
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is caught just below, as one ValueError
             grads = problem.gradients(params, layout, t, seed)
             if not np.isfinite(grads).all():

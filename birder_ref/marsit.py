@@ -43,7 +43,7 @@ from birder_ref.baseline_schedules import check_topology, marsit_schedule
 from birder_ref.execute import ByteLog, deliver, run_phase
 from birder_ref.optimizers import check_state_fields, check_step_arguments
 from birder_ref.schedules import Layout, Phase, Schedule, check_layout, padded_dim
-from birder_ref.validation import check_array, check_draws, check_int, check_real, same_values
+from birder_ref.validation import check_array, check_draws, check_int, check_real, native, same_values, scalar
 
 RING_STREAM = 2**29
 COLUMN_STREAM = 2**29 + 2**28
@@ -199,6 +199,7 @@ class Marsit:
         return t == 1 if self.K is None else (t - 1) % int(self.K) == 0
 
     def step(self, state: MarsitState, params: np.ndarray, grads: np.ndarray, lr: float, t: int):
+        params, grads, lr = native(params), native(grads), scalar(lr)  # >f4, 0-d arrays accepted
         n, g, d = check_step_arguments(params, grads, lr, t)
         check_int("t", t, 1, 2**32 - 1)  # the draws' step counter is 32 bits
         check_state_fields(state, MarsitState, {"compensation": (n * g, d)})

@@ -30,7 +30,7 @@ from birder_ref.execute import ByteLog, deliver
 from birder_ref.optimizers import Adam, AdamState, check_adam_coefficients, check_adam_state, check_step_arguments
 from birder_ref.quantize import pack_signs, unpack_signs
 from birder_ref.schedules import Layout, check_layout, padded_dim
-from birder_ref.validation import check_array, check_int, check_real, same_values
+from birder_ref.validation import check_array, check_int, check_real, native, same_values, scalar
 
 DEFAULT_WARMUP_FRACTION = 0.15
 """Share of steps 1-bit Adam runs as plain Adam: the blog's BERT-Large setting ("warmup stage to be just 15%";
@@ -101,6 +101,7 @@ def compressed_allreduce(
         raise ValueError(f"unknown scale {scale!r}; choose one of {', '.join(SCALES)}")
     if log is not None and not isinstance(log, ByteLog):
         raise ValueError(f"log must be None or a birder_ref.execute.ByteLog, got {type(log).__name__}")
+    buffers, worker_error, server_error = native(buffers), native(worker_error), native(server_error)
     if not isinstance(buffers, np.ndarray) or buffers.ndim != 2:
         raise ValueError(f"buffers must be an (N, d) float32 array, got {getattr(buffers, 'shape', buffers)}")
     N, d = buffers.shape
@@ -205,6 +206,7 @@ class OneBitAdam:
                                np.zeros((p, D // p), np.float32))
 
     def step(self, state: OneBitAdamState, params: np.ndarray, grads: np.ndarray, lr: float, t: int):
+        params, grads, lr = native(params), native(grads), scalar(lr)  # >f4, 0-d arrays accepted
         n, g, d = check_step_arguments(params, grads, lr, t)
         if not isinstance(state, OneBitAdamState):
             raise ValueError(f"state must be a OneBitAdamState (from OneBitAdam.init), got {type(state).__name__}")

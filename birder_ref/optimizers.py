@@ -20,7 +20,9 @@ from birder_ref.validation import (
     check_lr,
     check_real,
     check_step_number,
+    native,
     same_values,
+    scalar,
 )
 
 SEED_MAX = 2**32 - 1  # draws.stream_key takes 32-bit seeds
@@ -104,8 +106,10 @@ class Birder:
         return algorithm1.init(workers, dim)
 
     def step(self, state, params, grads, lr, t):
+        params, grads, lr = native(params), native(grads), scalar(lr)  # >f4, 0-d arrays accepted
         check_step_arguments(params, grads, lr, t)
         check_int("t", t, 1, SEED_MAX)  # the draws' step counter is 32 bits
+        state = algorithm1.native_state(state)  # a state saved on a big-endian machine
         algorithm1.check_state(state)
         U = draws.worker_uniforms(self.seed, t, state.n_workers, state.dim)
         V = draws.server_uniforms(self.seed, t, state.dim)
@@ -137,6 +141,7 @@ class SoftSignSGD:
         return SoftSignState(*zero_moments(layout, dim, 2))
 
     def step(self, state, params, grads, lr, t):
+        params, grads, lr = native(params), native(grads), scalar(lr)  # >f4, 0-d arrays accepted
         _, _, d = check_step_arguments(params, grads, lr, t)
         check_state_fields(state, SoftSignState, {"m": (d,), "b": (d,)})
         if state.b.min() < 0:
@@ -170,6 +175,7 @@ class SGDM:
         return SGDMState(*zero_moments(layout, dim, 1))
 
     def step(self, state, params, grads, lr, t):
+        params, grads, lr = native(params), native(grads), scalar(lr)  # >f4, 0-d arrays accepted
         _, _, d = check_step_arguments(params, grads, lr, t)
         check_state_fields(state, SGDMState, {"momentum": (d,)})
         g = ring_allreduce_mean(grads) + np.float32(self.weight_decay) * params[0]
@@ -202,6 +208,7 @@ class Adam:
         return AdamState(*zero_moments(layout, dim, 2))
 
     def step(self, state, params, grads, lr, t):
+        params, grads, lr = native(params), native(grads), scalar(lr)  # >f4, 0-d arrays accepted
         _, _, d = check_step_arguments(params, grads, lr, t)
         check_adam_state(state, d)
         g = ring_allreduce_mean(grads)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from birder_ref.validation import check_array, check_draws, check_int
+from birder_ref.validation import check_array, check_draws, check_int, native
 
 
 def quantize(y: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -13,8 +13,8 @@ def quantize(y: np.ndarray, u: np.ndarray) -> np.ndarray:
     Returns float32 +1.0 where ``u < (clip(y, -1, 1) + 1) / 2`` and -1.0 elsewhere. With u uniform on
     [0, 1), E[Q(y)] = y for |y| <= 1 (Lemma 1); |y| > 1 gives sign(y) deterministically.
     """
-    y = check_array("y", y)
-    return quantize_unchecked(y, check_draws("u", u, y.shape))
+    y = check_array("y", native(y))
+    return quantize_unchecked(y, check_draws("u", native(u), y.shape))
 
 
 def quantize_unchecked(y: np.ndarray, u: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -17,7 +17,7 @@ from birder_ref.algorithm1 import State, mean_of_signs, server_step, worker_step
 from birder_ref.execute import ByteLog, run_phase
 from birder_ref.hyperparameters import DEFAULTS
 from birder_ref.schedules import SCHEMES, Layout, Schedule, schedule
-from birder_ref.validation import check_array
+from birder_ref.validation import check_array, native, scalar
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,9 @@ def step(
     """One Birder step over ``scheme``; returns (u_bar, new state, byte log). See the module docstring."""
     if not isinstance(scheme, str) or scheme not in SCHEMES:
         raise ValueError(f"unknown scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
+    grads, u_worker, u_server = native(grads), native(u_worker), native(u_server)  # >f4 as float32
+    beta, eps, T0 = scalar(beta), scalar(eps), scalar(T0)  # 0-d arrays as Python numbers
+    state = algorithm1.native_state(state)
     algorithm1.check_state(state)
     if not isinstance(grads, np.ndarray) or grads.ndim != 3 or grads.shape[0] < 1 or grads.shape[1] < 1:
         raise ValueError(f"grads must be a (n_nodes, gpus_per_node, d) array, got {getattr(grads, 'shape', grads)}")

@@ -123,3 +123,27 @@ def check_step_number(t) -> int:
 def same_values(a: np.ndarray, b: np.ndarray) -> bool:
     """Exact equality that counts NaN equal to NaN (a consistency check must not fail on a NaN both ranks hold)."""
     return np.array_equal(a, b, equal_nan=bool(np.issubdtype(np.asarray(a).dtype, np.inexact)))
+
+
+def native(x):
+    """An array as the reference computes with it: float32 stored in the other byte order (``>f4`` on a
+    little-endian machine: read from a big-endian file or a network format) as native float32, the same values;
+    anything else as given, for the checks to judge (float64 and wrong shapes are still refused)."""
+    if isinstance(x, np.ndarray) and x.dtype.kind == "f" and x.dtype.itemsize == 4 and not x.dtype.isnative:
+        return x.astype(np.float32)
+    return x
+
+
+def scalar(value):
+    """A coefficient (beta, eps, T0, lr) as a Python number: a 0-d array or a NumPy scalar (``np.array(0.95)``,
+    ``np.float32(1e-8)``) as its value, so NumPy 2 promotion treats it as the paper's Python coefficient (a 0-d
+    float64 array would turn float32 results into float64); anything else as given, for the checks to judge."""
+    if type(value) is np.ndarray and value.ndim == 0 and value.dtype.kind in "biuf":
+        value = value[()]  # the NumPy scalar
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):  # float(), not .item(): a longdouble's item() stays a longdouble, and
+        return float(value)  # would turn float32 results into float128
+    return value

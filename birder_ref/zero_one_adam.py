@@ -41,7 +41,7 @@ import numpy as np
 from birder_ref.onebit_adam import SCALES, compressed_allreduce
 from birder_ref.optimizers import check_adam_coefficients, check_state_fields, check_step_arguments, ring_allreduce_mean
 from birder_ref.schedules import Layout, check_layout, padded_dim
-from birder_ref.validation import check_int
+from birder_ref.validation import check_int, native, scalar
 
 
 @dataclass(frozen=True)
@@ -191,6 +191,7 @@ class ZeroOneAdam:
         return out[: values.shape[1]], worker_error, server_error
 
     def step(self, state: ZeroOneAdamState, params: np.ndarray, grads: np.ndarray, lr: float, t: int):
+        params, grads, lr = native(params), native(grads), scalar(lr)  # >f4, 0-d arrays accepted
         n, g, d = check_step_arguments(params, grads, lr, t)
         p, D = n * g, padded_dim(d, n * g)
         check_state_fields(state, ZeroOneAdamState, {"m": (p, d), "v": (d,), "buffer": (p, d), "anchor": (d,),

@@ -178,11 +178,12 @@ def _spread(records: list[dict]) -> dict:
 
 def final_rows(result: dict) -> dict[str, dict]:
     """Per final setting (base, the promoted variants, the recipe): test loss over the final seeds."""
-    rows = {}
+    rows, defaults = {}, vars(BASE)
     for name, changes in result["settings"].items():
         spec = vars(replace(BASE, **changes))
-        rows[name] = _spread([r for r in result["records"] if r["phase"] == "final"
-                              and all(r[k] == v for k, v in spec.items() if k not in ("seed", "phase"))])
+        # A field added to RunSpec after a record was made is absent from it: that run had the field's default.
+        rows[name] = _spread([r for r in result["records"] if r["phase"] == "final" and all(
+            r.get(k, defaults[k]) == v for k, v in spec.items() if k not in ("seed", "phase"))])
     return rows
 
 

@@ -24,7 +24,7 @@ The sweep is the same for every method: each learning rate of ``LEARNING_RATES``
 validation loss. The chosen setting then runs with seeds 1-3 (other initial weights, data order and Birder
 draws), reported on the test split as mean and sample standard deviation. Birder's chosen setting also runs
 without warm-up (the ablation behind the recipe's warm-up line). The JSON beside the plot holds every run;
-``readme_block`` renders the README's table and recipe from it (a test checks the README holds that text).
+``readme_block`` renders the table and recipe of docs/convergence_study.md from it (a test checks it holds that text).
 """
 
 from __future__ import annotations
@@ -216,7 +216,8 @@ class RunSpec:
     warmup: bool = True
     phase: str = "sweep"  # sweep, final or ablation (birder_recipe.py adds its own)
     # Hyper-parameters the optimizers already expose (the study keeps the defaults; birder_recipe.py varies them).
-    beta: float = 0.95  # Algorithm 1's beta (birder and softsign only; AdamW keeps torch's betas)
+    beta: float = 0.95  # Algorithm 1's beta (birder and softsign only)
+    adamw_beta2: float = 0.999  # AdamW's second-moment beta (adamw, fp16 and powersgd; beta1 stays torch's 0.9)
     weight_decay: float = WEIGHT_DECAY
     decay_norms_embeddings: bool = True  # False: no weight decay on biases, LayerNorms and embeddings
     embedding_lr_scale: float = 1.0  # the byte and position embeddings' lr relative to the base lr
@@ -278,7 +279,7 @@ def _optimizer(spec: RunSpec, ddp: nn.parallel.DistributedDataParallel):
         ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     elif method != "adamw":
         raise ValueError(f"unknown method {method!r}")
-    return torch.optim.AdamW(groups, lr=spec.lr, weight_decay=spec.weight_decay)
+    return torch.optim.AdamW(groups, lr=spec.lr, weight_decay=spec.weight_decay, betas=(0.9, spec.adamw_beta2))
 
 
 def train_one(task: Task, spec: RunSpec, rank: int) -> dict | None:

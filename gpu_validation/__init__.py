@@ -4,8 +4,9 @@
 ``torch_birder`` Algorithm 1's numerics on tensors, ``comm`` the 1-bit all-reduce over process groups, ``hook``
 the lower-level DDP communication hook and its state, ``validate`` the multi-rank comparison with ``birder_ref``,
 ``scenarios`` the multi-rank checks of ``Birder`` in training-loop habits, ``launch`` the local ranks,
-``digests`` the committed per-step digests, ``bench`` the timings, ``check_adapter`` ``torch_birder`` behind the
-interface `birder check --impl` judges, ``cli`` the two subcommands. See README.md.
+``digests`` the committed per-step digests, ``layout`` the layout from the ranks' hosts, ``adoption`` the
+multi-rank checks of its refusals where clients meet it, ``bench`` the timings, ``check_adapter``
+``torch_birder`` behind the interface `birder check --impl` judges, ``cli`` the two subcommands. See README.md.
 
 Importing this package does not import torch (the command line must be able to say torch is missing);
 ``gpu_validation.Birder`` imports it on first use.

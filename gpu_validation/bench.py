@@ -31,6 +31,8 @@ from birder_ref.draws import SERVER_STREAM, stream_key
 from gpu_validation import comm, launch
 from gpu_validation import torch_birder as tb
 from safeio.atomic import atomic_path, write_text
+from safeio.outputs import output_files
+from safeio.serialise import check_toml, toml_pair
 from sim.system import BASE_LATENCY_US, HW_LATENCY_US
 
 # Nominal HBM bandwidth (GB/s) of GPUs by name fragment, from the vendors' datasheets.
@@ -323,8 +325,8 @@ def write_profile(path: str | Path, fields: dict, result: dict) -> Path:
                      f"{k['gbytes_per_s']:.2f} GB/s ({100 * k['peak_ratio']:.1f}% of {k['peak_gbytes_per_s']:.1f}"
                      f" GB/s peak)")
     lines.append("")
-    lines += [f'{key} = "{fields[key]}"' if isinstance(fields[key], str) else f"{key} = {fields[key]}"
-              for key in ("name", "nodes", "gpus_per_node", "gpu") if key in fields]
+    top = ("name", "nodes", "gpus_per_node", "gpu")
+    lines += [toml_pair(key, fields[key]) for key in top if key in fields]  # escaped (a device's name)
     for table in ("network", "intra"):
         if table in fields:
             lines.append("")
@@ -332,12 +334,15 @@ def write_profile(path: str | Path, fields: dict, result: dict) -> Path:
                 lines.append("# transport: gloo runs over TCP sockets; for nccl InfiniBand is assumed (edit if on TCP)")
             lines += _latency_derivation(table, result.get("collectives") or [], result["gpus_per_node"])
             lines.append(f"[{table}]")
-            for key, value in fields[table].items():
-                lines.append(f'{key} = "{value}"' if isinstance(value, str) else f"{key} = {value}")
+            lines += [toml_pair(key, value) for key, value in fields[table].items()]
     if "network" not in fields:
         lines += ["", "# One node only: no inter-node group to measure; predict takes this preset.",
                   "[network]", 'preset = "10gbe"']
-    return write_text(path, "\n".join(lines) + "\n")
+    text = "\n".join(lines) + "\n"
+    meant = {key: fields[key] for key in top if key in fields} | {
+        table: fields[table] for table in ("network", "intra") if table in fields}
+    check_toml(text, meant | ({} if "network" in fields else {"network": {"preset": "10gbe"}}), str(path))
+    return write_text(path, text)
 
 
 def _latency_derivation(table: str, rows: list[dict], gpus_per_node: int) -> list[str]:
@@ -401,8 +406,13 @@ def _result(cfg: BenchConfig, device: torch.device, kernels: list[dict], rows: l
     fields = profile_fields(cfg, cfg.ranks // g, g, rows, None if device.type == "cpu" else result["device"])
     result["profile_fields"] = fields
     result["provenance"] = provenance(fields, result)
-    result["profile"] = str(write_profile(cfg.out, fields, result)) if cfg.out else None
-    result["plot"] = str(plot(result, Path(cfg.out).with_suffix(".png"))) if cfg.out else None
+    result["profile"] = result["plot"] = None
+    if cfg.out:  # the profile and its plot both or neither, never over a file birder did not write
+        out = Path(cfg.out)
+        with output_files(out.parent, "birder bench") as staged:
+            write_profile(staged.path(out.name), fields, result)
+            plot(result, staged.path(out.with_suffix(".png").name))
+        result["profile"], result["plot"] = str(out), str(out.with_suffix(".png"))
     return result
 
 
@@ -481,7 +491,8 @@ def describe(result: dict) -> str:
 
 # ---- the hook's time per training step against DDP's default all-reduce hook ----
 
-def _training_setup(hook_name: str, world: int, nodes: int, width: int, batchnorm: bool = False):
+def _training_setup(hook_name: str, world: int, nodes: int, width: int, batchnorm: bool = False,
+                    device: torch.device | None = None):
     from torch import nn
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
@@ -491,8 +502,9 @@ def _training_setup(hook_name: str, world: int, nodes: int, width: int, batchnor
     torch.manual_seed(0)
     layers = [nn.Sequential(nn.Linear(width, width), nn.BatchNorm1d(width)) if batchnorm else nn.Linear(width, width)
               for _ in range(4)]  # BatchNorm's running statistics are buffers: DDP broadcasts them every forward
-    model = nn.Sequential(*layers)
-    ddp = nn.parallel.DistributedDataParallel(model)
+    model = nn.Sequential(*layers).to(device)
+    on_cuda = device is not None and device.type == "cuda"
+    ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if on_cuda else None)
     if hook_name in ("birder", "birder_overlap"):  # the optimizer people adopt (overlap=False, its default, or True)
         optimizer = Birder(ddp, lr=1e-3, gpus_per_node=world // nodes, overlap=hook_name == "birder_overlap")
     elif hook_name == "birder_hook":  # the expert hook, the update in .grad
@@ -508,23 +520,29 @@ def _training_setup(hook_name: str, world: int, nodes: int, width: int, batchnor
 
 
 def _interleaved_steps(world: int, nodes: int, hooks: tuple[str, ...], steps: int, width: int, batchnorm: bool,
-                       micro_batches: int, rank: int) -> dict:
+                       micro_batches: int, device_type: str, rank: int) -> dict:
     """Every method's DDP model in this one process set, their steps interleaved (A, B, A, B, ...), so that the
     load of a shared machine weighs on each alike; median seconds per step of each, from rank 0: wall-clock
     (``median_s``) and this process's CPU time (``median_cpu_s``: every thread of the rank, gloo's included; time
     spent waiting for a core or a peer does not count, so it moves less with the machine's load)."""
-    runs = {name: _training_setup(name, world, nodes, width, batchnorm) for name in hooks}
-    x = torch.randn(8, width)
+    device = torch.device("cpu")
+    if device_type == "cuda":  # local ranks share the GPUs here (gloo allows several on one; NCCL one each)
+        device = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    runs = {name: _training_setup(name, world, nodes, width, batchnorm, device) for name in hooks}
+    x = torch.randn(8, width).to(device)
     times: dict[str, list[float]] = {name: [] for name in hooks}
     cpu: dict[str, list[float]] = {name: [] for name in hooks}
     for step in range(steps + 2):  # two warm-up steps: the first has a single bucket, then DDP rebuilds
         for name, (_, ddp, optimizer) in runs.items():
+            _sync(device)
             dist.barrier()
             start, start_cpu = time.perf_counter(), time.process_time()
             optimizer.zero_grad()
             for _ in range(micro_batches):  # accumulation without no_sync: DDP reduces each micro-batch
                 ddp(x).square().mean().backward()
             optimizer.step()
+            _sync(device)  # a CUDA step ends when its kernels do
             if step >= 2:
                 times[name].append(time.perf_counter() - start)
                 cpu[name].append(time.process_time() - start_cpu)
@@ -534,12 +552,33 @@ def _interleaved_steps(world: int, nodes: int, hooks: tuple[str, ...], steps: in
 
 
 def hook_step_seconds(hooks: tuple[str, ...], nodes: int, gpus_per_node: int, steps: int = 10,
-                      width: int = 512, batchnorm: bool = False, micro_batches: int = 1) -> dict:
-    """Median seconds per DDP training step on gloo, from rank 0, of each of ``hooks``, measured interleaved in
-    one run: 'birder' (``Birder``), 'birder_hook' (``birder_hook`` + ``BirderUpdate``), 'allreduce' (DDP's
-    all-reduce + AdamW); ``batchnorm``: a BatchNorm1d after each Linear (a model with buffers); ``micro_batches``:
-    forward and backward passes accumulated per step."""
+                      width: int = 512, batchnorm: bool = False, micro_batches: int = 1, backend: str = "gloo",
+                      device: str = "cpu") -> dict:
+    """Median seconds per DDP training step, from rank 0, of each of ``hooks``, measured interleaved in one run:
+    'birder' (``Birder``), 'birder_hook' (``birder_hook`` + ``BirderUpdate``), 'allreduce' (DDP's all-reduce +
+    AdamW); ``batchnorm``: a BatchNorm1d after each Linear (a model with buffers); ``micro_batches``: forward and
+    backward passes accumulated per step; ``backend`` gloo or nccl, ``device`` cpu or cuda (the local ranks share
+    this machine's GPUs; CUDA steps are timed to their last kernel)."""
     world = nodes * gpus_per_node
-    run = (world, nodes, tuple(hooks), steps, width, batchnorm, micro_batches)
-    outcome = launch.launch(_interleaved_steps, run, world, "gloo", 120.0, 900.0)
+    run = (world, nodes, tuple(hooks), steps, width, batchnorm, micro_batches, device)
+    outcome = launch.launch(_interleaved_steps, run, world, backend, 120.0, 900.0)
     return _results_of(outcome)[0]
+
+
+def step_time_row(timed: dict, layout: str, hooks: tuple[str, ...], backend: str = "gloo", device: str = "cpu",
+                  batchnorm: bool = False, micro_batches: int = 1, target_ratio: float = 1.5) -> dict:
+    """One row of ``benchmarks/hook_speed.py`` from a ``hook_step_seconds`` result: each method's median ms per step
+    (wall and rank 0's CPU time) and its ratio to DDP's all-reduce + AdamW measured in the same run;
+    ``within_target``: every hook's wall ratio is at most ``target_ratio``."""
+    base, base_cpu = timed["median_s"]["allreduce"], timed["median_cpu_s"]["allreduce"]
+    row = {"layout": layout, "backend": backend, "device": device, "model": "mlp+batchnorm" if batchnorm else "mlp",
+           "micro_batches": micro_batches, "parameters": timed["parameters"],
+           "allreduce_adamw_ms_per_step": round(1e3 * base, 2),
+           "allreduce_adamw_cpu_ms_per_step": round(1e3 * base_cpu, 2)}
+    for hook in hooks:
+        row[f"{hook}_ms_per_step"] = round(1e3 * timed["median_s"][hook], 2)
+        row[f"{hook}_over_allreduce"] = round(timed["median_s"][hook] / base, 3)
+        row[f"{hook}_cpu_ms_per_step"] = round(1e3 * timed["median_cpu_s"][hook], 2)
+        row[f"{hook}_cpu_over_allreduce"] = round(timed["median_cpu_s"][hook] / base_cpu, 3)
+    row["within_target"] = all(row[f"{hook}_over_allreduce"] <= target_ratio for hook in hooks)
+    return row

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from safeio.argtypes import number_between, positive_int
-from safeio.outputs import check_output_file
+from safeio.outputs import check_output_file, check_owned
 from safeio.text import printable_lines
 
 PATHS = ("optimizer", "hook")  # gpu_validation.validate.PATHS (importing it here would need torch)
@@ -71,7 +71,7 @@ def _profile_path(text: str) -> str:
         raise argparse.ArgumentTypeError("expected a file path for the cluster profile, got ''")
     try:  # the profile and its plot beside it (same name, .png)
         for path in (text, Path(text).with_suffix(".png")):
-            check_output_file(path, flag="")
+            check_owned(check_output_file(path, flag=""), flag="")  # never over a file birder did not write
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error).strip()) from None
     return text
@@ -89,7 +89,8 @@ def run_gpu_validate(args: argparse.Namespace) -> int:
     cfg = Config(backend=args.backend, nodes=args.nodes, gpus_per_node=args.gpus_per_node, steps=args.steps,
                  seed=args.seed, scheme=args.scheme, timeout_s=args.timeout, resume_at=args.resume_at,
                  nonfinite_at=args.nonfinite_at, overflow_at=args.overflow_at, kill_at=args.kill_at,
-                 hang_at=args.hang_at, paths=tuple(args.paths), quiet=getattr(args, "quiet", False))
+                 hang_at=args.hang_at, paths=tuple(args.paths), quiet=getattr(args, "quiet", False),
+                 device=args.device)
     if _under_torchrun():
         try:
             result = run_under_torchrun(cfg)
@@ -167,6 +168,9 @@ def register(subparsers) -> None:
                     "final state with birder_ref, exactly.")
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
                    help="gloo: CPU tensors (default); nccl: one CUDA GPU per rank")
+    p.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                   help="default: cuda with nccl, else cpu; gloo with cuda moves CUDA tensors (local ranks may share "
+                        "one GPU, which nccl refuses)")
     p.add_argument("--nodes", type=int, default=2, help="nodes (simulated by process groups when local; default 2)")
     p.add_argument("--gpus-per-node", type=int, default=2, help="ranks per node (default 2)")
     p.add_argument("--steps", type=_bounded_count(MAX_STEPS, "steps"), default=6,

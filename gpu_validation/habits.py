@@ -6,7 +6,7 @@ it saw. ``run`` runs the named patterns one after another and reports, per patte
 parameter elements differed from ``birder_ref`` fed the gradients each step() saw, over how many steps, and
 whether the ranks end with identical parameters) or ``error`` (the exception's type and its one-line message).
 ``HABITS`` says what each pattern must give; ``observe`` runs them all, ``verdict`` judges one row,
-``habits_table`` renders the table README.md holds; ``tests/test_gpu_habits.py`` checks every row and the table,
+``habits_table`` renders the table docs/habits.md holds; ``tests/test_gpu_habits.py`` checks every row and the table,
 and ``python -m gpu_validation.habits`` prints each row's outcome.
 """
 from __future__ import annotations

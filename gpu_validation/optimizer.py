@@ -59,7 +59,7 @@ from torch.autograd.graph import increment_version
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from birder_ref.draws import MASK32, SERVER_STREAM, stream_key
-from gpu_validation import comm
+from gpu_validation import comm, layout
 from gpu_validation import torch_birder as tb
 
 __all__ = ["Birder", "apply_update_", "FULL_FORMAT", "SHARD_FORMAT"]
@@ -68,6 +68,11 @@ log = logging.getLogger(__name__)
 
 FULL_FORMAT = "birder-optimizer-full/1"
 SHARD_FORMAT = "birder-optimizer-shard/1"
+# In every state dict Birder saves: parameter 0's "step" as bytes, which torch's Adam-family optimizers convert with
+# float() while loading (__setstate__), so AdamW.load_state_dict(birder_state) fails at once with this line.
+FOREIGN_LOAD_GUARD = {0: {"step": b"gpu_validation.Birder's optimizer state: torch optimizers cannot load it; "
+                                  b"convert it with Birder.to_adamw_state_dict() (docs/adoption.md), or start the new "
+                                  b"optimizer afresh"}}
 _VECTORS = ("m", "b_hat", "e")  # per worker; b = b_hat (T0 off, as the paper runs it)
 _SAFE_SUM = float(torch.finfo(torch.float32).max) / 2  # node sums of values below this / G cannot overflow
 _FAULT_REPORT_S = 1.0  # how long a rank whose collective failed waits for the others to report
@@ -128,19 +133,42 @@ def _check_count(name: str, value, low: int = 0) -> int:
     return int(value)
 
 
-def _layout(scheme: str, gpus_per_node) -> tuple[int, int]:
-    """(nodes, GPUs per node) from the argument or torchrun's environment (LOCAL_WORLD_SIZE, WORLD_SIZE)."""
+def _layout(scheme: str, gpus_per_node, device: torch.device) -> tuple[int, int]:
+    """(nodes, GPUs per node): in ``hierarchical``, from where the ranks really run (``layout``: host names
+    exchanged once), ``gpus_per_node`` or torchrun's LOCAL_WORLD_SIZE checked against them; in ``flat``, every rank
+    is a worker."""
     world = dist.get_world_size()
     env_world = os.environ.get("WORLD_SIZE")
     if env_world is not None and env_world.isdigit() and int(env_world) != world:
         raise ValueError(f"WORLD_SIZE={env_world} in the environment, but the process group has {world} ranks")
-    if gpus_per_node is None:
-        local = os.environ.get("LOCAL_WORLD_SIZE", "")
-        gpus_per_node = int(local) if local.isdigit() and int(local) > 0 else world
-    g = _check_count("gpus_per_node", gpus_per_node, 1)
+    if gpus_per_node is not None:
+        gpus_per_node = _check_count("gpus_per_node", gpus_per_node, 1)
+    if scheme != "hierarchical":
+        return 1, world
+    hosts = layout.exchange_hosts(device) if world > 1 else [layout.this_host()]
+    g = layout.verified_gpus_per_node(hosts, gpus_per_node, os.environ.get("LOCAL_WORLD_SIZE"))
     if world % g:
         raise ValueError(f"gpus_per_node={g} does not divide the world size {world}")
-    return (world // g, g) if scheme == "hierarchical" else (1, world)
+    return world // g, g
+
+
+RECIPES = ("Lightning: Birder(self.trainer.strategy.model, ...) in configure_optimizers; Accelerate: "
+           "model = accelerator.prepare(model) first, then Birder(model, ...), then prepare the rest "
+           "(docs/adoption.md)")
+
+
+def _refuse_other_process_group(ddp_model: nn.parallel.DistributedDataParallel) -> None:
+    """One ValueError, before any collective, for a DDP model over a subgroup (``DDP(..., process_group=g)``):
+    Birder's groups and records span every rank of the default group, which ranks outside ``g`` never join."""
+    group = getattr(ddp_model, "process_group", None)
+    if group is None or group == dist.group.WORLD:
+        return
+    members, world = dist.get_process_group_ranks(group), dist.get_world_size()
+    if members != list(range(world)):
+        raise ValueError(f"Birder: this DDP model runs over a process group of ranks "
+                         f"{_names([str(r) for r in members])} out of {world} (DDP(..., process_group=...)); "
+                         "Birder's exchange spans every rank of the default group, which the others would never "
+                         "join: build the DDP model over the default group, or run one job per group")
 
 
 # what a rank does when it joins a record all-gather on Birder's group (_EVALUATION: a forward in eval mode or
@@ -206,11 +234,12 @@ class _HookState:
         self.largest: dict[int, float] = {}  # bucket index -> max |gradient| over every rank (last backward)
         self.drifted: set[int] = set()  # buckets whose parameters' checksums differed between ranks
         self.settings_differ = False  # the ranks' lr / weight decay differed in some bucket's records
+        self.gradients_differ = False  # the ranks' largest |gradient| differed in some bucket (local gradients)
         self.on_bucket = None  # Birder's overlap: starts the bucket's share of the intra-node exchange
 
     def reset(self) -> None:
         """Forget what the hook saw: the next step() needs a new backward."""
-        self.backward_ran = self.settings_differ = False
+        self.backward_ran = self.settings_differ = self.gradients_differ = False
         for seen in (self.seen, self.nonfinite_ranks, self.largest, self.drifted):
             seen.clear()
 
@@ -243,6 +272,38 @@ def check_records(rows: torch.Tensor, doing: int, step: int) -> None:
     raise RuntimeError("Birder: the ranks are at different steps (" + "; ".join(
         f"rank(s) {ranks} at step {s}" for s, ranks in by_step.items()) + "): every rank must call step() once per "
         "backward (and load the same checkpoint)")
+
+
+_SAMPLE, _SAMPLED_PARAMETERS = 256, 4  # step()'s gradient fingerprint: elements per parameter, largest parameters
+
+
+def _gradient_sample(params: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(parameter, element indices): up to ``_SAMPLE`` evenly spaced elements of each of the
+    ``_SAMPLED_PARAMETERS`` largest parameters, the fixed sample step()'s fingerprint reads."""
+    largest = sorted(params, key=lambda p: -p.numel())[:_SAMPLED_PARAMETERS]
+    picks = []
+    for p in largest:
+        k = min(_SAMPLE, p.numel())
+        picks.append((p, torch.arange(k, dtype=torch.int64, device=p.device) * (p.numel() - 1) // max(k - 1, 1)))
+    return picks
+
+
+def refuse_reduced_gradients(rows: torch.Tensor, step: int) -> None:
+    """Raise one RuntimeError, on every rank alike, when step()'s records (world, _RECORD) say that every rank's
+    gradient sample is the same and not all zero, where the hook's records of the same backward said the ranks'
+    local gradients differed: they were averaged over the ranks after Birder's hook saw them (an outer
+    DistributedDataParallel, as Accelerate's prepare(DDP(model), ...) makes; the client's own all_reduce of
+    .grad). Birder's 1-bit exchange would average what is already the same everywhere, and an outer DDP pays a
+    full-precision all-reduce on top. (Ranks fed the same batch have the same gradients in backward too: not
+    refused.)"""
+    if rows.shape[0] < 2 or not bool((rows[:, 3] == 1).all()) or bool((rows[:, 2] != rows[0, 2]).any()):
+        return
+    raise RuntimeError(f"Birder step {step}: the ranks' gradients differed in backward but are the same in step() "
+                       f"(a sample of the largest parameters' .grad, identical on all {rows.shape[0]} ranks): "
+                       "they were all-reduced after backward (a second DistributedDataParallel around Birder's, as "
+                       "Accelerate's prepare(DDP(model), opt) makes; your own all_reduce of .grad), which bypasses "
+                       "the 1-bit exchange. Give Birder the only DDP model (accelerator.prepare(model) first, then "
+                       "Birder(model)) and its ranks' own gradients")
 
 
 def _local_gradient_hook(state, bucket):  # DDP accepts only real (not string) annotations: none here
@@ -298,6 +359,8 @@ def _local_gradient_hook(state, bucket):  # DDP accepts only real (not string) a
             state.drifted.add(index)
         if bool((rows[:, 4] != rows[0, 4]).any()):
             state.settings_differ = True
+        if bool((rows[:, 2] != rows[0, 2]).any()):
+            state.gradients_differ = True
         if bad:
             state.nonfinite_ranks.update(bad)
             buffer.fill_(float("nan"))
@@ -574,7 +637,9 @@ class Birder(torch.optim.Optimizer):
         beta, eps: Algorithm 1's moving-average factor and the constant added to b.
         seed: the draws' seed, the same on every rank (a non-negative integer below 2**32).
         scheme: "hierarchical" (a worker is a node; Section 4) or "flat" (every rank a worker).
-        gpus_per_node: ranks per node; default torchrun's LOCAL_WORLD_SIZE, else one node of all ranks.
+        gpus_per_node: ranks per node. On several hosts it comes from the hosts (exchanged once; ``layout``) and
+            a value or a ``LOCAL_WORLD_SIZE`` that disagrees is refused; on one host, default torchrun's
+            LOCAL_WORLD_SIZE, else one node of all ranks (simulated nodes).
         param_groups: optional groups of the DDP model's trainable parameters, each with its own "lr" and
             "weight_decay" (default: the arguments above); parameters no group names form a last group.
         max_consecutive_skips: this many steps in a row skipped for non-finite gradients raise RuntimeError
@@ -583,8 +648,10 @@ class Birder(torch.optim.Optimizer):
             when .grad is bit-identical to what was sent on every rank of the node, else exchanges again. Off by
             default: on gloo/CPU it measured slower (benchmarks/hook_speed.py --hooks birder birder_no_overlap).
 
-    ``step()`` is collective (every rank calls it once per backward); so is ``state_dict()`` (a record, then one
-    all-gather of every rank's shard, over Birder's group of all ranks); nothing else is.
+    ``step()`` is collective (every rank calls it once per backward); so are ``state_dict()`` (a record, then one
+    all-gather of every rank's shard, over Birder's group of all ranks) and ``to_adamw_state_dict()``; nothing else
+    is. A DDP model over a subgroup is refused; so are gradients all-reduced between backward and step()
+    (``refuse_reduced_gradients``).
     """
 
     _step_supports_amp_scaling = True  # GradScaler passes grad_scale / found_inf instead of unscaling for us
@@ -595,7 +662,8 @@ class Birder(torch.optim.Optimizer):
                  max_consecutive_skips: int = 20, overlap: bool = False):
         if not isinstance(ddp_model, nn.parallel.DistributedDataParallel):
             raise ValueError(f"ddp_model must be a torch.nn.parallel.DistributedDataParallel, got "
-                             f"{type(ddp_model).__name__}")
+                             f"{type(ddp_model).__name__}; the wrapped model is where the client keeps it: {RECIPES}")
+        _refuse_other_process_group(ddp_model)
         lr = _check_real("lr", lr, 0.0, True)
         weight_decay = _check_real("weight_decay", weight_decay, 0.0, False)
         self.beta = _check_real("beta", beta, 0.0, True, 1.0)
@@ -616,11 +684,12 @@ class Birder(torch.optim.Optimizer):
             raise ValueError("Birder needs dense parameters on one device")
         _refuse_what_cannot_be_stepped(ddp_model, named)
         groups = _param_groups(param_groups, named, lr, weight_decay)
-        n_nodes, gpus = _layout(scheme, gpus_per_node)
+        n_nodes, gpus = _layout(scheme, gpus_per_node, params[0].device)
         super().__init__(groups, {"lr": lr, "weight_decay": weight_decay})
         self._sealed = True
         self.param_names = [name for name, _ in named]  # in element order: the draws' index order
         self._params = params
+        self._sample = _gradient_sample(params)
         self._name_of_id = {id(p): name for name, p in named}
         self._frozen_at_start = [(name, p) for name, p in ddp_model.module.named_parameters() if not p.requires_grad]
         self._module = ddp_model.module  # to name parameters replaced, cast or moved since (``_refuse_changed_model``)
@@ -642,6 +711,7 @@ class Birder(torch.optim.Optimizer):
         if self.length > 2**32:
             raise ValueError(f"element indices must fit in 32 bits; the model has {self.dim} trainable elements")
         self.timeout_s = comm.process_group_timeout().total_seconds()
+        self._gradients_differed = False
         shard = comm.shard_slice(self.topology, self.length)
         chunk = comm.chunk_slice(self.topology, self.length)
         n_shard, n_chunk = shard.stop - shard.start, chunk.stop - chunk.start
@@ -700,6 +770,7 @@ class Birder(torch.optim.Optimizer):
         hook_bad = sorted(self._hook_state.nonfinite_ranks)
         largest = max(self._hook_state.largest.values(), default=0.0)
         drifted, settings_differ = bool(self._hook_state.drifted), self._hook_state.settings_differ
+        self._gradients_differed = self._hook_state.gradients_differ  # in backward: then step()'s must differ too
         self._hook_state.reset()
         if settings_differ:  # every rank saw the same records: all raise here, together, before any update
             raise RuntimeError(self._settings_message())
@@ -988,9 +1059,21 @@ class Birder(torch.optim.Optimizer):
         group = self.topology.world_group
         if group is None:
             return None
-        record = torch.tensor([doing, self.t + 1, 0, 0, 0], dtype=torch.int64, device=self.device)
+        words = torch.tensor([doing, self.t + 1, 0, 0, 0], dtype=torch.int64, device=self.device)
+        record = words if doing != _STEP else torch.cat([words[:2], self._gradient_fingerprint(), words[4:]])
         every = torch.empty(dist.get_world_size() * _RECORD, dtype=torch.int64, device=self.device)
         return doing, record, every, comm._all_gather(every, record, group=group, async_op=True)
+
+    def _gradient_fingerprint(self) -> torch.Tensor:
+        """Two int64 words for step()'s record: a checksum of a fixed sample of the local gradient (up to
+        ``_SAMPLE`` evenly spaced elements of each of the largest trainable parameters' .grad) and whether that
+        sample is finite and holds a nonzero value. Costs a few small index reads per step."""
+        picked = [p.grad.reshape(-1)[index] for p, index in self._sample if p.grad is not None and not p.grad.is_sparse]
+        if not picked:
+            return torch.zeros(2, dtype=torch.int64, device=self.device)
+        sample = torch.cat([x.to(torch.float32) for x in picked])  # exact for every floating dtype it holds
+        usable = torch.isfinite(sample).all() & sample.ne(0).any()  # a poisoned (NaN) step is skipped anyway
+        return torch.stack([sample.view(torch.int32).sum(dtype=torch.int64), usable.to(torch.int64)]).to(self.device)
 
     def _finish_record(self, started: tuple | None) -> None:
         if started is None:
@@ -999,7 +1082,10 @@ class Birder(torch.optim.Optimizer):
         phase = {_STATE_DICT: "state_dict() record all-gather", _STEP: "step() record all-gather"}.get(
             doing, "record all-gather before DDP's collectives in forward")
         self._collective(phase, self.topology.world_group, work.wait)
-        check_records(every.view(-1, _RECORD).cpu(), doing, self.t + 1)
+        rows = every.view(-1, _RECORD).cpu()
+        check_records(rows, doing, self.t + 1)
+        if doing == _STEP and self._gradients_differed:
+            refuse_reduced_gradients(rows, self.t + 1)
 
     def _collective(self, phase: str, group, run):
         """Run one collective; on failure (timeout, dead peer) raise one error naming the ranks that went silent."""
@@ -1075,7 +1161,7 @@ class Birder(torch.optim.Optimizer):
             server[comm.chunk_slice(topo, self.length, rank)] = rows[rank, 3 * n_shard:]
         state = {"format": FULL_FORMAT, **self._config(), **self._counters(),
                  **{name: full[name][:, :self.dim].clone() for name in _VECTORS},
-                 "server_error": server[:self.dim].clone()}
+                 "server_error": server[:self.dim].clone(), **FOREIGN_LOAD_GUARD}
         return {"state": state, "param_groups": self._groups()}
 
     def sharded_state_dict(self) -> dict:
@@ -1083,8 +1169,30 @@ class Birder(torch.optim.Optimizer):
         topo = self.topology
         state = {"format": SHARD_FORMAT, **self._config(), "rank": topo.rank, "n_nodes": topo.n_nodes,
                  "gpus_per_node": topo.gpus_per_node, **self._counters(),
-                 **{name: getattr(self, name).detach().cpu().clone() for name in (*_VECTORS, "server_error")}}
+                 **{name: getattr(self, name).detach().cpu().clone() for name in (*_VECTORS, "server_error")},
+                 **FOREIGN_LOAD_GUARD}
         return {"state": state, "param_groups": self._groups()}
+
+    def to_adamw_state_dict(self, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> dict:
+        """A ``torch.optim.AdamW`` state dict that continues from this Birder (collective: every rank calls it, as
+        ``state_dict()``), to leave Birder for AdamW. Load it into ``AdamW([{"params": g["params"]} for g in
+        opt.param_groups])`` (the trainable parameters in Birder's groups, in the same order; without
+        ``param_groups``, ``[p for p in model.parameters() if p.requires_grad]``): each group keeps its lr and
+        weight decay (line 16's decay is AdamW's decoupled one), ``step`` is Birder's t, ``exp_avg`` the workers'
+        mean m (both are moving averages of the gradient) and ``exp_avg_sq`` the square of the workers' mean b
+        (Birder tracks the mean of |g|, AdamW of g^2: an estimate, low by the gradient's variance)."""
+        full = self.state_dict()["state"]
+        m, b = full["m"].mean(dim=0), full["b_hat"].mean(dim=0)
+        adamw = torch.optim.AdamW([{"params": g["params"], "lr": g["lr"], "weight_decay": g["weight_decay"]}
+                                   for g in self.param_groups], betas=betas, eps=eps)
+        layout = adamw.state_dict()  # torch's own group format, numbering the parameters group by group
+        index = {id(p): i for i, p in enumerate(p for g in adamw.param_groups for p in g["params"])}
+        state = {}
+        for p, start in zip(self._params, self.offsets, strict=True):
+            span = slice(start, start + p.numel())
+            state[index[id(p)]] = {"step": torch.tensor(float(self.t)), "exp_avg": m[span].view_as(p).to(p.dtype),
+                                   "exp_avg_sq": b[span].square().view_as(p).to(p.dtype)}
+        return {"state": state, "param_groups": layout["param_groups"]}
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Restore ``state_dict()``'s (or ``sharded_state_dict()``'s) output. Everything is checked first: any
@@ -1100,8 +1208,8 @@ class Birder(torch.optim.Optimizer):
             extra = ("rank", "n_nodes", "gpus_per_node")
         else:
             raise ValueError(f"Birder state format {fmt!r}: expected {FULL_FORMAT!r} or {SHARD_FORMAT!r}")
-        expected = {"format", *self._config(), *self._counters(), *shapes, *extra}
-        missing, unknown = sorted(expected - set(state)), sorted(set(state) - expected)
+        expected = {"format", *self._config(), *self._counters(), *shapes, *extra, *FOREIGN_LOAD_GUARD}
+        missing, unknown = sorted(map(str, expected - set(state))), sorted(map(str, set(state) - expected))
         if missing or unknown:
             raise ValueError(f"Birder state: missing keys {missing}, unknown keys {unknown}")
         mine = self._config()

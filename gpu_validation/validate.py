@@ -71,10 +71,16 @@ class Config:
     resume_at: int | None = None
     paths: tuple[str, ...] = PATHS  # which code paths to check, in this order (a fault stops the first)
     quiet: bool = False  # no progress bar
+    device: str | None = None  # "cpu" or "cuda"; None: cuda with nccl, cpu with gloo. gloo with "cuda" moves CUDA
+    # tensors (staged through host memory): several local ranks may share one GPU, which NCCL refuses
 
     def check(self) -> None:
         if self.backend not in ("gloo", "nccl"):
             raise ValueError(f"backend must be gloo or nccl, got {self.backend!r}")
+        if self.device not in (None, "cpu", "cuda"):
+            raise ValueError(f"device must be cpu or cuda, got {self.device!r}")
+        if self.backend == "nccl" and self.device_type != "cuda":
+            raise ValueError("backend nccl moves CUDA tensors only: use --backend gloo with --device cpu")
         if self.scheme not in comm.PIPELINE_SCHEMES:
             raise ValueError(f"scheme must be one of {', '.join(comm.PIPELINE_SCHEMES)}, got {self.scheme!r}")
         if self.nodes < 1 or self.gpus_per_node < 1 or self.steps < 1:
@@ -99,12 +105,15 @@ class Config:
                              f"got {self.overflow_at}")
 
     def check_local(self) -> None:
-        """What spawning ``world`` ranks on this machine needs: a GPU per rank for nccl, a sane count for gloo."""
+        """What spawning ``world`` ranks on this machine needs: a GPU per rank for nccl, a sane count for gloo (and a
+        GPU, which the ranks share, for gloo on CUDA)."""
         if self.backend == "nccl":
             found = torch.cuda.device_count() if torch.cuda.is_available() else 0
             if not dist.is_nccl_available() or found < self.world:
                 raise ValueError(f"nccl needs one CUDA GPU per rank: {self.world} wanted, {found} found here"
                                  f"{'' if dist.is_nccl_available() else ' (this torch has no NCCL)'}")
+        elif self.device_type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("gloo on device cuda asked for, but torch sees no CUDA device")
         elif self.world > LOCAL_RANKS_PER_CORE * (os.cpu_count() or 1):
             raise ValueError(f"{self.world} local gloo ranks on {os.cpu_count()} cores is too many (at most "
                              f"{LOCAL_RANKS_PER_CORE} per core); run under torchrun across machines instead")
@@ -112,6 +121,10 @@ class Config:
     @property
     def world(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    @property
+    def device_type(self) -> str:
+        return self.device or ("cuda" if self.backend == "nccl" else "cpu")
 
 
 @dataclass(frozen=True)
@@ -160,7 +173,7 @@ class Stopped:
     passed: bool  # only with an injected fault: ``fault_handled``
     steps: int
     backend: str
-    device: str  # "cpu" with gloo, "cuda" with nccl
+    device: str  # the Config's device type: "cpu" or "cuda"
     error: str  # the launcher's account: who died, hung or failed, and how
     rank_errors: dict[str, str]  # rank (as text) -> the error it reported
     exit_codes: dict[str, int | None]  # rank (as text) -> its exit status
@@ -401,10 +414,14 @@ class Reference:
 
 
 def _device(cfg: Config, gpu: int, needed: int) -> torch.device:
-    """CPU for gloo; for nccl CUDA device ``gpu``, of which this machine must have ``needed``."""
-    if cfg.backend == "gloo":
+    """CPU for gloo on CPU; for nccl CUDA device ``gpu``, of which this machine must have ``needed``; for gloo on
+    CUDA device ``gpu`` modulo the GPUs here (local ranks share them: gloo, unlike NCCL, allows it)."""
+    if cfg.device_type == "cpu":
         return torch.device("cpu")
     found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if cfg.backend == "gloo" and found:
+        torch.cuda.set_device(gpu % found)
+        return torch.device("cuda", gpu % found)
     if found < needed:
         raise ValueError(f"nccl needs one GPU per rank: {needed} on this machine, found {found}")
     torch.cuda.set_device(gpu)
@@ -525,7 +542,7 @@ def run(cfg: Config) -> Result:
 def _stopped(cfg: Config, outcome: launch.Outcome) -> Stopped:
     """What a run that did not finish reports; with an injected fault, whether it was handled as designed."""
     stopped = Stopped(
-        passed=False, steps=cfg.steps, backend=cfg.backend, device="cpu" if cfg.backend == "gloo" else "cuda",
+        passed=False, steps=cfg.steps, backend=cfg.backend, device=cfg.device_type,
         error=outcome.describe_failures() or "no result",
         rank_errors={str(r): msg for r, msg in outcome.errors.items()},
         exit_codes={str(r): c for r, c in outcome.exit_codes.items()},

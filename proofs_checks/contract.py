@@ -2,7 +2,7 @@
 |m| <= b. They are reported in their own group (``kind="contract"``), so that a user reads "your u_bar is
 float64" and not a paper claim failing.
 
-The interface (README "Job 1", ``birder check --help``): float32 arrays; ``step`` returns a new state and leaves
+The interface (docs/check_interface.md, `birder check --help`): float32 arrays; ``step`` returns a new state and leaves
 the one it was given as it was; what it returns stays valid after later calls (no buffer reused); r = m / (b + eps)
 with eps added to b (the paper's footnote 5 bounds b away from zero; adding eps is the convention); m and b
 computed with the same operations in the same order, so that |m| <= b holds bit for bit in float32.

@@ -1,4 +1,4 @@
-"""The implementation under test, seen only through its interface (README "Job 1", ``birder check --help``).
+"""The implementation under test, seen only through its interface (docs/check_interface.md, ``birder check --help``).
 
 An implementation is any object (a module, a class instance, ...) with ``quantize(y, u)``, ``init(n_workers,
 dim)`` and ``step(state, grads, beta=, eps=, u_worker=, u_server=, T0=)`` returning ``(u_bar, new_state)``. The

@@ -71,7 +71,13 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     tmp = Path(tmp_name)
     tmp.unlink()
     try:
-        yield tmp
+        try:
+            yield tmp
+        except OSError as error:  # a full disk, a quota: name the output, not the temporary beside it
+            if error.filename is not None and not str(error.filename).startswith(str(tmp)):
+                raise  # about another file (an input read on the way)
+            raise OSError(error.errno, f"{error.strerror or error}; {path.name} was left as it was",
+                          str(path)) from None
         if path.is_dir() and tmp.is_dir():  # a directory cannot be renamed over a non-empty one: swap
             old = path.with_name(f".{path.name}.{os.getpid()}.old")
             shutil.rmtree(old, ignore_errors=True)
@@ -104,7 +110,7 @@ def staging_dir(folder: str | Path, name: str) -> Iterator[Path]:
 def write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` to ``path`` atomically."""
     with atomic_path(path) as tmp:
-        tmp.write_text(text)
+        tmp.write_text(text, encoding="utf-8")  # never the locale's codec (ASCII under LC_ALL=C on old Pythons)
     return Path(path)
 
 

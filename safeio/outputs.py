@@ -4,13 +4,16 @@ dangling one refused), and checked before any long work starts."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from safeio.inputs import read_text_bounded
+from safeio.text import printable
 
 # The toolkit's packages (pyproject's [tool.setuptools.packages.find]); in a checkout, the folders beside them
 # that hold its source, and the files at its root that describe it.
@@ -155,4 +158,186 @@ def write_manifest(folder: Path, command: str) -> None:
     names = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST_NAME)
     lines = [f"# files written by {command}; a later run replaces this folder only while it holds nothing else",
              *(f"{_sha256(folder / name)}  {name}" for name in names)]
-    (folder / MANIFEST_NAME).write_text("\n".join(lines) + "\n")
+    (folder / MANIFEST_NAME).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+# ------------------------------------------------------------------------------------ the one output rule
+# Every file a command writes goes through ``check_owned`` (before the work, and again at the swap): a file that
+# is already there is replaced only if its folder's manifest lists it with the SHA-256 it still has, i.e. a
+# command of the toolkit wrote it and nobody edited it since. A folder replaced whole (``birder report``) is held
+# to the same rule by ``check_replaceable_dir``.
+
+
+def check_owned(path: str | Path, flag: str = "--out") -> None:
+    """ValueError (one line naming the file and how to proceed) if ``path`` exists and is not a file the toolkit
+    wrote and nobody changed since (see above); a symbolic link, a folder or a device there is refused too."""
+    path = Path(path)
+    prefix, other = (f"{flag}: ", f"another {flag}") if flag else ("", "another output path")
+    if path.name == MANIFEST_NAME or not path.name.isprintable():  # a line break in a name would forge manifest lines
+        raise ValueError(f"{prefix}{printable(path.name)} cannot be an output's name (the manifest birder keeps, or "
+                         f"a name with control characters): give {other}")
+    if not os.path.lexists(path):
+        return
+    if path.is_symlink() or not path.is_file():
+        raise ValueError(f"{prefix}{path} exists and is not a regular file birder wrote: move it away, or give {other}")
+    manifest = path.parent / MANIFEST_NAME
+    listed = read_manifest(manifest) if manifest.is_file() and not manifest.is_symlink() else {}
+    if path.name not in listed:
+        raise ValueError(f"{prefix}{path} was not written by birder (no entry in {manifest}): it is never replaced; "
+                         f"remove or move it, or give {other}")
+    digest = listed[path.name]
+    if digest is not None and _sha256(path) != digest:
+        raise ValueError(f"{prefix}{path} changed since birder wrote it (an edit of yours?): it is never replaced; "
+                         f"remove or move it, or give {other}")
+
+
+def check_outputs(folder: str | Path, names: tuple[str, ...] | list[str], flag: str = "--out") -> Path:
+    """Before the work: ``folder`` may receive files (``check_output_dir``) and none of ``names`` in it would
+    replace a file the toolkit did not write (``check_owned``). Returns the resolved folder."""
+    resolved = check_output_dir(folder, flag)
+    _manifest_lines(resolved, flag)
+    for name in names:
+        check_owned(resolved / name, flag)
+    return resolved
+
+
+def _manifest_lines(folder: Path, flag: str = "--out") -> dict[str, str | None]:
+    """The manifest's entries (none if there is none yet); ValueError if something else stands in its place, which
+    a run could not update after writing its files."""
+    manifest = folder / MANIFEST_NAME
+    if not os.path.lexists(manifest):
+        return {}
+    if manifest.is_symlink() or not manifest.is_file():
+        raise ValueError(f"{flag}: {manifest} is not the manifest birder keeps (a link, a folder or a device): move "
+                         f"it away, or give another {flag}")
+    return read_manifest(manifest)
+
+
+class StagedOutputs:
+    """Files being written by ``output_files``: put them in ``dir`` (or through ``write_text``/``write_toml``);
+    each is read back and checked before any replaces its namesake."""
+
+    def __init__(self, staging: Path) -> None:
+        self.dir = staging
+        self.checks: dict[str, Callable[[Path], None]] = {}
+
+    def path(self, name: str) -> Path:
+        return self.dir / name
+
+    @contextmanager
+    def writing(self, name: str) -> Iterator[Path]:
+        """Around a writer that names no file in its errors (matplotlib's savefig): an OSError inside names
+        ``name``, so a full disk is reported against the file being written."""
+        try:
+            yield self.dir / name
+        except OSError as error:
+            if error.filename is not None:
+                raise
+            raise OSError(error.errno, error.strerror or str(error), str(self.dir / name)) from None
+
+    def write_text(self, name: str, text: str, check: Callable[[str], None] | None = None) -> Path:
+        """``text`` as UTF-8 into ``name``; ``check(text_read_back)`` raises ValueError if it is not what was
+        meant (a reader of the format)."""
+        path = self.dir / name
+        path.write_text(text, encoding="utf-8")
+        if check is not None:
+            self.checks[name] = lambda p: check(p.read_text(encoding="utf-8"))
+        return path
+
+    def write_toml(self, name: str, text: str, data: dict) -> Path:
+        """A TOML file read back with tomllib and compared with ``data``, the values it was rendered from."""
+        from safeio.serialise import check_toml
+
+        return self.write_text(name, text, lambda back: check_toml(back, data, name))
+
+
+def check_written(path: Path) -> None:
+    """What any file of its kind must be when read back: UTF-8 text for .md/.csv/.toml/.json (strict JSON), a
+    whole PNG (signature first, IEND chunk last)."""
+    suffix = path.suffix.lower()
+    if suffix == ".png":
+        data = path.read_bytes()
+        if not (data.startswith(b"\x89PNG\r\n\x1a\n") and data[-12:-4] == b"\x00\x00\x00\x00IEND"):
+            raise ValueError(f"{path.name}: the PNG written is not whole; nothing was replaced")
+    elif suffix in (".md", ".csv", ".toml", ".json", ".txt"):
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"{path.name}: the file written is not UTF-8 text; nothing was replaced") from None
+        if suffix == ".json":
+            import json
+
+            def refuse(constant):
+                raise ValueError(constant)
+
+            try:
+                json.loads(text, parse_constant=refuse)
+            except ValueError:
+                raise ValueError(f"{path.name}: the JSON written does not read back as strict JSON; nothing was "
+                                 "replaced") from None
+
+
+@contextmanager
+def output_files(folder: str | Path, command: str, flag: str = "--out") -> Iterator[StagedOutputs]:
+    """Write several files into ``folder`` all or nothing: they are written into a staging folder beside them,
+    each read back and checked (its format, and the caller's check), every one held to ``check_owned``; only then
+    are they renamed into ``folder`` and listed in its manifest with their SHA-256. On any error (a full disk, a
+    bad value, a file of the user's in the way) no file in ``folder`` has changed; the error names the file.
+
+    The renames and the manifest update hold an exclusive lock on ``folder``, so two runs writing into one folder
+    do not lose each other's manifest entries."""
+    from safeio.atomic import staging_dir, write_text
+
+    folder = check_output_dir(folder, flag)
+    folder.mkdir(parents=True, exist_ok=True)
+    with staging_dir(folder, "birder-outputs") as staging:
+        staged = StagedOutputs(staging)
+        try:
+            yield staged
+        except OSError as error:  # name the output, not the staging folder
+            raise _named(error, folder, staging) from None
+        names = sorted(p.name for p in staging.iterdir())
+        for name in names:
+            try:
+                check_written(staging / name)
+                if name in staged.checks:
+                    staged.checks[name](staging / name)
+            except OSError as error:
+                raise _named(error, folder, staging) from None
+        descriptor = os.open(folder, os.O_RDONLY)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+            for name in names:
+                check_owned(folder / name, flag)
+            listed = _manifest_lines(folder, flag)
+            digests = {name: _sha256(staging / name) for name in names}
+            for name in names:
+                os.replace(staging / name, folder / name)
+            listed.update(digests)
+            header = f"# files written by birder ({command} last); a later run replaces only files listed here " \
+                     "with the digest they still have"
+            write_text(folder / MANIFEST_NAME, "\n".join([header, *(
+                f"{digest}  {name}" if digest else name for name, digest in sorted(listed.items()))]) + "\n")
+        finally:
+            os.close(descriptor)
+
+
+def _named(error: OSError, folder: Path, staging: Path) -> OSError:
+    """An OSError raised while writing into ``staging`` with the output's own name in ``folder`` instead."""
+    # a writer that names no file (matplotlib's savefig outside ``StagedOutputs.writing``): the folder
+    name = Path(error.filename).name if error.filename and Path(error.filename).parent == staging else ""
+    target = folder / name if name else folder
+    return OSError(error.errno, f"{error.strerror or error}; nothing in {folder} was changed", str(target))
+
+
+def write_output_file(path: str | Path, text: str, command: str, flag: str = "--out",
+                      toml_data: dict | None = None, check: Callable[[str], None] | None = None) -> Path:
+    """Write one file the one-rule way (``output_files`` with ``path``'s folder): never over a file the toolkit
+    did not write, read back before it replaces anything (as TOML compared with ``toml_data`` if given)."""
+    resolved = check_output_file(path, flag)
+    with output_files(resolved.parent, command, flag) as staged:
+        if toml_data is not None:
+            staged.write_toml(resolved.name, text, toml_data)
+        else:
+            staged.write_text(resolved.name, text, check)
+    return resolved

@@ -8,7 +8,10 @@ Three layers, as in ASTRA-sim:
 * network (``sim.hardware`` and ``sim/presets``: NICs, fabrics, GPUs, site profiles, cluster TOML;
   ``sim.network``: links shared max-min fairly by flows).
 
-``sim.api`` is the library entry (``predict_config``, ``sweep_grid``, ``validation_summary``); ``birder predict |
+Beside them, ``sim.uncertainty`` (what a prediction needs for its interval) and ``sim.validation`` (the corpus
+and the paper's rows predicted and scored: it imports prediction, and is never imported by it).
+
+``sim.api`` is the library entry (``predict_config``, ``sweep_grid``); ``birder predict |
 collective | sweep | validate`` the command line (``sim.cli``); ``sim/README.md`` the design, every constant's
 source, and what was fitted where.
 """

@@ -4,8 +4,12 @@ TOML that `birder predict --cluster` and `birder collective --cluster` read.
 nccl-tests prints one table per run (all_reduce_perf, all_gather_perf, alltoall_perf): `#` comment lines (the
 parameters, one `Rank ... on HOST device D [bus] NAME` line per rank, the column headers) and one row per size:
 size, count, type, [redop], [root], then out-of-place time (us), algbw, busbw, error and the same in place.
-``parse_nccl_tests`` reads such a paste as users copy it (MPI rank prefixes such as ``[1,0]<stdout>:``, NCCL INFO
-log lines and shell prompts around it are ignored; a table row that cannot be read is an error, never skipped).
+``parse_nccl_tests`` reads such a paste as users copy it: the prefixes launchers and log collectors put before each
+line (``mpirun --tag-output``'s ``[1,0]<stdout>:``, ``srun --label``'s ``0:``, ``kubectl logs --timestamps``' RFC 3339
+time) are removed, NCCL INFO log lines and shell prompts around the table are ignored, and tables cut to their
+out-of-place columns are read. What would make a fit silently wrong is refused, never skipped: a table row that
+cannot be read, a run that failed nccl-tests' own check (``#wrong`` values, ``FAILED`` in its footer), a size that
+appears twice (two runs, or interleaved output, in one paste), ranks spread unevenly over the hosts.
 
 ``fit_network`` fits what the simulator's collective model takes from the network (``sim.system``): the payload
 share of the line rate (``efficiency``: the bandwidth term), the transport's own latency per inter-node hop
@@ -25,10 +29,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from safeio.inputs import read_bytes_bounded, read_text_bounded
+from safeio.serialise import toml_comment, toml_pair
 from sim.collective import predict_collective
 from sim.hardware import GENERIC_NETWORKS, GPUS, TRANSPORTS, Cluster, cluster, make_nic
 
-OPS = {"all_reduce_perf": "all-reduce", "all_gather_perf": "all-gather", "alltoall_perf": "all-to-all"}
+OPS = {"all_reduce_perf": "all-reduce", "all_gather_perf": "all-gather", "reduce_scatter_perf": "reduce-scatter",
+       "alltoall_perf": "all-to-all"}
 MAX_OUTPUT_BYTES = 16 << 20  # a sweep of nccl-tests is a few kB, with NCCL INFO logs a few MB
 UNCONSTRAINED = 0.01  # a constant whose probe moves no row's simulated time by 1% is not fitted
 GRID_POINTS = 25  # per constant, log-spaced over GRID_RANGE, before Nelder-Mead
@@ -41,7 +47,11 @@ SIZE_BANDS = (("small, < 1 MiB", 0, 1 << 20), ("medium, 1-64 MiB", 1 << 20, 64 <
               ("large, >= 64 MiB", 64 << 20, math.inf))
 IDENTIFY_STEP = {"efficiency": 0.8, "latency_us": 0.5, "peer_overhead_us": 0.5}  # the fitted value x this, and /
 PLATEAU_BYTES = 256 << 20  # busbw on InfiniBand and RoCE flattens by a few hundred MB (nccl-tests issues 119, 290)
-_PREFIX = re.compile(r"^\s*(\[[^\]]*\](<\w+>)?:?\s*)+")  # mpirun --tag-output and similar rank prefixes
+# What launchers and log collectors put before each line, in any order and repeated: mpirun --tag-output's
+# "[1,0]<stdout>:", srun --label's "12: ", kubectl logs --timestamps' and docker logs -t's RFC 3339 time
+_PREFIX = re.compile(r"^\s*(?:(?:\[[^\]]*\](?:<\w+>)?:?|\d{1,6}:(?=\s)"
+                     r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s*)+")
+_FAILED_FOOTER = re.compile(r"#\s*Out of bounds values\s*:\s*(\d+)\s+FAILED")
 _RANK = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s*(.*)")
 _REDOPS = {"sum", "prod", "min", "max", "avg", "none", "mulsum"}
 # bytes per element of nccl-tests' type names (nccl-tests src/common.cu, test_typenames)
@@ -69,6 +79,8 @@ class NcclTestsOutput:
     hosts: tuple[str, ...]  # distinct host names of the Rank lines, in order (empty: none printed)
     ranks: int  # Rank lines seen (0: none printed)
     gpu: str | None  # gpus.toml name of the ranks' device, where the name says it
+    ranks_per_host: tuple[int, ...] = ()  # in the order of ``hosts``
+    device_names: tuple[str, ...] = ()  # the Rank lines' device names as printed (distinct, in order)
 
 
 def _number(token: str) -> float:
@@ -93,14 +105,21 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
     when the paste does not name its binary (all_reduce_perf, all_gather_perf, alltoall_perf) and its columns do
     not show an all-reduce (``all_reduce_row``, every row). ValueError if
     there is no row, the op is unknown or ambiguous, or a row cannot be read."""
-    rows, ranks, gpus, evidence = [], {}, set(), []
+    rows, ranks, gpus, evidence, names, counts_wrong, seen = [], {}, set(), [], {}, False, {}
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = _PREFIX.sub("", raw).strip()
         rank = _RANK.match(line)
         if rank:
             ranks[(rank.group(2), int(rank.group(3)), int(rank.group(1)))] = True
             gpus.add(next((v for k, v in GPU_NAMES.items() if k in rank.group(4)), None))
+            names[rank.group(4).strip()] = True
             continue
+        if line.startswith("#") and "#wrong" in line:
+            counts_wrong = True  # nccl-tests >= 2.11 counts wrong elements; older ones print the largest error
+        failed = _FAILED_FOOTER.search(line)
+        if failed:
+            raise ValueError(f"{source}, line {lineno}: nccl-tests reports {failed.group(1)} out-of-bounds values "
+                             "(FAILED): the run computed wrong results, so its times are not a measurement to fit")
         tokens = line.split()
         if line.startswith("#") or len(tokens) < 3 or not (tokens[0].isdigit() and tokens[1].isdigit()
                                                             and tokens[2].isalpha()):
@@ -108,11 +127,12 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
         rest, redop, root = tokens[3:], None, None
         if rest and rest[0] in _REDOPS:
             redop, rest = rest[0], rest[1:]
-        if len(rest) == 9:  # the root column (-1 where the collective has none)
+        if len(rest) in (5, 9):  # the root column (-1 where the collective has none)
             root, rest = rest[0], rest[1:]
         try:
-            if len(rest) != 8:
-                raise ValueError(f"{len(rest)} columns after the type, expected time, algbw, busbw, error twice")
+            if len(rest) not in (4, 8):  # out-of-place and in-place, or out-of-place alone (a cut paste)
+                raise ValueError(f"{len(rest)} columns after the type, expected time, algbw, busbw, error (out-of-place"
+                                 ", then optionally in-place)")
             time_us, busbw = _number(rest[0]), _number(rest[2])
         except ValueError as error:
             raise ValueError(f"{source}, line {lineno}: not an nccl-tests row ({error}): {line[:80]!r}") from None
@@ -121,6 +141,17 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
             continue  # nccl-tests' empty sizes time only the launch
         if time_us <= 0:
             raise ValueError(f"{source}, line {lineno}: a time of {time_us} us is not a measurement")
+        wrong = [w for w in rest[3::4] if counts_wrong and w not in ("0", "N/A")]
+        if wrong:
+            raise ValueError(f"{source}, line {lineno}: nccl-tests counted {wrong[0]} wrong values at {nbytes:,} "
+                             "bytes: the run computed wrong results, so its times are not a measurement to fit")
+        if nbytes in seen:
+            raise ValueError(f"{source}: size {nbytes:,} appears on lines {seen[nbytes]} and {lineno}: the paste holds "
+                             "more than one run (or interleaved output); give each run as its own file")
+        if rows and nbytes < rows[-1][0]:
+            raise ValueError(f"{source}, line {lineno}: size {nbytes:,} after {rows[-1][0]:,}: a second run starts "
+                             "inside the paste; give each run as its own file")
+        seen[nbytes] = lineno
         rows.append((nbytes, time_us * 1e-6, busbw, lineno))
         evidence.append(all_reduce_row(nbytes, int(tokens[1]), tokens[2], redop, root))
     if not rows:
@@ -138,7 +169,9 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
         raise ValueError(f"{source}: --op {op} but the output is of {', '.join(sorted(named))}")
     hosts = tuple(dict.fromkeys(h for h, _, _ in ranks))
     gpu = next(iter(gpus)) if len(gpus) == 1 else None
-    return NcclTestsOutput(tuple(Measurement(op, *row) for row in rows), hosts, len({r for _, _, r in ranks}), gpu)
+    per_host = tuple(len({r for h, _, r in ranks if h == host}) for host in hosts)
+    return NcclTestsOutput(tuple(Measurement(op, *row) for row in rows), hosts, len({r for _, _, r in ranks}), gpu,
+                           per_host, tuple(names))
 
 
 def read_output(path: str | Path, op: str | None = None) -> NcclTestsOutput:
@@ -332,6 +365,11 @@ def base_cluster(nodes: int, gpus_per_node: int, gpu: str, network: str | None, 
 def layout(outputs: list[NcclTestsOutput], nodes: int | None, gpus_per_node: int | None) -> tuple[int, int]:
     """Nodes and GPUs per node: from the Rank lines (distinct hosts, ranks per host) where the output prints them,
     else from the options; ValueError where they disagree or neither says."""
+    for o in outputs:
+        if len(set(o.ranks_per_host)) > 1:
+            shown = ", ".join(f"{n} on {h}" for h, n in zip(o.hosts, o.ranks_per_host, strict=True))
+            raise ValueError(f"the Rank lines spread the ranks unevenly over the hosts ({shown}): the simulator models "
+                             "nodes of equal size; measure with the same number of GPUs on every node")
     seen = {(len(o.hosts), o.ranks // len(o.hosts)) for o in outputs if o.hosts and o.ranks % len(o.hosts) == 0}
     if len(seen) > 1:
         raise ValueError(f"the outputs were measured on different layouts {sorted(seen)}: calibrate one at a time")
@@ -347,31 +385,40 @@ def layout(outputs: list[NcclTestsOutput], nodes: int | None, gpus_per_node: int
     return nodes, gpus_per_node
 
 
-def cluster_toml(fit: Fit, base_name: str, name: str, sources: list[tuple[str, str]], n_rows: int) -> str:
-    """The cluster TOML of a fit (``sim.hardware.load_cluster``'s keys): the base's hardware data, the fitted
-    constants marked FITTED with the files they came from."""
+def cluster_data(fit: Fit, base_name: str, name: str, sources: list[tuple[str, str]]) -> dict:
+    """The values of a fit's cluster TOML (``sim.hardware.load_cluster``'s keys), as tomllib reads them back."""
     c = fit.cluster
     files = ", ".join(f"{path} (sha256 {digest[:12]})" for path, digest in sources)
-    lines = [f"# Written by `birder calibrate` from nccl-tests output: {files}.",
-             f"# {n_rows} rows; simulated / measured time: rms log error {fit.rms_log_error:.3f}, largest "
-             f"{fit.max_relative_error * 100:.1f}%. Constants marked FITTED belong to this cluster only.",
-             *(f"# {band}: {n} rows, rms log error {rms:.3f}, largest {worst * 100:.1f}%"
-               for band, n, rms, worst in fit.band_errors),
-             *(f"# warning: {w}" for w in fit.warnings),
-             f'name = "{name}"', f"nodes = {c.n_nodes}", f"gpus_per_node = {c.gpus_per_node}", f'gpu = "{c.gpu}"', "",
-             "[network]"]
-    if base_name in GENERIC_NETWORKS:
-        lines.append(f'preset = "{base_name}"  # hardware data; the keys below override it')
-    else:
-        lines += [f'transport = "{base_name}"', f"line_rate_gbps = {c.nic.line_rate / 1e9:g}"]
-    lines.append(f"count = {c.nic.count}")
-    unpinned = dict(fit.unidentified)
+    network: dict = {"preset": base_name} if base_name in GENERIC_NETWORKS else {
+        "transport": base_name, "line_rate_gbps": float(f"{c.nic.line_rate / 1e9:g}")}
+    network["count"] = c.nic.count
     for key in ("efficiency", "latency_us", "peer_overhead_us"):
-        note = (f"FITTED to {files}" if key in fit.identified else f"not identified by the table: {unpinned[key]}"
-                if key in unpinned else "not fitted (the table does not constrain it)")
-        lines.append(f"{key} = {fit.constants[key]:.6g}  # {note}")
-    lines += ["fitted = true", f'source = "birder calibrate: {", ".join(fit.identified) or "nothing"} fitted to '
-                                f'{files.replace(chr(34), "")}"', ""]
+        network[key] = float(f"{fit.constants[key]:.6g}")
+    network["fitted"] = True
+    network["source"] = f"birder calibrate: {', '.join(fit.identified) or 'nothing'} fitted to {files}"
+    return {"name": name, "nodes": c.n_nodes, "gpus_per_node": c.gpus_per_node, "gpu": c.gpu, "network": network}
+
+
+def cluster_toml(fit: Fit, base_name: str, name: str, sources: list[tuple[str, str]], n_rows: int) -> str:
+    """The cluster TOML of a fit (``cluster_data``): the base's hardware data, the fitted constants marked FITTED
+    with the files they came from. Every value and comment goes through ``safeio.serialise`` (a name or a path
+    cannot add keys or lines)."""
+    data = cluster_data(fit, base_name, name, sources)
+    files = ", ".join(f"{path} (sha256 {digest[:12]})" for path, digest in sources)
+    comments = [f"Written by `birder calibrate` from nccl-tests output: {files}.",
+                f"{n_rows} rows; simulated / measured time: rms log error {fit.rms_log_error:.3f}, largest "
+                f"{fit.max_relative_error * 100:.1f}%. Constants marked FITTED belong to this cluster only.",
+                *(f"{band}: {n} rows, rms log error {rms:.3f}, largest {worst * 100:.1f}%"
+                  for band, n, rms, worst in fit.band_errors),
+                *(f"warning: {w}" for w in fit.warnings)]
+    lines = [toml_comment(text) for text in comments]
+    lines += [toml_pair(key, data[key]) for key in ("name", "nodes", "gpus_per_node", "gpu")] + ["", "[network]"]
+    unpinned = dict(fit.unidentified)
+    notes = {"preset": "hardware data; the keys below override it"}
+    for key in ("efficiency", "latency_us", "peer_overhead_us"):
+        notes[key] = (f"FITTED to {files}" if key in fit.identified else f"not identified by the table: {unpinned[key]}"
+                      if key in unpinned else "not fitted (the table does not constrain it)")
+    lines += [toml_pair(key, value, notes.get(key, "")) for key, value in data["network"].items()] + [""]
     return "\n".join(lines)
 
 

@@ -1,18 +1,16 @@
 """`birder predict`, `birder collective`, `birder sweep`, `birder validate`, `birder calibrate`: the simulator on
 the command line.
 
-Arguments are parsed here and handed to the library (``sim.api``, ``sim.collective``, ``sim.validate``), whose
-ValueErrors name parameters; ``birder.cli`` prints them as one line and exits 2.
+Arguments are parsed here and handed to the library (``sim.api``, ``sim.collective``, ``sim.validation``), whose
+ValueErrors name parameters; ``birder.cli`` prints them as one line and exits 2. (Over 600 lines: the
+flags and output of five subcommands; each ``run_*`` is short and hands off to the library.)
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import math
-import os
 import re
 import sys
 from dataclasses import replace
@@ -23,10 +21,11 @@ from tqdm import tqdm
 from birder_ref.registry import simulated_spec
 from birder_ref.schedules import SCHEMES, Layout
 from safeio.argtypes import positive_int, positive_number
-from safeio.atomic import staging_dir, write_text
-from safeio.outputs import check_output_dir, check_output_file
+from safeio.inputs import read_text_bounded
+from safeio.outputs import check_output_file, check_outputs, check_owned, output_files, write_output_file
+from safeio.serialise import csv_text
 from safeio.text import printable
-from sim.api import MAX_BATCH_PER_GPU, finite_json_value, stored_step_jitter_fits
+from sim.api import MAX_BATCH_PER_GPU
 from sim.hardware import (
     COMM_LIBRARIES,
     FRAMEWORKS,
@@ -49,6 +48,7 @@ from sim.hardware import (
     nic_preset,
 )
 from sim.stragglers import GPU_SPEED_CV, STEP_JITTER_CV, check_gpu_speed_cv, check_step_jitter_cv
+from sim.uncertainty import finite_json_value
 from sim.workload import GRAD_BITS, OPTIMIZERS
 
 
@@ -75,6 +75,17 @@ def _model_name(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("expected a model name (resnet50, bert-base, bert-large, gpt2, vit-b16), "
                                          "got ''")
+    return text
+
+
+MAX_NAME_CHARS = 100  # a cluster's name is a label in tables and plots, not a paragraph
+
+
+def _cluster_name(text: str) -> str:
+    """A label: 1 to MAX_NAME_CHARS printable characters (a line break or an escape in it is a pasting accident)."""
+    if not text.strip() or len(text) > MAX_NAME_CHARS or not text.isprintable():
+        raise argparse.ArgumentTypeError(f"expected a name of 1 to {MAX_NAME_CHARS} printable characters, got "
+                                         f"'{printable(text[:40])}'")
     return text
 
 
@@ -170,6 +181,10 @@ def _workload_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     model.add_argument("--model", type=_model_name,
                        help="resnet50, bert-base, bert-large, gpt2 or vit-b16 (default resnet50)")
     model.add_argument("--params", type=positive_int, help="a synthetic model of N parameters")
+    p.add_argument("--seq-len", type=positive_int, default=None, metavar="L",
+                   help="tokens per sample of a --params model (its compute counts each; 1 for a per-sample model "
+                        "such as a CNN); required with --params unless --single-node-throughput is given. Built-in "
+                        "models carry their own")
     p.add_argument("--batch-per-gpu", type=_batch_per_gpu, default=32,
                    help=f"samples per GPU per step, at most {MAX_BATCH_PER_GPU:,} (default 32)")
     shared = (" (with several --optimizers: used by those it applies to)" if sweep else "") + "; refused for an "\
@@ -243,6 +258,9 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
             ("framework", f"{c.framework} ({'command line' if framework else 'default'})"), GPU_SPEED_DEFAULT,
             default_step_jitter(c.nic)[1]))
     leaf = getattr(args, "nodes_per_leaf", None)
+    if leaf is not None and leaf > MAX_GPUS:
+        raise ValueError(f"--nodes-per-leaf {_short(leaf)} exceeds {MAX_GPUS:,}, the largest cluster the simulator "
+                         "answers")
     if leaf is not None:
         c = replace(c, nodes_per_leaf=leaf, provenance=c.provenance + (("nodes per leaf", f"{leaf} (command line)"),))
     measured = getattr(args, "measured_gbps", None)
@@ -315,6 +333,8 @@ def _options(args) -> dict:
            "grad_dtype": getattr(args, "grad_dtype", "fp32"),
            "accumulation_steps": getattr(args, "accumulation_steps", 1),
            "hook_blocks_backward": (getattr(args, "hook", None) or "blocking") == "blocking"}
+    if getattr(args, "seq_len", None) is not None:
+        out["seq_len"] = args.seq_len
     if getattr(args, "params", None) is not None:
         out["params"] = args.params
     else:
@@ -330,7 +350,7 @@ def _strict_json(value) -> str:
 FLAGS = {"single_node_throughput": "--single-node-throughput", "batch_per_gpu": "--batch-per-gpu",
          "accumulation_steps": "--accumulation-steps", "grad_dtype": "--grad-dtype", "warmup_fraction":
          "--warmup-fraction", "marsit_period": "--marsit-period", "model or params": "--model or --params",
-         "algorithm": "--algorithm", "params": "--params"}
+         "algorithm": "--algorithm", "params": "--params", "seq_len": "--seq-len"}
 
 
 def _flags(run):
@@ -358,13 +378,37 @@ def _quiet(args) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------- predict
+def _traced_step(args, c: Cluster, result: dict) -> dict[str, float]:
+    """The predicted step again with its events recorded (the same simulation, so the same times): written as a
+    Chrome/Perfetto trace where ``--trace`` asks; returns each link class's busy share, averaged over step kinds."""
+    from sim import trace, workload
+
+    traces: dict[str, list] = {}
+    prediction = workload.predict(c, optimizer=args.optimizer, single_node_throughput=args.single_node_throughput,
+                                  traces=traces, **_options(args))
+    if not math.isclose(prediction.iteration_s, result["iteration_s"], rel_tol=1e-12):
+        raise RuntimeError("the traced step differs from the predicted one")  # a bug, never bad input
+    times = {kind: seconds for kind, _, seconds in prediction.steps}
+    shares = {kind: share for kind, share, _ in prediction.steps}
+    if args.trace is not None:
+        title = f"{result['model']} on {c.n_nodes} x {c.gpus_per_node} {c.gpu} over {c.nic.name}, {args.optimizer}"
+        write_output_file(args.trace, json.dumps(trace.chrome_trace(traces, times, shares, title)) + "\n",
+                          "birder predict", "--trace", check=json.loads)
+    used = {kind: trace.link_utilisation(events, times[kind]) for kind, events in traces.items()}
+    return {link: sum(shares[k] * used[k][link] for k in used) for link in ("intra", "inter")}
+
+
 def run_predict(args) -> int:
     from sim.api import predict_on
 
     check_options_apply(args, [args.optimizer])
+    if args.trace is not None:
+        check_owned(check_output_file(args.trace, "--trace"), "--trace")  # before any work
     c = make_cluster(args, args.nodes)
     result = predict_on(c, optimizer=args.optimizer, single_node_throughput=args.single_node_throughput,
                         **_options(args))
+    if args.json or args.trace is not None:
+        result["link_utilisation"] = _traced_step(args, c, result)
     if args.json:
         print(_strict_json(result))
         return 0
@@ -388,8 +432,14 @@ def run_predict(args) -> int:
     _say(f"  bytes per GPU per step  {result['intra_node_bytes_per_gpu'] / 1e6:12.2f} MB intra, "
           f"{result['inter_node_bytes_per_gpu'] / 1e6:.2f} MB inter")
     _say(f"  scale efficiency        {result['scale_efficiency'] * 100:12.1f} %")
+    if args.trace is not None:
+        busy = result["link_utilisation"]
+        _say(f"  links busy              {busy['intra'] * 100:12.1f} % intra-node, {busy['inter'] * 100:.1f} % "
+             f"inter-node; trace written to {args.trace} (open it at ui.perfetto.dev)")
     if result["extrapolated"]:
         _say("  note: extrapolated beyond the site's fit: " + "; ".join(result["extrapolation_reasons"]))
+    for sentence in result["unmodelled"]:
+        _say(f"  not modelled: {sentence}")
     return 0
 
 
@@ -398,7 +448,7 @@ def run_collective(args) -> int:
     from sim.collective import parse_size, predict_collective, sweep_sizes
 
     if args.out:
-        check_output_dir(args.out)
+        check_outputs(args.out, ("collective.csv", "collective.png"))
     c = make_cluster(args, args.nodes)
     low, sep, high = args.bytes.partition(":")
     try:
@@ -411,8 +461,10 @@ def run_collective(args) -> int:
         from sim.collective_plots import size_sweep
 
         out = Path(args.out)
-        write_text(out / "collective.csv", _csv(results, list(results[0])))
-        plot = str(size_sweep(results, out / "collective.png"))
+        with output_files(out, "birder collective") as staged:  # both or neither, never over a file of the user's
+            staged.write_text("collective.csv", _csv(results, list(results[0])))
+            size_sweep(results, staged.path("collective.png"))
+        plot = str(out / "collective.png")
     if args.json:
         body = results[0] if len(results) == 1 and not sep else {"results": results}
         if plot:
@@ -431,11 +483,7 @@ def run_collective(args) -> int:
 
 
 def _csv(rows: list[dict], fields: list[str]) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
+    return csv_text(rows, fields)  # names from users' files cannot run as spreadsheet formulas
 
 
 # --------------------------------------------------------------------------------------------------- sweep
@@ -447,8 +495,8 @@ SWEEP_FIELDS = ("model", "batch_per_gpu", "network", "optimizer", "nodes", "gpus
 
 def sweep_speedups(results: list[dict], baseline: str) -> list[dict]:
     """Per network and node count of a sweep, every other optimizer's throughput over ``baseline``'s with its
-    paired interval and verdict (``sim.api.speedup_interval``)."""
-    from sim.api import speedup_interval
+    paired interval and verdict (``sim.uncertainty.speedup_interval``)."""
+    from sim.uncertainty import speedup_interval
 
     base = {(r["network"], r["nodes"]): r for r in results if r["optimizer"] == baseline}
     out = []
@@ -488,7 +536,7 @@ def sweep(args, nodes: list[int], networks: list[str], optimizers: list[str], pr
 def run_sweep(args) -> int:
     if args.cluster and args.networks:
         raise ValueError("--cluster and --networks conflict: a cluster file names its own network; give one")
-    check_output_dir(args.out)
+    check_outputs(args.out, ("sweep.csv", "throughput_vs_gpus.png", "time_breakdown.png"))
     check_options_apply(args, args.optimizers)
     networks = args.networks or ([Path(args.cluster).stem] if args.cluster else ["10gbe", "ib-hdr"])
     if args.measured_gbps is not None and len(networks) > 1:
@@ -498,14 +546,13 @@ def run_sweep(args) -> int:
     from sim import plots  # matplotlib only when plotting: keeps `birder predict` fast
 
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_text(out / "sweep.csv", _csv(results, list(SWEEP_FIELDS)))
-    with staging_dir(out, "sweep-plots") as staging:  # the plots are drawn beside, then each renamed into place
-        drawn = plots.throughput_vs_gpus(results, staging) + plots.time_breakdown(results, staging)
-        figures = []
-        for path in drawn:
-            os.replace(path, out / Path(path).name)
-            figures.append(str(out / Path(path).name))
+    with output_files(out, "birder sweep") as staged:  # the table and the plots all or none
+        staged.write_text("sweep.csv", _csv(results, list(SWEEP_FIELDS)))
+        with staged.writing("throughput_vs_gpus.png"):
+            drawn = plots.throughput_vs_gpus(results, staged.dir)
+        with staged.writing("time_breakdown.png"):
+            drawn += plots.time_breakdown(results, staged.dir)
+    figures = [str(out / Path(path).name) for path in drawn]
     speedups = sweep_speedups(results, args.optimizers[0])
     if args.json:
         print(_strict_json({"csv": str(out / "sweep.csv"), "plots": figures, "results": results,
@@ -523,54 +570,75 @@ def run_sweep(args) -> int:
 
 # ------------------------------------------------------------------------------------------------ validate
 def run_validate(args) -> int:
-    from sim import validate
+    from sim.validation import claims as paper_claims
+    from sim.validation import corpus_setup, leave_one_source_out, paper, site_fit
+    from sim.validation import order as optimizer_order
+    from sim.validation.stored import stored_step_jitter_fits
 
     if args.out:
-        check_output_dir(args.out)
-    table = validate.rows(args.csv)
-    claims = validate.claims(args.claims)  # a bad claims file is refused before any prediction
-    with tqdm(total=len(table), desc="validate", unit="row", file=sys.stderr,
-              disable=True if (args.json or _quiet(args)) else None) as bar:
-        results = validate.compare(table, progress=bar)
-    orders = validate.order_agreement(results)
-    trend = validate.speedup_trend(results)
-    multi = [r for r in results if r.gpus > validate.GPUS_PER_NODE]
-    profiles = sorted({r.profile for r in results})
-    generic = validate.order_check(table, validate.BASES[1])
-    site = validate.OrderCheck.of(validate.BASES[0], results)  # the fit's own predictions, not predicted again
-    summary = {"mape": validate.mape(results), "fit_mape": validate.mape(results),
-               "mape_multi_node": validate.mape(multi), "orders_agree": all(o.same for o in orders),
-               "rows": [r.as_dict() for r in results], "orders": [o.as_dict() for o in orders],
-               "speedup_trend": [t.as_dict() for t in trend], "profiles": profiles,
-               "order_check": [site.as_dict(), generic.as_dict()]}
-    claim_checks = [validate.claim_check(table, basis, claims) for basis in validate.BASES]
-    summary["claims_check"] = [c.as_dict() for c in claim_checks]
-    cross = None
-    if not args.no_cross_validation:
-        with tqdm(total=validate.cross_validation_groups(args.csv), desc="cross-validation", unit="group",
-                  file=sys.stderr, disable=True if (args.json or _quiet(args)) else None) as bar:
-            cross = validate.group_cross_validation(args.csv, progress=bar)
-        summary["cross_validated_mape"] = cross.mape
-        summary["cross_validation"] = cross.as_dict()
-    with tqdm(total=len(validate.corpus_rows()[0]), desc="corpus", unit="row", file=sys.stderr,
-              disable=True if (args.json or _quiet(args)) else None) as bar:
-        loso = validate.corpus_validation(progress=bar, step_jitter_fits=stored_step_jitter_fits())
+        check_outputs(args.out, ("validation.png", "corpus_left_out.png"))
+    table = paper.rows(args.csv)
+    claims = paper_claims.claims(args.claims)  # a bad claims file is refused before any prediction
+    corpus_size = len(corpus_setup.corpus_rows()[0])
+    groups = 0 if args.no_cross_validation else site_fit.cross_validation_groups(args.csv)
+    # one bar over every stage, in the units each stage counts (rows, claims, groups), its stage in the description;
+    # on a terminal only (stderr: --json keeps stdout to itself), not with --quiet
+    with tqdm(total=2 * len(table) + 2 * len(claims) + groups + corpus_size, desc="validate: the paper's rows",
+              unit="step", file=sys.stderr, disable=True if _quiet(args) else None) as bar:
+        results = paper.compare(table, progress=bar)
+        orders = paper.order_agreement(results)
+        trend = paper.speedup_trend(results)
+        multi = [r for r in results if r.gpus > paper.GPUS_PER_NODE]
+        profiles = sorted({r.profile for r in results})
+        bar.set_description("validate: order on generic presets")
+        generic = optimizer_order.order_check(table, optimizer_order.BASES[1], progress=bar)
+        # the fit's own predictions, not predicted again
+        site = optimizer_order.OrderCheck.of(optimizer_order.BASES[0], results)
+        summary = {"mape": paper.mape(results), "fit_mape": paper.mape(results),
+                   "mape_multi_node": paper.mape(multi), "orders_agree": all(o.same for o in orders),
+                   "rows": [r.as_dict() for r in results], "orders": [o.as_dict() for o in orders],
+                   "speedup_trend": [t.as_dict() for t in trend], "profiles": profiles,
+                   "order_check": [site.as_dict(), generic.as_dict()]}
+        bar.set_description("validate: the paper's claims")
+        claim_checks = [paper_claims.claim_check(table, basis, claims, progress=bar)
+                        for basis in optimizer_order.BASES]
+        summary["claims_check"] = [c.as_dict() for c in claim_checks]
+        cross = None
+        if not args.no_cross_validation:
+            bar.set_description("validate: group cross-validation")
+            cross = site_fit.group_cross_validation(args.csv, progress=bar)
+            summary["cross_validated_mape"] = cross.mape
+            summary["cross_validation"] = cross.as_dict()
+        bar.set_description("validate: the corpus, each source left out")
+        loso = leave_one_source_out.corpus_validation(progress=bar, step_jitter_fits=stored_step_jitter_fits())
     summary["corpus_validation"] = loso.as_dict()
+    summary.update(_headline_figures(loso))
     if args.out:
         from sim import plots
 
-        with staging_dir(args.out, "validate-plot") as staging:
-            drawn = [plots.validation(summary["rows"], staging,
-                                      cross_validated=summary.get("cross_validation", {}).get("rows"),
-                                      title="Against the Birder paper: fit (filled) and groups left out (open)"),
-                     plots.corpus_left_out(summary["corpus_validation"]["predictions"], staging)]
-            for path in drawn:
-                os.replace(path, Path(args.out) / Path(path).name)
-            summary["plot"] = str(Path(args.out) / drawn[0].name)
-            summary["corpus_plot"] = str(Path(args.out) / drawn[1].name)
+        with output_files(args.out, "birder validate") as staged:
+            with staged.writing("validation.png"):
+                drawn = [plots.validation(summary["rows"], staged.dir,
+                                          cross_validated=summary.get("cross_validation", {}).get("rows"),
+                                          title="Against the Birder paper: fit (filled) and groups left out (open)")]
+            with staged.writing("corpus_left_out.png"):
+                drawn.append(plots.corpus_left_out(summary["corpus_validation"]["predictions"], staged.dir))
+        summary["plot"] = str(Path(args.out) / drawn[0].name)
+        summary["corpus_plot"] = str(Path(args.out) / drawn[1].name)
     if args.json:
         print(_strict_json(summary))
         return 0
+    from sim.validation.first_contact import LOG_PATH, headline_lines, read_log
+
+    for line in headline_lines(summary["first_contact"], read_log(LOG_PATH)[-1]):
+        _say(line)
+    for which in ("left_out", "in_sample"):
+        f = summary[which]
+        _say(f"corpus, {which.replace('_', '-')} ({f['rows']} rows of {f['sources']} sources the model was designed "
+             f"on): error {f['error'] * 100:.1f}% (linear {f['linear'] * 100:.1f}%, alpha-beta "
+             f"{f['alpha_beta'] * 100:.1f}%)" + (f", 80% interval covers {f['coverage'] * 100:.1f}%"
+                                                 if "coverage" in f else ""))
+    _say("")
     _say(f"{'model':9} {'batch':>5} {'network':8} {'profile':19} {'optimizer':13} {'gpus':>4} {'published':>10} "
           f"{'predicted':>10} {'error':>7}")
     for r in results:
@@ -583,9 +651,9 @@ def run_validate(args) -> int:
         _say(_order_line(o))
     for check in (site, generic):
         _say(f"order of optimizers on the {check.basis}: {len(check.orders) - check.orders_wrong} of "
-             f"{len(check.orders)} multi-node groups as published; MAPE {validate.mape(check.multi_node) * 100:.1f}% "
+             f"{len(check.orders)} multi-node groups as published; MAPE {paper.mape(check.multi_node) * 100:.1f}% "
              "over the multi-node rows")
-    for line in validate.claim_check_lines(claim_checks):
+    for line in paper_claims.claim_check_lines(claim_checks):
         _say(line)
     _say("generic presets (the rows' network names as hardware presets, nothing fitted), per multi-node row:")
     for r in generic.multi_node:
@@ -593,11 +661,11 @@ def run_validate(args) -> int:
              f"{r.predicted:10.0f} {r.error * 100:+6.1f}%")
     for o in generic.orders:
         _say("  " + _order_line(o))
-    lines: dict[tuple, list[validate.Speedup]] = {}
+    lines: dict[tuple, list[paper.Speedup]] = {}
     for t in trend:
         lines.setdefault((t.model, t.batch_per_gpu, t.network, t.optimizer), []).append(t)
     for (model, batch, network, optimizer), ts in lines.items():
-        ts = [t for t in ts if t.gpus > validate.GPUS_PER_NODE]
+        ts = [t for t in ts if t.gpus > paper.GPUS_PER_NODE]
         published = ", ".join(f"{t.published:.2f}" for t in ts)
         predicted = ", ".join(f"{t.predicted:.2f}" for t in ts)
         _say(f"speed-up over sgdm, {model} {batch}/GPU {network:8} {optimizer:13} at "
@@ -617,7 +685,7 @@ def run_validate(args) -> int:
 
 
 def _order_line(o) -> str:
-    """One group of ``validate.order_agreement``: the published order of optimizers beside the predicted."""
+    """One group of ``paper.order_agreement``: the published order of optimizers beside the predicted."""
     return (f"order {o.model} {o.batch_per_gpu}/GPU {o.network:8} {o.gpus:3d} GPUs: published "
             f"{' > '.join(o.published_order)}; predicted {' > '.join(o.predicted_order)} "
             f"({'same' if o.same else 'DIFFERENT'})")
@@ -625,7 +693,7 @@ def _order_line(o) -> str:
 
 def _speedup_line(name: str, f: dict, level: float) -> str:
     """One line of the speed-up intervals' figures (``CorpusValidation.speedup_figures``)."""
-    from sim.validate import percent as _percent
+    from sim.validation.figures import percent as _percent
 
     if not f["pairs"]:
         return f"speed-ups, {name}: no pairs"
@@ -636,9 +704,25 @@ def _speedup_line(name: str, f: dict, level: float) -> str:
             f"(naive: {_percent(f['naive_decided'])}, {_percent(f['naive_decided_right'])})")
 
 
+def _headline_figures(loso) -> dict:
+    """``validate --json``'s headline keys: ``first_contact`` (sources the model never saw, scored before any change
+    for them: ``sim.validation.first_contact``), then the corpus it was designed on, ``left_out`` (each source left
+    out of every fit) and ``in_sample``, each beside linear scaling and the alpha-beta ring on the same rows."""
+    from sim.validation.first_contact import first_contact_summary
+
+    s = loso.summary()
+    sources = len({r.source for r in loso.rows})
+    common = {"rows": s["rows"], "sources": sources, "linear": s["mape_linear"], "alpha_beta": s["mape_alpha_beta"]}
+    return {"first_contact": first_contact_summary(),
+            "left_out": {"error": s["mape_left_out"], "coverage": s["coverage"],
+                         "median_half_width": s["median_half_width"], **common},
+            "in_sample": {"error": s["mape_in_sample"], **common}}
+
+
 def _print_corpus_validation(loso) -> None:
-    from sim.validate import EQUAL_BY_CONSTRUCTION, REGIMES
-    from sim.validate import percent as _percent
+    from sim.uncertainty import REGIMES
+    from sim.validation.figures import percent as _percent
+    from sim.validation.leave_one_source_out import EQUAL_BY_CONSTRUCTION
 
     s = loso.summary()
     print(f"\ncorpus: {s['corpus']}: {s['rows']} multi-node rows predicted, {s['skipped_rows']} skipped; each "
@@ -692,13 +776,17 @@ def _print_corpus_validation(loso) -> None:
 def run_calibrate(args: argparse.Namespace) -> int:
     from sim import calibrate
 
-    check_output_file(args.out, inputs=tuple(args.outputs))  # before any work: never over an input, a device,
-    # a folder or the toolkit's own files
+    # before any work: never over an input, a device, a folder or the toolkit's own files, nor over a file birder
+    # did not write (a cluster file of the user's)
+    check_owned(check_output_file(args.out, inputs=tuple(args.outputs)))
     ops = args.op or [None]
     if len(ops) not in (1, len(args.outputs)):
         raise ValueError(f"--op given {len(ops)} times for {len(args.outputs)} files: once for all, or once per file")
     outputs = [calibrate.read_output(path, ops[i % len(ops)]) for i, path in enumerate(args.outputs)]
     nodes, per_node = calibrate.layout(outputs, args.nodes, args.gpus_per_node)
+    if nodes < 2:
+        raise ValueError(f"the output was measured on one node ({per_node} GPUs): it never crosses the network, so it "
+                         "cannot fit one; run nccl-tests across two or more nodes (birder doctor judges a single node)")
     shown = {o.gpu for o in outputs if o.gpu}
     gpu = args.gpu or (shown.pop() if len(shown) == 1 else "a100")
     base, base_name = calibrate.base_cluster(nodes, per_node, gpu, args.network, args.transport,
@@ -707,7 +795,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     fit = calibrate.fit_network(base, rows)
     sources = [(str(p), calibrate.file_digest(p)) for p in args.outputs]
     name = args.name or Path(args.out).stem
-    write_text(Path(args.out), calibrate.cluster_toml(fit, base_name, name, sources, len(rows)))
+    write_output_file(args.out, calibrate.cluster_toml(fit, base_name, name, sources, len(rows)), "birder calibrate",
+                      toml_data=calibrate.cluster_data(fit, base_name, name, sources))  # read back before the swap
     errors = fit.row_errors(rows)
     body = {"cluster_file": str(args.out), "nodes": nodes, "gpus_per_node": per_node, "gpu": gpu, "base": base_name,
             "constants": fit.constants, "fitted": list(fit.fitted), "rms_log_error": fit.rms_log_error,
@@ -742,6 +831,48 @@ def run_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------------------------- doctor
+def run_doctor(args: argparse.Namespace) -> int:
+    from sim import calibrate, doctor
+
+    text = read_text_bounded(Path(args.log), calibrate.MAX_OUTPUT_BYTES, "nccl-tests output")
+    output = calibrate.parse_nccl_tests(text, str(args.log), args.op)
+    nodes, per_node = doctor.stated_layout(output, args.nodes, args.gpus_per_node)
+    if nodes > 1 and not (args.network or args.cluster):
+        raise ValueError(f"the output spans {nodes} nodes: name the network it ran on (--network PRESET, e.g. ib-hdr "
+                         "or 100gbe, or --cluster FILE.toml) so that doctor knows what the hardware gives")
+    gpu = args.gpu or output.gpu
+    if gpu is None and not args.cluster:
+        shown = ", ".join(output.device_names) or "none printed"
+        raise ValueError(f"the log's GPU ({shown}) is not one the model knows: give --gpu "
+                         f"({', '.join(GPUS)}) and, for a PCIe card, --intra (e.g. a100-pcie)")
+    intra = args.intra
+    if intra is None and gpu and any("PCIE" in name.upper() for name in output.device_names):
+        intra = f"{gpu}-pcie" if f"{gpu}-pcie" in INTRA else None  # the device name says PCIe
+    stated = make_cluster(argparse.Namespace(**{**vars(args), "gpus_per_node": per_node, "gpu": gpu,
+                                                "intra": intra}), nodes)
+    found = doctor.diagnose(output, stated, doctor.read_evidence(text))
+    body = {"log": str(args.log), "op": found.op, "nodes": stated.n_nodes, "gpus_per_node": stated.gpus_per_node,
+            "gpu": stated.gpu, "network": stated.nic.name, "nics_per_node": stated.nic.count,
+            "intra": stated.intra.name, "rows": list(found.rows), "plateau_share": found.plateau_share,
+            "plateau_reached": found.plateau_reached, "verdict": found.verdict,
+            "likely_causes": list(found.likely_causes), "hypotheses": list(found.hypotheses),
+            "evidence": {"transports": sorted(found.evidence.transports), "ib_devices": found.evidence.ib_devices,
+                         "channels": found.evidence.channels, "shm": found.evidence.shm, "gdr": found.evidence.gdr,
+                         "env": found.evidence.env, "nccl_version": found.evidence.nccl_version}}
+    if args.json:
+        print(_strict_json(body))
+        return 0
+    _say(found.verdict)
+    _say(f"{'size (B)':>14} {'busbw (GB/s)':>13} {'model (GB/s)':>13} {'share':>6}")
+    for r in found.rows:
+        _say(f"{r['size']:14,d} {r['busbw_gbytes_per_s']:13.3g} {r['expected_busbw_gbytes_per_s']:13.3g} "
+             f"{r['share']:6.0%}")
+    for i, cause in enumerate(found.likely_causes, 1):
+        _say(f"{i}. {cause}")
+    return 0
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("predict", help="time one training configuration on a simulated cluster")
     _workload_args(p)
@@ -751,6 +882,8 @@ def register(subparsers) -> None:
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgdm", help="optimizer (default sgdm)")
     p.add_argument("--single-node-throughput", type=_positive_float, default=None,
                    help="samples/s the same optimizer and batch reached on one node: calibrates compute time")
+    p.add_argument("--trace", default=None, type=_non_empty_path, metavar="FILE.json",
+                   help="write the predicted step as a Chrome/Perfetto trace (open it at ui.perfetto.dev)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_flags(run_predict))
 
@@ -797,6 +930,7 @@ def register(subparsers) -> None:
                    help="claims file checked against the predictions (default: the Birder paper's stated claims, "
                         "sim/validation/birder_paper_claims.toml)")
     v.add_argument("--json", action="store_true", help="print one JSON object")
+    v.add_argument("--quiet", action="store_true", help="no progress bar")
     v.set_defaults(func=run_validate)
 
     k = subparsers.add_parser("calibrate", help="fit a cluster's network to your nccl-tests output; write a cluster "
@@ -819,6 +953,19 @@ def register(subparsers) -> None:
     k.add_argument("--line-rate-gbps", type=positive_number("Gb/s"), default=None,
                    help="... and one NIC's line rate, Gb/s")
     k.add_argument("--nics-per-node", type=positive_int, default=None, help="NICs per node NCCL used (default 1)")
-    k.add_argument("--name", default=None, help="the cluster's name (default: the TOML's file name)")
+    k.add_argument("--name", default=None, type=_cluster_name,
+                   help="the cluster's name (default: the TOML's file name)")
     k.add_argument("--json", action="store_true", help="print one JSON object")
     k.set_defaults(func=_flags(run_calibrate))
+
+    d = subparsers.add_parser("doctor", help="a verdict on your nccl-tests output: the share of the stated hardware's "
+                                             "bandwidth reached, and why")
+    d.add_argument("log", type=_non_empty_path, metavar="LOG",
+                   help="nccl-tests output as printed (all_reduce_perf, all_gather_perf, reduce_scatter_perf, "
+                        "alltoall_perf), NCCL INFO lines and the command line included if you have them")
+    d.add_argument("--op", choices=("all-reduce", "all-gather", "reduce-scatter", "all-to-all"), default=None,
+                   help="the collective, where the output does not name its binary")
+    d.add_argument("--nodes", type=positive_int, default=None, help="nodes measured (default: the Rank lines')")
+    _cluster_args(d)
+    d.add_argument("--json", action="store_true", help="print one JSON object")
+    d.set_defaults(func=_flags(run_doctor))

@@ -1,5 +1,8 @@
 """Network layer, hardware as data: NICs, intra-node fabrics, GPUs, clusters, and where their figures come from.
 
+(Over 600 lines: one parser per preset file and for the cluster TOML, sharing the unit conversions and the
+provenance records; each is short.)
+
 Generic presets (``presets/networks.toml``, ``intra.toml``, ``gpus.toml``) hold physical constants with their
 sources only. Site profiles (``presets/sites.toml``) are one cluster's measured behaviour: a generic preset plus
 constants FITTED to that cluster's published rows; they say so (``Nic.fitted``) and nothing generic inherits
@@ -76,11 +79,19 @@ class Framework:
     # starts): groups by parameter index instead of caps, for the models a framework's scripts split so
     partition_bytes: float = 0.0  # summation servers: a tensor goes out in pieces of at most this, each to one
     # server (0: whole, to one server)
+    host_reduce_bandwidth: float = 0.0  # bytes/s of one CPU core summing in host memory where the all-reduce is
+    # staged through the host (an MPI backend: sim.system.host_staging_s); 0: NCCL on the GPUs, nothing staged
+    whole_variables: bool = False  # summation servers: each variable lives whole on one server, placed greedily
+    # on the least-loaded one (sim.system.whole_variable_servers); else every tensor is spread over all servers
+    rpc_bandwidth: float = 0.0  # bytes/s one process's RPC stack (serialise, copy) moves a tensor at
+    # (sim.system.rpc_copy_s); 0: no software cost beyond the wire
+    unmodelled: tuple[str, ...] = ()  # one sentence each: what the simulator does not model for this framework
 
     def __post_init__(self) -> None:
         _non_negative(f"framework {self.name!r}", bucket_cap_bytes=self.bucket_cap_bytes,
                       first_bucket_bytes=self.first_bucket_bytes, cycle=self.cycle,
-                      partition_bytes=self.partition_bytes)
+                      partition_bytes=self.partition_bytes, host_reduce_bandwidth=self.host_reduce_bandwidth,
+                      rpc_bandwidth=self.rpc_bandwidth)
         if self.pattern not in FRAMEWORK_PATTERNS:
             raise ValueError(f"framework {self.name!r}: pattern must be one of {', '.join(FRAMEWORK_PATTERNS)}, "
                              f"got {self.pattern!r}")
@@ -216,6 +227,13 @@ MEASURED_OVER_LINE_RATE = 0.01  # a measured link rate may exceed the line rate 
 # figure such as "9.9" or "100"); payload above the line rate is no measurement of that link
 MIN_NONZERO_LATENCY_US = 0.01  # 10 ns: light covers 2 m of fibre in that time; a smaller nonzero latency is
 # seconds typed into the us key
+MIN_SHARE = 0.01  # a payload share (efficiency, share_at_8_gpus) under 1% of the line rate is a broken link, not a
+# network to plan on (and a share of 1e-300 turns a step into 1e298 s)
+MAX_SWITCH_BYTES = 1e12  # 1 TB: 100x the deepest switch buffer sold (Broadcom Jericho2, 8 GB of HBM); more is bits
+# or a typo (byte keys: switch_buffer_bytes, incast_*_bytes; inf where the key allows it)
+MIN_GBYTES_PER_S = 1e-6  # 1 kB/s: under it no data path (a CPU loopback measured by `birder bench` gives ~1e-3)
+MAX_BUFFER_ALPHA = 64.0  # switches' dynamic-threshold factor alpha runs from 1/128 to 8 (Broadcom's DT settings);
+# 64 leaves room for other vendors
 
 
 def check_nics_per_node(nics: int, gpus_per_node: int, option: str) -> None:
@@ -475,6 +493,23 @@ INFINITE_OK = ("incast_onset_bytes", "incast_certain_bytes", "switch_buffer_byte
                "per_flow_gbps_placement_group")  # inf: no such limit
 
 
+def _outside_physical_range(key: str, kind: str, value: float) -> str:
+    """Where a [network] value lies outside what hardware has (the bounds above), in words; "" if inside."""
+    if kind == "share" and value < MIN_SHARE:
+        return f"below {MIN_SHARE:g}"
+    if UNITS[key] == "bytes" and math.isfinite(value) and value > MAX_SWITCH_BYTES:
+        return f"above {MAX_SWITCH_BYTES:g}"
+    if UNITS[key] == "bytes" and value < 1:
+        return "below 1 (a buffer holds whole bytes)"
+    if UNITS[key] == "GB/s" and value and not MIN_GBYTES_PER_S <= value <= MAX_INTRA_GBYTES_PER_S:
+        return f"outside [{MIN_GBYTES_PER_S:g}, {MAX_INTRA_GBYTES_PER_S:g}]"
+    if key == "buffer_alpha" and not 1 / 128 <= value <= MAX_BUFFER_ALPHA:
+        return f"outside [1/128, {MAX_BUFFER_ALPHA:g}]"
+    if key.startswith("per_flow") and math.isfinite(value) and value > MAX_LINE_RATE_GBPS:
+        return f"above {MAX_LINE_RATE_GBPS:g}"
+    return ""
+
+
 def make_nic(name: str, spec: dict[str, Any], owner: str | None = None) -> Nic:
     """A NIC from TOML values (units in the key names), checked in those units (errors name the key, its unit and
     the value as written), then converted to SI once."""
@@ -508,6 +543,10 @@ def make_nic(name: str, spec: dict[str, Any], owner: str | None = None) -> Nic:
         if key == "retransmission_timeout_s" and value > MAX_RETRANSMISSION_TIMEOUT_S:
             raise ValueError(f"{owner} {key} = {value!r} s exceeds {MAX_RETRANSMISSION_TIMEOUT_S:g} s, Linux's "
                              "largest TCP retransmission timeout")
+        outside = _outside_physical_range(key, kind, value)
+        if outside:
+            raise ValueError(f"{owner} {key} = {value!r:.40} ({UNITS[key]}) is {outside}: no cluster network has it "
+                             "(the bounds and their sources are in sim/hardware.py)")
         if key == "latency_us" and 0 < value < MIN_NONZERO_LATENCY_US:
             raise ValueError(f"{owner} latency_us = {value!r} us is below {MIN_NONZERO_LATENCY_US:g} us (10 ns) "
                              "and not 0 (the key is in microseconds, not seconds)")
@@ -551,7 +590,9 @@ def framework_preset(name: str) -> Framework:
     return Framework(name, spec["bucket_cap_mb"] * 2**20, spec["first_bucket_mb"] * 2**20,
                      bool(spec["overlaps_backward"]), spec["cycle_ms"] * 1e-3, spec.get("source", ""),
                      spec.get("pattern", "allreduce"), bool(spec.get("servers_on_workers", False)), splits,
-                     float(spec.get("partition_bytes", 0)))
+                     float(spec.get("partition_bytes", 0)), float(spec.get("host_reduce_gbytes_per_s", 0)) * 1e9,
+                     bool(spec.get("whole_variables", False)), float(spec.get("rpc_gbytes_per_s", 0)) * 1e9,
+                     tuple(spec.get("unmodelled", ())))
 
 
 def default_intra(gpu: str) -> str:
@@ -671,6 +712,9 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
                 kind = "non-negative" if key == "latency_us" else "positive"
                 raise ValueError(f"[intra] {key} must be a {kind} number ({UNITS.get(key, 'us')}), got {value!r}")
             bound = MAX_TIME_US if key == "latency_us" else MAX_INTRA_GBYTES_PER_S
+            if key != "latency_us" and value < MIN_GBYTES_PER_S:
+                raise ValueError(f"[intra] {key} = {value!r:.40} GB/s is below {MIN_GBYTES_PER_S:g} GB/s (1 kB/s): no "
+                                 "intra-node fabric is that slow")
             if value > bound:
                 raise ValueError(f"[intra] {key} = {value!r} {UNITS.get(key, 'us')} exceeds {bound:g}: no "
                                  "intra-node fabric is that " + ("slow" if key == "latency_us" else "fast"))
@@ -685,9 +729,9 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
     leaf = switch.pop("nodes_per_leaf", 1)
     if switch:
         raise ValueError(f"[switch] has unknown keys {sorted(switch)}; expected oversubscription, nodes_per_leaf")
-    if not (isinstance(leaf, int) and not isinstance(leaf, bool) and leaf >= 1):
-        raise ValueError(f"[switch] nodes_per_leaf must be a positive integer ({UNITS['nodes_per_leaf']}), "
-                         f"got {leaf!r}")
+    if not (isinstance(leaf, int) and not isinstance(leaf, bool) and 1 <= leaf <= MAX_GPUS):
+        raise ValueError(f"[switch] nodes_per_leaf must be a positive integer ({UNITS['nodes_per_leaf']}) of at most "
+                         f"{MAX_GPUS:,}, the largest cluster the simulator answers, got {leaf!r:.40}")
     prov.append(("nodes per leaf", f"{leaf} ({'file' if 'nodes_per_leaf' in data.get('switch', {}) else 'default'})"))
     if from_file is not None and not (isinstance(from_file, int | float) and not isinstance(from_file, bool)
                                       and 1 <= from_file <= MAX_OVERSUBSCRIPTION):
@@ -702,9 +746,11 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
     counts = {}
     for key, given in (("nodes", n_nodes), ("gpus_per_node", gpus_per_node)):
         value = given if given is not None else data.get(key, 1 if key == "nodes" else 8)
-        if given is None and key in data and not (isinstance(value, int) and not isinstance(value, bool)
-                                                  and value >= 1):
-            raise ValueError(f"{key} must be a positive integer ({UNITS[key]}), got {value!r}")
+        in_file = data.get(key, 1)  # checked even where the command line wins: a wrong file is said so
+        if key in data and not (isinstance(in_file, int) and not isinstance(in_file, bool)
+                                and 1 <= in_file <= MAX_GPUS):
+            raise ValueError(f"{key} must be a positive integer ({UNITS[key]}) of at most {MAX_GPUS:,}, got "
+                             f"{in_file!r:.40}")
         counts[key] = value
         prov.append((key, f"{value} ({'command line' if given is not None else 'file' if key in data else 'default'})"))
     framework_from = "command line" if framework else ("file" if "framework" in data else "default")

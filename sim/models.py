@@ -22,10 +22,17 @@ class ModelProfile:
     name: str
     family: str  # "cnn" or "transformer": which achieved FLOP rate of a GPU applies (sim/presets/gpus.toml)
     layers: tuple[Layer, ...]
+    tokens: int = 1  # tokens per sample its FLOPs count (1: a per-sample model, such as a CNN on one image)
+    tokens_source: str = ""  # where that figure comes from
 
     @property
     def n_params(self) -> int:
         return sum(sum(layer.tensors) for layer in self.layers)
+
+    @property
+    def tensors(self) -> tuple[int, ...]:
+        """Every tensor's parameter count in creation (forward) order."""
+        return tuple(t for layer in self.layers for t in layer.tensors)
 
     @property
     def forward_flops(self) -> float:
@@ -57,7 +64,7 @@ def resnet(name: str, blocks: tuple[int, int, int, int]) -> ModelProfile:
                 conv(f"{prefix}.downsample", inplanes, 4 * width, 1, out_hw)
             inplanes, hw = 4 * width, out_hw
     layers.append(Layer("fc", (2048 * 1000, 1000), 2.0 * 2048 * 1000))
-    return ModelProfile(name, "cnn", tuple(layers))
+    return ModelProfile(name, "cnn", tuple(layers), 1, "one 224x224 image per sample (He et al. 2016)")
 
 
 def vgg16() -> ModelProfile:
@@ -73,7 +80,7 @@ def vgg16() -> ModelProfile:
         cin = cout
     for i, (fin, fout) in enumerate(((512 * 7 * 7, 4096), (4096, 4096), (4096, 1000))):
         layers.append(Layer(f"classifier.{i}", (fin * fout, fout), 2.0 * fin * fout))
-    return ModelProfile("vgg16", "cnn", tuple(layers))
+    return ModelProfile("vgg16", "cnn", tuple(layers), 1, "one 224x224 image per sample (Simonyan & Zisserman 2015)")
 
 
 def _transformer_blocks(prefix: str, hidden: int, ffn: int, n_layers: int, tokens: int) -> list[Layer]:
@@ -94,7 +101,8 @@ def bert(name: str, hidden: int, n_layers: int, tokens: int = 384, vocab: int = 
     layers = [Layer("embeddings", (vocab * h, 512 * h, 2 * h, h, h), 0.0)]
     layers += _transformer_blocks("encoder", h, 4 * h, n_layers, tokens)
     layers.append(Layer("qa_outputs", (2 * h, 2), tokens * 2.0 * 2 * h))
-    return ModelProfile(name, "transformer", tuple(layers))
+    return ModelProfile(name, "transformer", tuple(layers), tokens,
+                        f"{tokens}-token SQuAD sequences, as the Birder paper's fine-tuning")
 
 
 def bert_pretraining(name: str, hidden: int, n_layers: int, tokens: int, vocab: int = 30522) -> ModelProfile:
@@ -108,7 +116,9 @@ def bert_pretraining(name: str, hidden: int, n_layers: int, tokens: int, vocab: 
     layers.append(Layer("pooler", (h * h, h), 2.0 * h * h))
     layers.append(Layer("mlm_head", (h * h, h, h, h, vocab), tokens * 2.0 * (h * h + h * vocab)))
     layers.append(Layer("nsp_head", (2 * h, 2), 2.0 * 2 * h))
-    return ModelProfile(name, "transformer", tuple(layers))
+    return ModelProfile(name, "transformer", tuple(layers), tokens,
+                        f"{tokens}-token sequences of BERT pre-training's phase {1 if tokens == 128 else 2} "
+                        "(Devlin et al. 2019)")
 
 
 def gpt2(tokens: int = 1024) -> ModelProfile:
@@ -117,7 +127,8 @@ def gpt2(tokens: int = 1024) -> ModelProfile:
     layers = [Layer("wte_wpe", (vocab * h, 1024 * h), 0.0)]
     layers += _transformer_blocks("h", h, 4 * h, 12, tokens)
     layers.append(Layer("ln_f_lm_head", (h, h), tokens * 2.0 * h * vocab))
-    return ModelProfile("gpt2", "transformer", tuple(layers))
+    return ModelProfile("gpt2", "transformer", tuple(layers), tokens,
+                        f"{tokens}-token context (Radford et al. 2019)")
 
 
 def vit_b16(tokens: int = 197) -> ModelProfile:
@@ -126,17 +137,20 @@ def vit_b16(tokens: int = 197) -> ModelProfile:
     layers = [Layer("patch_embed", (16 * 16 * 3 * h, h, h, tokens * h), 196 * 2.0 * 16 * 16 * 3 * h)]
     layers += _transformer_blocks("blocks", h, 4 * h, 12, tokens)
     layers.append(Layer("head", (h, h, h * 1000, 1000), 2.0 * h * 1000))
-    return ModelProfile("vit-b16", "transformer", tuple(layers))
+    return ModelProfile("vit-b16", "transformer", tuple(layers), tokens,
+                        f"{tokens} tokens: 196 patches of 16x16 and the class token (Dosovitskiy et al. 2021)")
 
 
-def synthetic(n_params: int, n_layers: int = 12) -> ModelProfile:
-    """``--params N``: N parameters in n_layers equal layers, 6 FLOPs per parameter per sample of training."""
+def synthetic(n_params: int, n_layers: int = 12, tokens: int = 1) -> ModelProfile:
+    """``--params N --seq-len L``: N parameters in n_layers equal layers, 6 FLOPs per parameter per token of
+    training (2 forward, 4 backward; Kaplan et al. 2020, C = 6 N D), L tokens per sample (1: a per-sample model)."""
     if int(n_params) < n_layers:
         raise ValueError(f"--params must be at least {n_layers}, got {n_params}")
     per, rest = divmod(int(n_params), n_layers)
     sizes = [per + (1 if i < rest else 0) for i in range(n_layers)]
     return ModelProfile(f"params-{n_params}", "transformer",
-                        tuple(Layer(f"layer{i}", (s,), 2.0 * s) for i, s in enumerate(sizes)))
+                        tuple(Layer(f"layer{i}", (s,), 2.0 * s * tokens) for i, s in enumerate(sizes)), tokens,
+                        f"--seq-len {tokens}")
 
 
 MODELS = {

@@ -83,6 +83,43 @@ def default_title(results: list[dict], what: str) -> str:
     return what[0].upper() + what[1:]
 
 
+def texts_outside(fig) -> list[str]:
+    """The visible texts of ``fig`` (titles, labels, ticks, legend entries) that reach outside the figure as drawn
+    (matplotlib's renderer: ``get_window_extent`` against the figure's box, half a pixel of slack): empty when every
+    label fits."""
+    import matplotlib.text
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)  # a saved and closed figure keeps no canvas of its own
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    box = fig.bbox
+    undrawn = set()  # tick labels of ticks beyond the axis' view, which matplotlib keeps but does not draw
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            low, high = sorted(axis.get_view_interval())
+            slack = 1e-9 * (high - low)
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                if not low - slack <= tick.get_loc() <= high + slack:
+                    undrawn |= {id(tick.label1), id(tick.label2)}
+    outside = []
+    for text in fig.findobj(matplotlib.text.Text):
+        if (not text.get_visible() or not text.get_text().strip() or id(text) in undrawn
+                or (text.axes is not None and not text.axes.get_visible())):
+            continue
+        e = text.get_window_extent(renderer)
+        if e.x0 < box.x0 - 0.5 or e.y0 < box.y0 - 0.5 or e.x1 > box.x1 + 0.5 or e.y1 > box.y1 + 0.5:
+            outside.append(text.get_text())
+    return outside
+
+
+def wrapped_title(title: str, width_in: float, fontsize: float = 12) -> str:
+    """``title`` broken into lines that fit ``width_in`` inches (a character is about 0.55 of the font size)."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(title, max(20, int(0.95 * width_in * 72 / (0.55 * fontsize)))))
+
+
 def _save(fig, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -106,7 +143,7 @@ def throughput_vs_gpus(results: list[dict], out: Path, prefix: str = "", title: 
     networks = speed_order(r["network"] for r in results)
     optimizers = list(dict.fromkeys(r["optimizer"] for r in results))
     style = styles(optimizers)
-    fig, axes = _panels(len(networks))
+    fig, axes = _panels(len(networks), width=max(4.2, 7.5 / min(len(networks), 4)))  # one network: 7.5 in wide
     for ax, net in zip(axes, networks, strict=True):
         for opt in optimizers:
             rs = sorted((r for r in results if r["network"] == net and r["optimizer"] == opt), key=lambda r: r["gpus"])
@@ -130,10 +167,15 @@ def throughput_vs_gpus(results: list[dict], out: Path, prefix: str = "", title: 
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("throughput (samples/s, log scale)")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
-    fig.suptitle(title or default_title(results, "predicted throughput" + (
-        " (bands: prediction interval)" if any("throughput_low" in r for r in results) else "")))
-    fig.tight_layout(rect=(0, 0.06, 1, _below_title(fig)))
+    columns = legend_columns(labels, fig.get_figwidth())
+    fig.legend(handles, labels, loc="lower center", ncol=columns, fontsize=9, frameon=False)
+    suptitle = wrapped_title(title or default_title(results, "predicted throughput" + (
+        " (bands: prediction interval)" if any("throughput_low" in r for r in results) else "")), fig.get_figwidth())
+    fig.suptitle(suptitle)
+    legend_rows = math.ceil(len(labels) / columns)
+    _make_room(fig, legend_rows, suptitle.count("\n") + 1)
+    fig.tight_layout(rect=(0, (0.1 + 0.3 * legend_rows) / fig.get_figheight(), 1,
+                           _below_title(fig, suptitle.count("\n") + 1)))
     return [_save(fig, out / f"{prefix}throughput_vs_gpus.png")]
 
 
@@ -158,9 +200,16 @@ def legend_columns(labels: list[str], width_in: float, fontsize: float = 9) -> i
     return 1
 
 
-def _below_title(fig) -> float:
-    """The top of the panels' area: half an inch below the figure's top, so the suptitle never covers a panel."""
-    return 1 - 0.5 / fig.get_figheight()
+def _make_room(fig, legend_rows: int, title_lines: int) -> None:
+    """Grow the figure's height by what a legend of more than one row and a title of more than one line take, so
+    the panels keep theirs."""
+    fig.set_figheight(fig.get_figheight() + 0.3 * max(0, legend_rows - 1) + 0.25 * max(0, title_lines - 1))
+
+
+def _below_title(fig, title_lines: int = 1) -> float:
+    """The top of the panels' area: half an inch (and a quarter more per further title line) below the figure's
+    top, so the suptitle never covers a panel."""
+    return 1 - (0.5 + 0.25 * (title_lines - 1)) / fig.get_figheight()
 
 
 def time_breakdown(results: list[dict], out: Path, prefix: str = "", title: str | None = None,
@@ -172,8 +221,9 @@ def time_breakdown(results: list[dict], out: Path, prefix: str = "", title: str 
     optimizers = optimizers or list(dict.fromkeys(r["optimizer"] for r in results))
     nodes = sorted({r["nodes"] for r in results})
     bars = len(nodes) * len(optimizers)
-    fig, axes = _panels(len(networks), width=min(12.0, max(4.2, 0.22 * bars + 1.5)), height=3.4,
-                        cols=4 if bars <= 12 else 2)
+    cols = 4 if bars <= 12 else 2
+    fig, axes = _panels(len(networks), width=max(min(12.0, max(4.2, 0.22 * bars + 1.5)),
+                                                 7.5 / min(len(networks), cols)), height=3.4, cols=cols)
     width = 0.8 / len(optimizers)
     for ax, net in zip(axes, networks, strict=True):
         for j, opt in enumerate(optimizers):
@@ -198,9 +248,12 @@ def time_breakdown(results: list[dict], out: Path, prefix: str = "", title: str 
                 for j, opt in enumerate(optimizers)]
     columns = legend_columns([h.get_label() for h in handles], fig.get_figwidth())
     fig.legend(handles=handles, loc="lower center", ncol=columns, fontsize=9, frameon=False)
-    fig.suptitle(title or default_title(results, "where each iteration's time goes"))
+    suptitle = wrapped_title(title or default_title(results, "where each iteration's time goes"), fig.get_figwidth())
+    fig.suptitle(suptitle)
     legend_rows = math.ceil(len(handles) / columns)
-    fig.tight_layout(rect=(0, (0.1 + 0.3 * legend_rows) / fig.get_figheight(), 1, _below_title(fig)))
+    _make_room(fig, legend_rows, suptitle.count("\n") + 1)
+    fig.tight_layout(rect=(0, (0.1 + 0.3 * legend_rows) / fig.get_figheight(), 1,
+                           _below_title(fig, suptitle.count("\n") + 1)))
     return [_save(fig, out / f"{prefix}time_breakdown.png")]
 
 
@@ -209,7 +262,7 @@ def speedup_vs_nodes(curves: dict[str, list[dict]], path: Path, title: str, base
     """One panel per model (shared log y): Birder's throughput over the best uncompressed baseline's against
     nodes, one line per network (slowest first), the interval as a band, 1 (no gain) as a black line.
     ``curves`` maps a panel title to points ``{"network", "nodes", "ratio", "low", "high"}``."""
-    fig, axes = _panels(len(curves), width=4.6)
+    fig, axes = _panels(len(curves), width=max(4.6, 7.5 / min(len(curves), 4)))
     networks = speed_order(p["network"] for points in curves.values() for p in points)
     colours = plt.get_cmap("viridis")([i / max(1, len(networks) - 1) * 0.9 for i in range(len(networks))])
     for ax, (panel, points) in zip(axes, curves.items(), strict=True):
@@ -232,10 +285,13 @@ def speedup_vs_nodes(curves: dict[str, list[dict]], path: Path, title: str, base
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel(f"Birder throughput / {baseline_label}")
     handles, labels = axes[0].get_legend_handles_labels()
-    columns = min(len(labels), 2 * len(curves) + 1)  # the legend no wider than the panels
+    columns = legend_columns(labels, fig.get_figwidth())  # the legend no wider than the figure
     fig.legend(handles, labels, loc="lower center", ncol=columns, fontsize=9, frameon=False)
-    fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.035 + 0.035 * math.ceil(len(labels) / columns), 1, _below_title(fig)))
+    suptitle = wrapped_title(title, fig.get_figwidth())
+    fig.suptitle(suptitle)
+    _make_room(fig, math.ceil(len(labels) / columns), suptitle.count("\n") + 1)
+    fig.tight_layout(rect=(0, (0.1 + 0.3 * math.ceil(len(labels) / columns)) / fig.get_figheight(), 1,
+                           _below_title(fig, suptitle.count("\n") + 1)))
     return _save(fig, path)
 
 
@@ -319,37 +375,3 @@ def corpus_left_out(predictions: list[dict], out: Path, prefix: str = "") -> Pat
     ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
     return _save(fig, out / f"{prefix}corpus_left_out.png")
-
-
-def network_choice(rows: list[dict], path: Path, title: str) -> Path:
-    """The buyer's comparison on a linear axis from zero (differences of a few percent stay visible as such):
-    one panel per node count, per network (slowest first) a bar per series (``label``) at ``throughput`` with
-    its interval (``low``, ``high``) as an error bar."""
-    counts = sorted({r["nodes"] for r in rows})
-    series = list(dict.fromkeys(r["label"] for r in rows))
-    colour = styles(series)
-    fig, axes = _panels(len(counts), width=5.5, sharey=False)  # each node count on its own scale, all from 0
-    for ax, n in zip(axes, counts, strict=True):
-        networks = speed_order(r["network"] for r in rows if r["nodes"] == n)
-        width = 0.8 / len(series)
-        for j, label in enumerate(series):
-            for i, net in enumerate(networks):
-                r = next((r for r in rows if (r["nodes"], r["network"], r["label"]) == (n, net, label)), None)
-                if r is None:
-                    continue
-                x = i + (j - (len(series) - 1) / 2) * width
-                ax.bar(x, r["throughput"], width * 0.9, color=colour[label]["color"], label=label if i == 0 else None)
-                ax.errorbar(x, r["throughput"], yerr=[[r["throughput"] - r["low"]], [r["high"] - r["throughput"]]],
-                            color="black", capsize=3, lw=1)
-        ax.set_xticks(range(len(networks)), [network_label(net) for net in networks], rotation=30, ha="right",
-                      fontsize=8)
-        ax.set_ylim(bottom=0)
-        ax.yaxis.set_major_formatter(PLAIN)
-        ax.set_title(f"{n} nodes", fontsize=10)
-        ax.grid(True, axis="y", alpha=0.3)
-    axes[0].set_ylabel("throughput (samples/s, linear from 0)")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
-    fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.06, 1, _below_title(fig)))
-    return _save(fig, path)

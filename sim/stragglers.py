@@ -15,7 +15,8 @@ Per-step jitter adds to it: each step each GPU takes t (1 + s_i + e_it), s_i ~ N
 job, e_it ~ N(0, cv_step^2) fresh each step, all independent. Within one step the GPUs' sums are i.i.d.
 N(0, cv_speed^2 + cv_step^2), so the expected step (over both draws) is t (1 + sigma E[M_p]) with
 sigma = sqrt(cv_speed^2 + cv_step^2), and the factor above keeps its form with sigma for cv. The per-step cv has no
-published source: it is fitted on the validation corpus (presets/step_jitter.toml, sim/validate.py).
+published source: it is fitted on the validation corpus (presets/step_jitter.toml,
+sim/validation/leave_one_source_out.py).
 """
 
 from __future__ import annotations

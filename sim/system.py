@@ -1,5 +1,9 @@
 """System layer: collectives as NCCL runs them, timed on the network layer's flows.
 
+(Over 600 lines: NCCL's tuner (latencies, algorithm and protocol choice), collectives as flows and the
+training step's schedule of them form one cost model; a split along those three lines is possible and not
+yet made.)
+
 ``birder_ref.schedules`` is the single source of who sends what. An NCCL operation (one all-reduce, or one phase
 of a 1-bit schedule: a reduce-scatter, an all-to-all, an all-gather) is pipelined: its bytes stream over every
 link at once, so its time is NCCL's latency, paid once per operation, plus the time its flows take on shared
@@ -25,6 +29,7 @@ over its NICs. Counting costs O(p) per phase, never the p^2 messages of a flat a
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -727,6 +732,23 @@ def collective_ops(schedule: Schedule, cluster: Cluster, in_switch: bool = True)
     return _collective(_schedule_key(schedule, cluster), schedule, cluster, in_switch)[2]
 
 
+def operation_spans(schedule: Schedule, cluster: Cluster) -> list[tuple[str, tuple[str, ...], OpTime]]:
+    """The NCCL operations of one collective as ``Fabric.run`` times them, each with its name (its phases') and the
+    link classes it crosses (``intra``: the node's fabric, ``inter``: the NICs), for a trace of the step."""
+    ops = collective_ops(schedule, cluster)
+    named = operations(schedule)
+    if len(ops) != len(named):  # reduced in the switches (NVLS, CollNet): one operation for the whole all-reduce
+        return [(f"{schedule.scheme} in the switches ({ops[0].algorithm})",
+                 ("intra",) if cluster.n_nodes == 1 else ("intra", "inter"), ops[0])] if ops else []
+    out = []
+    for (kind, phases), op in zip(named, ops, strict=True):
+        loads = [phase_load(ph, schedule.layout, cluster.rails) for ph in phases]
+        tracks = tuple(t for t, used in (("intra", any(x.intra_total for x in loads)),
+                                          ("inter", any(x.inter_total for x in loads))) if used)
+        out.append((" + ".join(ph.name for ph in phases) or kind, tracks or ("intra",), op))
+    return out
+
+
 def collective_time(schedule: Schedule, cluster: Cluster) -> float:
     """Seconds one collective (a schedule: its NCCL operations one after another) takes alone on the cluster."""
     return _collective(_schedule_key(schedule, cluster), schedule, cluster)[0]
@@ -907,6 +929,82 @@ def summation_servers(cluster: Cluster, dim: int, bits: int = 32) -> Schedule:
         Phase("intra_all_gather", "ring_all_gather", nodes, D // g, intra, "copy"),
     )
     return Schedule(SUMMATION_SERVERS, layout, int(dim), D, phases)
+
+
+def host_staging_s(cluster: Cluster, nbytes: float) -> float:
+    """Seconds an all-reduce of ``nbytes`` per GPU spends outside the wire where the framework stages it through
+    host memory (``Framework.host_reduce_bandwidth`` > 0: Horovod's MPI backend, an MPI_Allreduce on host
+    buffers), 0 where NCCL reduces on the GPUs. Added to the wire's time, in series: Horovod's background thread
+    copies the fused buffer to the host, calls MPI_Allreduce, and copies the sum back, one after another.
+
+        t = 2 nbytes / PCIe  +  3 (p - 1) / p  nbytes / B_core
+
+    two copies over the GPU's PCIe link (gpus.toml ``pcie_gbytes_per_s``, NCCL's count of an x16 link), and the
+    CPU reduction of a ring all-reduce over the p ranks: each rank sums (p - 1) / p of the buffer, reading two
+    operands and writing one (3 bytes of memory traffic a byte), on its one core at ``B_core``. The wire is
+    timed as NCCL's ring on the same links [assumption: no published figure separates MPI's TCP or RoCE
+    throughput from NCCL's; its shared-memory steps inside a node cost more than NVLink's and are not counted]."""
+    bandwidth = framework_preset(cluster.framework).host_reduce_bandwidth
+    p = cluster.n_gpus
+    if bandwidth <= 0 or p == 1:
+        return 0.0
+    pcie = GPUS[cluster.gpu]["pcie_gbytes_per_s"] * 1e9
+    return 2 * nbytes / pcie + 3 * (p - 1) / p * nbytes / bandwidth
+
+
+def busiest_server_share(tensors: tuple[int, ...], servers: int) -> float:
+    """The share of a model's parameters on its most loaded parameter server when whole variables are placed as
+    TensorFlow's benchmarks place them: in creation order, each on the server holding the fewest elements so far,
+    ties to the first (tensorflow/benchmarks scripts/tf_cnn_benchmarks variable_mgr ``ParamServerDeviceSetter``:
+    "assign variables on the least loaded ps-device"; ``tf.train.replica_device_setter``'s default round-robin
+    gives the same or a worse maximum). A variable is never split, so one large tensor (VGG-16's fc6, 74% of
+    its parameters) sits on one server whatever their number."""
+    if servers < 1 or not tensors:
+        raise ValueError(f"busiest_server_share: need servers >= 1 and tensors, got {servers} and {len(tensors)}")
+    loads = [(0, index) for index in range(servers)]
+    for size in tensors:
+        load, index = heapq.heappop(loads)
+        heapq.heappush(loads, (load + size, index))
+    return max(load for load, _ in loads) / sum(tensors)
+
+
+@lru_cache(maxsize=256)
+def whole_variable_servers(tensors: tuple[int, ...], servers: int) -> int:
+    """The k servers ``summation_servers`` spreads each tensor over so that every one carries about what the
+    busiest carries under whole-variable placement (``busiest_server_share`` f): 1 / k the nearest to f in ratio
+    (floor or ceil of 1 / f), at most ``servers``. The bytes a worker sends stay the model's; the busiest
+    server's NIC carries 1 / k of every worker's gradient instead of f (VGG-16 on 8 servers: 1 for 0.75;
+    ResNet-50 on 2: 2 for 0.52, on 8: 6 for 0.16)."""
+    share = busiest_server_share(tensors, servers)
+    below, above = max(1, math.floor(1 / share)), max(1, math.ceil(1 / share))
+    nearest = below if (1 / below) / share <= share / (1 / above) else above
+    return min(servers, nearest)
+
+
+def rpc_copy_s(cluster: Cluster, nbytes: float) -> float:
+    """Seconds a worker's RPC stack spends on a tensor of ``nbytes`` it pushes and then pulls back through
+    summation servers (``Framework.rpc_bandwidth`` > 0: TensorFlow's gRPC), in series with the wire:
+    2 nbytes / rpc_bandwidth. The servers' side handles the workers' RPCs on threads of their own [assumption],
+    so only the worker's stack is charged. 0 on one node (no servers) or without an RPC cost."""
+    bandwidth = framework_preset(cluster.framework).rpc_bandwidth
+    if bandwidth <= 0 or cluster.n_nodes == 1:
+        return 0.0
+    return 2 * nbytes / bandwidth
+
+
+def unmodelled(cluster: Cluster, accumulation_steps: int = 1) -> list[str]:
+    """What the simulator does not model for this configuration, one sentence each (``birder predict --json`` key
+    ``unmodelled``; empty where every mechanism it uses is modelled): the framework's own (presets/frameworks.toml
+    ``unmodelled``, where more than one node talks through it) and the assumptions a setting leans on."""
+    out = list(framework_preset(cluster.framework).unmodelled) if cluster.n_nodes > 1 else []
+    if accumulation_steps > 1 and cluster.step_jitter_cv > 0 and cluster.n_nodes > 1:
+        out.append(f"Per-step jitter is taken as that of a one-micro-batch step, whatever the {accumulation_steps} "
+                   "micro-batches of a step: whether it averages over them (1/sqrt(K) if independent) is not "
+                   "modelled; the fitted figure was fitted that way.")
+    if cluster.nic.placement_group and cluster.comm_library == "nccl-before-2.4.8" and cluster.n_nodes > 1:
+        out.append("The EC2 per-flow cap inside a placement group with NCCL before 2.4.8 is checked by no published "
+                   "row: one thread reports a 13% gain where the model gives 60-70%.")
+    return out
 
 
 def check_optimizer_framework(optimizer: str, framework: str) -> None:

@@ -27,7 +27,16 @@ from birder_ref.schedules import SCHEMES
 from sim.hardware import GPUS, Cluster, Nic, framework_preset
 from sim.models import ModelProfile, model_profile, synthetic
 from sim.stragglers import straggler_factor
-from sim.system import Fabric, check_optimizer_framework, step_schedule, traffic
+from sim.system import (
+    Fabric,
+    check_optimizer_framework,
+    host_staging_s,
+    operation_spans,
+    rpc_copy_s,
+    step_schedule,
+    traffic,
+    whole_variable_servers,
+)
 
 BUCKET_CAP_BYTES = 25 * 1024 * 1024  # torch DDP bucket_cap_mb = 25
 FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
@@ -153,13 +162,20 @@ class StepTime:
     incast_timeouts: float  # expected TCP retransmission timeouts the step's collectives lose
 
 
-def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float) -> StepTime:
+def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, trace: list | None = None) -> StepTime:
     """Simulate one optimizer step of ``kind``: K - 1 micro-batches of forward + backward without communication
     (DDP's no_sync), then forward, backward with overlapped bucket collectives, optimizer step.
 
     ``compute_s`` is one measured node's pace; each step runs at its slowest GPU's (sim/stragglers.py), so every
-    layer's backward, and the bucket collectives waiting on it, ends that much later."""
+    layer's backward, and the bucket collectives waiting on it, ends that much later. ``trace``: a list that
+    receives the step's events as (track, name, start_s, duration_s, args) in the order they end (``sim.trace``):
+    track ``gpu`` for work on the GPU, ``intra``/``inter`` for each NCCL operation on the link classes it crosses."""
     compute_s *= straggler_factor(cluster.n_gpus, cluster.gpus_per_node, cluster.straggler_cv)
+    framework = framework_preset(cluster.framework)
+    if framework.whole_variables and framework.pattern == "summation-servers" and cluster.n_nodes > 1:
+        # each variable whole on one server: spread over as many servers as carry the busiest one's share
+        servers = cluster.servers or cluster.n_nodes * cluster.nic.count
+        cluster = replace(cluster, servers=whole_variable_servers(work.model.tensors, servers))
     env = simpy.Environment()
     gpu = simpy.Resource(env, capacity=1)
     fabric = Fabric(env, cluster)
@@ -171,7 +187,6 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float) ->
     n_params = model.n_params
     spec = simulated_spec(work.optimizer)
     opt_s = _kernel_seconds(cluster.gpu, n_params, spec.step_bytes_per_element, 4)
-    framework = framework_preset(cluster.framework)
     split = framework.split_of(model.name)
     buckets = split_buckets(model, split) if split is not None else \
         ddp_buckets(model, 4, framework.bucket_cap_bytes, framework.first_bucket_bytes)
@@ -179,6 +194,15 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float) ->
     compressed = not kind.full_precision
     scheme = work.scheme if spec.takes_scheme else ""
     totals = {"compression": 0.0, "intra": 0.0, "inter": 0.0}
+    record = trace.append if trace is not None else None
+
+    def on_gpu(name: str, seconds: float, **args):
+        with gpu.request() as turn:
+            yield turn
+            start = env.now
+            yield env.timeout(seconds)
+            if record:
+                record(("gpu", name, start, seconds, args))
 
     def communicate(elements: int):
         schedule = step_schedule(work.optimizer, cluster, elements, work.scheme, kind.full_precision,
@@ -190,14 +214,26 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float) ->
         if compressed:
             compress, decompress = compression_kernels(work.optimizer, scheme, cluster, elements)
             totals["compression"] += compress + decompress
-            with gpu.request() as turn:
-                yield turn
-                yield env.timeout(compress)
+            yield from on_gpu("compress", compress, elements=elements)
+        if record:  # the operations one after another, as Fabric.run times them (one timeout: the same sum)
+            start = env.now
+            for name, tracks, op in operation_spans(schedule, cluster):
+                for track in tracks:
+                    record((track, name, start, op.seconds, {"elements": elements, "algorithm": op.algorithm,
+                                                             "protocol": op.protocol}))
+                start += op.seconds
         yield env.process(fabric.run(schedule))
+        if not spec.compressed or (kind.full_precision and not spec.own_full_precision):
+            nbytes = elements * work.grad_bits / 8
+            for name, staged in (("host staging", host_staging_s(cluster, nbytes)),  # an MPI backend's copies, sums
+                                 ("rpc copies", rpc_copy_s(cluster, nbytes))):  # a parameter server's gRPC stack
+                if staged > 0:
+                    start = env.now
+                    yield env.timeout(staged)
+                    if record:
+                        record(("host", name, start, staged, {"elements": elements}))
         if compressed:
-            with gpu.request() as turn:
-                yield turn
-                yield env.timeout(decompress)
+            yield from on_gpu("decompress", decompress, elements=elements)
 
     blocking = kind.comm == "bucketed" and compressed and work.hook_blocks_backward
     ready = {bucket.ready_layer: [] for bucket in buckets}
@@ -207,9 +243,7 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float) ->
     def backward():
         # a layer's share of the backward pass is its share of forward FLOPs (no FLOPs: no time)
         for index, layer in enumerate(layers):
-            with gpu.request() as turn:
-                yield turn
-                yield env.timeout(backward_s * layer.flops / total_flops)
+            yield from on_gpu(f"backward {layer.name}", backward_s * layer.flops / total_flops)
             layer_done[index].succeed()
             if blocking:  # the hook runs on the autograd thread: backward resumes when it returns
                 for bucket in ready.get(index, ()):
@@ -226,13 +260,14 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float) ->
                 yield from communicate(bucket.elements)
 
     def iteration():
-        yield env.timeout((work.accumulation_steps - 1) * compute_s)  # micro-batches under no_sync
-        yield env.timeout(forward_s)
+        if work.accumulation_steps > 1:
+            yield from on_gpu("micro-batches under no_sync", (work.accumulation_steps - 1) * compute_s)
+        yield from on_gpu("forward", forward_s)
         done = [env.process(backward()), env.process(comm_stream())]
         yield env.all_of(done)
         if kind.comm == "after_backward":
             yield from communicate(n_params)
-        yield env.timeout(opt_s)
+        yield from on_gpu("optimizer step", opt_s)
 
     env.process(iteration())
     env.run()
@@ -263,9 +298,13 @@ class Prediction:
         return out
 
 
-def _average(cluster: Cluster, work: Workload, kinds: tuple[StepKind, ...],
-             compute_s: float) -> tuple[float, list[tuple[StepKind, StepTime]]]:
-    parts = [(k, _step(cluster, work, k, compute_s)) for k in kinds if k.share > 0]
+def _average(cluster: Cluster, work: Workload, kinds: tuple[StepKind, ...], compute_s: float,
+             traces: dict | None = None) -> tuple[float, list[tuple[StepKind, StepTime]]]:
+    """The share-weighted iteration time of the step kinds; ``traces``: a dict that receives each kind's events."""
+    if traces is not None:
+        traces.update({k.name: [] for k in kinds if k.share > 0})
+    parts = [(k, _step(cluster, work, k, compute_s, None if traces is None else traces[k.name]))
+             for k in kinds if k.share > 0]
     return sum(k.share * t.iteration_s for k, t in parts), parts
 
 
@@ -324,13 +363,21 @@ def _calibrated(one: Cluster, work: Workload, kinds: tuple[StepKind, ...], singl
 def predict(cluster: Cluster, model: str | None = None, params: int | None = None, batch_per_gpu: int = 32,
             optimizer: str = "sgdm", scheme: str = "hierarchical", single_node_throughput: float | None = None,
             warmup_fraction: float | None = None, marsit_period: int | None = None, grad_dtype: str = "fp32",
-            accumulation_steps: int = 1, hook_blocks_backward: bool = HOOK_BLOCKS_BACKWARD) -> Prediction:
+            accumulation_steps: int = 1, hook_blocks_backward: bool = HOOK_BLOCKS_BACKWARD,
+            seq_len: int | None = None, traces: dict | None = None) -> Prediction:
     """Predict one training configuration on ``cluster`` (the library behind ``birder predict``).
 
-    Throughput counts every micro-batch: ``n_gpus * batch_per_gpu * accumulation_steps`` samples per step."""
+    Throughput counts every micro-batch: ``n_gpus * batch_per_gpu * accumulation_steps`` samples per step.
+    ``seq_len``: tokens per sample of a ``params`` model (None: 1); a built-in model has its own, and another
+    is refused. ``traces``: a dict that receives, per step kind, the events of its simulated step (``sim.trace``)."""
     if (model is None) == (params is None):
         raise ValueError("give exactly one of model or params")
-    profile = model_profile(model) if model is not None else synthetic(params)
+    if seq_len is not None and not (isinstance(seq_len, int) and not isinstance(seq_len, bool) and seq_len >= 1):
+        raise ValueError(f"seq_len must be a positive integer, got {seq_len!r}")
+    profile = model_profile(model) if model is not None else synthetic(params, tokens=seq_len or 1)
+    if model is not None and seq_len is not None and seq_len != profile.tokens:
+        raise ValueError(f"{model} has {profile.tokens} tokens per sample ({profile.tokens_source}), not seq_len "
+                         f"{seq_len}: a built-in model carries its own sequence length")
     if not (isinstance(batch_per_gpu, int) and not isinstance(batch_per_gpu, bool) and batch_per_gpu >= 1):
         raise ValueError(f"batch_per_gpu must be a positive integer, got {batch_per_gpu!r}")
     if not (isinstance(accumulation_steps, int) and not isinstance(accumulation_steps, bool)
@@ -352,7 +399,7 @@ def predict(cluster: Cluster, model: str | None = None, params: int | None = Non
         compute_s = calibrate_compute_s(cluster, work, kinds, single_node_throughput)
     else:
         compute_s = default_compute_s(work, cluster.gpu)
-    iteration_s, parts = _average(cluster, work, kinds, compute_s)
+    iteration_s, parts = _average(cluster, work, kinds, compute_s, traces)
     samples_per_gpu = batch_per_gpu * accumulation_steps
     if single_node_throughput is None:
         one_node_s = _average(cluster.with_nodes(1), work, kinds, compute_s)[0]

@@ -122,6 +122,15 @@ def api(id_: str, make, *names: str, marks=()):
 NAN, INF = float("nan"), float("inf")
 
 ROWS = [
+    # what is still refused beside the byte orders and 0-d coefficients now accepted (test below)
+    api("step-grads-big-endian-float64", lambda: step_call(g=grads().astype(">f8")), "grads", "float32"),
+    api("step-beta-0d-bool", lambda: step_call(beta=np.array(True)), "beta"),
+    api("step-beta-1d-array", lambda: step_call(beta=np.array([0.95])), "beta"),
+    api("step-eps-0d-string", lambda: step_call(eps=np.array("1e-8")), "eps"),
+    api("step-T0-0d-float", lambda: step_call(T0=np.array(2.0)), "T0"),
+    api("step-u-server-0d", lambda: step_call(u_server=np.array(0.5, np.float32)), "u_server"),
+    api("opt-step-lr-0d-nan", lambda: opt_step_call(SGDM(), lr=np.array(np.nan)), "lr"),
+    api("quantize-y-big-endian-float16", lambda: call(quantize, np.ones(4, ">f2"), np.zeros(4, np.float32)), "y"),
     # algorithm1.step: the state
     api("step-state-none", lambda: step_call(state=None), "state"),
     api("step-state-dict", lambda: step_call(state={"m": np.zeros((N, D), np.float32)}), "state"),
@@ -500,6 +509,30 @@ def test_a_good_state_still_steps_and_is_not_modified():
         fn(*args, **kwargs)
     history = driver.train(*train_call()[2].values())
     assert np.isfinite(history.losses).all()
+
+
+def test_big_endian_float32_and_0d_coefficients_give_the_native_result():
+    """float32 in the other byte order (a big-endian file) and 0-d arrays or NumPy scalars for beta, eps, T0, lr
+    are the same values: the same result, bit for bit, as native float32 and Python numbers."""
+    be = {name: x.astype(x.dtype.newbyteorder(">" if np.little_endian else "<")) for name, x in
+          (("g", grads()), ("u_worker", U()), ("u_server", V()))}
+    assert all(not x.dtype.isnative and x.dtype.itemsize == 4 for x in be.values())
+    swapped = good_state()  # a state saved on a big-endian machine
+    swapped = State(*(x.astype(x.dtype.newbyteorder()) for x in dataclasses.astuple(swapped)[:5]), swapped.t)
+    fn, args, kwargs = step_call(swapped, beta=np.array(0.95, np.longdouble), eps=np.float32(1e-8).reshape(()),
+                                 T0=np.array(1), **be)
+    u_bar, new = fn(*args, **kwargs)
+    fn, args, kwargs = step_call(beta=0.95, eps=float(np.float32(1e-8)), T0=1)
+    u_native, native_state = fn(*args, **kwargs)
+    assert u_bar.dtype == np.float32 and np.array_equal(u_bar, u_native)
+    assert all(np.array_equal(a, b) and a.dtype == np.float32 for a, b in zip(
+        dataclasses.astuple(new)[:5], dataclasses.astuple(native_state)[:5], strict=True))  # no float128 either
+    fn, args, kwargs = opt_step_call(SGDM(), lr=np.array(0.1))
+    params, _ = fn(*args, **kwargs)
+    fn, args, kwargs = opt_step_call(SGDM(), lr=0.1)
+    assert params.dtype == np.float32 and np.array_equal(params, fn(*args, **kwargs)[0])
+    y = np.linspace(-1, 1, 8, dtype=np.float32)
+    assert np.array_equal(quantize(y.astype(">f4"), np.full(8, 0.5, ">f4")), quantize(y, np.full(8, 0.5, np.float32)))
 
 
 def test_negative_zero_in_b_is_accepted():

@@ -30,6 +30,7 @@ BIG = "1" + "0" * 400  # past float range: int() takes it, float() of it overflo
 PACKAGE = Path(sim.__file__).parent  # {pkg}: a package of the toolkit, whose files no command may write
 ROOT = PACKAGE.parent  # {root}: where the toolkit's packages lie (a checkout, or site-packages)
 NCCL_OUTPUTS = Path(__file__).parent / "fixtures" / "nccl_tests"  # {nccl}: real nccl-tests outputs
+CALIBRATE = "calibrate {d}/measured.txt --op all-reduce --nodes 8 --gpus-per-node 8 --network 100gbe "
 HANG_S = 3.0  # wall bound of the rows that hung before issue 12's fixes: a fixed command answers well within it
 
 
@@ -101,6 +102,19 @@ TOML = {
     "measured_string.toml": '[network]\npreset = "40gbe"\nmeasured_gbps = "4.1 Gbps"\n',
     "measured_in_bits.toml": '[network]\ntransport = "socket"\nline_rate_gbps = 40\nmeasured_gbps = 4.1e9\n',
     "measured_and_efficiency.toml": '[network]\npreset = "40gbe"\nefficiency = 0.5\nmeasured_gbps = 4.1\n',
+    # issue 31: numbers outside physical and monetary ranges, names that would inject
+    "efficiency_1e-300.toml": '[network]\npreset = "10gbe"\nefficiency = 1e-300\n',
+    "switch_buffer_1e308.toml": '[network]\npreset = "10gbe"\nswitch_buffer_bytes = 1e308\n',
+    "intra_port_1e-300.toml": '[network]\npreset = "10gbe"\n[intra]\nport_gbytes_per_s = 1e-300\n',
+    "leaf_1e30.toml": '[network]\npreset = "10gbe"\n[switch]\nnodes_per_leaf = 1000000000000000000000000000000\n',
+    "nodes_1e30.toml": 'nodes = 1000000000000000000000000000000\n[network]\npreset = "10gbe"\n',
+    "prices_node_1e308.toml": "node = 1e308\n",
+    "prices_node_1e-300.toml": "node = 1e-300\n",
+    "prices_node_1e23.toml": "node = 1e23\n",
+    "prices_nic_1e-300.toml": "node = 10\n[nic]\n10gbe = 1e-300\n",
+    "prices_currency_newline.toml": 'node = 10\ncurrency = "USD\\n# Forged heading"\n',
+    "prices_currency_long.toml": 'node = 10\ncurrency = "' + "U" * 200 + '"\n',
+    "users_cluster.toml": '# my hand-written cluster\nname = "mine"\n[network]\npreset = "ib-hdr"\n',
 }
 HEADER = "model,batch_per_gpu,network,optimizer,gpus,throughput\n"
 GOOD_ROW = "resnet50,32,10gbe,sgdm,8,3693\n"
@@ -170,6 +184,13 @@ def files(tmp_path_factory) -> Path:
     (earlier / "report.md").write_text("# Birder toolkit report")
     (earlier / ".birder-manifest").write_text("# files written by birder report\nreport.md\n")
     (earlier / "mine.txt").write_text("added by the user")
+    for folder, name in (("users_sweep", "sweep.csv"), ("users_collective", "collective.png"),
+                         ("users_validate", "validation.png")):  # a user's own files under an output's name
+        (d / folder).mkdir()
+        (d / folder / name).write_text("the user's own")
+    (d / "edited").mkdir()  # written by birder calibrate, then edited: its digest no longer matches
+    (d / "edited" / "c.toml").write_text('name = "c"\n[network]\npreset = "10gbe"\nlatency_us = 5  # mine\n')
+    (d / "edited" / ".birder-manifest").write_text("# files written by birder\n" + "0" * 64 + "  c.toml\n")
     unreadable = d / "unreadable.toml"
     unreadable.write_text('[network]\npreset = "10gbe"\n')
     unreadable.chmod(0)
@@ -622,6 +643,47 @@ ROWS = [
         "warp-drive", wall_s=HANG_S),
     row("report-prices-device", "report --quick --out r --prices /dev/urandom", "/dev/urandom", wall_s=HANG_S),
     row("gpu-validate-timeout-1e308", "gpu-validate --timeout 1e308", "--timeout", "86400"),
+    # issue 31: the one output rule (never over a file birder did not write, or one edited since)
+    row("calibrate-out-users-cluster-file", CALIBRATE + "--out {d}/users_cluster.toml", "users_cluster.toml",
+        "not written by birder", wall_s=HANG_S),
+    row("calibrate-out-edited-since", CALIBRATE + "--out {d}/edited/c.toml", "c.toml", "changed since",
+        wall_s=HANG_S),
+    row("calibrate-out-is-the-manifest", CALIBRATE + "--out .birder-manifest", ".birder-manifest", wall_s=HANG_S),
+    row("calibrate-out-name-forges-a-manifest-line", CALIBRATE.split() + ["--out", "x\n" + "0" * 64 + "  v.toml"],
+        "control characters", wall_s=HANG_S),
+    row("bench-out-users-cluster-file", "bench --sizes 64 --repeats 1 --out {d}/users_cluster.toml",
+        "users_cluster.toml", "not written by birder"),
+    row("sweep-out-users-csv", "sweep --nodes 1 --optimizers sgdm --networks 10gbe --out {d}/users_sweep",
+        "sweep.csv", "not written by birder"),
+    row("collective-out-users-png", "collective --op all-reduce --bytes 8:16 --out {d}/users_collective",
+        "collective.png", "not written by birder"),
+    row("validate-out-users-png", "validate --no-cross-validation --out {d}/users_validate", "validation.png",
+        "not written by birder"),
+    # issue 31: names that would add TOML keys or lines
+    row("calibrate-name-quote-newline", CALIBRATE.split() + ["--out", "c.toml", "--name",
+                                                            'a"\ngpu_speed_cv = 0.5'], "--name"),
+    row("calibrate-name-escape", CALIBRATE.split() + ["--out", "c.toml", "--name", "\x1b[2Jx"], "--name"),
+    # issue 31: numbers outside physical and monetary ranges, refused before the work
+    row("predict-cluster-efficiency-1e-300", "predict --cluster {d}/efficiency_1e-300.toml", "efficiency"),
+    row("predict-cluster-switch-buffer-1e308", "predict --cluster {d}/switch_buffer_1e308.toml",
+        "switch_buffer_bytes"),
+    row("predict-cluster-intra-port-1e-300", "predict --cluster {d}/intra_port_1e-300.toml", "port_gbytes_per_s"),
+    row("predict-cluster-leaf-1e30", "predict --cluster {d}/leaf_1e30.toml", "nodes_per_leaf"),
+    row("predict-cluster-nodes-1e30-overridden", "predict --cluster {d}/nodes_1e30.toml --nodes 2", "nodes"),
+    row("predict-nodes-per-leaf-1e30", "predict --nodes-per-leaf 1000000000000000000000000000000",
+        "--nodes-per-leaf"),
+    row("report-prices-node-1e308", "report --quick --out r --prices {d}/prices_node_1e308.toml", "node", "1e+12",
+        wall_s=HANG_S),
+    row("report-prices-node-1e-300", "report --quick --out r --prices {d}/prices_node_1e-300.toml", "node",
+        wall_s=HANG_S),
+    row("report-prices-node-1e23", "report --quick --out r --prices {d}/prices_node_1e23.toml", "node",
+        wall_s=HANG_S),
+    row("report-prices-nic-1e-300", "report --quick --out r --prices {d}/prices_nic_1e-300.toml", "10gbe",
+        wall_s=HANG_S),
+    row("report-prices-currency-newline", "report --quick --out r --prices {d}/prices_currency_newline.toml",
+        "currency", wall_s=HANG_S),
+    row("report-prices-currency-long", "report --quick --out r --prices {d}/prices_currency_long.toml",
+        "currency", wall_s=HANG_S),
     row("gpu-validate-timeout-a-microsecond", "gpu-validate --timeout 1e-6", "--timeout"),
     row("cluster-measured-above-line-rate", "predict --cluster {d}/measured_above_line.toml --nodes 2",
         "measured_gbps", "line rate"),

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits_ddp.py"
 
 
@@ -25,15 +27,23 @@ def test_digits_example_trains_birder_and_adamw_and_plots(tmp_path):
 STUDY = EXAMPLE.with_name("convergence_study.py")
 
 
-def _study_module():
+def _example_module(path: Path):
+    """An example script imported as a module under its own name (its dataclasses look their module up there);
+    the scripts it imports (convergence_study) are loaded first the same way."""
     import importlib.util
 
-    if "convergence_study" not in sys.modules:  # its dataclasses look their module up there
-        spec = importlib.util.spec_from_file_location("convergence_study", STUDY)
+    if path != STUDY:
+        _example_module(STUDY)
+    if path.stem not in sys.modules:
+        spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(spec)
-        sys.modules["convergence_study"] = module
+        sys.modules[path.stem] = module
         spec.loader.exec_module(module)
-    return sys.modules["convergence_study"]
+    return sys.modules[path.stem]
+
+
+def _study_module():
+    return _example_module(STUDY)
 
 
 def test_convergence_study_smoke_runs_every_method_on_both_tasks(tmp_path):
@@ -65,18 +75,18 @@ def test_lr_schedules_warm_up_then_hold_or_decay_to_zero():
 
 
 def test_readme_convergence_figures_are_the_committed_studys():
-    """The README's table and recipe lines are ``readme_block`` of the committed JSON, and the JSON is the full
+    """The docs' table and recipe lines are ``readme_block`` of the committed JSON, and the JSON is the full
     study (its budget, every run's ranks identical), not a smoke run."""
     study = _study_module()
     result = json.loads(STUDY.with_suffix(".json").read_text())
     assert result["budget"]["steps"] == study.STUDY.steps and len(result["budget"]["seeds"]) == 3
     assert all(r["ranks_identical"] for r in result["records"])
-    readme = (STUDY.parents[1] / "README.md").read_text()
+    readme = (STUDY.parents[1] / "docs" / "convergence_study.md").read_text()
     assert study.readme_block(result) in readme
 
 
 def test_readme_convergence_sentences_hold_for_the_committed_study():
-    """Each qualitative sentence of the README's reading and recipe, checked on the committed JSON."""
+    """Each qualitative sentence of docs/convergence_study.md's reading and recipe, checked on the committed JSON."""
     result = json.loads(STUDY.with_suffix(".json").read_text())
     rows = {(r["phase"], r["task"], r["method"]): r for r in result["summary"]}
 
@@ -108,15 +118,7 @@ RECIPE = EXAMPLE.with_name("birder_recipe.py")
 
 
 def _recipe_module():
-    import importlib.util
-
-    _study_module()
-    if "birder_recipe" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("birder_recipe", RECIPE)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["birder_recipe"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["birder_recipe"]
+    return _example_module(RECIPE)
 
 
 def test_param_groups_split_decay_and_embedding_lr_and_default_to_one_group():
@@ -161,11 +163,11 @@ def test_readme_recipe_figures_are_the_committed_exploration():
     result = json.loads(RECIPE.with_suffix(".json").read_text())
     assert result["steps"] == _study_module().STUDY.steps["lm"] and list(result["variants"]) == list(recipe.VARIANTS)
     assert all(r["ranks_identical"] for r in [*result["screen"].values(), *result["records"]])
-    assert recipe.readme_block(result) in (RECIPE.parents[1] / "README.md").read_text()
+    assert recipe.readme_block(result) in (RECIPE.parents[1] / "docs" / "convergence_study.md").read_text()
 
 
 def test_readme_recipe_sentences_hold_for_the_committed_exploration():
-    """Each qualitative sentence of the README's recipe and its reading, checked on the committed JSON."""
+    """Each qualitative sentence of the docs' recipe and its reading, checked on the committed JSON."""
     recipe = _recipe_module()
     result = json.loads(RECIPE.with_suffix(".json").read_text())
     screen = {name: r["validation"]["loss"] for name, r in result["screen"].items()}
@@ -203,7 +205,136 @@ def test_readme_recipe_sentences_hold_for_the_committed_exploration():
     assert abs(rows["base"]["mean"] - study[("ablation", "lm", "birder")]["test_loss"]["mean"]) < 1e-9
     check = recipe._spread([r for r in result["records"] if r["phase"] == "adamw check"])
     assert check["mean"] + check["std"] < min(seeds["mean"], adamw["mean"]) - seeds["std"]  # Birder still behind
-    readme = " ".join((RECIPE.parents[1] / "README.md").read_text().split())
+    readme = " ".join((RECIPE.parents[1] / "docs" / "convergence_study.md").read_text().split())
     assert f"the same 10x embedding lr lowers AdamW too, to {check['mean']:.3f} ± {check['std']:.3f}" in readme
     assert (f"from {rows['base']['mean']:.3f} ± {rows['base']['std']:.3f} to about AdamW's held-out loss in the "
             f"study's table ({adamw['mean']:.3f} ± {adamw['std']:.3f})") in readme
+
+
+THREE = EXAMPLE.with_name("convergence_three_tasks.py")
+
+
+def _three_module():
+    return _example_module(THREE)
+
+
+def test_three_task_study_smoke_sweeps_extends_and_runs_final_seeds(tmp_path):
+    """The three-task study end to end at its smoke budget (3 steps a run) on its new task, the image regression
+    (digits and the LM run through convergence_study's Task, covered by its smoke test; the LM's embedding groups
+    by test_param_groups_split_decay_and_embedding_lr_and_default_to_one_group): both knob settings of both
+    methods, the grid extended on both sides of its single point, the final seeds, the rendered blocks, the plot."""
+    three = _three_module()
+    out = tmp_path / "three.png"
+    done = subprocess.run([sys.executable, str(THREE), "--smoke", "--tasks", "image", "--out", str(out)],
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.with_suffix(".json").read_text())
+    assert all(r["ranks_identical"] and r["failure"] is None and r["steps"] == 3 for r in result["records"])
+    for task in ("image",):
+        (lr,) = three.SMOKE.learning_rates[task]
+        for method in three.METHODS:
+            for knobs in three.TASK_KNOBS[task]:
+                runs = three.series(result["records"], task, method, knobs)
+                assert [r["lr"] for r in runs] == [lr / 3, lr, lr * 3], (task, method, knobs)
+                assert all(r[k] == v for r in runs for k, v in three.KNOBS[knobs][method].items())
+            assert {r["phase"] for r in result["records"] if (r["task"], r["method"]) == (task, method)} == {
+                "sweep", "final"}
+    assert result["tasks"]["image"]["pixels"] == [107, 160] and 0 < result["records"][0]["test"]["loss"] < 10
+    assert "| image regression, 3 steps | Birder | default" in done.stdout and "- **The old rule**" in done.stdout
+    assert "[docs/convergence.md]" in done.stdout
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_three_task_sweep_extends_at_an_end_and_finals_add_the_default_knobs():
+    three = _three_module()
+
+    def rec(method, knobs, lr, loss):
+        return {"phase": "sweep", "task": "lm", "method": method, "knobs": knobs, "lr": lr, "failure": None,
+                "validation": {"loss": loss}}
+
+    middle = [rec("adamw", "default", lr, loss) for lr, loss in ((1e-3, 2.0), (3e-3, 1.5), (1e-2, 1.9))]
+    assert three.extensions(middle) == []
+    low = [rec("birder", "default", lr, loss) for lr, loss in ((1e-3, 2.0), (3e-3, 2.1), (1e-2, float("nan")))]
+    assert three.extensions(low) == [1e-3 / 3] and three.extensions(low[:1]) == [1e-3 / 3, 1e-3 * 3]
+    high = [*middle, rec("adamw", "beta", 1e-2, 1.0), rec("adamw", "beta", 3e-3, 1.2)]
+    assert three.extensions(three.series(high, "lm", "adamw", "beta")) == [3e-2]
+    records = [*high, *low, rec("birder", "beta", 1e-3, 1.9)]
+    assert three.final_settings(records, "lm") == [("adamw", "beta", 1e-2), ("adamw", "default", 3e-3),
+                                                   ("birder", "beta", 1e-3), ("birder", "default", 1e-3)]
+
+
+DOCS = EXAMPLE.parents[1] / "docs" / "convergence.md"
+
+
+def test_docs_convergence_blocks_are_the_committed_three_task_study():
+    """docs/convergence.md holds ``docs_block`` and ``recipe_block`` of the committed JSON, and the JSON is the
+    full study (its budget, every run finished with identical ranks), not a smoke run."""
+    from dataclasses import asdict
+
+    three = _three_module()
+    result = json.loads(THREE.with_suffix(".json").read_text())
+    assert {k: v for k, v in result["budget"].items() if k in asdict(three.STUDY)} == json.loads(
+        json.dumps(asdict(three.STUDY)))
+    assert result["budget"]["max_extensions"] == three.MAX_EXTENSIONS["study"] and list(result["tasks"]) == list(
+        three.TASKS)
+    assert all(r["ranks_identical"] and r["failure"] is None for r in result["records"])
+    docs = DOCS.read_text()
+    assert three.docs_block(result) in docs and three.recipe_block(result) in docs
+    assert three.readme_snippet(result) in (EXAMPLE.parents[1] / "README.md").read_text()
+
+
+def test_docs_convergence_sentences_hold_for_the_committed_three_task_study():
+    """Each sentence of docs/convergence.md outside the rendered blocks, checked on the committed JSONs."""
+    three = _three_module()
+    result = json.loads(THREE.with_suffix(".json").read_text())
+    s = three.summary(result)
+    ratio = {t: row["ratio_by_knobs"] for t, row in s.items()}
+    third = pytest.approx(1 / 3, rel=0.15)
+    assert ratio["digits"]["default"] == third and ratio["lm"]["default"] == third and ratio["image"]["default"] == 1
+    assert ratio["lm"]["emb x10"] == third and ratio["lm"]["emb x10 + beta"] == 1
+    low, high = three.lr_range(result)
+    assert three.sweep_multiples(result) == pytest.approx([0.1, 0.3, 1, 3]) and 0.1 < low and high < 3 < 3.3
+    # Birder's LM extension found the lower end of its default series
+    assert s["lm"]["birder"]["knobs"]["default"]["searched"][0] < min(three.STUDY.learning_rates["lm"])
+
+    def final(task, method, knobs=None):
+        row = s[task][method]
+        return row["knobs"][knobs or row["chosen"]]
+
+    lower = "lower, beyond the seeds' spread"
+    for method in three.METHODS:  # 10x embeddings with the other beta: both methods' LM loss
+        assert s["lm"][method]["chosen"] == "emb x10 + beta"
+        assert three.verdict(final("lm", method)["test"], final("lm", method, "default")["test"]) == lower
+    assert s["image"]["birder"]["chosen"] == "beta"
+    assert three.verdict(final("image", "birder")["test"], final("image", "birder", "default")["test"]) == lower
+    digits = s["digits"]["birder"]["knobs"]
+    assert digits["beta"]["validation"] < digits["default"]["validation"]
+    assert three.verdict(digits["beta"]["test"], digits["default"]["test"]) == "within the seeds' spread"
+    adamw_digits, adamw_image = s["digits"]["adamw"]["knobs"], s["image"]["adamw"]["knobs"]  # AdamW's beta2 0.95
+    assert adamw_digits["beta"]["validation"] > adamw_digits["default"]["validation"]
+    assert three.verdict(adamw_image["beta"]["test"], adamw_image["default"]["test"]) == "within the seeds' spread"
+    # Birder against AdamW: behind on the LM (0.19 nats) and the image (4%), within the spread on digits
+    gap = {t: (final(t, "birder")["test"], final(t, "adamw")["test"]) for t in s}
+    assert three.verdict(*gap["lm"]) == three.verdict(*gap["image"]) == "higher, beyond the seeds' spread"
+    assert round(gap["lm"][0]["mean"] - gap["lm"][1]["mean"], 2) == 0.19
+    assert round(100 * (gap["image"][0]["mean"] / gap["image"][1]["mean"] - 1)) == 4
+    assert three.verdict(*gap["digits"]) == "within the seeds' spread" and gap["digits"][1]["std"] > 2 * gap[
+        "digits"][0]["std"]
+    rows = _recipe_module().final_rows(json.loads(RECIPE.with_suffix(".json").read_text()))  # beta alone, LM
+    assert [f"{rows[k]['mean']:.3f} ± {rows[k]['std']:.3f}" for k in ("beta 0.8", "base")] == [
+        "2.360 ± 0.012", "2.432 ± 0.011"]
+    # the two-task study: constant beat cosine on its LM for both methods; the same runs agree to 3-4 digits at
+    # small lrs and differ by up to 0.05 (LM, lr 0.03) and 0.07 (digits, lr 0.1)
+    old = [r for r in json.loads(STUDY.with_suffix(".json").read_text())["records"] if r["phase"] == "sweep"]
+    for method in three.METHODS:
+        best = {sched: min(r["validation"]["loss"] for r in old if (r["task"], r["method"], r["schedule"]) ==
+                           ("lm", method, sched)) for sched in ("constant", "cosine")}
+        assert best["constant"] < best["cosine"]
+    new = {(r["task"], r["method"], r["lr"]): r["validation"]["loss"] for r in result["records"]
+           if r["phase"] == "sweep" and r["knobs"] == "default"}
+    diff = {(r["task"], r["method"], r["lr"]): abs(r["validation"]["loss"] - new[(r["task"], r["method"], r["lr"])])
+            for r in old if r["schedule"] == "cosine" and (r["task"], r["method"], r["lr"]) in new}
+    assert diff[("digits", "adamw", 3e-3)] < 1e-4 and diff[("lm", "birder", 1e-3)] < 1e-3
+    assert round(diff[("lm", "adamw", 3e-2)], 2) == 0.05 and round(diff[("digits", "adamw", 0.1)], 2) == 0.07
+    for task, worst in (("lm", ("lm", "adamw", 3e-2)), ("digits", ("digits", "adamw", 0.1))):
+        assert max(v for key, v in diff.items() if key[0] == task) == diff[worst]

@@ -1,7 +1,7 @@
 """An adopting engineer's habits with ``gpu_validation.Birder`` (``gpu_validation.habits``): each pattern on 4 gloo
 ranks (2 x 2) and, for checkpoints saved there, on 1 rank; every row of ``habits.HABITS`` must have its outcome
 (works: every step equal to birder_ref's and the ranks identical; clear error: every rank raises the named type
-with the stated message), and README.md holds the table ``habits.habits_table()`` renders."""
+with the stated message), and docs/habits.md holds the table ``habits.habits_table()`` renders."""
 
 from pathlib import Path
 
@@ -38,5 +38,5 @@ def test_what_the_working_habits_keep(seen):
     assert all(e["returned_loss"] for e in seen["step_with_closure"].values())  # step(closure) returns its loss
 
 
-def test_readme_holds_the_generated_habits_table():
-    assert habits.habits_table() in (ROOT / "README.md").read_text()
+def test_the_docs_hold_the_generated_habits_table():
+    assert habits.habits_table() in (ROOT / "docs" / "habits.md").read_text()

@@ -95,6 +95,11 @@ def test_local_runs_refuse_missing_gpus_and_absurd_rank_counts():
         Config(backend="nccl", nodes=64, gpus_per_node=8).check_local()
     with pytest.raises(ValueError, match="local gloo ranks"):
         Config(nodes=512, gpus_per_node=8).check_local()
+    with pytest.raises(ValueError, match="nccl moves CUDA tensors only"):
+        Config(backend="nccl", device="cpu").check()
+    if not _gpus():
+        with pytest.raises(ValueError, match="gloo on device cuda asked for, but torch sees no CUDA device"):
+            Config(device="cuda").check_local()
 
 
 def test_3x2_command_line_is_bit_exact():
@@ -175,6 +180,16 @@ def _gpus() -> int:
 def test_nccl_on_one_gpu_is_bit_exact():
     result = run(Config(backend="nccl", nodes=1, gpus_per_node=1, steps=4, resume_at=2, nonfinite_at=(3, 0)))
     assert result.passed and result.device != "cpu", result
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(_gpus() < 1, reason="needs a CUDA GPU")
+def test_gloo_with_cuda_tensors_2x3_on_one_gpu_is_bit_exact():
+    """Six ranks share one GPU over gloo (NCCL refuses two ranks on one GPU); G = 3 divides the node sums by 3,
+    which a reciprocal multiply on CUDA would get wrong in the last bit."""
+    result = run(Config(backend="gloo", device="cuda", nodes=2, gpus_per_node=3, steps=4, resume_at=2,
+                        nonfinite_at=(3, 4)))
+    assert result.passed and result.mismatched_elements == 0 and result.device != "cpu", result
 
 
 @pytest.mark.cuda

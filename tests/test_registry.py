@@ -8,8 +8,9 @@ import json
 
 import pytest
 
-from birder import cli, comparison, report_scaling
-from birder.report_scaling import ModelGrid, Setting
+from birder import cli, comparison, report_grid, report_scaling
+from birder.report_core import num
+from birder.report_grid import ModelGrid, Setting
 from birder_ref import baseline_schedules, driver, registry
 from birder_ref.optimizers import SGDM
 from birder_ref.registry import OptimizerSpec, StepKind
@@ -80,8 +81,8 @@ def test_a_registered_toy_reaches_the_cli_the_reference_the_simulator_the_compar
     assert comparison.bytes_per_gpu(TOY, runs[TOY], 10) == (10 * compressed_step[0], 10 * compressed_step[1])
     assert 0 < compressed_step[1] < comparison.bytes_per_gpu("adam", runs["adam"], 1)[1] / 3
     # the report's scaling section: predicted and tabled with the others, a 1-bit optimizer and so no baseline
-    assert report_scaling.section_optimizers() == (*registry.SIMULATED[:-1], TOY)
-    assert TOY not in report_scaling.section_optimizers(quick=True)
+    assert report_grid.section_optimizers() == (*registry.SIMULATED[:-1], TOY)
+    assert TOY not in report_grid.section_optimizers(quick=True)
     from sim import api, plots
 
     shown = ("sgdm", TOY)
@@ -90,7 +91,7 @@ def test_a_registered_toy_reaches_the_cli_the_reference_the_simulator_the_compar
                         tuple(predictions))
     assert section.baselines == ("sgdm",)
     table = report_scaling._model_section(section, tmp_path, plots)
-    assert f"| 10gbe | {TOY} | {report_scaling.num(predictions[2]['throughput'])} |" in "\n".join(table)
+    assert f"| 10gbe | {TOY} | {num(predictions[2]['throughput'])} |" in "\n".join(table)
 
 
 def workload_cluster():

@@ -11,11 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from matplotlib.colors import to_rgb
-from matplotlib.image import imread
+from matplotlib.image import imsave
 
-from birder import report, report_scaling
-from birder.report_scaling import ModelGrid, Setting, decide, decision_sentence, num, stops_paying_sentence
+from birder import report, report_decision, report_grid, report_plots, report_prices, report_verdict, report_words
+from birder.report_core import num
+from birder.report_grid import ModelGrid, Setting
+from birder.report_verdict import sentence, verdict
+from birder.report_words import stops_paying_sentence
 from sim import api, plots
 from sim.network import NETWORKS
 
@@ -40,22 +42,22 @@ def toy_grid(birder_on_10gbe: float, birder_elsewhere: float = 1.0) -> ModelGrid
                      tuple(preds))
 
 
-def test_the_decision_is_computed_from_the_predictions_and_moves_with_them():
-    sentence = decision_sentence(toy_grid(3900.0), decide(toy_grid(3900.0), 16))
-    # sgdm on the fastest network is the reference; Birder reaches 95% of it on the cheapest network
-    assert "without Birder buy 100gbe (sgdm 4,000/s (3,200 to 4,800), 100% of the fastest)" in sentence
-    assert "with Birder 10gbe is enough (birder 3,900/s (3,120 to 4,680), 98%)" in sentence
-    assert "the fastest uncompressed set-up is sgdm on 100gbe, 4,000/s (3,200 to 4,800)" in sentence
-    # less Birder throughput on 10gbe: the cheapest network that is enough becomes 25gbe
-    moved = decision_sentence(toy_grid(3000.0), decide(toy_grid(3000.0), 16))
-    assert "with Birder 25gbe is enough (birder 3,850/s (3,080 to 4,620), 96%)" in moved
-    # Birder nowhere near: the sentence says to buy the fastest network either way
-    slow = toy_grid(100.0, birder_elsewhere=0.1)
-    never = decide(slow, 16)
-    assert never.with_birder is None and never.without["network"] == "100gbe"
-    assert decision_sentence(slow, never).startswith(
-        "**16 nodes (128 GPUs):** buy 100gbe with or without Birder: sgdm there 4,000/s (3,200 to 4,800), 100% of "
-        "the fastest")
+def test_the_verdict_is_computed_from_the_predictions_and_moves_with_them():
+    """toy_grid at 16 nodes: SGDM 1,000/2,000/4,000/s on 10gbe/25gbe/100gbe; Birder 3,900/3,850/3,700/s."""
+    v = verdict(toy_grid(3900.0), 16)
+    # Birder on the cheapest network reaches 95% of the fastest set-up (SGDM on 100gbe): buy it, run Birder
+    assert (v.buy.network, v.setup["optimizer"], v.birder_pays, v.rivals) == ("10gbe", "birder", "yes", ())
+    assert sentence(v).startswith("buy **10gbe** and run birder: 3,900 samples/s (3,120 to 4,680), 98% of the "
+                                  "fastest set-up. Birder pays: 3.90x the best of SGDM/Adam on 10gbe")
+    # less Birder throughput on 10gbe: 25gbe becomes the buy, and 10gbe (3,000/s) is not ruled out beside 3,850/s
+    moved = verdict(toy_grid(3000.0), 16)
+    assert moved.buy.network == "25gbe" and [r.network for r, _ in moved.rivals] == ["10gbe"]
+    assert "Not ruled out, within the uncertainty of it: the cheaper 10gbe (birder 3,000/s)." in sentence(moved)
+    assert moved.too_wide
+    # Birder nowhere near: the fastest network with SGDM, and Birder does not pay there
+    slow = verdict(toy_grid(100.0, birder_elsewhere=0.1), 16)
+    assert (slow.buy.network, slow.setup["optimizer"], slow.birder_pays) == ("100gbe", "sgdm", "no")
+    assert sentence(slow).count("buy") == 1 and "Birder does not pay: 0.09x" in sentence(slow)
 
 
 def test_where_one_bit_stops_paying_is_read_off_the_grid():
@@ -64,7 +66,7 @@ def test_where_one_bit_stops_paying_is_read_off_the_grid():
     assert "never on 100gbe" in text
     # Birder at 3,700/s against SGDM's 4,000/s on 100gbe: 0.93x, closer to 1 than the speed-ups' paired bounds
     # (wider than 8% either way in every regime): within the uncertainty, and the sentence says so
-    assert report_scaling.tied_counts(toy_grid(3900.0), "100gbe") == [2, 16]
+    assert report_grid.tied_counts(toy_grid(3900.0), "100gbe") == [2, 16]
     assert "never on 100gbe (per-message costs; within the uncertainty at 2-16)" in text
     # Birder behind at 2 nodes on 25gbe only: the counts where it does not pay are named, with the reason
     partial = stops_paying_sentence(toy_grid(3900.0, birder_elsewhere=0.9))
@@ -73,7 +75,7 @@ def test_where_one_bit_stops_paying_is_read_off_the_grid():
 
 def test_networks_are_ordered_by_line_rate_not_by_name():
     assert plots.speed_order(["100gbe", "10gbe", "25gbe", "my-cluster"]) == ["10gbe", "25gbe", "100gbe", "my-cluster"]
-    rates = [NETWORKS[n]["line_rate_gbps"] * NETWORKS[n].get("count", 1) for n in report_scaling.buying_networks()]
+    rates = [NETWORKS[n]["line_rate_gbps"] * NETWORKS[n].get("count", 1) for n in report_grid.buying_networks()]
     assert rates == sorted(rates) and len(rates) >= 3
 
 
@@ -81,26 +83,27 @@ def test_num_keeps_three_significant_figures():
     assert [num(x) for x in (61234, 4.567, 0.01234, 190764)] == ["61,200", "4.57", "0.0123", "191,000"]
 
 
-def test_the_first_screen_cites_the_simulators_predictions(tmp_path):
-    section = report_scaling.decision_section(tmp_path, quick=True)
-    first_screen = "\n".join(section.markdown.splitlines()[:40])
-    grid = report_scaling.grid(quick=True)
-    resnet = grid.models[0]
-    assert resnet.setting.model == "resnet50" and resnet.title in first_screen
-    networks = first_screen.split("to the fastest: ")[1].split(".")[0].split(", ")
-    assert networks == list(grid.networks)
-    for nodes in (16, 64):
-        d = decide(resnet, nodes)
-        assert decision_sentence(resnet, d) in first_screen
-        # the reference throughput, predicted again through sim.api with the paper's single-node figure
-        published = next(r["published"] for r in grid.summary["rows"] if r["gpus"] == 8
-                         and r["optimizer"] == d.reference["optimizer"])
-        again = api.predict_config("resnet50", nodes, grid.networks[-1], d.reference["optimizer"], batch_per_gpu=32,
-                                   single_node_throughput=published)
-        assert f"{num(again['throughput'])}/s ({num(again['throughput_low'])} to {num(again['throughput_high'])})" \
-            in first_screen
+def test_the_first_screen_is_the_decision_and_cites_the_simulators_predictions(tmp_path):
+    """The overview (--quick: two models at 16 and 64 nodes) fits the first screen: one row per question, each the
+    verdict's, its set-up predicted again through sim.api; then each verdict's figure."""
+    section = report_decision.decision_section(tmp_path, quick=True)
+    screen = section.summary["decision"].splitlines()
+    assert len(screen) <= report_decision.SCREEN_LINES - 2
+    assert section.markdown.splitlines()[:len(screen)] == screen  # report.md's first lines are the terminal's
+    g = report_grid.grid(quick=True)
+    answers = report_verdict.verdicts(g, report_grid.Question(), None)
+    assert [v.label for _, v in answers] == ["ResNet-50", "ResNet-50", "BERT-base", "BERT-base"]
+    for m, v in answers:
+        row = next(line for line in screen if line.startswith(f"| {v.label} | {v.nodes} |"))
+        assert f"| **{v.buy.network}** | {v.setup['optimizer']} | {num(v.setup['throughput'])} (" in row
+        again = api.predict_config(m.setting.model, v.nodes, v.buy.network, v.setup["optimizer"], batch_per_gpu=32,
+                                   single_node_throughput=v.setup["single_node_throughput"] if v.setup[
+                                       "measured_node"] else None)
+        assert f"{num(again['throughput'])} ({num(again['throughput_low'])}-{num(again['throughput_high'])})" in row
+        assert sentence(v) in section.markdown
+        assert (tmp_path / f"decision_{m.setting.model}_{v.nodes}_nodes.png").stat().st_size > 10_000
     assert "fit (in-sample)" in section.markdown and "prediction (cross-validated)" in section.markdown
-    assert set(section.summary) == {"prediction error", "headline"}
+    assert set(section.summary) == {"prediction error", "headline", "decision"}
 
 
 def _earlier_report(out):
@@ -116,7 +119,7 @@ def test_a_failing_section_leaves_the_old_report_and_no_stray_files(tmp_path):
     before = _earlier_report(out)
 
     def fine(outdir, quick):
-        (outdir / "new.png").write_bytes(b"png")
+        imsave(outdir / "new.png", np.zeros((2, 2)))  # a whole PNG: what is written is read back before the swap
         return "fine"
 
     def boom(outdir, quick):
@@ -242,35 +245,42 @@ def test_a_report_from_before_manifests_is_replaced_but_not_with_a_users_file_in
     assert (out / "thesis.png").exists()
 
 
-def test_overlapping_intervals_say_pick_the_cheaper():
-    """toy_grid's intervals are +-20%: Birder's 3,900/s on 10gbe overlaps SGDM's 4,000/s on 100gbe, so 10gbe is
-    named; with Birder far below, nothing cheaper overlaps and the sentence says so."""
-    sentence = decision_sentence(toy_grid(3900.0), decide(toy_grid(3900.0), 16))
-    assert "10gbe (birder 3,900/s (3,120 to 4,680)) and 100gbe (sgdm 4,000/s (3,200 to 4,800)) are within the " \
-           "uncertainty: pick the cheaper, 10gbe." in sentence
-    apart = toy_grid(100.0, birder_elsewhere=0.1)
-    apart = ModelGrid(apart.setting, apart.calibration, apart.optimizers, apart.networks, apart.nodes, tuple(
-        p if p["network"] == "100gbe" or p["optimizer"] == "birder" else {**p, "throughput": p["throughput"] / 4,
-                                                                           "throughput_low": p["throughput_low"] / 4,
-                                                                           "throughput_high": p["throughput_high"] / 4}
-        for p in apart.predictions))
-    assert "Every cheaper network is slower than the fastest beyond the uncertainty" in decision_sentence(
-        apart, decide(apart, 16))
+def test_one_question_fits_the_first_screen_with_its_table_verdict_and_what_would_narrow_it(tmp_path):
+    """Every network in the table, the network to buy marked, one verdict, and (the range too wide) how to narrow
+    it: within the 28 lines below the report's title, also with a price file (its columns and NIC count said)."""
+    g = toy_grid(3000.0)
+    path = tmp_path / "prices.toml"
+    path.write_text('currency = "EUR"\nnode = 1000\nyears = 3\n[nic]\n10gbe = 0\n25gbe = 1000\n'
+                    '[switch_port]\n10gbe = 0\n25gbe = 500\n')
+    summary = {"corpus_validation": {"summary": {"median_half_width": 0.137,
+                                                 "unmeasured_node": {"median_half_width": 1.88}}}}
+    for prices in (None, report_prices.load_prices(path)):
+        v = verdict(g, 16, prices)
+        screen = report_decision.first_screen(report_grid.Grid((g,), summary, g.networks), [(g, v)],
+                                              report_grid.Question(("m",), (16,)), prices, "a100")
+        assert len(screen) <= report_decision.SCREEN_LINES - 2
+        text = "\n".join(screen)
+        assert text.count("(buy)") == 1 and f"**Verdict:** {sentence(v)}" in screen
+        assert all(f"| {r.network} |" in text or f"| **{r.network}** (buy) |" in text for r in v.rows)
+        assert "1 NIC per node on every network" in text
+        assert ("--single-node-throughput" in text and "birder calibrate" in text) == v.too_wide
+    assert "EUR per 1M samples" in text and "paid off over 3 years" in text and "| not priced | |" in text
 
 
-def test_a_price_file_ranks_networks_by_samples_per_unit_cost(tmp_path):
-    """Cost = nodes x (node + NICs x (NIC + switch port)); the ranking follows samples/s per 1,000 of cost, and
-    a network the file does not price is listed apart."""
+def test_a_price_file_prices_the_simulated_nics_per_node(tmp_path):
+    """Cost = nodes x (node + NICs per node x (NIC + switch port)), with the NICs per node the prediction was
+    simulated with (never an assumed one): two NICs cost twice; an unpriced network has no cost."""
     path = tmp_path / "prices.toml"
     path.write_text('currency = "EUR"\nnode = 1000\n[nic]\n10gbe = 0\n100gbe = 3000\n'
                     '[switch_port]\n10gbe = 0\n100gbe = 1000\n')
-    prices = report_scaling.load_prices(path)
-    assert prices.cluster_cost("100gbe", 16, 1) == 16 * (1000 + 4000)
-    lines = report_scaling.cost_ranking(toy_grid(3900.0), 16, prices)
-    table = [line for line in lines if line.startswith("| 1 ") or line.startswith("| 2 ")]
-    assert "| 1 | 10gbe | birder |" in table[0] and "| 2 | 100gbe | sgdm |" in table[1]
-    assert num(3900 / 16000 * 1e3) in table[0]  # 3,900 samples/s for 16 nodes x 1,000 EUR
-    assert lines[-1] == "Not priced (no NIC or switch port price): 25gbe."
+    prices = report_prices.load_prices(path)
+    g = toy_grid(3900.0)
+    rows = {r.network: r for r in report_verdict.rows_of(g, 16, prices)}
+    assert rows["100gbe"].cost == 16 * (1000 + 4000) and rows["25gbe"].cost is None
+    two = ModelGrid(g.setting, g.calibration, g.optimizers, g.networks, g.nodes,
+                    tuple({**p, "nics_per_node": 2} for p in g.predictions))
+    rows = {r.network: r for r in report_verdict.rows_of(two, 16, prices)}
+    assert rows["100gbe"].cost == 16 * (1000 + 2 * 4000) and rows["100gbe"].nics_per_node == 2
 
 
 @pytest.mark.parametrize("text, message", [
@@ -285,7 +295,7 @@ def test_bad_price_files_are_one_error(tmp_path, text, message):
     path = tmp_path / "p.toml"
     path.write_text(text)
     with pytest.raises(ValueError, match=message):
-        report_scaling.load_prices(path)
+        report_prices.load_prices(path)
 
 
 def test_a_bad_price_file_stops_the_report_before_it_starts(tmp_path):
@@ -297,22 +307,17 @@ def test_a_bad_price_file_stops_the_report_before_it_starts(tmp_path):
     assert len(run.stderr.strip().splitlines()) == 1 and not (tmp_path / "r").exists()
 
 
-def test_the_network_choice_plot_is_drawn(tmp_path):
-    rows = [{"nodes": 16, "network": n, "label": lab, "throughput": t, "low": 0.9 * t, "high": 1.05 * t}
-            for n, t in (("10gbe", 3900.0), ("100gbe", 4000.0)) for lab in ("best of sgdm", "birder")]
-    path = plots.network_choice(rows, tmp_path / "choice.png", "toy")
-    png = path.read_bytes()
-    assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"
-    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
-    assert 300 <= width <= 4000 and 300 <= height <= 4000 and 5_000 <= len(png) <= 2_000_000
-    # every network given is drawn: per series, one bar of its colour per network (columns of the image above the
-    # legend, which sits at the bottom, holding that exact colour form one run per bar)
-    pixels = np.rint(imread(path)[: int(0.9 * height), :, :3] * 255).astype(int)
-    for label, style in plots.styles(["best of sgdm", "birder"]).items():
-        rgb = np.rint(np.array(to_rgb(style["color"])) * 255).astype(int)
-        colour = (pixels == rgb).all(axis=2).any(axis=0)
-        bars = int(colour[0]) + int(np.count_nonzero(colour[1:] & ~colour[:-1]))
-        assert bars == 2, (label, bars)
+def test_the_verdict_figure_draws_what_the_verdict_rests_on_and_its_text_fits(tmp_path):
+    """One figure per verdict: the network to buy and the one not ruled out both drawn, the buy named in the title,
+    and every text inside the figure (matplotlib's renderer against the figure's box)."""
+    v = verdict(toy_grid(3000.0), 16)
+    fig = report_plots.draw_verdict(v, v.rows)
+    title = fig.axes[0].get_title()
+    assert "buy 25gbe, run birder" in title and "not ruled out: 10gbe" in title
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["10gbe", "buy: 25gbe", "100gbe"]
+    assert plots.texts_outside(fig) == []
+    path = report_plots.verdict_figure(v, v.rows, tmp_path / "v.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_report_the_user_edited_is_not_replaced(tmp_path):
@@ -335,30 +340,25 @@ def test_speedup_words_quote_the_paired_check_and_caution_below_nominal(coverage
     speedup = {"pairs": 214, "coverage": coverage, "median_half_width": 0.213, "naive_coverage": 0.874,
                "naive_median_half_width": 0.295, "decided": 0.383, "decided_right": 0.976}
     summary = {"corpus_validation": {"summary": {"interval_level": 0.8, "speedup": speedup}}}
-    words = report_scaling.speedup_words(report_scaling.Grid((), summary, ()))
+    words = report_words.speedup_words(report_grid.Grid((), summary, ()))
     assert (f"(214 pairs: they covered {100 * coverage:.1f}% of the pairs left out with a median half-width of 21%, "
             "against 87.4% and 30% for the two intervals divided end by end; the 38% that excluded 1 named the faster "
             "as measured in 98% of cases)") in words
     assert ("read a named faster one as likely, not certain" in words) == cautioned
 
 
-def test_with_a_price_file_the_decision_ranks_the_priced_networks_by_value(tmp_path):
-    """A price file for 10gbe and 25gbe only: the decision names the best samples/s per unit cost among those two,
-    says that 100gbe (the fastest, unpriced) was left out, and picks the cheaper of a tie by the prices, not by
-    line rate; without a price file the wording is today's."""
+def test_with_a_price_file_the_verdict_is_the_best_value_among_the_priced_networks(tmp_path):
+    """Prices for 10gbe and 25gbe only: the verdict is the best samples/s per unit of cost among those two (100gbe,
+    the fastest, is unpriced) and follows the prices, not the line rate, when 10gbe is made dear."""
     g = toy_grid(3900.0)
-    d = decide(g, 16)
     path = tmp_path / "prices.toml"
     path.write_text("node = 1000\n[nic]\n10gbe = 0\n25gbe = 1000\n[switch_port]\n10gbe = 0\n25gbe = 500\n")
-    sentence = decision_sentence(g, d, report_scaling.load_prices(path))
-    assert "100gbe left out" in sentence and "buy 100gbe" not in sentence
-    # sgdm: 1,000/s for 16,000 (62.5 per 1,000) on 10gbe against 2,000/s for 40,000 (50) on 25gbe
-    assert "without Birder buy 10gbe (sgdm 1,000/s (800 to 1,200), 62.5/s per 1,000 units)" in sentence
-    assert "with Birder buy 10gbe (birder 3,900/s (3,120 to 4,680), 244/s per 1,000 units, 3.90x" in sentence
-    assert "pick the cheaper by the prices, 10gbe." in sentence and "taken as the cheapest" not in sentence
-    # 10gbe made dear: value and the tie-break follow the prices, not the line rate
+    v = verdict(g, 16, report_prices.load_prices(path))
+    # Birder: 3,900/s for 16,000 (244 per 1,000) on 10gbe against 3,850/s for 40,000 (96) on 25gbe
+    assert (v.by, v.buy.network, v.setup["optimizer"], v.birder_pays) == ("value", "10gbe", "birder", "yes")
+    assert "the most samples/s per 1,000 units (244)" in sentence(v)
     path.write_text("node = 1000\n[nic]\n10gbe = 5000\n25gbe = 1000\n[switch_port]\n10gbe = 0\n25gbe = 500\n")
-    dear = decision_sentence(g, d, report_scaling.load_prices(path))
-    assert "with Birder buy 25gbe (birder 3,850/s" in dear and "pick the cheaper" not in dear
-    assert "No priced network cheaper than the fastest priced one, 25gbe" in dear
-    assert decision_sentence(g, d) == decision_sentence(g, d, None) and "left out" not in decision_sentence(g, d)
+    dear = verdict(g, 16, report_prices.load_prices(path))
+    assert dear.buy.network == "25gbe" and sentence(dear).count("buy") == 1
+
+

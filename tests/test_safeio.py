@@ -96,9 +96,77 @@ def test_a_killed_sweeps_plot_staging_is_removed_by_the_next_sweep(tmp_path):
 
     out = tmp_path / "s"
     out.mkdir()
-    (out / f".sweep-plots.{2**30}.k1ll3d.tmp").mkdir()  # what SIGKILL while drawing leaves
+    (out / f".birder-outputs.{2**30}.k1ll3d.tmp").mkdir()  # what SIGKILL while drawing leaves
     (out / "notes.txt").write_text("the user's, kept")
     assert main(["sweep", "--nodes", "1", "--optimizers", "sgdm", "--networks", "10gbe", "--out", str(out),
                  "--json"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "sweep.csv", "throughput_vs_gpus.png",
-                                                     "time_breakdown.png"]
+    assert sorted(p.name for p in out.iterdir()) == [".birder-manifest", "notes.txt", "sweep.csv",
+                                                     "throughput_vs_gpus.png", "time_breakdown.png"]
+
+
+def _tree(folder):
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def test_a_full_disk_leaves_the_earlier_sweep_whole_and_names_the_file(tmp_path, capsys):
+    """One output rule (safeio.outputs.output_files): a sweep replaces its own earlier outputs; a write that fails
+    half-way (RLIMIT_FSIZE: a file may not grow past 4 kB, as on a full disk; Python ignores SIGXFSZ, so the write
+    raises EFBIG) is one line naming the file, exit 2, and leaves every earlier output and nothing else; a file
+    edited since birder wrote it is never replaced."""
+    import resource
+
+    from birder.cli import main
+
+    out = tmp_path / "s"
+    argv = ["sweep", "--nodes", "1", "--optimizers", "sgdm", "--networks", "10gbe", "--out", str(out), "--quiet"]
+    assert main(argv) == 0
+    before = _tree(out)
+    assert {"sweep.csv", "throughput_vs_gpus.png", "time_breakdown.png", ".birder-manifest"} == set(before)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
+    try:
+        status = main([*argv[:2], "2", *argv[3:]])
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1 and "File too large" in err[0] and f"{out}/" in err[0], err
+    assert err[0].split(f"{out}/")[-1] in ("throughput_vs_gpus.png", "time_breakdown.png")  # the file, not a temporary
+    assert _tree(out) == before  # the CSV (small enough) was not swapped in without its plots
+    (out / "sweep.csv").write_text((out / "sweep.csv").read_text() + "my note\n")
+    assert main(argv) == 2 and (out / "sweep.csv").read_text().endswith("my note\n")
+
+
+def test_serialisers_escape_what_users_give():
+    """A name with quotes, backslashes and control characters stays one TOML string, one Markdown table cell and
+    one CSV cell that no spreadsheet runs."""
+    import tomllib
+
+    from safeio.serialise import csv_text, markdown_text, same_toml, toml_comment, toml_pair
+
+    name = 'a"b\\c\n[network]\x1b\x7f\u2028 é'
+    text = toml_comment("from\nname = 1") + "\n" + toml_pair("name", name, "x\ny = 2") + "\n"
+    assert tomllib.loads(text) == {"name": name}
+    assert same_toml(tomllib.loads(toml_pair("x", 1.0)), {"x": 1.0}) and not same_toml({"x": 1}, {"x": 1.0})
+    cell = markdown_text("USD | x\n# Forged *heading*")
+    assert "\n" not in cell and "|" not in cell.replace("\\|", "") and not cell.startswith("#")
+    assert markdown_text("#1")[0] == "\\" and markdown_text("a-b") == "a-b"
+    assert csv_text([{"n": "=cmd()", "x": "-1.5", "y": -2}], ["n", "x", "y"]) == "n,x,y\n'=cmd(),-1.5,-2\n"
+
+
+def test_write_errors_on_stdout_are_one_line_and_exit_2(tmp_path):
+    """The console script with stdout closed, or on a full device: one line naming the stream, exit 2 (never exit
+    0 with the answer lost); on an ASCII-only terminal a non-ASCII name is printed escaped."""
+    birder = str(Path(sys.executable).parent / "birder")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    closed = subprocess.run(f"{birder} predict --json >&-", shell=True, capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert closed.returncode == 2 and "standard output is closed" in closed.stderr, closed.stderr
+    with open("/dev/full", "w") as full:
+        run = subprocess.run([birder, "predict", "--json"], stdout=full, stderr=subprocess.PIPE, text=True, env=env,
+                             timeout=120)
+    assert run.returncode == 2 and run.stderr.strip().splitlines() == [
+        "birder predict: error: No space left on device: standard output"], run.stderr
+    (tmp_path / "c.toml").write_text('name = "caf\\u00e9"\n[network]\npreset = "10gbe"\n')
+    ascii_run = subprocess.run([birder, "predict", "--cluster", "c.toml"], capture_output=True, cwd=tmp_path,
+                               env={**env, "PYTHONIOENCODING": "ascii", "LC_ALL": "C"}, timeout=120)
+    assert ascii_run.returncode == 0 and b"caf\\xe9" in ascii_run.stdout, ascii_run.stderr

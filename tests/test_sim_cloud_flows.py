@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 
 from birder.cli import main
-from sim import validate
 from sim.hardware import COMM_LIBRARIES, GENERIC_NETWORKS, NETWORKS, cluster, load_cluster, nic_preset
-from sim.validation import load_corpus
+from sim.validation import corpus_setup
+from sim.validation.corpus import load_corpus
 
 AWS_PAGE = "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-instance-network-bandwidth.html"
 
@@ -52,9 +52,9 @@ def test_the_p3_16xlarge_thread_rows_sit_on_one_ec2_flow():
     assert len(rows) == 7
     for row in rows:
         assert (row.cloud, row.placement_group, row.comm_library) == ("ec2", None, "nccl-before-2.4.8")
-        c = validate.corpus_cluster(row, False)
+        c = corpus_setup.corpus_cluster(row, False)
         assert c.nic.name == "ec2-25gbe" and min(c.nic_limits(), key=c.nic_limits().get) == "flows"
-        predicted = validate.corpus_predict(row, False).throughput
+        predicted = corpus_setup.corpus_predict(row, False).throughput
         assert abs(predicted / row.throughput - 1) < 0.06
 
 
@@ -62,7 +62,7 @@ def test_ec2_rows_on_a_recent_nccl_are_not_capped():
     """RaySGD's p3dn.24xlarge rows (PyTorch 1.4, NCCL 2.4.8 or later): 32 flows x 5 Gb/s exceed the host-staged
     socket path's 5 GB/s, which stays the binding limit, as before the cap was modelled."""
     for row in (r for r in load_corpus() if r.source == "raysgd-benchmarks"):
-        c = validate.corpus_cluster(row, False)
+        c = corpus_setup.corpus_cluster(row, False)
         assert c.nic.name == "ec2-100gbe" and c.nic_limits()["flows"] == pytest.approx(20e9)
         assert min(c.nic_limits(), key=c.nic_limits().get) == "host"
 

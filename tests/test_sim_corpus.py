@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.validate import rows as birder_public_rows
-from sim.validation import (
+from sim.validation.__main__ import main
+from sim.validation.corpus import (
     COLUMNS,
     CORPUS_CSV,
     SOURCES_TOML,
@@ -20,7 +20,7 @@ from sim.validation import (
     regime,
     totals_line,
 )
-from sim.validation.__main__ import main
+from sim.validation.paper import rows as birder_public_rows
 
 README = Path(CORPUS_CSV).parent / "README.md"
 

@@ -10,29 +10,31 @@ from pathlib import Path
 import pytest
 
 from birder.cli import main
-from sim import api, validate
+from sim import api, uncertainty
 from sim.hardware import cluster
-from sim.validation import load_corpus
+from sim.validation import corpus_setup, figures, paper, site_fit
+from sim.validation import leave_one_source_out as loso
+from sim.validation.corpus import load_corpus
 from sim.workload import predict
 
 
 @pytest.fixture(scope="module")
 def public():
     """The Birder paper's rows of the corpus (its public tables)."""
-    return tuple(r for r in load_corpus() if r.source == validate.PAPER_SOURCE)
+    return tuple(r for r in load_corpus() if r.source == corpus_setup.PAPER_SOURCE)
 
 
 def test_the_papers_rows_are_the_site_profiles_rows(public):
     """18 multi-node rows whose single-node throughput is the public CSV's 8-GPU row of the same optimizer."""
     assert len(public) == 18 and {r.nodes for r in public} == {2, 4, 8}
-    table = validate.rows()
+    table = paper.rows()
     for r in public:
         one = [t for t in table if (t.network, t.optimizer, t.gpus) == (
             {"tcp": "10gbe", "ib": "ib-hdr"}[r.transport], r.optimizer, 8)]
         assert r.single_node_throughput == one[0].throughput
-        assert (r.source, r.transport, float(r.line_rate_gbps)) in validate.SITE_OF_SETUP
+        assert (r.source, r.transport, float(r.line_rate_gbps)) in corpus_setup.SITE_OF_SETUP
     sgdm_64_tcp = next(r for r in public if (r.transport, r.optimizer, r.nodes) == ("tcp", "sgdm", 8))
-    assert validate.linear_scaling(sgdm_64_tcp) == 8 * 3693
+    assert corpus_setup.linear_scaling(sgdm_64_tcp) == 8 * 3693
 
 
 def test_alpha_beta_baseline_by_hand(public):
@@ -40,11 +42,11 @@ def test_alpha_beta_baseline_by_hand(public):
     fp32 gradients among 4 nodes at 1.25 GB/s with 6 messages of 22.4 us."""
     row = next(r for r in public if (r.transport, r.optimizer, r.nodes) == ("tcp", "sgdm", 4))
     allreduce = 6 * 22.4e-6 + 2 * 3 / 4 * 25_557_032 * 4 / 1.25e9
-    assert validate.alpha_beta(row) == pytest.approx(4 * 256 / (256 / 3693 + allreduce))
+    assert corpus_setup.alpha_beta(row) == pytest.approx(4 * 256 / (256 / 3693 + allreduce))
     one_bit = replace(row, optimizer="birder", single_node_throughput=3462)
-    assert validate.alpha_beta(one_bit) > validate.alpha_beta(replace(one_bit, optimizer="sgdm"))
+    assert corpus_setup.alpha_beta(one_bit) > corpus_setup.alpha_beta(replace(one_bit, optimizer="sgdm"))
     accumulating = replace(row, notes="grad_accum=4")  # one all-reduce per four micro-batches
-    assert validate.alpha_beta(accumulating) > validate.alpha_beta(row)
+    assert corpus_setup.alpha_beta(accumulating) > corpus_setup.alpha_beta(row)
 
 
 def test_a_source_left_out_loses_its_site_fit_and_its_interval_never_sees_it(public):
@@ -54,23 +56,23 @@ def test_a_source_left_out_loses_its_site_fit_and_its_interval_never_sees_it(pub
     jitter), never its own."""
     ib = [r for r in public if r.transport == "ib"]
     other = [replace(r, source="other") for r in public if r.transport == "tcp"]
-    cv = validate.corpus_validation(tuple(ib + other), "test")
-    paper = [p for p in cv.rows if p.source == validate.PAPER_SOURCE]
+    cv = loso.corpus_validation(tuple(ib + other), "test")
+    paper_rows = [p for p in cv.rows if p.source == corpus_setup.PAPER_SOURCE]
     row = ib[0]
     site = predict(cluster("birder-paper-ib", row.nodes), model="resnet50", optimizer=row.optimizer,
                    single_node_throughput=row.single_node_throughput).throughput
     jitter = cv.step_jitter["by_held_out_source"]
-    generic = predict(replace(cluster("ib-hdr", row.nodes), step_jitter_cv=jitter[validate.PAPER_SOURCE]),
+    generic = predict(replace(cluster("ib-hdr", row.nodes), step_jitter_cv=jitter[corpus_setup.PAPER_SOURCE]),
                       model="resnet50", optimizer=row.optimizer,
                       single_node_throughput=row.single_node_throughput).throughput
-    assert paper[0].in_sample == pytest.approx(site) and paper[0].left_out == pytest.approx(generic)
+    assert paper_rows[0].in_sample == pytest.approx(site) and paper_rows[0].left_out == pytest.approx(generic)
     # no site profile of theirs: in-sample and left out differ only by the jitter fitted with and without them
     same_jitter = cv.step_jitter["all_sources"] == jitter["other"]
     assert all((p.in_sample == p.left_out) == same_jitter for p in cv.rows if p.source == "other")
-    halved = validate.corpus_validation(tuple(ib + [replace(r, throughput=r.throughput / 2) for r in other]), "test")
+    halved = loso.corpus_validation(tuple(ib + [replace(r, throughput=r.throughput / 2) for r in other]), "test")
     assert halved.step_jitter["by_held_out_source"]["other"] == jitter["other"]
     for before, after in zip(cv.rows, halved.rows, strict=True):
-        if before.source == validate.PAPER_SOURCE:
+        if before.source == corpus_setup.PAPER_SOURCE:
             assert (after.low, after.high) != (before.low, before.high)
         else:
             assert after.left_out == before.left_out and (after.low, after.high) == (before.low, before.high)
@@ -81,7 +83,7 @@ def test_a_source_left_out_loses_its_site_fit_and_its_interval_never_sees_it(pub
 def test_rows_the_simulator_cannot_express_are_listed_as_skipped(public):
     no_gpu = replace(public[0], gpu="m40", source="other")  # a GPU gpus.toml has no entry for
     no_single = replace(public[1], single_node_throughput=None, source="other")
-    cv = validate.corpus_validation((*public, no_gpu, no_single), "test")
+    cv = loso.corpus_validation((*public, no_gpu, no_single), "test")
     assert len(cv.rows) == 18 and len(cv.skipped) == 2
     assert "m40" in cv.skipped[0].reason and "single-node" in cv.skipped[1].reason
     assert cv.summary()["skipped_rows"] == 2
@@ -90,8 +92,8 @@ def test_rows_the_simulator_cannot_express_are_listed_as_skipped(public):
 def test_conformal_bounds_are_order_statistics():
     """n = 99 values 1..99 at 80%: k = floor(100 x 0.1) = 10 from either end; n = 5 is too few to bound."""
     values = [math.log(x) for x in range(1, 100)]
-    assert validate.log_ratio_quantiles(values) == (math.log(10), math.log(90))
-    assert validate.log_ratio_quantiles(values[:5]) == (-math.inf, math.inf)
+    assert uncertainty.log_ratio_quantiles(values) == (math.log(10), math.log(90))
+    assert uncertainty.log_ratio_quantiles(values[:5]) == (-math.inf, math.inf)
 
 
 def test_the_level_is_calibrated_on_whole_sources_left_out():
@@ -99,16 +101,16 @@ def test_the_level_is_calibrated_on_whole_sources_left_out():
     around a spread of +-0.1: the rows' own 80% quantiles, judged source by source, cover 72% (a
     new source's shift is outside most of the others' spread); the calibrated level raises them until they do,
     and a held-out source's own errors never enter its bounds or its level."""
-    errors = [validate.LoggedError(f"s{s}", "compute-bound", 0.1 * (s - 4.5) + 0.01 * (k - 9.5))
+    errors = [uncertainty.LoggedError(f"s{s}", "compute-bound", 0.1 * (s - 4.5) + 0.01 * (k - 9.5))
               for s in range(10) for k in range(20)]
     groups = {f"s{s}": frozenset({f"s{s}"}) for s in range(10)}
-    assert validate.source_coverage(errors, groups, 0.8) == pytest.approx(0.72)
-    level = validate.source_calibrated_level(errors, groups)
-    assert level > 0.8 and validate.source_coverage(errors, groups, level) >= 0.8
-    bounds = validate.left_out_bounds(errors, groups)
+    assert uncertainty.source_coverage(errors, groups, 0.8) == pytest.approx(0.72)
+    level = uncertainty.source_calibrated_level(errors, groups)
+    assert level > 0.8 and uncertainty.source_coverage(errors, groups, level) >= 0.8
+    bounds = uncertainty.left_out_bounds(errors, groups)
     moved = [replace(e, log_ratio=e.log_ratio + 5) if e.source == "s3" else e for e in errors]
-    assert validate.left_out_bounds(moved, groups)[groups["s3"]] == bounds[groups["s3"]]
-    assert validate.left_out_bounds(moved, groups)[groups["s4"]] != bounds[groups["s4"]]
+    assert uncertainty.left_out_bounds(moved, groups)[groups["s3"]] == bounds[groups["s3"]]
+    assert uncertainty.left_out_bounds(moved, groups)[groups["s4"]] != bounds[groups["s4"]]
 
 
 def test_validate_reports_skill_coverage_and_width_beside_the_baselines(capsys):
@@ -123,8 +125,8 @@ def test_validate_reports_skill_coverage_and_width_beside_the_baselines(capsys):
     assert out["rows"] + out["skipped_rows"] == len(load_corpus())
     assert len({p["source"] for p in out["predictions"]}) >= 5
     assert out["coverage"] >= 0.785  # per regime it may fall short: the READMEs quote those figures as they are
-    stored = json.loads(api.CROSS_VALIDATION_FILE.read_text())["intervals"]["summary"]
-    assert validate.corpus_figures_markdown(out) == validate.corpus_figures_markdown(stored)  # the READMEs' too
+    stored = json.loads(uncertainty.CROSS_VALIDATION_FILE.read_text())["intervals"]["summary"]
+    assert figures.corpus_figures_markdown(out) == figures.corpus_figures_markdown(stored)  # the READMEs' too
     assert out["skill"] == pytest.approx(out["mape_left_out"] / out["mape_linear"])
     groups = {(t["group"], t["name"]) for t in out["table"]}
     assert {("all", "all"), ("regime", "compute-bound"), ("regime", "communication-bound")} <= groups
@@ -163,19 +165,19 @@ def test_predict_intervals_follow_the_regime_and_the_measured_node():
         assert out["throughput_low"] <= out["throughput"] <= out["throughput_high"]
         assert out["interval_level"] == 0.8
     assert slow["relative_error"] > fast["relative_error"]
-    low, _ = api.interval_quantiles()["measured_node"]["compute-bound"]
+    low, _ = uncertainty.stored_intervals()["measured_node"]["compute-bound"]
     assert fast["throughput_low"] == pytest.approx(min(fast["throughput"], fast["throughput"] * math.exp(low)))
 
 
-@pytest.mark.parametrize("readme", ["README.md", "sim/README.md"])
+@pytest.mark.parametrize("readme", ["docs/predict.md", "sim/README.md"])
 def test_readme_figures_are_the_stored_runs(readme):
-    """The READMEs quote the corpus figures as sim.validate.corpus_figures_markdown writes them from the stored
+    """The READMEs quote the corpus figures as sim.figures.corpus_figures_markdown writes them from the stored
     run (which test_validate_reports_skill_coverage_and_width_beside_the_baselines checks against a fresh one)."""
     root = Path(__file__).resolve().parents[1]
     text = (root / readme).read_text()
     block = text.split("tests/test_sim_corpus_validation.py -->\n", 1)[1].split("\n<!-- end corpus figures -->")[0]
-    stored = json.loads(api.CROSS_VALIDATION_FILE.read_text())["intervals"]["summary"]
-    assert block == validate.corpus_figures_markdown(stored)
+    stored = json.loads(uncertainty.CROSS_VALIDATION_FILE.read_text())["intervals"]["summary"]
+    assert block == figures.corpus_figures_markdown(stored)
 
 
 def test_the_site_constants_table_is_sites_toml():
@@ -199,7 +201,7 @@ def test_the_site_constants_table_is_sites_toml():
             stored = SITES[site][key] / (1e6 if unit == "MB" else 1.0)
             decimals = len(number.partition(".")[2])
             assert f"{stored:.{decimals}f}" == number, (key, site, quoted)
-    assert {(site, key) for site, keys in validate.FITTED.items() for key in keys} <= quoted_keys  # none unquoted
+    assert {(site, key) for site, keys in site_fit.FITTED.items() for key in keys} <= quoted_keys  # none unquoted
 
 
 def test_the_512_node_table_of_the_sim_readme_is_the_simulators():
@@ -236,7 +238,7 @@ def test_the_p3_16xlarge_thread_rows_are_predicted_on_ec2s_flow_cap_not_at_the_l
     for row in rows:
         no_cloud = replace(row, notes=row.notes.replace("cloud=ec2", "no cloud"))
         in_group = replace(row, notes=row.notes + " placement_group=yes")
-        capped = validate.corpus_predict(row, False).throughput
-        assert 1.70 < validate.corpus_predict(no_cloud, False).throughput / row.throughput < 1.875
+        capped = corpus_setup.corpus_predict(row, False).throughput
+        assert 1.70 < corpus_setup.corpus_predict(no_cloud, False).throughput / row.throughput < 1.875
         assert abs(capped / row.throughput - 1) < 0.06
-        assert 1.6 < validate.corpus_predict(in_group, False).throughput / capped < 1.7
+        assert 1.6 < corpus_setup.corpus_predict(in_group, False).throughput / capped < 1.7

@@ -28,8 +28,8 @@ from sim.system import (
     summation_servers,
     traffic,
 )
-from sim.validate import GRAD_DTYPE_OF_PRECISION, SIMULATED_AS, corpus_cluster
-from sim.validation import load_corpus
+from sim.validation.corpus import load_corpus
+from sim.validation.corpus_setup import GRAD_DTYPE_OF_PRECISION, SIMULATED_AS, corpus_cluster
 from sim.workload import predict, split_buckets
 
 ROWS = load_corpus()

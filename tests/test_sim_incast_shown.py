@@ -7,7 +7,7 @@ import json
 import pytest
 
 from birder.cli import main
-from birder.report_scaling import ModelGrid, Setting, why_not
+from birder.report_grid import ModelGrid, Setting, why_not
 from sim.api import predict_config
 
 # BERT-large on 16 nodes of 40 GbE: the preset's switch (12 MB shared, Arista 7050X) leaves each of 16 congested
@@ -92,7 +92,8 @@ def test_a_switch_the_user_names_or_a_fitted_onset_is_no_assumption(tmp_path):
 def test_a_speedup_resting_on_an_assumed_buffer_is_not_a_verdict():
     """25 GbE's preset switch (24 MB) beats 40 GbE's (12 MB) at 16 nodes only through incast on switches the buyer
     has not chosen: the ratio's interval spans 1, so no 'slower beyond the uncertainty'."""
-    from sim.api import predict_config, speedup_interval
+    from sim.api import predict_config
+    from sim.uncertainty import speedup_interval
 
     a, b = (predict_config("bert-large", 16, n, "birder", single_node_throughput=400) for n in ("40gbe", "25gbe"))
     r = speedup_interval(a, b)

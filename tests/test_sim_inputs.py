@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from birder.cli import main
-from sim import validate
 from sim.hardware import load_cluster
 from sim.stragglers import GPU_SPEED_CV, STEP_JITTER_CV, combined_cv, straggler_factor
+from sim.validation import paper
 
 EXAMPLE = str(Path(__file__).resolve().parents[1] / "sim" / "presets" / "example_cluster.toml")
 HEADER = "model,batch_per_gpu,network,optimizer,gpus,throughput\n"
@@ -100,7 +100,7 @@ def test_bad_cluster_files_name_the_file_the_key_and_its_unit(tmp_path, body, ex
 
 
 def test_module_help_is_help_not_a_traceback():
-    done = subprocess.run([sys.executable, "-m", "sim.validate", "--help"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "sim.validation.site_fit", "--help"], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0 and "usage" in done.stdout and "Traceback" not in done.stderr
 
@@ -125,4 +125,4 @@ def test_a_site_profile_says_when_it_extrapolates(capsys):
 
 
 def test_rows_are_checked_as_read():
-    assert len(validate.rows()) == 24
+    assert len(paper.rows()) == 24

@@ -7,10 +7,12 @@ from dataclasses import replace
 import pytest
 
 from birder.cli import main
-from sim import validate
+from sim import uncertainty
 from sim.collective import predict_collective
 from sim.hardware import cluster, load_cluster
-from sim.validation import load_corpus
+from sim.validation import corpus_setup
+from sim.validation import leave_one_source_out as loso
+from sim.validation.corpus import load_corpus
 from sim.workload import predict
 
 DEEPSPEED = "deepspeed-onebit-adam-blog"
@@ -35,25 +37,25 @@ def mape(rows, predicted):
 def test_the_measured_rate_brings_deepspeeds_tcp_adam_rows_from_300_percent_to_within_20(deepspeed_tcp_adam):
     """At the 40 GbE line rate the simulator predicts these rows 3-5x too fast; at the 4.1 Gb/s iperf measured
     they are within 20% on average (the fitted and the generic prediction alike: nothing is fitted on them)."""
-    measured = [validate.corpus_predict(r, fitted=False).throughput for r in deepspeed_tcp_adam]
-    fitted = [validate.corpus_predict(r, fitted=True).throughput for r in deepspeed_tcp_adam]
-    unmeasured = [validate.corpus_predict(replace(r, measured_link_gbps=None), fitted=False).throughput
+    measured = [corpus_setup.corpus_predict(r, fitted=False).throughput for r in deepspeed_tcp_adam]
+    fitted = [corpus_setup.corpus_predict(r, fitted=True).throughput for r in deepspeed_tcp_adam]
+    unmeasured = [corpus_setup.corpus_predict(replace(r, measured_link_gbps=None), fitted=False).throughput
                   for r in deepspeed_tcp_adam]
     assert measured == fitted
     assert mape(deepspeed_tcp_adam, measured) < 0.20
     assert mape(deepspeed_tcp_adam, unmeasured) > 2.0
     assert all(m < u for m, u in zip(measured, unmeasured, strict=True))
     for row in deepspeed_tcp_adam:  # a step is never shorter than its node's bytes through the NIC at 4.1 Gb/s
-        p = validate.corpus_predict(row, fitted=False)
+        p = corpus_setup.corpus_predict(row, fitted=False)
         assert p.iteration_s >= p.inter_node_bytes_per_gpu * row.gpus_per_node / (4.1e9 / 8) * (1 - 1e-9)
 
 
 def test_the_alpha_beta_baseline_runs_at_the_same_measured_rate(deepspeed_tcp_adam):
     row = deepspeed_tcp_adam[0]
-    assert validate.link_rate_gbps(row) == 4.1
+    assert corpus_setup.link_rate_gbps(row) == 4.1
     at_line_rate = replace(row, measured_link_gbps=None)
-    assert validate.alpha_beta(row) < validate.alpha_beta(at_line_rate)
-    assert validate.alpha_beta(row) == validate.alpha_beta(replace(at_line_rate, line_rate_gbps=4.1))
+    assert corpus_setup.alpha_beta(row) < corpus_setup.alpha_beta(at_line_rate)
+    assert corpus_setup.alpha_beta(row) == corpus_setup.alpha_beta(replace(at_line_rate, line_rate_gbps=4.1))
 
 
 def test_a_measured_rate_replaces_the_wire_and_the_other_limits_stay():
@@ -118,12 +120,11 @@ def test_the_cluster_file_key_and_the_option_give_the_same_prediction(tmp_path, 
 def test_validate_says_which_rows_ran_at_a_measured_rate(capsys):
     """The corpus report counts the rows run at their source's measured link rate and says that the alpha-beta
     baseline used the same rate; the stored run (sim/presets/cross_validation.json) counts the DeepSpeed blog's 22."""
-    from sim import api
     from sim.cli import _print_corpus_validation
 
     rows = tuple(r for r in load_corpus() if r.source == DEEPSPEED)
-    _print_corpus_validation(validate.corpus_validation(rows, "deepspeed"))
+    _print_corpus_validation(loso.corpus_validation(rows, "deepspeed"))
     assert ("22 rows whose source states its measured link rate run at that rate (iperf, perftest) in the simulator "
             "and in the alpha-beta baseline alike") in capsys.readouterr().out
-    stored = json.loads(api.CROSS_VALIDATION_FILE.read_text())["intervals"]["summary"]
+    stored = json.loads(uncertainty.CROSS_VALIDATION_FILE.read_text())["intervals"]["summary"]
     assert stored["rows_measured_link"] == 22

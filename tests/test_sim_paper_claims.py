@@ -1,5 +1,5 @@
 """The Birder paper's stated claims about its throughputs (sim/validation/birder_paper_claims.toml) and their
-check against the simulator's predictions (sim.validate.claim_check)."""
+check against the simulator's predictions (sim.paper_claims.claim_check)."""
 
 import tomllib
 from dataclasses import replace
@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from birder.cli import main
-from sim import validate
+from sim.validation import claims as paper_claims
+from sim.validation import order as optimizer_order
+from sim.validation import paper, site_fit
 
 GOOD = """[[claim]]
 id = "bert-grows"
@@ -25,9 +27,9 @@ low = 1.0
 
 
 def test_the_shipped_claims_load_with_their_paper_lines():
-    claims = validate.claims()
-    assert len(claims) == len(tomllib.loads(validate.CLAIMS_TOML.read_text())["claim"]) >= 15
-    assert {c.quantity for c in claims} == set(validate.CLAIM_QUANTITIES)
+    claims = paper_claims.claims()
+    assert len(claims) == len(tomllib.loads(paper_claims.CLAIMS_TOML.read_text())["claim"]) >= 15
+    assert {c.quantity for c in claims} == set(paper_claims.CLAIM_QUANTITIES)
     for c in claims:
         assert c.lines and (c.low is not None or c.high is not None)
     stated = {c.id: c for c in claims}["bert-10gbe-birder-speedup-64"]
@@ -55,34 +57,35 @@ def test_the_shipped_claims_load_with_their_paper_lines():
 def test_a_bad_claim_is_one_value_error_naming_it(tmp_path, edit, message):
     path = tmp_path / "claims.toml"
     path.write_text(GOOD)
-    assert validate.claims(path)[0].id == "bert-grows"
+    assert paper_claims.claims(path)[0].id == "bert-grows"
     path.write_text(edit(GOOD))
     with pytest.raises(ValueError, match=message) as error:
-        validate.claims(path)
+        paper_claims.claims(path)
     assert str(path) in str(error.value)
 
 
 def test_the_verdict_flips_where_the_prediction_crosses_the_stated_range():
     """The real predicted speed-up of Birder over BertAdam at 64 GPUs on the paper's 10 GbE cluster, against a
     range whose edge sits just below and just above it."""
-    table = validate.rows()
-    claim = {c.id: c for c in validate.claims()}["bert-10gbe-birder-speedup-64"]
+    table = paper.rows()
+    claim = {c.id: c for c in paper_claims.claims()}["bert-10gbe-birder-speedup-64"]
     claim = replace(claim, gpus=(64,), at_gpus=None, value=None)
-    predicted = validate.claim_verdict(replace(claim, low=None, high=1e9), table, validate.BASES[0]).predicted
-    by_hand = [validate.claim_prediction(table, validate.BASES[0], "bert-base", 3, "10gbe", opt, 64).throughput
+    basis = optimizer_order.BASES[0]
+    predicted = paper_claims.claim_verdict(replace(claim, low=None, high=1e9), table, basis).predicted
+    by_hand = [paper_claims.claim_prediction(table, basis, "bert-base", 3, "10gbe", opt, 64).throughput
                for opt in ("birder", "adam")]
     assert predicted == pytest.approx(by_hand[0] / by_hand[1], rel=1e-12) and predicted > 1
     for low, holds in ((predicted * (1 - 1e-9), True), (predicted * (1 + 1e-9), False)):
-        verdict = validate.claim_verdict(replace(claim, low=low, high=None), table, validate.BASES[0])
+        verdict = paper_claims.claim_verdict(replace(claim, low=low, high=None), table, optimizer_order.BASES[0])
         assert verdict.holds is holds
         assert ("DOES NOT HOLD" in verdict.line()) is not holds
 
 
 def test_the_check_predicts_on_the_basis_it_names():
     """The generic presets and the site profiles give different predictions for the same claim."""
-    table = validate.rows()
-    claim = {c.id: c for c in validate.claims()}["bert-ib-birder-speedup"]
-    site, generic = (validate.claim_verdict(claim, table, basis).predicted for basis in validate.BASES)
+    table = paper.rows()
+    claim = {c.id: c for c in paper_claims.claims()}["bert-ib-birder-speedup"]
+    site, generic = (paper_claims.claim_verdict(claim, table, basis).predicted for basis in optimizer_order.BASES)
     assert site != pytest.approx(generic, rel=1e-3)
 
 
@@ -97,18 +100,19 @@ def test_validate_refuses_a_bad_claims_file_in_one_line(tmp_path, capsys):
 def test_sim_readme_prints_the_claims_check_of_a_fresh_run():
     text = (Path(__file__).resolve().parents[1] / "sim" / "README.md").read_text()
     block = text.split("tests/test_sim_paper_claims.py -->\n", 1)[1].split("\n<!-- end claims check -->")[0]
-    table = validate.rows()
-    assert block == validate.claims_markdown([validate.claim_check(table, basis) for basis in validate.BASES])
+    table = paper.rows()
+    checks = [paper_claims.claim_check(table, basis) for basis in optimizer_order.BASES]
+    assert block == paper_claims.claims_markdown(checks)
 
 
 def test_other_site_constants_move_the_claims_they_touch_only():
     """A tweak of the InfiniBand site's constants (as the fit applies them) moves the InfiniBand claim's prediction
     and leaves a 10 GbE claim's as it was."""
-    table = validate.rows()
-    by_id = {c.id: c for c in validate.claims()}
-    tweak = validate.constants_tweak({"birder-paper-ib": {"efficiency": 0.5}})
+    table = paper.rows()
+    by_id = {c.id: c for c in paper_claims.claims()}
+    tweak = site_fit.constants_tweak({"birder-paper-ib": {"efficiency": 0.5}})
     for claim_id, moves in (("bert-ib-birder-speedup", True), ("bert-10gbe-birder-grows", False)):
-        before, after = (validate.claim_verdict(by_id[claim_id], table, validate.BASES[0], t).predicted
+        before, after = (paper_claims.claim_verdict(by_id[claim_id], table, optimizer_order.BASES[0], t).predicted
                          for t in (None, tweak))
         assert (after != pytest.approx(before, rel=1e-6)) is moves
 
@@ -116,13 +120,13 @@ def test_other_site_constants_move_the_claims_they_touch_only():
 def test_the_claims_about_public_rows_hold_on_the_published_throughputs():
     """Where every configuration a claim reads is a public row (ResNet-50 at 32 per GPU), the published
     throughputs themselves must satisfy it: the claim is encoded as the paper states it."""
-    table = {(r.model, r.batch_per_gpu, r.network, r.optimizer, r.gpus): r for r in validate.rows()}
+    table = {(r.model, r.batch_per_gpu, r.network, r.optimizer, r.gpus): r for r in paper.rows()}
     public = []
-    for claim in validate.claims():
+    for claim in paper_claims.claims():
         def published(optimizer, network, gpus, claim=claim):
             return table[claim.model, claim.batch_per_gpu, network, optimizer, gpus]
         try:
-            value, at = validate.claim_quantity(claim, published)
+            value, at = paper_claims.claim_quantity(claim, published)
         except KeyError:  # a held-out configuration
             continue
         public.append(claim.id)
@@ -135,10 +139,10 @@ def test_the_verdict_flips_where_a_faster_link_carries_the_prediction_across_the
     """The InfiniBand cluster's payload efficiency swept from 5% to all of the line rate: the baseline's
     all-reduce gets faster, so Birder's predicted lead shrinks, crossing the stated 2.85x (+-15%) band; the verdict
     holds exactly while the prediction is inside it."""
-    table = validate.rows()
-    claim = {c.id: c for c in validate.claims()}["bert-ib-birder-speedup"]
-    verdicts = [validate.claim_verdict(claim, table, validate.BASES[0],
-                                       validate.constants_tweak({"birder-paper-ib": {"efficiency": e}}))
+    table = paper.rows()
+    claim = {c.id: c for c in paper_claims.claims()}["bert-ib-birder-speedup"]
+    verdicts = [paper_claims.claim_verdict(claim, table, optimizer_order.BASES[0],
+                                       site_fit.constants_tweak({"birder-paper-ib": {"efficiency": e}}))
                 for e in (0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 1.0)]
     speedups = [v.predicted for v in verdicts]
     assert speedups == sorted(speedups, reverse=True) and speedups[0] > claim.high and speedups[-1] < claim.low

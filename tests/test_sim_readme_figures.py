@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from sim import validate
 from sim.api import predict_config
 from sim.collective import predict_collective
 from sim.hardware import cluster
-from sim.validation import load_corpus
+from sim.validation import corpus_setup
+from sim.validation.corpus import load_corpus
 
 GiB = 2**30
 README = Path(__file__).resolve().parents[1] / "sim" / "README.md"
@@ -94,7 +94,7 @@ def quoted(pattern: str) -> tuple[str, ...]:
 def test_readme_deepspeed_measured_link_error_reads_as_the_simulator_predicts():
     """The DeepSpeed blog's 1-bit Adam rows at their measured 4.1 Gb/s: how much too slow they are predicted."""
     rows = [r for r in load_corpus() if r.source == "deepspeed-onebit-adam-blog" and r.optimizer == "onebit-adam"]
-    slow = [1 - validate.corpus_predict(r, fitted=False).throughput / r.throughput for r in rows]
+    slow = [1 - corpus_setup.corpus_predict(r, fitted=False).throughput / r.throughput for r in rows]
     assert rows and min(slow) > 0
     assert quoted(r"are predicted (\d+)-(\d+)% too slow at that rate") == (f"{min(slow):.0%}"[:-1],
                                                                             f"{max(slow):.0%}"[:-1])

@@ -9,29 +9,32 @@ from dataclasses import replace
 
 import pytest
 
-from sim import api, validate
-from sim.validation import load_corpus
+from sim import api, uncertainty
+from sim.validation import corpus_setup
+from sim.validation import leave_one_source_out as loso
+from sim.validation import pairs as speedup_pairs
+from sim.validation.corpus import load_corpus
 
 
 @pytest.fixture(scope="module")
 def public():
-    return tuple(r for r in load_corpus() if r.source == validate.PAPER_SOURCE)
+    return tuple(r for r in load_corpus() if r.source == corpus_setup.PAPER_SOURCE)
 
 
 def test_pairs_are_rows_of_one_table_and_node_count_that_differ_in_what_is_compared(public):
     """The paper's Table 3: 2 networks x 3 optimizers at each of 3 node counts, so C(6, 2) = 15 pairs per count;
     a row at another node count or batch size is never paired, nor a repeat of the same set-up."""
-    pairs = validate.paired_rows(list(public))
+    pairs = speedup_pairs.paired_rows(list(public))
     assert len(pairs) == 3 * 15
     for i, j in pairs:
         a, b = public[i], public[j]
-        assert all(getattr(a, k) == getattr(b, k) for k in validate.PAIR_KEY)
-        assert any(getattr(a, c) != getattr(b, c) for c in validate.PAIR_COLUMNS)
+        assert all(getattr(a, k) == getattr(b, k) for k in speedup_pairs.PAIR_KEY)
+        assert any(getattr(a, c) != getattr(b, c) for c in speedup_pairs.PAIR_COLUMNS)
     row = public[0]
-    assert validate.paired_rows([row, replace(row, nodes=row.nodes * 2, optimizer="adam")]) == []
-    assert validate.paired_rows([row, replace(row, batch_per_gpu=64, optimizer="adam")]) == []
-    assert validate.paired_rows([row, replace(row, notes="a second reading")]) == []
-    assert validate.paired_rows([row, replace(row, optimizer="adam")]) == [(0, 1)]
+    assert speedup_pairs.paired_rows([row, replace(row, nodes=row.nodes * 2, optimizer="adam")]) == []
+    assert speedup_pairs.paired_rows([row, replace(row, batch_per_gpu=64, optimizer="adam")]) == []
+    assert speedup_pairs.paired_rows([row, replace(row, notes="a second reading")]) == []
+    assert speedup_pairs.paired_rows([row, replace(row, optimizer="adam")]) == [(0, 1)]
 
 
 def test_a_pairs_error_is_the_difference_of_its_rows_and_its_interval_never_sees_its_source(public):
@@ -41,7 +44,7 @@ def test_a_pairs_error_is_the_difference_of_its_rows_and_its_interval_never_sees
     # neither source set the A100's compute figure (the paper's rows did): both enter the unmeasured-node pairs
     ib = [replace(r, source="ib-source") for r in public if r.transport == "ib"]
     other = [replace(r, source="other") for r in public if r.transport == "tcp"]
-    cv = validate.corpus_validation(tuple(ib + other), "test")
+    cv = loso.corpus_validation(tuple(ib + other), "test")
     rows = {(p.source, p.optimizer, p.nodes): p for p in cv.rows}
     assert len(cv.pairs) == 2 * 3 * 3
     for pair in cv.pairs:
@@ -53,7 +56,7 @@ def test_a_pairs_error_is_the_difference_of_its_rows_and_its_interval_never_sees
         assert (pair.naive_low, pair.naive_high) == pytest.approx((faster.low / slower.high, faster.high / slower.low))
         assert pair.low <= pair.predicted <= pair.high
     moved = [replace(r, throughput=r.throughput * 0.7) if r.optimizer == "birder" else r for r in other]
-    after = validate.corpus_validation(tuple(ib + moved), "test")
+    after = loso.corpus_validation(tuple(ib + moved), "test")
     for mine, theirs in ((cv.pairs, after.pairs), (cv.unmeasured_pairs, after.unmeasured_pairs)):
         changed_ib = False  # with a measured node and without (built-in GPU profiles) alike
         assert len(mine) == len(theirs) == 18
@@ -84,8 +87,8 @@ def test_correlated_errors_give_a_narrower_ratio_interval_that_still_covers():
             shared = rng.gauss(0, 0.3)
             draws.append((shared + rng.gauss(0, 0.05), shared + rng.gauss(0, 0.05)))
         (test_a, test_b), calibration = draws[0], draws[1:]
-        low, high = validate.log_ratio_quantiles([a - b for a, b in calibration])
-        row_low, row_high = validate.log_ratio_quantiles([x for pair in calibration for x in pair])
+        low, high = uncertainty.log_ratio_quantiles([a - b for a, b in calibration])
+        row_low, row_high = uncertainty.log_ratio_quantiles([x for pair in calibration for x in pair])
         covered += low <= test_a - test_b <= high
         narrower += high - low < (row_high - row_low) * 2
     assert covered / trials >= 0.8 - 0.073
@@ -102,21 +105,21 @@ def _pair(optimizer_a: str, optimizer_b: str, nodes: int, network: str = "10gbe"
 def test_a_speedup_interval_is_the_supported_method_mirrored_and_decided(measured):
     """Birder over SGDM on 16 nodes of 25 GbE (no incast on its preset switch: an assumed buffer's incast takes
     the end-by-end interval, test_sim_incast_shown), with and without measured nodes: the interval is the method the
-    stored left-out pairs support for its kind (``validate.speedup_method``): the stored paired bounds around the
+    stored left-out pairs support for its kind (``speedup_pairs.speedup_method``): the stored paired bounds around the
     predicted ratio (the faster over the slower), or the two intervals divided end by end; its mirror the other
     way round; the verdict names the faster only where the interval excludes 1."""
     birder, sgdm = _pair("birder", "sgdm", 16, "25gbe") if measured else (
         api.predict_config("resnet50", 16, "25gbe", o) for o in ("birder", "sgdm"))
     assert birder["incast_s"] == sgdm["incast_s"] == 0
-    forward, backward = api.speedup_interval(birder, sgdm), api.speedup_interval(sgdm, birder)
+    forward, backward = uncertainty.speedup_interval(birder, sgdm), uncertainty.speedup_interval(sgdm, birder)
     assert forward["ratio"] == pytest.approx(birder["throughput"] / sgdm["throughput"])
     assert (forward["low"], forward["high"]) == pytest.approx((1 / backward["high"], 1 / backward["low"]))
-    q = api.interval_quantiles()
+    q = uncertainty.stored_intervals()
     key = "measured_node" if measured else "unmeasured_node"
-    regime = validate.pair_regime(birder["interval_regime"], sgdm["interval_regime"])
+    regime = uncertainty.pair_regime(birder["interval_regime"], sgdm["interval_regime"])
     if q["speedup_methods"][key][regime] == "paired":
         faster = max(forward["ratio"], 1 / forward["ratio"])
-        expected = validate.interval_around(faster, validate.regime_bounds(q[f"speedup_{key}"], regime))
+        expected = uncertainty.interval_around(faster, uncertainty.regime_bounds(q[f"speedup_{key}"], regime))
         shown = (forward["low"], forward["high"]) if forward["ratio"] >= 1 else (
             1 / forward["high"], 1 / forward["low"])
         assert shown == pytest.approx(expected) and forward["basis"].startswith(f"paired: {regime} pairs")
@@ -143,31 +146,31 @@ def test_a_speedup_interval_is_the_supported_method_mirrored_and_decided(measure
      "paired"),
 ])
 def test_the_supported_method_covers_as_promised_then_is_the_narrower(figures, method):
-    assert validate.speedup_method(figures) == method
+    assert speedup_pairs.speedup_method(figures) == method
 
 
 def test_a_speedup_across_set_ups_or_of_measured_nodes_says_how_it_was_made():
     birder, _ = _pair("birder", "sgdm", 16)
     _, sgdm_8 = _pair("birder", "sgdm", 8)
-    across = api.speedup_interval(birder, sgdm_8)  # two node counts: no pair of the corpus is like it
+    across = uncertainty.speedup_interval(birder, sgdm_8)  # two node counts: no pair of the corpus is like it
     assert across["basis"].startswith("different set-ups")
     assert (across["low"], across["high"]) == pytest.approx(
         (birder["throughput_low"] / sgdm_8["throughput_high"], birder["throughput_high"] / sgdm_8["throughput_low"]))
-    one = api.speedup_interval(*_pair("birder", "sgdm", 1))  # the measured nodes themselves
+    one = uncertainty.speedup_interval(*_pair("birder", "sgdm", 1))  # the measured nodes themselves
     assert one["low"] == one["ratio"] == one["high"] == pytest.approx(3462 / 3693) and one["verdict"] == "slower"
 
 
 def test_a_site_profile_takes_its_own_rows_bounds():
     """Each of the paper's site profiles has 18 rows left out of its fit in the group cross-validation: enough
     for finite 80% bounds of its own, which its predictions use (and say so)."""
-    q = api.interval_quantiles()
+    q = uncertainty.stored_intervals()
     for site in ("birder-paper-10gbe", "birder-paper-ib"):
         out = api.predict_config("resnet50", 4, site, "sgdm")
         rows = q["site_profile_rows"][site]
         assert out["interval_basis"].startswith(f"site profile {site}: its own public rows ({rows})")
         low, high = q["site_profile_by_site"][site]
         assert (out["throughput_low"], out["throughput_high"]) == pytest.approx(
-            validate.interval_around(out["throughput"], (low, high)))
+            uncertainty.interval_around(out["throughput"], (low, high)))
 
 
 def test_sweep_prints_and_returns_each_speedup_over_the_first_optimizer(tmp_path, capsys):
@@ -180,7 +183,7 @@ def test_sweep_prints_and_returns_each_speedup_over_the_first_optimizer(tmp_path
         (net, n, "birder", "sgdm") for net in ("10gbe", "ib-ndr") for n in (1, 16)]
     results = {(r["network"], r["optimizer"], r["nodes"]): r for r in out["results"]}
     for s in out["speedups"]:
-        expected = api.speedup_interval(results[s["network"], "birder", s["nodes"]],
+        expected = uncertainty.speedup_interval(results[s["network"], "birder", s["nodes"]],
                                         results[s["network"], "sgdm", s["nodes"]])
         assert (s["verdict"], s["basis"]) == (expected["verdict"], expected["basis"])
         ends = ("ratio", "low", "high")
@@ -197,23 +200,23 @@ def test_two_predictions_equal_within_rounding_get_a_symmetric_interval_whatever
     """Adam and SGDM send the same bytes: their predictions differ in a last digit, either way. Lopsided paired
     bounds (-0.47, +0.25) oriented by that digit gave 0.78-1.60 one way and 0.63-1.28 the other; equal within
     rounding, the wider tail is taken both ways, so both orders give the same 0.63-1.60 (to the digit)."""
-    stored = api.interval_quantiles()
+    stored = uncertainty.stored_intervals()
     bounds = {"compute-bound": (-0.47, 0.25), "communication-bound": (-0.47, 0.25), "all": (-0.47, 0.25)}
     lopsided = {**stored, "speedup_measured_node": bounds,
                 "speedup_methods": {**stored["speedup_methods"],
                                     "measured_node": {"compute-bound": "paired", "communication-bound": "paired"}}}
-    monkeypatch.setattr(api, "interval_quantiles", lambda: lopsided)
+    monkeypatch.setattr(uncertainty, "stored_intervals", lambda: lopsided)
     setup = {"model": "bert-large", "batch_per_gpu": 32, "nodes": 16, "gpus_per_node": 8, "measured_node": True,
              "interval_regime": "communication-bound", "throughput_low": 800.0, "throughput_high": 1200.0}
     sgdm = {**setup, "optimizer": "sgdm", "throughput": 1000.0}
     shown = set()
     for digit in (1 + 1e-6, 1 - 1e-6):
         adam = {**setup, "optimizer": "adam", "throughput": 1000.0 * digit}
-        r = api.speedup_interval(adam, sgdm)
+        r = uncertainty.speedup_interval(adam, sgdm)
         assert r["low"] == pytest.approx(math.exp(-0.47), rel=1e-5) and r["high"] == pytest.approx(math.exp(0.47),
                                                                                                     rel=1e-5)
         shown.add((f"{r['low']:.2f}", f"{r['high']:.2f}"))
     assert shown == {("0.63", "1.60")}
     # a real difference (1.01x) keeps the paired bounds oriented by the faster
-    r = api.speedup_interval({**setup, "optimizer": "adam", "throughput": 1010.0}, sgdm)
+    r = uncertainty.speedup_interval({**setup, "optimizer": "adam", "throughput": 1010.0}, sgdm)
     assert r["low"] == pytest.approx(1.01 * math.exp(-0.47)) and r["high"] == pytest.approx(1.01 * math.exp(0.25))

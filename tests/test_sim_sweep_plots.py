@@ -50,3 +50,30 @@ def test_legend_columns_fit_the_width():
     assert plots.legend_columns(labels, 30.0) == 7
     assert plots.legend_columns(labels, 10.0) == 4  # two rows, filled evenly
     assert plots.legend_columns(labels, 2.0) == 1
+
+
+def _figures_drawn(monkeypatch) -> list:
+    """The figures ``plots`` saves from now on (its ``_save`` observed, then run as it is)."""
+    drawn = []
+    save = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path: (drawn.append(fig), save(fig, path))[1])
+    return drawn
+
+
+def test_every_text_of_the_sweep_and_report_plots_stays_inside_the_figure(tmp_path, monkeypatch):
+    """Titles, tick labels and legends measured by matplotlib's renderer against the figure's box, for one network
+    (the trial's `sweep --cluster`, whose title and legend were cut), three, and the speed-up panels."""
+    drawn = _figures_drawn(monkeypatch)
+    one = [r for r in sweep_results() if r["network"] == "25gbe"]
+    long_title = "BERT-large, 32 samples per GPU, calibrated on a published single-node throughput: predicted " \
+                 "throughput (bands: prediction interval)"
+    plots.throughput_vs_gpus(one, tmp_path, prefix="one_", title=long_title)
+    plots.time_breakdown(one, tmp_path, prefix="one_", title=long_title)
+    plots.throughput_vs_gpus(sweep_results(), tmp_path)
+    plots.time_breakdown(sweep_results(), tmp_path)
+    curves = {"BERT-large, 32/GPU": [{"network": r["network"], "nodes": r["nodes"], "ratio": 1.1, "low": 0.9,
+                                      "high": 1.3} for r in sweep_results() if r["optimizer"] == "birder"]}
+    plots.speedup_vs_nodes(curves, tmp_path / "speedup.png", long_title, "best of SGDM/Adam")
+    assert len(drawn) == 5
+    for fig in drawn:
+        assert plots.texts_outside(fig) == [], fig.texts[0].get_text() if fig.texts else fig

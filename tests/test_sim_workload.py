@@ -9,11 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from birder.cli import main
-from sim import validate
+from sim import uncertainty
 from sim.hardware import FRAMEWORKS, framework_preset, load_cluster
 from sim.models import MODELS, model_profile
 from sim.network import cluster
 from sim.system import collective_time, step_schedule
+from sim.validation import corpus_setup, paper, site_fit, stored
 from sim.workload import BUCKET_CAP_BYTES, FIRST_BUCKET_BYTES, ddp_buckets, policy, predict
 
 
@@ -77,19 +78,19 @@ def test_validation_meets_the_issue_bar():
     """`birder validate` with the site profiles: MAPE under 10% on the public rows (4.4% measured), and the
     published order of optimizers at every point but where two published throughputs lie under 3% apart (InfiniBand,
     64 GPUs: 1-bit Adam 16,920 vs SGDM 16,608)."""
-    results = validate.compare(validate.rows())
-    assert validate.mape(results) < 0.10
+    results = paper.compare(paper.rows())
+    assert paper.mape(results) < 0.10
     assert {r.profile for r in results} == {"birder-paper-10gbe", "birder-paper-ib"}
     published = {(r.network, r.gpus, r.optimizer): r.published for r in results}
-    for o in validate.order_agreement(results):
+    for o in paper.order_agreement(results):
         if not o.same:
             top = [published[o.network, o.gpus, opt] for opt in o.published_order]
             assert min(abs(a - b) / max(a, b) for a, b in zip(top, top[1:], strict=False)) < 0.03
 
 
 def test_speedup_trend_sets_published_beside_predicted_per_gpu_count():
-    results = validate.compare(validate.rows())
-    trend = validate.speedup_trend(results)
+    results = paper.compare(paper.rows())
+    trend = paper.speedup_trend(results)
     by_key = {(t.network, t.optimizer, t.gpus): t for t in trend}
     published = {(r.network, r.optimizer, r.gpus): r.published for r in results}
     predicted = {(r.network, r.optimizer, r.gpus): r.predicted for r in results}
@@ -102,7 +103,7 @@ def test_speedup_trend_sets_published_beside_predicted_per_gpu_count():
 
 def ib_rows(tmp_path):
     """The public InfiniBand rows alone: a group cross-validation of one site, cheap enough for a test."""
-    lines = validate.PUBLIC_CSV.read_text().splitlines()
+    lines = paper.PUBLIC_CSV.read_text().splitlines()
     path = tmp_path / "ib.csv"
     path.write_text("\n".join(line for line in lines if "ib-hdr" in line or line.startswith("model")) + "\n")
     return path
@@ -116,7 +117,7 @@ def test_validate_prints_fit_and_group_cross_validation_of_whole_groups(tmp_path
     out = json.loads(capsys.readouterr().out)
     assert out["fit_mape"] < 0.10 and out["cross_validated_mape"] > out["fit_mape"]
     assert {t["gpus"] for t in out["speedup_trend"]} == {8, 16, 32, 64}
-    cv = validate.CrossValidation.from_dict(out["cross_validation"])
+    cv = site_fit.CrossValidation.from_dict(out["cross_validation"])
     assert json.dumps(cv.as_dict()) == json.dumps(out["cross_validation"])  # the JSON round-trips
     assert {(g.left_out, str(g.value)) for g in cv.groups} == {
         ("optimizer", "birder"), ("optimizer", "onebit-adam"), ("optimizer", "sgdm"),
@@ -126,27 +127,42 @@ def test_validate_prints_fit_and_group_cross_validation_of_whole_groups(tmp_path
         assert g.rows == 3 and "birder-paper-ib" in g.constants
         held = [r for r in cv.rows if r.left_out == f"{g.left_out}={g.value}"]
         assert len(held) == 3 and all(str(getattr(r, g.left_out)) == str(g.value) for r in held)
-    assert cv.mape == pytest.approx(validate.mape(cv.rows))
+    assert cv.mape == pytest.approx(paper.mape(cv.rows))
     assert 0 < cv.mape < 0.25
-    table = validate.rows(ib_rows(tmp_path))
+    table = paper.rows(ib_rows(tmp_path))
     assert list(cv.rows[0].as_dict())[-1] == "left_out"  # a held-out row says which group; a plain row does not
-    assert "left_out" not in validate.compare(table[:1], table=table)[0].as_dict()
+    assert "left_out" not in paper.compare(table[:1], table=table)[0].as_dict()
     assert main(["validate", "--json", "--no-cross-validation"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert "cross_validation" not in out and out["fit_mape"] < 0.10
 
 
+def test_stored_bounds_of_other_data_are_refused(tmp_path, monkeypatch):
+    """A corpus changed since the bounds were stored: predictions refuse them in one error saying how to
+    regenerate, never use them silently."""
+    changed = tmp_path / "corpus.csv"
+    changed.write_bytes(uncertainty.STORED_FROM[1].read_bytes() + b"\n")
+    monkeypatch.setattr(uncertainty, "STORED_FROM", (uncertainty.STORED_FROM[0], changed, *uncertainty.STORED_FROM[2:]))
+    uncertainty.stored_intervals.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="python -m sim.validation.stored"):
+            uncertainty.stored_intervals()
+    finally:
+        uncertainty.stored_intervals.cache_clear()
+
+
 def test_the_interval_comes_from_the_stored_cross_validation_of_these_rows():
-    """The stored measurement (python -m sim.api --write-cross-validation) is of the public rows as they are."""
+    """The stored measurement (python -m sim.validation.stored) is of the public rows as they are."""
     from sim import api
 
-    stored = json.loads(api.CROSS_VALIDATION_FILE.read_text())
-    assert stored["rows_sha256"] == api._rows_digest(validate.PUBLIC_CSV)
-    read_back = validate.CrossValidation.from_dict(stored["cross_validation"]).as_dict()
-    assert json.dumps(read_back) == json.dumps(stored["cross_validation"])  # the stored file reads back unchanged
-    corpus, _ = validate.corpus_rows()
-    assert stored["intervals"]["corpus_sha256"] == api._corpus_digest(corpus)  # and of the corpus as it is
-    low, high = stored["intervals"]["site_profile_by_site"]["birder-paper-ib"]  # its own rows' bounds
+    run = json.loads(uncertainty.CROSS_VALIDATION_FILE.read_text())
+    assert run["rows_sha256"] == stored.rows_digest(paper.PUBLIC_CSV)
+    read_back = site_fit.CrossValidation.from_dict(run["cross_validation"]).as_dict()
+    assert json.dumps(read_back) == json.dumps(run["cross_validation"])  # the stored file reads back unchanged
+    corpus, _ = corpus_setup.corpus_rows()
+    assert run["intervals"]["corpus_sha256"] == stored.corpus_digest(corpus)  # and of the corpus as it is
+    assert run["intervals"]["inputs_sha256"] == uncertainty.stored_inputs_digest()  # what predictions check
+    low, high = run["intervals"]["site_profile_by_site"]["birder-paper-ib"]  # its own rows' bounds
     out = api.predict_config("resnet50", 4, "birder-paper-ib")
     assert out["throughput_low"] == pytest.approx(min(out["throughput"], out["throughput"] * math.exp(low)))
     assert out["throughput_high"] == pytest.approx(max(out["throughput"], out["throughput"] * math.exp(high)))
@@ -162,7 +178,7 @@ def test_bad_validation_files_are_refused(tmp_path, text, message, capsys):
     path = tmp_path / "rows.csv"
     path.write_text(text)
     with pytest.raises(ValueError, match=message):
-        validate.rows(path)
+        paper.rows(path)
     assert main(["validate", "--csv", str(path), "--json"]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err

@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sim.validation import COMM_BOUND_GAP, independent_groups, load_corpus, load_sources, regime, totals_line
+from sim.uncertainty import COMM_BOUND_GAP
+from sim.validation.corpus import independent_groups, load_corpus, load_sources, regime, totals_line
 
 
 def plot(path: str) -> None:

@@ -1,0 +1,5 @@
+import sys
+
+from gpu_check.driver import main
+
+sys.exit(main())

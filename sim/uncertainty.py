@@ -1,0 +1,350 @@
+"""What a prediction needs to say how sure it is: the regimes, the naive alpha-beta baseline that keys an
+interval, and the intervals themselves (conformal bounds on log(measured / predicted), their level calibrated
+source by source, and the stored bounds a prediction reads).
+
+The interval of a prediction (``prediction_interval``) is an 80% interval from the quantiles of
+log(measured / predicted) on rows left out of every fit: for a site profile, the group cross-validation of its
+public rows; otherwise the validation corpus with each source left out, per predicted regime (compute- or
+communication-bound) and apart for predictions calibrated on a measured node and those from built-in compute
+profiles; a site profile takes its own rows' bounds. A speed-up (one prediction over another of the same set-up,
+``speedup_interval``) takes bounds of its own, fitted on the corpus's pairs of rows of one table. They are
+measured once by validation (sim.validation.stored) and stored in ``presets/cross_validation.json``, which
+``stored_intervals`` reads: no prediction pays a refit, and nothing here imports validation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from birder_ref import registry
+from sim.hardware import PRESETS
+from sim.workload import GRAD_BITS
+
+REGIMES = ("compute-bound", "communication-bound")
+COMM_BOUND_GAP = 0.15  # linear scaling more than 15% above the measured throughput: communication-bound
+
+
+def regime_of_efficiency(scale_efficiency: float) -> str:
+    """The line between the regimes, drawn on a scale efficiency (throughput / (nodes x single-node throughput)):
+    "communication-bound" when linear scaling is more than 15% above the throughput, else "compute-bound"."""
+    return REGIMES[scale_efficiency * (1.0 + COMM_BOUND_GAP) < 1.0]
+
+
+INTERVAL_LEVEL = 0.8  # the intervals' nominal coverage
+# alpha-beta baseline: NCCL's own per-message figure for a network hop of a ring (tuning.cc: Simple protocol base
+# latency 8.4 us + NET hardware latency 14 us, the figure SimAI's send_lat tables use; shared/notes/anchor_sim.md 2)
+ALPHA_BETA_LATENCY_S = 22.4e-6
+
+
+predicted_regime = regime_of_efficiency  # the same line, drawn on a prediction (known before measuring)
+
+
+def alpha_beta_throughput(params: int, bits: int, nodes: int, samples_per_node: int, single_node_throughput: float,
+                          bandwidth: float) -> float:
+    """Naive baseline: one node's step (``samples_per_node`` at its measured throughput) plus a ring all-reduce
+    of ``params`` x ``bits`` among ``nodes`` at ``bandwidth`` bytes/s per node, 2(n-1) messages of
+    ``ALPHA_BETA_LATENCY_S`` each, no overlap with compute (Thakur et al. 2005's ring)."""
+    one_node_s = samples_per_node / single_node_throughput
+    allreduce_s = 2 * (nodes - 1) * ALPHA_BETA_LATENCY_S + 2 * (nodes - 1) / nodes * params * bits / 8 / bandwidth
+    return nodes * samples_per_node / (one_node_s + allreduce_s)
+
+
+def incast_slowed(throughput: float, samples_per_step: int, incast_s: float) -> float:
+    """``throughput`` (samples/s, ``samples_per_step`` a step) with ``incast_s`` seconds of TCP incast stalls added
+    to each step: what the alpha-beta baseline becomes where the simulator sees incast."""
+    return samples_per_step / (samples_per_step / throughput + incast_s)
+
+
+def gradient_bits(optimizer: str, grad_dtype: str) -> int:
+    """Bits per gradient element a step sends: 1 for an optimizer that compresses, else the gradient dtype's."""
+    return 1 if registry.get(optimizer).compressed else GRAD_BITS[grad_dtype]
+
+
+def interval_regime(alpha_beta_efficiency: float) -> str:
+    """The regime an interval is keyed on: the one a plain alpha-beta ring predicts (``predicted_regime`` of its
+    scale efficiency), known before measuring and, unlike the simulator's own, not optimistic where the
+    simulator is."""
+    return predicted_regime(alpha_beta_efficiency)
+
+
+def log_ratio_quantiles(log_ratios: list[float], level: float = INTERVAL_LEVEL) -> tuple[float, float]:
+    """Split-conformal bounds on log(measured / predicted): the k-th smallest with k = floor((n+1)(1-level)/2)
+    below and its mirror above, so that a new exchangeable row falls inside with probability >= ``level``
+    (Vovk et al. 2005; Lei et al. 2018); infinite where n is too small to say."""
+    xs = sorted(log_ratios)
+    n = len(xs)
+    tail = (1 - level) / 2
+    k_low = math.floor(round((n + 1) * tail, 9))  # rounded: (1 - 0.8) / 2 is 0.0999... in binary
+    k_high = math.ceil(round((n + 1) * (1 - tail), 9))
+    low = xs[k_low - 1] if k_low >= 1 else -math.inf
+    high = xs[k_high - 1] if k_high <= n else math.inf
+    return low, high
+
+
+def interval_around(predicted: float, bounds: tuple[float, float]) -> tuple[float, float]:
+    """The interval of a prediction from bounds on log(measured / predicted), stretched to hold the prediction
+    itself (where every left-out row lay on one side of its prediction, the bounds alone would exclude it)."""
+    return min(predicted, predicted * math.exp(bounds[0])), max(predicted, predicted * math.exp(bounds[1]))
+
+
+def linear_ceiling(high: float, predicted: float, linear: float) -> float:
+    """An interval's upper end held at linear scaling of a measured node (``linear``: nodes x its throughput),
+    the most more nodes of its kind can give; never below the prediction itself."""
+    return min(high, max(predicted, linear))
+
+
+def interval_quantiles(predictions: list[tuple[str, float]], level: float = INTERVAL_LEVEL
+                       ) -> dict[str, tuple[float, float]]:
+    """Per interval regime (and ``all``, the regimes pooled), the conformal bounds of log(measured / predicted)
+    over (regime, log ratio) pairs at ``level``."""
+    return {reg: log_ratio_quantiles([x for r, x in predictions if reg in (r, "all")], level)
+            for reg in (*REGIMES, "all")}
+
+
+def regime_bounds(q: dict[str, tuple[float, float]], regime: str) -> tuple[float, float]:
+    """A regime's bounds from ``interval_quantiles``, or the regimes pooled where its rows are too few to bound."""
+    return q[regime] if all(map(math.isfinite, q[regime])) else q["all"]
+
+
+# the conformal levels a source-calibrated interval may take, from the nominal one up (half a percent apart)
+LEVEL_GRID = tuple(round(INTERVAL_LEVEL + 0.005 * k, 3) for k in range(int(round((0.99 - INTERVAL_LEVEL) / 0.005)) + 1))
+
+
+@dataclass(frozen=True)
+class LoggedError:
+    """One left-out prediction as the intervals see it: its source, interval regime, log(measured / predicted)
+    and the most its interval's upper end may be in the same units (log(linear scaling / predicted) on a measured
+    node, ``linear_ceiling``; infinite where nothing caps it)."""
+
+    source: str
+    regime: str
+    log_ratio: float
+    cap: float = math.inf
+
+
+def _covered(e: LoggedError, bounds: tuple[float, float]) -> bool:
+    """Whether ``e``'s measurement lies in its interval from ``bounds`` (stretched to hold the prediction,
+    ``interval_around``; capped, ``linear_ceiling``)."""
+    return min(bounds[0], 0.0) <= e.log_ratio <= min(max(bounds[1], 0.0), max(e.cap, 0.0))
+
+
+def source_coverage(errors: list[LoggedError], groups: dict[str, frozenset[str]], level: float) -> float:
+    """Share of ``errors`` covered by intervals at conformal ``level`` fitted, for each, on the errors of the
+    sources not held out with its own (``groups``): leave-one-source-out coverage."""
+    covered = []
+    for held in {groups[e.source] for e in errors}:
+        q = interval_quantiles([(e.regime, e.log_ratio) for e in errors if e.source not in held], level)
+        covered += [_covered(e, regime_bounds(q, e.regime)) for e in errors if e.source in held]
+    return sum(covered) / len(covered) if covered else 1.0
+
+
+def source_calibrated_level(errors: list[LoggedError], groups: dict[str, frozenset[str]],
+                            nominal: float = INTERVAL_LEVEL) -> float:
+    """The least conformal level (``LEVEL_GRID``) at which intervals fitted leave-one-source-out on ``errors``
+    cover at least ``nominal`` of them. Split-conformal's guarantee holds for exchangeable rows, but rows of one
+    source share its set-up's errors, so a new source's rows fall outside more often than the rows' own
+    quantiles say; raising the level until the sources at hand are covered as promised, each judged by the
+    others, calibrates for that (cross-conformal over groups; Barber et al. 2021 on jackknife+, Dunn et al. 2022
+    on conformal prediction for grouped data). The top of the grid where even that falls short. Coverage grows
+    with the level (wider quantiles), so the grid is bisected."""
+    low, high = 0, len(LEVEL_GRID) - 1
+    while low < high:
+        mid = (low + high) // 2
+        if source_coverage(errors, groups, LEVEL_GRID[mid]) >= nominal:
+            high = mid
+        else:
+            low = mid + 1
+    return LEVEL_GRID[low]
+
+
+def left_out_bounds(errors: list[LoggedError], groups: dict[str, frozenset[str]], others_of=None
+                    ) -> dict[frozenset[str], tuple[float, dict[str, tuple[float, float]]]]:
+    """Per held-out group of sources: (the level calibrated on the other sources alone, and the quantiles of
+    their errors at it). Nothing of the held-out group enters either. ``others_of(held)``, where given, gives
+    the other sources' errors as predicted without the held-out group (a constant fitted on the corpus refitted
+    without it); else they are ``errors``' own."""
+    out = {}
+    for held in {groups[e.source] for e in errors}:
+        others = [e for e in errors if e.source not in held] if others_of is None else others_of(held)
+        level = source_calibrated_level(others, groups)
+        out[held] = level, interval_quantiles([(e.regime, e.log_ratio) for e in others], level)
+    return out
+
+
+def pair_regime(a: str, b: str) -> str:
+    """A speed-up's interval regime: communication-bound if either side's is (its errors dominate the ratio's)."""
+    return REGIMES[1] if REGIMES[1] in (a, b) else REGIMES[0]
+
+
+def finite_json_value(value):
+    """``value`` with every non-finite float (in nested dicts, lists and tuples) as None: strict JSON has no
+    Infinity or NaN."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite_json_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_json_value(v) for v in value]
+    return value
+
+
+CROSS_VALIDATION_FILE = PRESETS / "cross_validation.json"
+
+
+@lru_cache(maxsize=1)
+def stored_intervals() -> dict:
+    """The intervals' bounds on log(measured / predicted), 80% nominal, as validation stored them
+    (``sim.validation.stored``): ``site_profile`` (the group cross-validation's rows of the site profiles;
+    ``site_profile_by_site``, each site's own, with ``site_profile_rows``), ``measured_node`` and
+    ``unmeasured_node`` (per interval regime, ``interval_regime``, the corpus left out source by source; ``all``
+    pools the regimes), and ``speedup_measured_node`` and ``speedup_unmeasured_node``, the same on
+    log(measured ratio / predicted ratio) of the corpus's pairs. ValueError, saying how to regenerate it, where
+    the file is missing, lacks a key, or was measured on other data files than those shipped (``STORED_FROM``):
+    never bounds of another corpus, silently."""
+    regenerate = "regenerate it: python -m sim.validation.stored"
+    if not CROSS_VALIDATION_FILE.exists():
+        raise ValueError(f"{CROSS_VALIDATION_FILE} is missing; {regenerate}")
+    stored = json.loads(CROSS_VALIDATION_FILE.read_text()).get("intervals", {})
+    if not all(k in stored for k in (*BOUNDS_BY_REGIME, "site_profile_by_site", "speedup_methods")):
+        raise ValueError(f"{CROSS_VALIDATION_FILE} lacks some of the intervals' bounds; {regenerate}")
+    if stored.get("inputs_sha256") != stored_inputs_digest():
+        raise ValueError(f"{CROSS_VALIDATION_FILE} was measured on other data than "
+                         f"{', '.join(f.name for f in STORED_FROM)} hold now; {regenerate}")
+    return _inflate(stored)
+
+
+# the data files the stored intervals are measured on (validation's: read here as bytes only, to know the stored
+# bounds are theirs)
+STORED_FROM = (PRESETS / "birder_public.csv", PRESETS.parent / "validation" / "corpus.csv",
+               PRESETS.parent / "validation" / "sources.toml")
+
+
+def stored_inputs_digest() -> str:
+    """SHA-256 of the bytes of ``STORED_FROM``, in order."""
+    digest = hashlib.sha256()
+    for path in STORED_FROM:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+def _inflate(stored: dict) -> dict:
+    """JSON's nulls back to infinite bounds (a regime with too few rows to bound)."""
+    def bounds(pair):
+        return (-math.inf if pair[0] is None else pair[0], math.inf if pair[1] is None else pair[1])
+
+    out = dict(stored)
+    out["summary"] = finite_json_value(stored["summary"])
+    out["site_profile"] = bounds(stored["site_profile"])
+    out["site_profile_by_site"] = {k: bounds(v) for k, v in stored["site_profile_by_site"].items()}
+    for key in BOUNDS_BY_REGIME:
+        out[key] = {k: bounds(v) for k, v in stored[key].items()}
+    return out
+
+
+# the stored bounds kept per interval regime: on a prediction's throughput, and on a speed-up's ratio
+BOUNDS_BY_REGIME = ("measured_node", "unmeasured_node", "speedup_measured_node", "speedup_unmeasured_node")
+
+
+def prediction_interval(throughput: float, alpha_beta_efficiency: float, site_profile: str | None,
+                        measured_node: bool, calibrated: bool = False,
+                        incast: bool = False) -> tuple[float, float, str]:
+    """(low, high, basis) of a prediction's 80% interval: the quantiles of log(measured / predicted) on rows left
+    out of every fit that match it. A site profile (``site_profile``: its name) takes its own rows' (the group
+    cross-validation of the public rows), or the site profiles' pooled where its own are too few to bound; any
+    other cluster the regime a plain alpha-beta ring predicts (``interval_regime``), calibrated on a
+    measured node or not, from the corpus. A regime whose rows are too few to bound takes the regimes pooled;
+    with no bound at all, the interval is (0, inf) and says so. ``calibrated`` (a cluster file of ``birder
+    calibrate``) says in the basis why its bounds are the generic ones; ``incast``: the efficiency counts the
+    simulator's TCP incast stalls (``incast_slowed``)."""
+    q = stored_intervals()
+    own = q["site_profile_by_site"].get(site_profile) if site_profile is not None else None
+    if own is not None and all(map(math.isfinite, own)):
+        rows = q["site_profile_rows"][site_profile]
+        bounds, basis = own, f"site profile {site_profile}: its own public rows ({rows}), groups left out of the fit"
+    elif site_profile is not None:
+        bounds, basis = q["site_profile"], ("site profiles' public rows pooled, groups left out of the fit (too few "
+                                            f"rows of {site_profile} alone)")
+    else:
+        key = "measured_node" if measured_node else "unmeasured_node"
+        reg = interval_regime(alpha_beta_efficiency)
+        ring = "an alpha-beta ring slowed by the simulated incast stalls" if incast else "an alpha-beta ring"
+        bounds = regime_bounds(q[key], reg)
+        basis = f"{reg} by {ring}, {key.replace('_', ' ')}: {q['corpus']}, each source left out"
+        if bounds is not q[key][reg]:
+            basis += " (regimes pooled: too few rows of this regime)"
+        if calibrated:
+            basis = ("generic bounds (birder calibrate fitted collective times, not training throughput: no "
+                     "training rows of this cluster to bound it): " + basis)
+    if not all(map(math.isfinite, bounds)):
+        basis += "; too few left-out rows to bound the interval"
+    return (*interval_around(throughput, bounds), basis)
+
+
+EQUAL_RATIO = 0.005  # two predictions whose ratio prints as 1.00x are equal within rounding (speedup_interval)
+SPEEDUP_SETUP = ("model", "batch_per_gpu", "nodes", "gpus_per_node")  # what two predictions share to be paired
+
+
+def speedup_interval(a: dict, b: dict) -> dict:
+    """Prediction ``a``'s throughput over ``b``'s (two dicts of ``predict_on``) with its 80% interval.
+
+    Where the two share model, batch, nodes and GPUs per node (they differ in optimizer, framework or network),
+    their errors may be correlated, and the interval is the quantiles of log(measured ratio / predicted ratio)
+    over the corpus's pairs of rows of one table so compared, each source left out (``speedup_measured_node``
+    where both are calibrated on a measured node, else ``speedup_unmeasured_node``; per interval regime, the
+    pair's communication-bound if either is), where the corpus's left-out pairs of that kind support it
+    (``speedup_method``: covered as promised, and no wider than the naive interval); else, and across
+    set-ups, the naive worst case of the two intervals. Two predictions equal within rounding (``EQUAL_RATIO``)
+    take the paired bounds' wider tail on both sides, so that which is called the faster never turns on a last
+    digit. One measured node each: the ratio of the measurements,
+    exact. Returns ``ratio``, ``low``, ``high``, ``basis`` and ``verdict``:
+    ``faster`` / ``slower`` where the interval excludes 1, else ``within the uncertainty``."""
+    ratio = a["throughput"] / b["throughput"]
+    naive = (a["throughput_low"] / b["throughput_high"],
+             a["throughput_high"] / b["throughput_low"] if b["throughput_low"] > 0 else math.inf)
+    q = stored_intervals()
+    measured = bool(a.get("measured_node") and b.get("measured_node"))
+    key = "measured_node" if measured else "unmeasured_node"
+    reg = pair_regime(a.get("interval_regime"), b.get("interval_regime"))
+    if any(a.get(k) != b.get(k) for k in SPEEDUP_SETUP):
+        (low, high), basis = naive, "different set-ups: the two intervals divided end by end"
+    elif a.get("incast_free_throughput") is not None or b.get("incast_free_throughput") is not None:
+        (low, high), basis = naive, ("TCP incast on an assumed switch buffer: the two intervals (each spanning "
+                                     "the switch) divided end by end")
+    elif a["nodes"] == 1 and measured:
+        low, high, basis = ratio, ratio, "one measured node each: the ratio of the measurements"
+    elif q["speedup_methods"][key][reg] == "naive":
+        (low, high), basis = naive, (f"the two intervals divided end by end: the corpus's {reg} pairs of rows of "
+                                     f"one table, {key.replace('_', ' ')}, each source left out, support it over "
+                                     "intervals fitted on the pairs' ratios (speedup_method)")
+    else:
+        bounds = regime_bounds(q[f"speedup_{key}"], reg)
+        if abs(ratio - 1) < EQUAL_RATIO:
+            # neither is the faster but for rounding: the lopsided bounds could point either way, so the wider
+            # tail is taken both ways rather than flipping on a last digit
+            bounds = (-max(-bounds[0], bounds[1]), max(-bounds[0], bounds[1]))
+        # the bounds are of the faster by the prediction over the slower: the other way round, mirrored
+        faster, slower = (a, b) if ratio >= 1 else (b, a)
+        lo, hi = interval_around(faster["throughput"] / slower["throughput"], bounds)
+        low, high = (lo, hi) if ratio >= 1 else (1 / hi, 1 / lo)
+        basis = (f"paired: {reg} pairs of rows of one published table, {key.replace('_', ' ')}, each source left "
+                 f"out ({q['corpus']})")
+    verdict = "faster" if low > 1 else "slower" if high < 1 else "within the uncertainty"
+    return {"ratio": ratio, "low": low, "high": high, "basis": basis, "verdict": verdict}
+
+
+def measured_node_bounds(low: float, high: float, basis: str, throughput: float, nodes: int,
+                         single_node_throughput: float) -> tuple[float, float, str]:
+    """An interval held to what a measured node implies: on that one node the prediction is the measurement (no
+    interval), and n such nodes give at most n times it (``linear_ceiling``, as the corpus's coverage
+    is measured)."""
+    if nodes == 1:
+        return throughput, throughput, "one measured node: the measurement itself"
+    ceiling = linear_ceiling(high, throughput, nodes * single_node_throughput)
+    if ceiling < high:
+        basis += "; upper end held at linear scaling of the measured node"
+    return low, ceiling, basis
+
+

@@ -1,0 +1,453 @@
+"""First contact: the frozen model against published rows it has never seen (issue 27, item 1).
+
+Each row of ``sim/validation/first_contact_rows.csv`` (sources: ``first_contact_sources.toml``) is scored through
+the command line exactly as a user would: ``birder predict --json`` with the row's network (the closest built-in
+``--network`` or a cluster TOML of ``sim/validation/first_contact_clusters/`` written from the stated hardware),
+model (``--model`` or ``--params``), layout, batch, optimizer, gradient dtype, framework and the table's own
+1-node figure as ``--single-node-throughput``. Beside it stand two naive baselines on the same rows: linear scaling
+and a no-overlap alpha-beta ring with textbook constants (``sim.uncertainty.alpha_beta_throughput``). Rows the CLI
+cannot express (an MPI backend, a parameter-server count, a network without a preset) are scored with the nearest
+expressible set-up, flagged ``expressible = false`` and summarised apart.
+
+The log ``sim/validation/first_contact.json`` is append-only: ``python -m sim.validation.first_contact score``
+appends one entry (the commit whose prediction code scored it, the date, every row, and the figures per source
+and pooled, by regime) and never rewrites an earlier one; ``score --no-log`` scores the same way and writes
+nothing (a dry run, to compare a change against the log: its figures are no longer first contact).
+``first_contact_summary`` is a pure loader of that log for ``birder validate --json`` (key ``first_contact``).
+Nothing here is imported by prediction code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import datetime as _dt
+import hashlib
+import io
+import json
+import math
+import statistics
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: sim/validation/first_contact.py
+ROWS_PATH = ROOT / "sim" / "validation" / "first_contact_rows.csv"
+SOURCES_PATH = ROOT / "sim" / "validation" / "first_contact_sources.toml"
+LOG_PATH = ROOT / "sim" / "validation" / "first_contact.json"
+CLUSTERS_DIR = "sim/validation/first_contact_clusters/"  # the cluster files written from the sources' hardware
+# the code that makes a prediction: a change here means a new model commit (sim/validation holds data and the
+# corpus tooling; this file only scores)
+PREDICTION_PATHS = ("sim", "birder", "birder_ref", ":(exclude)sim/validation")
+REGIMES = ("compute-bound", "communication-bound")
+
+
+def load_sources(path: str | Path = SOURCES_PATH) -> dict[str, dict]:
+    """The first-contact sources, ``{id: entry}``; ValueError if an entry lacks a key of sources.toml."""
+    from sim.validation.corpus import HOW_READ
+
+    data = tomllib.loads(Path(path).read_text(encoding="utf-8")).get("sources", {})
+    keys = {"title", "authors", "venue", "year", "url", "how_read", "independent_of", "testbed"}
+    for sid, entry in data.items():
+        if set(entry) != keys:
+            raise ValueError(f"{path}: [sources.{sid}] must have exactly the keys {sorted(keys)}")
+        if not str(entry["url"]).startswith("https://"):
+            raise ValueError(f"{path}: [sources.{sid}] url must be an https address")
+        if entry["how_read"] not in HOW_READ:
+            raise ValueError(f"{path}: [sources.{sid}] how_read must be one of {HOW_READ}")
+    return data
+
+
+def load_rows(path: str | Path = ROWS_PATH, sources: dict | None = None) -> list[dict]:
+    """The first-contact rows, numbers parsed; ValueError naming the line for a row without a known source, a
+    reference, a positive throughput and 1-node figure, or an expressible flag."""
+    sources = load_sources() if sources is None else sources
+    with open(path, encoding="utf-8", newline="") as handle:
+        raw = list(csv.DictReader(handle))
+    rows = []
+    for line, row in enumerate(raw, start=2):
+        where = f"{path}:{line}"
+        if row["source"] not in sources:
+            raise ValueError(f"{where}: source {row['source']!r} has no entry in {SOURCES_PATH.name}")
+        if not row["ref"].startswith("https://"):
+            raise ValueError(f"{where}: ref must give the row's address (https URL with commit and line)")
+        if row["expressible"] not in ("true", "false") or (row["expressible"] == "false") != bool(
+                row["why_not_expressible"]):
+            raise ValueError(f"{where}: expressible must be true, or false with why_not_expressible")
+        if bool(row["cli_network"]) == bool(row["cli_cluster"]):
+            raise ValueError(f"{where}: give exactly one of cli_network and cli_cluster")
+        parsed = dict(row)
+        for key in ("params", "gpus_per_node", "nodes", "nics_per_node", "batch_per_gpu", "accumulation_steps"):
+            parsed[key] = int(row[key])
+        for key in ("line_rate_gbps", "throughput", "single_node_throughput"):
+            parsed[key] = float(row[key])
+            if not (math.isfinite(parsed[key]) and parsed[key] > 0):
+                raise ValueError(f"{where}: {key} must be a positive number")
+        if parsed["nodes"] < 2:
+            raise ValueError(f"{where}: a first-contact row is multi-node (nodes >= 2)")
+        if row["single_node_measured"] not in ("true", "false"):
+            raise ValueError(f"{where}: single_node_measured must be true (the source's own 1-node figure) or false")
+        parsed["expressible"] = row["expressible"] == "true"
+        parsed["single_node_measured"] = row["single_node_measured"] == "true"
+        rows.append(parsed)
+    return rows
+
+
+def predict_argv(row: dict) -> list[str]:
+    """The ``birder predict`` arguments a user would type for ``row``."""
+    argv = ["predict", "--json", "--quiet"]
+    argv += ["--cluster", row["cli_cluster"]] if row["cli_cluster"] else ["--network", row["cli_network"]]
+    argv += ["--model", row["model"]] if row["model"] else ["--params", str(row["params"])]
+    argv += ["--gpu", row["gpu"], "--nodes", str(row["nodes"]), "--gpus-per-node", str(row["gpus_per_node"]),
+             "--nics-per-node", str(row["nics_per_node"]), "--batch-per-gpu", str(row["batch_per_gpu"]),
+             "--optimizer", row["optimizer"], "--grad-dtype", row["grad_dtype"], "--framework", row["framework"],
+             "--accumulation-steps", str(row["accumulation_steps"]),
+             "--single-node-throughput", repr(row["single_node_throughput"])]
+    if row["intra"] == "pcie" and not row["cli_cluster"]:
+        argv += ["--intra", f"{row['gpu']}-pcie"]
+    return argv
+
+
+def normalised_argv(argv: list[str]) -> list[str]:
+    """``argv`` with a cluster file given relative to the repository's root (the first entries of the log wrote
+    the absolute path of the checkout that scored them)."""
+    return [a[a.index(CLUSTERS_DIR):] if CLUSTERS_DIR in a else a for a in argv]
+
+
+def run_cli(argv: list[str]) -> dict:
+    """``birder`` run in this process on ``argv`` (the console script's own entry point; a cluster file of
+    ``first_contact_clusters`` found from the repository's root wherever this runs); its JSON object. RuntimeError
+    with its stderr if it exits non-zero."""
+    from birder.cli import main
+
+    argv = [str(ROOT / a) if a.startswith(CLUSTERS_DIR) else a for a in argv]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(list(argv))
+    if status:
+        raise RuntimeError(f"birder {' '.join(argv)} exited {status}: {err.getvalue().strip()}")
+    return json.loads(out.getvalue())
+
+
+def model_params(row: dict) -> int:
+    """Parameters the alpha-beta baseline sends: the built-in profile's count for ``--model``, else ``params``."""
+    if not row["model"]:
+        return row["params"]
+    from sim.models import model_profile
+
+    return model_profile(row["model"]).n_params
+
+
+def score_row(row: dict) -> dict:
+    """One row scored: the CLI's prediction, interval and interval regime (an alpha-beta ring with the simulator's
+    incast stalls: ``sim.validation.corpus_setup.row_interval_regime``'s rule, as ``birder predict`` keys its
+    interval), the two baselines and the measured regime."""
+    from sim.uncertainty import alpha_beta_throughput, gradient_bits, regime_of_efficiency
+
+    argv = predict_argv(row)
+    out = run_cli(argv)
+    linear = row["nodes"] * row["single_node_throughput"]
+    samples_per_node = row["gpus_per_node"] * row["batch_per_gpu"] * row["accumulation_steps"]
+    ring = alpha_beta_throughput(model_params(row), gradient_bits(row["optimizer"], row["grad_dtype"]), row["nodes"],
+                                 samples_per_node, row["single_node_throughput"],
+                                 row["line_rate_gbps"] * 1e9 * row["nics_per_node"] / 8)
+    return {"source": row["source"], "ref": row["ref"], "table": row["table"], "nodes": row["nodes"],
+            "gpus_per_node": row["gpus_per_node"], "expressible": row["expressible"],
+            "why_not_expressible": row["why_not_expressible"], "argv": argv, "measured": row["throughput"],
+            "predicted": out["throughput"], "low": out["throughput_low"], "high": out["throughput_high"],
+            "linear": linear, "alpha_beta": ring, "interval_regime": out["interval_regime"],
+            "measured_regime": regime_of_efficiency(row["throughput"] / linear)}
+
+
+def _ape(predicted: float, measured: float) -> float:
+    return abs(predicted - measured) / measured
+
+
+def figures(scored: list[dict], by_regime: bool = True) -> dict:
+    """Median and mean absolute % error of the simulator and both baselines, 80% coverage and the median
+    half-width of the interval (half its width over the prediction); by the interval regime (alpha-beta ring with
+    the simulator's incast stalls, the project's rule: known before measuring) and by the measured regime (linear
+    scaling more than 15% above the measurement) when ``by_regime``."""
+    if not scored:
+        return {"rows": 0}
+
+    def errors(key):
+        values = [_ape(s[key], s["measured"]) for s in scored]
+        return {"median": statistics.median(values), "mean": statistics.fmean(values)}
+
+    out = {"rows": len(scored), "error": errors("predicted"),
+           "coverage": sum(s["low"] <= s["measured"] <= s["high"] for s in scored) / len(scored),
+           "median_half_width": statistics.median((s["high"] - s["low"]) / 2 / s["predicted"] for s in scored),
+           "linear": errors("linear"), "alpha_beta": errors("alpha_beta"),
+           "measured_communication_bound": sum(s["measured_regime"] == REGIMES[1] for s in scored)}
+    if by_regime:
+        out["by_regime"] = {r: figures([s for s in scored if s["interval_regime"] == r], False) for r in REGIMES}
+        out["by_measured_regime"] = {r: figures([s for s in scored if s["measured_regime"] == r], False)
+                                     for r in REGIMES}
+    return out
+
+
+def summarise(scored: list[dict]) -> dict:
+    """Per source and pooled: every row, the expressible ones and the others apart."""
+    def split(rows):
+        return {"all": figures(rows), "expressible": figures([s for s in rows if s["expressible"]]),
+                "not_expressible": figures([s for s in rows if not s["expressible"]])}
+
+    sources = sorted({s["source"] for s in scored})
+    return {"pooled": split(scored), "sources": {sid: split([s for s in scored if s["source"] == sid])
+                                                 for sid in sources}}
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def model_commit() -> str:
+    """The commit whose prediction code scores now: the fork point from ``main`` if no prediction file differs
+    from it (committed or not), else HEAD (which must then hold every change: refused if one is uncommitted)."""
+    head = _git("rev-parse", "HEAD")
+    try:
+        base = _git("merge-base", "HEAD", "main")
+    except subprocess.CalledProcessError:
+        base = head
+    if not _git("diff", "--name-only", base, "--", *PREDICTION_PATHS):
+        return base
+    if _git("status", "--porcelain", "--", *PREDICTION_PATHS):
+        raise ValueError("prediction code has uncommitted changes: commit them before scoring")
+    return head
+
+
+def read_log(path: str | Path = LOG_PATH) -> list[dict]:
+    """The log's entries, oldest first ([] if there is no log)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    entries = json.loads(path.read_text(encoding="utf-8")).get("entries")
+    if not isinstance(entries, list):
+        raise ValueError(f"{path}: expected an object with a list 'entries'")
+    return entries
+
+
+def append_entry(entry: dict, path: str | Path = LOG_PATH) -> None:
+    """Append ``entry`` to the log, written atomically; earlier entries are kept byte for byte in content."""
+    from safeio.atomic import write_text
+
+    entries = read_log(path) + [entry]
+    write_text(path, json.dumps({"entries": entries}, indent=1) + "\n")
+
+
+def score(rows_path: str | Path = ROWS_PATH, log_path: str | Path = LOG_PATH, progress: bool = True,
+          only: list[str] | None = None, log: bool = True) -> dict:
+    """Score every row (or the rows of the sources ``only``: a new source's first contact), append the entry to
+    the log (unless ``log`` is false: a dry run that writes nothing) and return it."""
+    rows = load_rows(rows_path)
+    if only:
+        unknown = set(only) - {row["source"] for row in rows}
+        if unknown:
+            raise ValueError(f"no rows of {', '.join(sorted(unknown))} in {rows_path}")
+        rows = [row for row in rows if row["source"] in only]
+    commit = model_commit()
+    scored = []
+    for i, row in enumerate(rows, start=1):
+        scored.append(score_row(row))
+        if progress:
+            print(f"\r{i}/{len(rows)} rows scored", end="", file=sys.stderr, flush=True)
+    if progress:
+        print(file=sys.stderr)
+    entry = {"model_commit": commit, "scored_at": _git("rev-parse", "HEAD"),
+             "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+             "command": "python -m sim.validation.first_contact score",
+             "rows_file": str(Path(rows_path).resolve().relative_to(ROOT)),
+             "rows_sha256": hashlib.sha256(Path(rows_path).read_bytes()).hexdigest(),
+             **summarise(scored), "rows": scored}
+    if log:
+        append_entry(entry, log_path)
+    return entry
+
+
+def first_contact_rows(entries: list[dict]) -> list[dict]:
+    """Every source's rows as its FIRST entry scored them (later re-scores left out)."""
+    seen: set[str] = set()
+    rows = []
+    for entry in entries:
+        new = set(entry["sources"]) - seen
+        rows += [r for r in entry["rows"] if r["source"] in new]
+        seen |= new
+    return rows
+
+
+def first_contact_summary(path: str | Path = LOG_PATH, rows_path: str | Path = ROWS_PATH) -> dict:
+    """``birder validate --json``'s ``first_contact``: per source, its FIRST scoring (the commit that predicted
+    it before any change, rows, error, coverage, by regime, beside linear scaling and the alpha-beta ring) and the
+    commits of any later re-scores; ``pooled``: the figures of every source's first-contact rows together;
+    ``pooled_own_single_node``: the same on the rows whose source published the 1-node figure itself (the others
+    multiply a 1-GPU or half-node figure: ``single_node_measured`` in the rows file). A pure loader of the log and
+    the rows file: nothing is predicted."""
+    entries = read_log(path)
+    resolved = Path(path).resolve()
+    out: dict = {"log": str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(path),
+                 "sources": {}, "pooled": None}
+    for entry in entries:
+        for sid, figs in entry["sources"].items():
+            if sid in out["sources"]:
+                out["sources"][sid]["rescored_at"].append({"model_commit": entry["model_commit"],
+                                                           "date": entry["date"]})
+            else:
+                out["sources"][sid] = {"model_commit": entry["model_commit"], "date": entry["date"], **figs,
+                                       "rescored_at": []}
+    rows = first_contact_rows(entries)
+    if rows:
+        commits = sorted({out["sources"][s]["model_commit"] for s in out["sources"]})
+        out["pooled"] = {"model_commits": commits, **summarise(rows)["pooled"]}
+        own = {(r["ref"], tuple(predict_argv(r))) for r in load_rows(rows_path) if r["single_node_measured"]}
+        mine = [r for r in rows if (r["ref"], tuple(normalised_argv(r["argv"]))) in own]
+        out["pooled_own_single_node"] = {"model_commits": commits, **summarise(mine)["pooled"]}
+    return out
+
+
+def plot(path: str | Path, log_path: str | Path = LOG_PATH) -> Path:
+    """Every source's first-contact rows: prediction / measurement with its 80% interval against the measured
+    scale efficiency (throughput over nodes x the 1-node figure), one marker per source, hollow where the CLI could
+    not express the set-up, beside the alpha-beta ring's ratio (grey); written atomically as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from safeio.atomic import atomic_path
+
+    rows = first_contact_rows(read_log(log_path))
+    if not rows:
+        raise ValueError(f"no entries in {log_path}")
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    markers = "osD^vP*Xh<>"
+    for i, source in enumerate(sorted({r["source"] for r in rows})):
+        mine = [r for r in rows if r["source"] == source]
+        for expressible in (True, False):
+            pick = [r for r in mine if r["expressible"] == expressible]
+            if not pick:
+                continue
+            x = [r["measured"] / r["linear"] for r in pick]
+            y = [r["predicted"] / r["measured"] for r in pick]
+            err = [[yi - r["low"] / r["measured"] for yi, r in zip(y, pick, strict=True)],
+                   [r["high"] / r["measured"] - yi for yi, r in zip(y, pick, strict=True)]]
+            ax.errorbar(x, y, yerr=err, fmt=markers[i % len(markers)], color=f"C{i}", capsize=2, alpha=0.8,
+                        mfc=f"C{i}" if expressible else "none",
+                        label=f"{source} ({len(mine)})" if expressible or not any(r["expressible"] for r in mine)
+                        else None)
+        ax.scatter([r["measured"] / r["linear"] for r in mine], [r["alpha_beta"] / r["measured"] for r in mine],
+                   marker="_", color="0.5", s=30, zorder=0)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.axvline(1 / 1.15, color="0.6", ls=":", lw=0.8)
+    ax.set_yscale("log")
+    ax.set_xlabel("measured scale efficiency (throughput / (nodes x 1-node figure)); left of the dotted line: "
+                  "communication-bound", fontsize=8)
+    ax.set_ylabel("predicted / measured (80% interval); grey dash: alpha-beta ring")
+    ax.set_title(f"First contact: {len(rows)} published rows the frozen model never saw (hollow: not expressible)",
+                 fontsize=10)
+    ax.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+    return Path(path)
+
+
+def _percent(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def markdown(entry: dict) -> str:
+    """Figures (an entry's, or ``first_contact_summary``'s) as a table: pooled and per source, every row, the
+    expressible and the others, by regime, beside the baselines."""
+    lines = ["| source | set | regime | rows | median err | mean err | coverage | median half-width | "
+             "linear median/mean | alpha-beta median/mean |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def add(name, kind, regime, f):
+        if not f.get("rows"):
+            return
+        lines.append(f"| {name} | {kind} | {regime} | {f['rows']} | {_percent(f['error']['median'])} | "
+                     f"{_percent(f['error']['mean'])} | {_percent(f['coverage'])} | "
+                     f"{_percent(f['median_half_width'])} | {_percent(f['linear']['median'])} / "
+                     f"{_percent(f['linear']['mean'])} | {_percent(f['alpha_beta']['median'])} / "
+                     f"{_percent(f['alpha_beta']['mean'])} |")
+
+    blocks = [("pooled", entry["pooled"])]
+    if "pooled_own_single_node" in entry:
+        blocks.append(("pooled, own 1-node figure", entry["pooled_own_single_node"]))
+    for name, split in [*blocks, *sorted(entry["sources"].items())]:
+        for kind in ("all", "expressible", "not_expressible"):
+            f = split[kind]
+            add(name, kind, "all", f)
+            for regime, fr in f.get("by_regime", {}).items():
+                add(name, kind, f"{regime} (alpha-beta)", fr)
+            for regime, fr in f.get("by_measured_regime", {}).items():
+                add(name, kind, f"{regime} (measured)", fr)
+    return "\n".join(lines)
+
+
+def headline_lines(summary: dict, latest: dict | None = None) -> list[str]:
+    """``birder validate``'s first lines: the first-contact figures (``first_contact_summary``) pooled, by measured
+    regime and per source, each beside linear scaling and the alpha-beta ring; then the latest re-score of the same
+    rows (``latest``: the log's last entry), which is no longer first contact."""
+    def line(name: str, f: dict) -> str:
+        return (f"  {name}: {f['rows']} rows, median error {_percent(f['error']['median'])} (linear "
+                f"{_percent(f['linear']['median'])}, alpha-beta {_percent(f['alpha_beta']['median'])}), 80% interval "
+                f"covers {_percent(f['coverage'])}, median half-width {_percent(f['median_half_width'])}")
+
+    pooled = summary["pooled"]["all"]
+    commits = ", ".join(c[:7] for c in summary["pooled"]["model_commits"])
+    out = [f"first contact: published rows the model had never seen, scored before any change for them (model "
+           f"{commits}; {summary['log']})", line("pooled", pooled)]
+    out += [line(f"pooled, {regime} (measured)", f) for regime, f in pooled["by_measured_regime"].items()
+            if f.get("rows")]
+    out += [line(sid, figs["all"]) for sid, figs in sorted(summary["sources"].items())]
+    if latest is not None and latest["model_commit"] not in summary["pooled"]["model_commits"]:
+        now = latest["pooled"]["all"]
+        out.append(f"the same rows re-scored by model {latest['model_commit'][:7]} ({latest['date']}; after the model "
+                   "was changed having seen them, so not first contact):")
+        out.append(line("pooled", now))
+        out += [line(f"pooled, {regime} (measured)", f) for regime, f in now["by_measured_regime"].items()
+                if f.get("rows")]
+    return out
+
+
+def readme_block(log_path: str | Path = LOG_PATH) -> str:
+    """The README's first-contact figures (``headline_lines`` of the log), as printed by ``birder validate``."""
+    return "```\n" + "\n".join(headline_lines(first_contact_summary(log_path), read_log(log_path)[-1])) + "\n```"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    dry_run = argv[:1] == ["score"] and "--no-log" in argv
+    if dry_run:
+        argv = [a for a in argv if a != "--no-log"]
+    if argv[:1] == ["score"] and all(a == "--source" for a in argv[1::2]) and len(argv) % 2 == 1:
+        try:
+            entry = score(progress=sys.stderr.isatty(), only=argv[2::2] or None, log=not dry_run)
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        print(markdown(entry))
+        return 0
+    if argv == ["show"]:
+        summary = first_contact_summary()
+        if summary["pooled"] is None:
+            print(f"no entries in {LOG_PATH}", file=sys.stderr)
+            return 2
+        print(markdown(summary))
+        return 0
+    if argv == ["readme"]:
+        print(readme_block())
+        return 0
+    if len(argv) == 2 and argv[0] == "plot" and argv[1].endswith(".png"):
+        print(plot(argv[1]))
+        return 0
+    print("usage: python -m sim.validation.first_contact score [--no-log] [--source ID ...] | show | readme | "
+          "plot OUT.png", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""The GPU check (`make gpu-check`, gpu_check/) on a CPU machine, run as a user runs it: its dry run, and the CPU
+forms of its parts, so that the check cannot rot before a GPU is at hand. The CUDA forms need a GPU
+(docs/gpu_check.md); the CUDA-marked tests it runs there are the suite's own."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from gpu_check import plan
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _gpu_check(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpu_check", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_dry_run_lists_every_part_and_names_missing_wheels_in_one_line(tmp_path):
+    out = tmp_path / "out"
+    done = _gpu_check(str(out), "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert all(f"{part.name} " in done.stdout for part in plan.PARTS)
+    assert "everything the check needs is here" in done.stdout and not out.exists()  # a dry run writes nothing
+    empty = tmp_path / "wheels"
+    empty.mkdir()
+    done = _gpu_check(str(out), "--dry-run", "--require-wheels", "--wheels", str(empty))
+    error = done.stderr.strip()
+    assert done.returncode == 2 and "\n" not in error and "Traceback" not in error
+    assert error.startswith("gpu-check: missing: wheel(s) simpy==") and "make gpu-wheels" in error
+
+
+def test_cpu_forms_of_the_parts_run_and_write_json_and_markdown(tmp_path):
+    """check_adapter and cuda_tests are left out here (a torch import each, ~7 s): the suite runs birder check on
+    the adapter and the CUDA-marked files already; `make gpu-check` on a CPU machine runs all seven."""
+    out = tmp_path / "out"
+    done = _gpu_check(str(out), "--device", "cpu", "--parts", "validate", "bench", "step_time", "largest_model",
+                      "--quiet")
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((out / "gpu_check.json").read_text())
+    parts = result["parts"]
+    assert result["device"] == "cpu" and list(parts) == ["env", "validate", "bench", "step_time", "largest_model"]
+    assert {name: r["status"] for name, r in parts.items()} == dict.fromkeys(parts, "ok")
+    assert parts["env"]["cuda_available"] is False and parts["env"]["packages"]["simpy"]["version"]
+    run = parts["validate"]["runs"]["gloo_cpu_1x2"]
+    assert run["passed"] and run["mismatched_elements"] == 0 and run["ranks"] == 2
+    assert parts["bench"]["kernels"][0]["elements"] == 2**16 and Path(parts["bench"]["plot"]).is_file()
+    assert parts["step_time"]["rows"][0]["birder_ms_per_step"] > 0
+    for optimizer in ("adamw", "birder"):  # the search ran up to its cap: 4 layers of 64 x 64 + 64
+        assert parts["largest_model"][optimizer]["largest_layers"] == 4 and parts["largest_model"][optimizer][
+            "bounded_by_cap"]
+    summary = (out / "gpu_check.md").read_text()
+    assert all(f"| {name} | ok |" in summary for name in parts)
+    assert not list((out / "parts").glob("*.partial.json"))  # finished parts keep only their result

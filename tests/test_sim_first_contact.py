@@ -1,0 +1,89 @@
+"""First contact (sim/validation/first_contact.py): every published row carries its source, and the append-only
+log's figures are what re-scoring its rows through `birder predict --json` gives."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from sim.validation import first_contact as fc
+
+# a cheap row of each kind of set-up: EC2 TCP with parameter servers, RoCE verbs (a cluster file), InfiniBand DGX-2H
+RESCORED = ("bugliarello-cscs-2017", "ec2-p2-10g.toml", 2), ("horovod-readme-2017", "roce-25g.toml", 4), \
+    ("nvidia-dle-pytorch-transformerxl", "ib-edr", 2)
+
+
+def _latest(entries, source):
+    return [e for e in entries if source in e["sources"]][-1]
+
+
+def test_every_row_has_its_source_and_the_first_contact_of_every_source_is_logged():
+    sources = fc.load_sources()
+    rows = fc.load_rows(sources=sources)  # refuses a row without a known source, an https ref or a flag
+    assert {row["source"] for row in rows} == set(sources)
+    entries = fc.read_log()
+    assert entries, "no first-contact entry: run python -m sim.validation.first_contact score"
+    for source in sources:
+        first = next(e for e in entries if source in e["sources"])
+        logged = [r for r in first["rows"] if r["source"] == source]
+        assert first["sources"][source]["all"]["rows"] == len(logged) == sum(r["source"] == source for r in rows)
+        assert {r["ref"] for r in logged} == {row["ref"] for row in rows if row["source"] == source}
+        assert len(first["model_commit"]) == 40
+
+
+def test_the_logged_figures_are_reproduced_by_rescoring_rows_through_the_cli():
+    rows = fc.load_rows()
+    entries = fc.read_log()
+    for source, network, nodes in RESCORED:
+        row = next(r for r in rows if r["source"] == source and r["nodes"] == nodes
+                   and network in (r["cli_network"] or r["cli_cluster"]) and r["expressible"])
+        entry = _latest(entries, source)
+        logged = next(r for r in entry["rows"]
+                      if r["ref"] == row["ref"] and fc.normalised_argv(r["argv"]) == fc.predict_argv(row))
+        again = fc.score_row(row)
+        for key in ("predicted", "low", "high", "linear", "alpha_beta"):
+            assert math.isclose(again[key], logged[key], rel_tol=1e-9), (
+                f"{source} {key}: {again[key]} now, {logged[key]} logged by {entry['model_commit'][:7]}: the model "
+                "changed; append a re-score (python -m sim.validation.first_contact score), never rewrite the log")
+        assert again["interval_regime"] == logged["interval_regime"]
+        # the source's figures are those of its logged rows
+        assert entry["sources"][source] == json.loads(json.dumps(fc.summarise(
+            [r for r in entry["rows"] if r["source"] == source])["sources"][source]))
+
+
+def test_validate_loader_keeps_each_sources_first_contact_and_lists_re_scores(tmp_path):
+    first = fc.read_log()[0]
+    later = dict(first, model_commit="f" * 40, date="2099-01-01T00:00:00+00:00")
+    log = tmp_path / "first_contact.json"
+    log.write_text(json.dumps({"entries": [first, later]}))
+    summary = fc.first_contact_summary(log)
+    assert set(summary["sources"]) == set(first["sources"])
+    for record in summary["sources"].values():
+        assert record["model_commit"] == first["model_commit"]
+        assert record["rescored_at"] == [{"model_commit": "f" * 40, "date": "2099-01-01T00:00:00+00:00"}]
+        for key in ("error", "coverage", "median_half_width", "linear", "alpha_beta", "by_regime"):
+            assert key in record["all"]
+    assert summary["pooled"]["model_commits"] == [first["model_commit"]]
+    assert summary["pooled"]["all"]["rows"] == first["pooled"]["all"]["rows"]  # the re-score is not counted twice
+    every = fc.first_contact_summary()  # the shipped log: every source once, each row at its first contact
+    rows = fc.load_rows()
+    assert every["pooled"]["all"]["rows"] == len(rows) == sum(s["all"]["rows"] for s in every["sources"].values())
+    assert every["pooled_own_single_node"]["all"]["rows"] == sum(r["single_node_measured"] for r in rows)
+    with pytest.raises(ValueError, match="no rows of nowhere"):
+        fc.score(log_path=log, progress=False, only=["nowhere"])
+    assert json.loads(log.read_text())["entries"][1]["model_commit"] == "f" * 40  # nothing appended, nothing lost
+
+
+def test_a_dry_run_scores_without_touching_the_log(tmp_path):
+    """``score --no-log``: the rows are scored as a logged score would, and the log is left as it was."""
+    log = tmp_path / "first_contact.json"
+    log.write_text('{"entries": []}\n')
+    entry = fc.score(log_path=log, progress=False, only=["horovod-issue-416"], log=False)
+    assert entry["pooled"]["all"]["rows"] == len(entry["rows"]) == 1
+    assert log.read_text() == '{"entries": []}\n'
+
+
+def test_the_readme_leads_the_simulator_with_the_logs_first_contact_figures():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert fc.readme_block() in readme
