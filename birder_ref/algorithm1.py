@@ -148,6 +148,7 @@ def worker_step(state: State, grads: np.ndarray, beta: float, eps: float, u_work
     Python-float coefficients (NumPy 2 casts them to float32), in place where a buffer can be reused; the
     result is bit-identical to the plain expressions. Without AMSGrad, b is the same array as b_hat.
     """
+    beta, eps = float(beta), float(eps)  # a NumPy float64 beta would make every array float64 (NumPy 2 promotion)
     t = state.t + 1
     scratch = np.abs(grads)
     scratch *= 1 - beta

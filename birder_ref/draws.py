@@ -35,7 +35,7 @@ single fmix32(i ^ key) fails at p < 1e-100 (d = 2**14, 2**22 draws); fmix32(i * 
 Weyl step) passes at 2**22 draws but fails at d = 2**23 (p 1e-8 to 7e-7, 2**24 draws); this hash passed all 174
 checks of d = 2**b, b < 22, d = 3, 65535, 65537, 1000003 and the pairs of streams, of steps and with the server's
 stream at 2**22 draws (largest statistic 332 against the chi2(255) quantile 414.5 at 1 - 1e-9), and all 72 of
-d = 2**b, 12 <= b < 24, at 2**24 (largest 315) (``python -m birder_ref.draws_pairs [--log2-draws 24]`` prints
+d = 2**b, 12 <= b < 24, at 2**24 (largest 315) (``python -m proofs_checks.draws_pairs [--log2-draws 24]`` prints
 these; tests/test_reference_packing_and_draws.py keeps such checks at 2**20 draws, false-failure probability 1e-9
 each). In the optimizer A(i) costs one pass: within an aligned block of 2**16
 indices it is a cached table of T(j) XOR one constant hash16(hi) << 16 (fmix32's first step, linear over XOR,

@@ -24,7 +24,7 @@ from proofs_checks.identities import RATIO_SLACK, derive, largest_abs
 from proofs_checks.registry import Context, Outcome, check, verdict
 from proofs_checks.target import ImplError, Target, read_state
 from proofs_checks.theorem import theorem_run
-from proofs_checks.trajectories import all_records, trajectories
+from proofs_checks.trajectories import all_records, judged_trajectories
 
 SWEEP_BETAS = (0.1, 0.5, 0.9, 0.95, 0.99, 0.999, 1 / 3, 0.7, 0.123456789, 0.999999, 0.8, 0.875, 0.3, 0.6)
 SWEEP_STEPS = 40
@@ -210,7 +210,7 @@ def premise_share(records) -> tuple[float, float]:
 )
 def premise_frequency(ctx: Context) -> Outcome:
     parts = []
-    for trajectory in trajectories(ctx):
+    for trajectory in judged_trajectories(ctx):
         y_share, z_share = premise_share(trajectory)
         parts.append(f"{trajectory[0].setting.name} (beta {trajectory[0].setting.beta}): {y_share:.1%} / {z_share:.1%}")
     run = theorem_run(ctx)

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from tqdm import tqdm
@@ -32,6 +33,7 @@ DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_IMPORT_TIMEOUT_S = 20.0  # importing an implementation (and this suite) in the child: far below a check's limit
 MAX_TIMEOUT_S = 86400.0  # a day: longer limits are a typo (1e308 would overflow select's timeout)
 EXIT_GRACE_S = 30.0  # after the last check, how long the child may take to exit before it is stopped
+SCAN_EVERY_S = 0.5  # how often the processes the implementation started are looked up while it runs
 INTERFACE_HELP = """\
 The interface (arrays are float32 NumPy arrays, or anything numpy.asarray reads, e.g. CPU/CUDA tensors):
 
@@ -51,23 +53,29 @@ The interface (arrays are float32 NumPy arrays, or anything numpy.asarray reads,
                               grads, u_worker (n, d); u_server, u_bar (d,); the given state is left unchanged
                               and what step returns is never overwritten by a later call; inputs may be
                               strided, sliced, Fortran-ordered or read-only; positional and keyword calls agree;
-                              several states may be alive at once; eps down to the smallest normal float32
+                              several states may be alive at once; eps down to the smallest normal float32;
+                              beta and eps Python or NumPy floats, T0 a Python or NumPy integer; a call gives
+                              the same answer whatever was called before (no memo by object or by shape)
 
 Paper claims (kind "paper") are the paper's equations, lemmas and Theorem 1; contract clauses (kind "contract")
 are the interface's own rules: float32 dtypes, shapes, purity, no aliasing, r = m / (b + eps), |m| <= b in float32
 (m and b with the same operations in the same order). `birder check --template` prints a minimal correct
-implementation to copy. Exit status: 0 every check holds, 1 a check fails (a wrong value, dtype or shape, a t that
-never advances, a step that raises), 2 the implementation cannot be judged (it cannot be imported, exits, raises at
-import, hangs past --import-timeout or --timeout, prints to stdout, lacks the interface).
+implementation to copy. Each check has a severity: "error" (the algorithm is wrong) or "warning" (the interface's
+robustness only: an input layout refused, an overflow only where |m| + |g| reaches 2^127). Exit status: 0 no error
+(warnings are shown, and fail only under --strict), 1 a check of severity error fails (a wrong value, dtype or
+shape, a t that never advances, a step that raises), 2 the implementation cannot be judged (it cannot be imported,
+exits, raises at import, hangs past --import-timeout or --timeout, prints to stdout, lacks the interface). The
+implementation runs in its own session; every process it started and left running is ended (and named on stderr)
+before the verdict.
 """
 
 
 class Unjudgeable(Exception):
     """The implementation cannot be judged; ``results`` holds the checks that finished before."""
 
-    def __init__(self, message: str, results: list[Result], target: str):
+    def __init__(self, message: str, results: list[Result], target: str, ended: list[int] = ()):
         super().__init__(message)
-        self.results, self.target = results, target
+        self.results, self.target, self.ended = results, target, list(ended)
 
 
 def _child_env() -> dict:
@@ -82,6 +90,59 @@ def _first_line(path: str, limit: int = 120) -> tuple[int, str]:
     data = Path(path).read_bytes()
     line = data.decode("utf-8", "replace").strip().splitlines()[0] if data.strip() else ""
     return len(data), (line[:limit] + "...") if len(line) > limit else line
+
+
+def _process_table() -> dict[int, tuple[int, int, int, int]]:
+    """Every process on this machine as pid -> (parent pid, process group, session, start time), read from /proc;
+    empty where there is no /proc."""
+    table = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return table
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):  # it ended meanwhile
+            continue
+        table[int(entry)] = (int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19]))
+    return table
+
+
+class ProcessTracker:
+    """The processes the implementation's child process started, and theirs: the child's process group and
+    session, and every descendant seen while it ran (so one that left the group with setsid is known too)."""
+
+    def __init__(self, root: int):
+        self.root, self.seen = root, {}  # pid -> start time (a pid reused later by another process is left alone)
+
+    def scan(self) -> None:
+        table = _process_table()
+        family = {self.root}
+        for pid, (ppid, group, session, started) in sorted(table.items(), key=lambda item: item[1][3]):
+            if pid != self.root and (ppid in family or group == self.root or session == self.root):
+                family.add(pid)
+                self.seen.setdefault(pid, started)
+
+    def end_all(self) -> list[int]:
+        """Kill every tracked process still running (the group and session once more included); their pids."""
+        self.scan()
+        try:
+            os.killpg(self.root, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        table, ended = _process_table(), []
+        for pid, started in self.seen.items():
+            if pid in table and table[pid][3] == started:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    ended.append(pid)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        return sorted(ended)
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -108,6 +169,7 @@ def run_isolated(impl: str | None, names: list[str] | None, parity: bool, timeou
                 stdin=subprocess.DEVNULL, stdout=out, stderr=err, pass_fds=(write_fd,), env=_child_env(),
                 start_new_session=True)
         os.close(write_fd)
+        tracker = ProcessTracker(process.pid)
         started = time.perf_counter()
         results, target, current, error, done = [], impl or DEFAULT_IMPL, None, None, False
         buffer = b""
@@ -116,7 +178,11 @@ def run_isolated(impl: str | None, names: list[str] | None, parity: bool, timeou
             with os.fdopen(read_fd, "rb", buffering=0) as channel:
                 deadline, loaded = time.monotonic() + import_timeout, False
                 while not done and error is None:
-                    ready, _, _ = select.select([channel], [], [], max(0.0, deadline - time.monotonic()))
+                    wait = max(0.0, deadline - time.monotonic())
+                    ready, _, _ = select.select([channel], [], [], min(wait, SCAN_EVERY_S))
+                    tracker.scan()
+                    if not ready and time.monotonic() < deadline:
+                        continue
                     if not ready:
                         if not loaded:
                             error = (f"importing the implementation did not finish within {import_timeout:g} s: its "
@@ -157,6 +223,11 @@ def run_isolated(impl: str | None, names: list[str] | None, parity: bool, timeou
         except subprocess.TimeoutExpired:  # done, but a thread the implementation started keeps it alive
             _stop(process)
             code = process.returncode
+        ended = tracker.end_all()  # processes the implementation started and left running
+        if ended:
+            shown = ", ".join(map(str, ended[:10])) + (f" and {len(ended) - 10} more" if len(ended) > 10 else "")
+            print(f"birder check: ended {len(ended)} process{'es' if len(ended) > 1 else ''} the implementation "
+                  f"started and left running (pid {shown})", file=sys.stderr)
         if error is None and not done:
             where = f"during check {current}" if current else "while importing the implementation"
             tail = Path(err_path).read_text("utf-8", "replace").strip().splitlines()
@@ -169,8 +240,8 @@ def run_isolated(impl: str | None, names: list[str] | None, parity: bool, timeou
                          "is withheld, as output it does not control could be taken for the verdict; print to "
                          "stderr instead")
         if error is not None:
-            raise Unjudgeable(error, results, target)
-        return Report(target, results, seconds)
+            raise Unjudgeable(error, results, target, ended)
+        return Report(target, results, seconds, processes_ended=tuple(ended))
 
 
 def _parse_only(only: str | None) -> list[str] | None:
@@ -185,7 +256,8 @@ def _parse_only(only: str | None) -> list[str] | None:
 def run(args: argparse.Namespace) -> int:
     if args.template:
         given = [flag for flag, value in (("--impl", args.impl), ("--only", args.only), ("--parity", args.parity),
-                                          ("--json", args.json), ("--timeout", args.timeout != DEFAULT_TIMEOUT_S),
+                                          ("--json", args.json), ("--strict", args.strict),
+                                          ("--timeout", args.timeout != DEFAULT_TIMEOUT_S),
                                           ("--import-timeout", args.import_timeout != DEFAULT_IMPORT_TIMEOUT_S))
                  if value not in (None, False)]
         if given:
@@ -204,11 +276,13 @@ def run(args: argparse.Namespace) -> int:
     except Unjudgeable as stopped:
         if args.json:
             print(json.dumps({"passed": False, "error": str(stopped), "impl": stopped.target,
+                              "processes_ended": stopped.ended,
                               "checks": Report(stopped.target, stopped.results, 0.0).to_json()["checks"]}))
         said = " ".join(str(stopped).split())
         line = said if said.startswith("--impl") else f"--impl {stopped.target}: {said}"
         print(f"birder check: error: {printable(line)}", file=sys.stderr)  # a name cannot drive the terminal
         return 2
+    report = replace(report, strict=bool(getattr(args, "strict", False)))
     broken = report.interface_broken
     message = (f"--impl {report.target}: the implementation lacks the interface: {' '.join(broken.split())}"
                if broken else None)
@@ -244,5 +318,7 @@ def register(subparsers) -> None:
                         f"{DEFAULT_IMPORT_TIMEOUT_S:g}, at most {MAX_TIMEOUT_S:g})")
     p.add_argument("--template", action="store_true",
                    help="print a minimal correct implementation (NumPy) to copy, and exit")
+    p.add_argument("--strict", action="store_true",
+                   help="warnings fail too (exit 1): input layouts refused, overflow only at float32's extremes")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)

@@ -84,6 +84,11 @@ def purity(ctx: Context) -> Outcome:
             return verdict(False, f"step modified the state it was given (fields {', '.join(rec.input_changed)}) at "
                                   f"{s.name} step {rec.new.t} (n x d = {s.n} x {s.d} = {s.n * s.d} elements): return "
                                   "a new state instead of updating in place", "modified in place")
+        if rec.replayed:
+            step, fields = rec.replayed
+            return verdict(False, f"the state of {rec.setting.name} step {step}, stepped again with the same inputs "
+                                  f"after later calls, gave another {', '.join(fields)}: step must be a function of "
+                                  "its arguments (no memo by object, no state kept between calls)", "not a function")
     return verdict(True, f"the input state was unchanged after all {len(all_records(ctx))} recorded steps",
                    "unchanged")
 

@@ -121,7 +121,8 @@ class RootMeanSquareDenominator(Birder):
 class LerpMomentum(Birder):
     """Line 5 as a lerp in float32, m + (1 - beta)(g - m), as torch's lerp_ does: at ordinary magnitudes |m| > b by
     an ulp at times (rounding, which ``contract_float32_ratio`` accepts), but g - m overflows to inf for finite g and
-    m of opposite signs near the largest float32, where beta m + (1 - beta) g is finite: line 5 rejects it."""
+    m of opposite signs near the largest float32, where beta m + (1 - beta) g is finite: a warning
+    (``contract_float32_extremes``), which fails only under ``birder check --strict``."""
 
     def moments(self, state, g, beta):
         _, b_hat = super().moments(state, g, beta)
@@ -220,7 +221,7 @@ MUTANTS = {
     "mutating_step": (MutatingStep(), ("determinism",)),
     "stale_momentum": (StaleMomentum(), ("line9_worker_error",)),
     "ascent_step": (AscentStep(), ("line12_server_quantizer",)),
-    "lerp_momentum": (LerpMomentum(), ("line5_6_moments",)),
+    "lerp_momentum": (LerpMomentum(), ("contract_float32_extremes",)),
     "missing_quantize": (_without_quantize(), ("interface",)),
 }
 

@@ -41,7 +41,8 @@ class Plain:
         return t + 1
 
     def moments(self, state, g, beta, t):
-        """Lines 5-6."""
+        """Lines 5-6, beta a Python float (a NumPy float64 beta would promote the arrays to float64)."""
+        beta = float(beta)
         return beta * state.m + (1 - beta) * g, beta * state.b_hat + (1 - beta) * np.abs(g)
 
     def ratio(self, m, b, eps):

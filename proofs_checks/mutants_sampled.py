@@ -110,7 +110,7 @@ class Float16VoteSum(Plain):
 class LerpEmas(Plain):
     """Lines 5-6 as torch's lerp, x + (1 - beta)(g - x), for m and b_hat: within an ulp or so of the interface's
     order at ordinary magnitudes, but g - m overflows to inf for finite g and m of opposite signs near the largest
-    float32 (where beta m + (1 - beta) g is finite)."""
+    float32 (where beta m + (1 - beta) g is finite): a warning (exit 1 only under ``birder check --strict``)."""
 
     def moments(self, state, g, beta, t):
         c = np.float32(1 - beta)
@@ -119,8 +119,8 @@ class LerpEmas(Plain):
 
 
 class ZeroCopyGradients(Plain):
-    """Reads the gradients through their buffer (np.frombuffer, "zero copy"): a Fortran-ordered array is read
-    transposed, a strided one raises."""
+    """Reads the gradients through their buffer (np.frombuffer, "zero copy"): Fortran-ordered and strided arrays
+    raise (NumPy 2 refuses a buffer that is not C-contiguous); a refused layout is a warning (--strict fails it)."""
 
     def step(self, state, grads, beta=0.95, eps=1e-8, u_worker=None, u_server=None, T0=None):
         flat = np.frombuffer(grads, dtype=np.float32)
@@ -251,7 +251,7 @@ MUTANTS = {
     "idle_workers_left_out": (IdleWorkersLeftOut(), "line13_server_error"),
     "odd_tail_inclusive": (OddTailInclusive(), "line8_worker_quantizer"),
     "float16_vote_sum": (Float16VoteSum(), "line13_server_error"),
-    "lerp_overflow": (LerpEmas(), "line5_6_moments"),
+    "lerp_overflow": (LerpEmas(), "contract_float32_extremes"),
     "zero_copy_gradients": (ZeroCopyGradients(), "contract_input_layouts"),
     "positional_order_swapped": (PositionalOrderSwapped(), "contract_calls"),
     "stale_keys": (StaleKeys(), "contract_calls"),

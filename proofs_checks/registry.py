@@ -20,6 +20,7 @@ from proofs_checks.target import Target
 
 STATUSES = ("pass", "fail", "n/a", "info", "blocked")
 KINDS = ("paper", "contract")
+SEVERITIES = ("error", "warning")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class Check:
     opt_in: bool = False  # run only when asked for (parity with birder_ref)
     kind: str = "paper"  # "paper" (a claim of the paper) or "contract" (a clause of the interface)
     after: tuple[str, ...] = ()  # checks it rests on: when one of them fails, this one is not judged
+    severity: str = "error"  # "error": the algorithm is wrong (exit 1); "warning": the interface's robustness only
 
 
 @dataclass
@@ -57,6 +59,7 @@ class Context:
     cache: dict = field(default_factory=dict)
     failed: set = field(default_factory=set)  # names of the checks that failed or were not judged so far
     errors: dict = field(default_factory=dict)  # implementation error message -> the first check that met it
+    settings: tuple | None = None  # the trajectories' settings (None: trajectories.SETTINGS)
 
     def shared(self, key, compute: Callable):
         """``compute()`` once per key; an exception is cached too and raised again for every check that asks."""
@@ -75,15 +78,17 @@ CHECKS: list[Check] = []
 
 
 def check(name: str, claim: str, method: str, needs: tuple[str, ...] = ("init", "step"), opt_in: bool = False,
-          kind: str = "paper", after: tuple[str, ...] = ()):
+          kind: str = "paper", after: tuple[str, ...] = (), severity: str = "error"):
     """Register the decorated function as the check ``name`` (report order is registration order)."""
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}")
+    if severity not in SEVERITIES:
+        raise ValueError(f"unknown severity {severity!r}")
 
     def register(function: Callable[[Context], Outcome]) -> Callable[[Context], Outcome]:
         if any(c.name == name for c in CHECKS):
             raise ValueError(f"check {name!r} registered twice")
-        CHECKS.append(Check(name, claim, method, function, needs, opt_in, kind, after))
+        CHECKS.append(Check(name, claim, method, function, needs, opt_in, kind, after, severity))
         return function
 
     return register

@@ -10,9 +10,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from proofs_checks import theorem  # noqa: E402
+from proofs_checks import structure, theorem  # noqa: E402
 from proofs_checks.registry import Context  # noqa: E402
-from proofs_checks.runner import run_checks, table  # noqa: E402
+from proofs_checks.runner import run_checks, select, table  # noqa: E402
 from proofs_checks.target import load_target  # noqa: E402
 
 PLOT = "proofs_theorem1.png"
@@ -35,11 +35,12 @@ def plot_theorem1(run: dict, path: Path) -> None:
 
 
 def section(outdir: Path, quick: bool, ctx: Context | None = None) -> str:
-    """Run the whole suite on birder_ref.algorithm1 (the same in quick mode: it takes seconds); ``ctx``, a Context
-    of the reference whose shared runs are reused (tests pass the pytest plugin's)."""
+    """Run the whole suite on birder_ref.algorithm1 (quick mode leaves out the structural runs, ``structure.SLOW``);
+    ``ctx``, a Context of the reference whose shared runs are reused (tests pass the pytest plugin's)."""
     ctx = ctx or Context(load_target())
     target = ctx.target
-    report = run_checks(target, progress=False, ctx=ctx)
+    names = [c.name for c in select() if not (quick and c.name in structure.SLOW)]  # quick: seconds, not tens
+    report = run_checks(target, names=names, progress=False, ctx=ctx)
     Path(outdir).mkdir(parents=True, exist_ok=True)
     plot_theorem1(theorem.theorem_run(ctx), Path(outdir) / PLOT)
     verdict = "every check holds" if report.passed else "SOME CHECKS FAIL"

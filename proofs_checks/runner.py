@@ -16,7 +16,18 @@ from dataclasses import asdict, dataclass
 
 from tqdm import tqdm
 
-from proofs_checks import bounds, contract, conventions, identities, parity, quantizer, schemes, semantics, theorem
+from proofs_checks import (
+    bounds,
+    contract,
+    conventions,
+    identities,
+    parity,
+    quantizer,
+    schemes,
+    semantics,
+    structure,
+    theorem,
+)
 from proofs_checks.registry import CHECKS, Check, Context, Outcome
 from proofs_checks.target import ImplError, Target
 
@@ -25,7 +36,7 @@ from proofs_checks.target import ImplError, Target
 # the opt-in parity; the sort is stable, so each module keeps its own order. A check runs after the
 # checks it rests on. The table shows the contract's clauses first.
 _ORDER = [m.__name__ for m in (quantizer, identities, bounds, semantics, theorem, schemes, contract, conventions,
-                                parity)]
+                                structure, parity)]
 FIRST = ("interface", "contract_shapes")  # an unreadable or misshapen result is reported by the contract first
 CHECKS.sort(key=lambda c: (FIRST.index(c.name) if c.name in FIRST else len(FIRST), _ORDER.index(c.run.__module__)))
 
@@ -55,6 +66,7 @@ class Result:
     statistic: str
     seconds: float
     kind: str = "paper"
+    severity: str = "error"  # "error": the algorithm is wrong; "warning": the interface's robustness only
 
 
 def select(names: list[str] | None = None, parity: bool = False) -> list[Check]:
@@ -97,17 +109,18 @@ def run_one(ctx: Context, chk: Check) -> Result:
                 outcome = Outcome("blocked", f"not judged: the implementation error reported by {ctx.errors[cause]} "
                                              f"({cause})")
             else:
-                ctx.errors[cause] = chk.name
+                if chk.severity == "error":  # a warning's cause does not silence an error check meeting it
+                    ctx.errors[cause] = chk.name
                 outcome = Outcome("fail", f"implementation error: {error}")
         except Exception as error:  # the target returned something the check could not use
             where = traceback.extract_tb(error.__traceback__)[-1]
             outcome = Outcome("fail", f"could not check: {type(error).__name__}: {error} "
                                       f"({where.filename.rsplit('/', 1)[-1]}:{where.lineno}); the implementation's "
                                       "outputs may be non-finite or of an unexpected type")
-    if outcome.status in ("fail", "blocked"):
+    if outcome.status in ("fail", "blocked") and chk.severity == "error":  # nothing rests on a warning
         ctx.failed.add(chk.name)
     return Result(chk.name, outcome.status not in ("fail", "blocked"), outcome.status, outcome.detail, chk.claim,
-                  chk.method, outcome.statistic, round(time.perf_counter() - started, 3), chk.kind)
+                  chk.method, outcome.statistic, round(time.perf_counter() - started, 3), chk.kind, chk.severity)
 
 
 @dataclass(frozen=True)
@@ -116,9 +129,18 @@ class Report:
     results: list[Result]
     seconds: float
 
+    strict: bool = False  # warnings fail too
+    processes_ended: tuple[int, ...] = ()  # processes the implementation left running, ended by `birder check`
+
     @property
     def passed(self) -> bool:
-        return all(r.passed for r in self.results)
+        """No check of severity "error" fails (under ``strict``, no check fails at all)."""
+        return all(r.passed for r in self.results if self.strict or r.severity == "error")
+
+    @property
+    def warnings(self) -> list[str]:
+        """The checks of severity "warning" that fail: the interface's robustness, not the algorithm."""
+        return [r.name for r in self.results if r.severity == "warning" and not r.passed]
 
     @property
     def interface_broken(self) -> str | None:
@@ -129,7 +151,8 @@ class Report:
         return None
 
     def to_json(self) -> dict:
-        return {"passed": self.passed, "impl": self.target, "wall_s": self.seconds,
+        return {"passed": self.passed, "impl": self.target, "wall_s": self.seconds, "strict": self.strict,
+                "warnings": self.warnings, "processes_ended": list(self.processes_ended),
                 "checks": [asdict(r) for r in self.results]}
 
 
@@ -150,6 +173,10 @@ GROUPS = (("contract", "Contract clauses (the interface: dtypes, shapes, purity,
 VERDICTS = {"pass": "pass", "fail": "FAIL", "n/a": "n/a", "info": "info", "blocked": "BLOCK"}
 
 
+def _verdict(r: Result) -> str:
+    return "WARN" if r.status == "fail" and r.severity == "warning" else VERDICTS[r.status]
+
+
 def table(report: Report, markdown: bool = False) -> str:
     """The contract's clauses, then the paper's claims: claim | how it is checked | verdict | statistic, one row per
     check; then the totals, the root causes and the wall time."""
@@ -157,7 +184,7 @@ def table(report: Report, markdown: bool = False) -> str:
     if markdown:
         lines += ["| check | kind | claim | how it is checked | verdict | statistic |", "|---|---|---|---|---|---|"]
         for r in report.results:
-            cells = (r.name, r.kind, r.claim, r.method, VERDICTS[r.status], r.statistic or r.detail)
+            cells = (r.name, r.kind, r.claim, r.method, _verdict(r), r.statistic or r.detail)
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     else:
         for kind, title in GROUPS:
@@ -165,15 +192,19 @@ def table(report: Report, markdown: bool = False) -> str:
             if group:
                 lines += [f"== {title} ==", ""] if not lines else ["", f"== {title} ==", ""]
             for r in group:
-                lines += [f"{VERDICTS[r.status]:<5} {r.name:<30} {r.statistic}",
+                lines += [f"{_verdict(r):<5} {r.name:<30} {r.statistic}",
                           f"      claim: {r.claim}", f"      how:   {r.method}", f"      found: {r.detail}"]
-    failed = [r.name for r in report.results if r.status == "fail"]
+    failed = [r.name for r in report.results if r.status == "fail" and r.severity == "error"]
+    warned = report.warnings
     blocked = [r.name for r in report.results if r.status == "blocked"]
     counts = {s: sum(r.status == s for r in report.results) for s in VERDICTS}
     lines.append("")
-    lines.append(f"{report.target}: {counts['pass']} pass, {counts['fail']} fail, {counts['blocked']} not judged, "
-                 f"{counts['n/a']} not applicable, {counts['info']} measured; wall time {report.seconds:.1f} s"
+    lines.append(f"{report.target}: {counts['pass']} pass, {len(failed)} fail, {len(warned)} warnings, "
+                 f"{counts['blocked']} not judged, {counts['n/a']} not applicable, {counts['info']} measured; wall "
+                 f"time {report.seconds:.1f} s"
                  + (f"; failed: {', '.join(failed)}" if failed else "")
+                 + (f"; warnings (the interface's robustness, not the algorithm; they fail only under --strict): "
+                    f"{', '.join(warned)}" if warned else "")
                  + (f"; not judged (rest on a failure): {', '.join(blocked)}" if blocked else ""))
     return "\n".join(lines)
 

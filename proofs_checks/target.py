@@ -71,7 +71,8 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a, b, equal_nan=True))
 
 
-def _field(state, name: str):
+def field(state, name: str):
+    """A state's field by attribute, or by key from a dict-like state."""
     if hasattr(state, name):
         return getattr(state, name)
     try:
@@ -84,18 +85,18 @@ def read_state(state, n: int, d: int) -> StateView:
     """Copy the state's fields out, checking their shapes: (n, d) for m, b_hat, b, e and (d,) for server_e."""
     arrays = {}
     for name in ARRAY_FIELDS:
-        value = to_numpy(_field(state, name))
+        value = to_numpy(field(state, name))
         want = (d,) if name == "server_e" else (n, d)
         if value.shape != want:
             raise ImplError(f"state field {name} has shape {value.shape}, expected {want}")
         arrays[name] = value
-    return StateView(**arrays, t=read_count(_field(state, "t")))
+    return StateView(**arrays, t=read_count(field(state, "t")))
 
 
 def state_dtypes(state) -> dict:
     """The dtype of each array field and the type of t, as the implementation returned them."""
-    kinds = {name: str(to_numpy(_field(state, name)).dtype) for name in ARRAY_FIELDS}
-    t = _field(state, "t")
+    kinds = {name: str(to_numpy(field(state, name)).dtype) for name in ARRAY_FIELDS}
+    t = field(state, "t")
     kinds["t"] = str(to_numpy(t).dtype) if hasattr(t, "dtype") else type(t).__name__
     return kinds
 

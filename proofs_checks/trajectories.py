@@ -50,10 +50,29 @@ class Setting:
     draws: str = "uniform"  # "constant": every draw of a step the same value (0, 1/2, 1 - 2^-24 or random)
     idle_workers: int = 0  # this many workers (rows) get an all-zero gradient at each step
     log10_range: tuple[float, float] = (-3.0, 3.0)  # the "sampled" family's magnitudes, 10^lo .. 10^hi
+    beta_path: tuple = ()  # beta given at each step (changing between calls); empty: beta at every step
+    eps_path: tuple = ()  # eps given at each step; empty: eps at every step
+    scalars: str = "python"  # "numpy": beta and eps given as numpy.float64, T0 as numpy.int64
+    history: tuple[str, ...] = ()  # what else happens around each call (``HISTORIES``)
 
     def T0_at(self, t: int):
         """The T0 given at step t."""
         return self.T0_path[t - 1] if self.T0_path else self.T0
+
+    def at(self, t: int) -> Setting:
+        """The setting as step t saw it: beta and eps of that call (the identities read them from the record)."""
+        if not (self.beta_path or self.eps_path):
+            return self
+        return replace(self, beta=self.beta_path[t - 1] if self.beta_path else self.beta,
+                       eps=self.eps_path[t - 1] if self.eps_path else self.eps)
+
+
+# What a trajectory may do around each call of step, to judge purity by the history of calls:
+# "restep": the same state object is first stepped with other gradients and draws (and that answer dropped);
+# "buffers": the gradients and draws arrive in one buffer each, overwritten every step (as a training loop does);
+# "partner": a second state of the same shape, with other beta, eps and T0, is stepped between the calls;
+# "replay": the state of two steps before is stepped again with its inputs, and must give what it gave then.
+HISTORIES = ("restep", "buffers", "partner", "replay")
 
 
 SETTINGS = (
@@ -147,6 +166,7 @@ class Record:
     previous_u_bar_changed: bool = False
     dtypes: tuple[tuple[str, str], ...] = ()
     earlier_changed: tuple[str, ...] = ()  # last record only: every output returned before, re-read at the end
+    replayed: tuple | None = None  # "replay": (step, fields) where stepping that step's state again gave another answer
 
 
 def mixed_gradients(setting: Setting, rng: np.random.Generator, t: int) -> np.ndarray:
@@ -243,14 +263,38 @@ def gradients(setting: Setting, rng: np.random.Generator, t: int) -> np.ndarray:
 
 
 CONSTANT_DRAWS = (0.0, 0.5, 1 - 2.0**-24)
+ONE_BELOW = float(np.nextafter(np.float32(1), np.float32(0)))
+
+
+def anywhere(rng: np.random.Generator, shape) -> np.ndarray:
+    """float32 draws anywhere in [0, 1), not only on the 2^-24 grid a float32 generator gives: a third at full
+    float32 resolution (uniform in [0, 1) rounded down to a float32), a third log-uniform from the smallest
+    subnormal 1e-45 to 1, and 0, the largest float32 below 1, 2^-24 and 1/2 for a twelfth each."""
+    full = rng.random(shape)
+    full32 = full.astype(np.float32)
+    full32 = np.where(full32.astype(np.float64) > full, np.nextafter(full32, np.float32(0)), full32)  # round down
+    tiny = (10.0 ** rng.uniform(-45, 0, shape)).astype(np.float32)
+    fixed = np.array([0.0, ONE_BELOW, 2.0**-24, 0.5], np.float32)[rng.integers(0, 4, shape)]
+    kind = rng.integers(0, 3, shape)
+    return np.minimum(np.select([kind == 0, kind == 1], [full32, tiny], fixed), np.float32(ONE_BELOW))
 
 
 def draws(rng: np.random.Generator, n: int, d: int, kind: str = "uniform") -> tuple[np.ndarray, np.ndarray]:
-    """Uniform float32 draws (worker, server); ``constant``: each array one value, 0, 1/2, 1 - 2^-24 or random."""
+    """Uniform float32 draws (worker, server); ``constant``: each array one value, 0, 1/2, 1 - 2^-24 or random;
+    ``anywhere``: float32 values anywhere in [0, 1) (``anywhere``)."""
     if kind == "constant":
         worker, server = (float(np.float32(rng.choice(CONSTANT_DRAWS + (rng.random(),)))) for _ in range(2))
         return np.full((n, d), worker, np.float32), np.full(d, server, np.float32)
+    if kind == "anywhere":
+        return anywhere(rng, (n, d)), anywhere(rng, (d,))
     return rng.random((n, d), dtype=np.float32), rng.random(d, dtype=np.float32)
+
+
+def _scalars(setting: Setting, beta: float, eps: float, T0):
+    """beta, eps and T0 as the setting passes them: Python float and int, or NumPy float64 and int64."""
+    if setting.scalars == "numpy":
+        return np.float64(beta), np.float64(eps), None if T0 is None else np.int64(T0)
+    return beta, eps, T0
 
 
 def _changed(state, before: StateView, n: int, d: int) -> tuple[str, ...]:
@@ -270,15 +314,36 @@ def run(target: Target, setting: Setting) -> list[Record]:
     older = None  # (state object, its snapshot) returned two calls back
     previous_u_bar = None  # (u_bar object as returned, a copy of it)
     returned = []  # every (u_bar as returned, its copy, state as returned, its snapshot), re-read at the end
+    history = set(setting.history)
+    buffers = None  # "buffers": the one gradient and draw buffers, overwritten every step
+    partner = target.run_init(n, d) if "partner" in history else None
+    replay = []  # "replay": (state object, its inputs, what it returned) of the last steps
     for t in range(1, setting.T + 1):
+        replayed = None
         grads = gradients(setting, rng, t)
         u_worker, u_server = draws(rng, n, d, setting.draws)
         T0 = setting.T0_at(t)
+        at = setting.at(t)
+        beta, eps, T0_given = _scalars(setting, at.beta, at.eps, T0)
         given = (grads.copy(), u_worker.copy(), u_server.copy())  # step gets these; the record keeps the originals
+        if "buffers" in history:
+            if buffers is None:
+                buffers = given
+            else:
+                for buffer, value in zip(buffers, given, strict=True):
+                    np.copyto(buffer, value)
+            given = buffers
         try:
             prev = read_state(state, n, d)
-            raw_u_bar, u_bar, new_state = target.call_step(state, given[0], setting.beta, setting.eps, given[1],
-                                                           given[2], T0)
+            if "restep" in history:  # the same state object first stepped with other inputs, that answer dropped
+                other_w, other_s = draws(rng, n, d)
+                target.call_step(state, -2 * grads[::-1].copy(), 1 - at.beta / 2, at.eps * 3, other_w, other_s,
+                                 None if T0 is None else T0 + 1)
+            if partner is not None:  # a second state of the same shape, other settings, stepped in between
+                other_w, other_s = draws(rng, n, d)
+                partner = target.call_step(partner, grads[::-1].copy(), at.beta / 2, at.eps * 7, other_w, other_s,
+                                           None if T0 is not None else 1)[2]
+            raw_u_bar, u_bar, new_state = target.call_step(state, given[0], beta, eps, given[1], given[2], T0_given)
             new = read_state(new_state, n, d)
             input_changed = _changed(state, prev, n, d)
             older_changed = _changed(older[0], older[1], n, d) if older else ()
@@ -290,8 +355,20 @@ def run(target: Target, setting: Setting) -> list[Record]:
         inputs_changed = tuple(name for name, mine, theirs in zip(("gradients", "u_worker", "u_server"),
                                                                   (grads, u_worker, u_server), given, strict=True)
                                if not same_bits(mine, theirs))
-        records.append(Record(setting, T0, prev, grads, u_worker, u_server, u_bar, new, input_changed, inputs_changed,
-                              older_changed, u_bar_changed, dtypes))
+        if "replay" in history:
+            replay.append((state, (grads, beta, eps, u_worker, u_server, T0_given), u_bar, new))
+            if len(replay) > 2:  # the state of two steps before, stepped again with its inputs
+                old_state, inputs, old_u_bar, old_new = replay.pop(0)
+                copies = [x.copy() if isinstance(x, np.ndarray) else x for x in inputs]
+                try:
+                    again_u_bar, again = target.run_step(old_state, *copies)
+                    differ = _differ_again(again_u_bar, read_state(again, n, d), old_u_bar, old_new)
+                except ImplError as error:
+                    raise ImplError(f"{error} (trajectory {setting.name!r}, step {t - 2} again)") from error
+                if differ:
+                    replayed = (t - 2, tuple(differ))
+        records.append(Record(at, T0, prev, grads, u_worker, u_server, u_bar, new, input_changed, inputs_changed,
+                              older_changed, u_bar_changed, dtypes, replayed=replayed))
         older, previous_u_bar = (state, prev), (raw_u_bar, u_bar)
         returned.append((raw_u_bar, u_bar, new_state, new))
         state = new_state
@@ -304,14 +381,44 @@ def run(target: Target, setting: Setting) -> list[Record]:
     return records
 
 
+def _differ_again(u_bar: np.ndarray, view: StateView, want_u_bar: np.ndarray, want: StateView) -> list[str]:
+    """What a repeated call gave differently: u_bar and the state's fields, bit for bit."""
+    return (["u_bar"] if not same_bits(u_bar, want_u_bar) else []) + want.equals(view)
+
+
 def trajectory(ctx: Context, setting: Setting) -> list[Record]:
     return ctx.shared(("trajectory", setting.name), lambda: run(ctx.target, setting))
 
 
 def trajectories(ctx: Context) -> list[list[Record]]:
-    """Every setting's trajectory, computed once per context."""
-    return [trajectory(ctx, s) for s in SETTINGS]
+    """Every setting's trajectory (``ctx.settings``, or ``SETTINGS``), computed once per context."""
+    return [trajectory(ctx, s) for s in (ctx.settings or SETTINGS)]
+
+
+FLOAT32_EXTREME = 2.0**127  # half the largest float32: |m_{t-1}| + |g| beyond it lets another order overflow
+
+
+def overflows_at_extremes(trajectory: list[Record]) -> bool:
+    """Whether m or b_hat became non-finite at an element where |m_{t-1}| + |g| (or |b_hat_{t-1}| + |g|) reached
+    ``FLOAT32_EXTREME`` while beta m + (1 - beta) g stays finite: a lerp's g - m overflows there."""
+    for rec in trajectory:
+        g = np.abs(rec.grads.astype(np.float64))
+        for name in ("m", "b_hat"):
+            prev = np.abs(getattr(rec.prev, name).astype(np.float64))
+            with np.errstate(all="ignore"):
+                extreme = ~(prev + g < FLOAT32_EXTREME) & (rec.setting.beta * prev + (1 - rec.setting.beta) * g
+                                                             < float(np.finfo(np.float32).max))
+            if extreme.any() and not np.isfinite(getattr(rec.new, name)[extreme]).all():
+                return True
+    return False
+
+
+def judged_trajectories(ctx: Context) -> list[list[Record]]:
+    """Every trajectory but those that overflowed only at float32's extremes (left to contract_float32_extremes, a
+    warning: what follows such an overflow is not the algorithm's to judge)."""
+    return ctx.shared("judged_trajectories", lambda: [t for t in trajectories(ctx) if not overflows_at_extremes(t)])
 
 
 def all_records(ctx: Context) -> list[Record]:
-    return [record for trajectory in trajectories(ctx) for record in trajectory]
+    """The records of ``judged_trajectories``."""
+    return [record for trajectory in judged_trajectories(ctx) for record in trajectory]

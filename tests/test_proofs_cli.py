@@ -180,3 +180,55 @@ def test_an_implementation_with_the_interface_and_a_wrong_result_is_a_verdict_ex
     out = json.loads(capsys.readouterr().out)
     assert code == 1 and "error" not in out
     assert [c["status"] for c in out["checks"]] == ["pass", "fail"]
+
+
+def test_check_ends_every_process_the_implementation_started_and_says_so(tmp_path, capsys):
+    """An implementation that forks a long-lived child and starts one in a session of its own (out of the process
+    group): both are ended before the verdict, named on stderr and in the JSON."""
+    import os
+    import time
+
+    pids = tmp_path / "pids"
+    path = tmp_path / "forking_impl.py"
+    path.write_text(
+        "import os, subprocess, sys, time\n"
+        "from birder_ref.algorithm1 import init, quantize, step\n"
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    time.sleep(300)\n"
+        "    os._exit(0)\n"
+        "escaped = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], start_new_session=True,\n"
+        "                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        f"open({str(pids)!r}, 'w').write(f'{{child}} {{escaped.pid}}')\n")
+    code = main(["check", "--json", "--impl", str(path), "--only", "interface,line1_init"])
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    started = [int(p) for p in pids.read_text().split()]
+    assert code == 0 and sorted(out["processes_ended"]) == sorted(started), (out.get("processes_ended"), started)
+    assert "ended 2 processes the implementation started and left running" in captured.err
+
+    def running(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except (OSError, IndexError):
+            return False
+
+    deadline = time.monotonic() + 10
+    while any(running(p) for p in started) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(running(p) for p in started)
+    assert os.getpid() not in started
+
+
+def test_warnings_exit_zero_and_fail_under_strict_with_severity_in_the_json(capsys):
+    """A port that refuses a layout (np.frombuffer of a Fortran-ordered array) gets a warning: exit 0, exit 1 under
+    --strict; every check carries its severity."""
+    argv = ["check", "--json", "--impl", "proofs_checks.mutants_sampled:zero_copy_gradients", "--only",
+            "interface,contract_input_layouts,contract_layouts_same_result"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["passed"] is True and out["warnings"] == ["contract_input_layouts"]
+    assert {c["name"]: c["severity"] for c in out["checks"]} == {
+        "interface": "error", "contract_input_layouts": "warning", "contract_layouts_same_result": "error"}
+    assert main([a for a in argv if a != "--json"] + ["--strict"]) == 1
+    assert "WARN  contract_input_layouts" in capsys.readouterr().out

@@ -1,5 +1,7 @@
 """The suite bites: each deliberately wrong implementation is rejected by the check named for it."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -14,7 +16,8 @@ def test_mutant_is_rejected_by_its_check(name):
     report = run_checks(load_target(impl), names=list(catching), progress=False)
     for result in report.results:
         assert not result.passed, f"{name} passed {result.name}: {result.detail}"
-    assert not report.passed
+    assert not replace(report, strict=True).passed  # lerp_momentum only under --strict: its check is a warning
+    assert report.passed is all(r.severity == "warning" for r in report.results)
 
 
 def test_mutants_are_reachable_from_the_command_line_name():
@@ -47,9 +50,13 @@ def test_the_hypothesis_hunt_finds_the_lerp_ulp_excess_on_its_own_and_nothing_on
     assert hunt(load_target()) is None
 
 
-def test_lerp_momentum_fails_line5_only_where_g_minus_m_overflows():
-    """Lerp's last-ulp excess is rounding (accepted); what rejects it is the overflow of g - m near the largest
-    float32, where the interface's beta m + (1 - beta) g is finite."""
-    report = run_checks(load_target(MUTANTS["lerp_momentum"][0]), names=["line5_6_moments"], progress=False)
-    assert not report.passed and "first wrong at float32_max" in report.results[0].detail
-    assert "-inf" in report.results[0].detail or " inf" in report.results[0].detail
+def test_lerp_momentum_is_only_warned_where_g_minus_m_overflows():
+    """Lerp's last-ulp excess is rounding (accepted), and its overflow of g - m near the largest float32, where the
+    interface's beta m + (1 - beta) g is finite, is a warning: exit 0, exit 1 only under --strict."""
+    names = ["line5_6_moments", "contract_float32_extremes"]
+    report = run_checks(load_target(MUTANTS["lerp_momentum"][0]), names=names, progress=False)
+    moments, extremes = report.results
+    assert moments.passed and report.passed and report.warnings == ["contract_float32_extremes"]
+    assert not extremes.passed and extremes.severity == "warning" and "first wrong at float32_max" in extremes.detail
+    assert "-inf" in extremes.detail or " inf" in extremes.detail
+    assert not replace(report, strict=True).passed

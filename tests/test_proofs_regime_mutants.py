@@ -4,7 +4,7 @@ judged"), and every correct alternative, the template `birder check --template` 
 
 import pytest
 
-from proofs_checks import mutants_regimes
+from proofs_checks import mutants_regimes, structure
 from proofs_checks.registry import CHECKS
 from proofs_checks.runner import run_checks, select
 from proofs_checks.target import load_target
@@ -14,7 +14,7 @@ from proofs_checks.target import load_target
 # second. Correct ones run every check.
 HEAVY = {"theorem1_bound", "theorem1_decay_measured", "long_run_identities", "lemma1_error_second_moment",
          "premise_frequency", "eq5_probability_exact", "lemma1_moments", "eq5_support", "ratio_bound",
-         "contract_float32_ratio"}
+         "contract_float32_ratio"} | set(structure.SLOW)
 KIND = {c.name: c.kind for c in CHECKS}
 
 
@@ -45,14 +45,18 @@ def test_the_root_causes_name_the_line_or_the_clause():
     assert "wraps" in report.results[0].detail
 
 
+# The structural checks (seconds each) are run on correct ports in tests/test_proofs_structure_mutants.py.
+EVERY = [c.name for c in select() if c.name not in structure.SLOW]
+
+
 @pytest.mark.parametrize("name", list(mutants_regimes.CORRECT))
 def test_correct_alternative_passes_every_check(name):
-    report = run_checks(load_target(mutants_regimes.CORRECT[name]), progress=False)
+    report = run_checks(load_target(mutants_regimes.CORRECT[name]), names=EVERY, progress=False)
     assert report.passed, [(r.name, r.detail) for r in report.results if not r.passed]
 
 
 def test_the_template_passes_every_check_from_its_file_path():
     from proofs_checks.cli import TEMPLATE
 
-    report = run_checks(load_target(str(TEMPLATE)), progress=False)
+    report = run_checks(load_target(str(TEMPLATE)), names=EVERY, progress=False)
     assert report.passed, [(r.name, r.detail) for r in report.results if not r.passed]

@@ -6,7 +6,7 @@ passes. And the sampled space holds the edges the checks claim to cover."""
 import numpy as np
 import pytest
 
-from proofs_checks import mutants_sampled
+from proofs_checks import mutants_sampled, structure
 from proofs_checks.runner import run_checks, select
 from proofs_checks.target import load_target
 from proofs_checks.trajectories import FLOAT32_MAX, SETTINGS, SMALLEST_NORMAL, sampled_settings
@@ -15,7 +15,7 @@ from proofs_checks.trajectories import FLOAT32_MAX, SETTINGS, SMALLEST_NORMAL, s
 # conventions below do not touch; fused_momentum, which changes line 5, runs every check.
 HEAVY = {"theorem1_bound", "theorem1_decay_measured", "long_run_identities", "lemma1_error_second_moment",
          "premise_frequency", "eq5_probability_exact", "lemma1_moments", "eq5_support", "ratio_bound",
-         "contract_float32_ratio"}
+         "contract_float32_ratio"} | set(structure.SLOW)
 
 
 @pytest.mark.parametrize("name", list(mutants_sampled.MUTANTS))

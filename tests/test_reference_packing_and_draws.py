@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from birder_ref import draws, draws_pairs, pack_signs, quantize, unpack_signs
+from birder_ref import draws, pack_signs, quantize, unpack_signs
+from proofs_checks import draws_pairs
 
 
 def test_pack_is_msb_first_one_for_plus_and_pads_with_zero():

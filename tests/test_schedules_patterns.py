@@ -2,6 +2,7 @@
 pattern is refused, and ``birder_ref.schedules`` is a leaf that knows no optimizer."""
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,21 @@ def test_schedules_is_a_leaf_and_the_reference_has_no_import_cycle():
 
     for module in graph:
         visit(module, ())
+
+
+def test_the_reference_imports_numpy_only():
+    """birder_ref needs NumPy and the standard library alone (statistical tests of its draws live in proofs_checks):
+    every import in every module, function-local ones included."""
+    allowed = set(sys.stdlib_module_names) | {"numpy", "birder_ref"}
+    for path in Path(birder_ref.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                roots = {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                roots = {node.module.split(".")[0]}
+            else:
+                continue
+            assert roots <= allowed, f"{path.name} imports {sorted(roots - allowed)}: birder_ref imports NumPy only"
 
 
 def test_the_layout_places_every_rank_once():

@@ -1,8 +1,8 @@
 """Pair tests of the counter-based draws (``birder_ref.draws``): 16 x 16 chi-square tests on disjoint pairs of
 draws, the measurement behind the draws docstring's quality paragraph.
 
-    python -m birder_ref.draws_pairs               # the lag set at 2**22 draws (3 seeds, 174 tests; ~15 s)
-    python -m birder_ref.draws_pairs --log2-draws 24  # d = 2**b, 12 <= b < 24, at 2**24 draws (72 tests; ~30 s)
+    python -m proofs_checks.draws_pairs               # the lag set at 2**22 draws (3 seeds, 174 tests; ~15 s)
+    python -m proofs_checks.draws_pairs --log2-draws 24  # d = 2**b, 12 <= b < 24, at 2**24 draws (72 tests; ~30 s)
 
 Each test's statistic exceeds the chi2(255) quantile at 1 - 1e-9 with probability 1e-9 for independent uniform
 draws; the draws are fixed by their seeds, so the outcome is too.
