@@ -8,8 +8,8 @@ from pathlib import Path
 from birder.report_core import Section
 
 # the totals line of ``proofs_checks.runner.table``:
-# "TARGET: N pass, M fail, B not judged, K not applicable, J measured; wall time ..."
-TOTALS = re.compile(r"^(?P<target>\S+): (?P<passed>\d+) pass, (?P<failed>\d+) fail,"
+# "TARGET: N pass, M fail, W warnings, B not judged, K not applicable, J measured; wall time ..."
+TOTALS = re.compile(r"^(?P<target>\S+): (?P<passed>\d+) pass, (?P<failed>\d+) fail,(?: (?P<warned>\d+) warnings,)?"
                     r"(?: (?P<blocked>\d+) not judged,)? (?P<na>\d+) not applicable", re.MULTILINE)
 
 
@@ -23,6 +23,8 @@ def section(outdir: Path, quick: bool) -> Section:
                                             "read the checks section"})
     blocked = int(totals["blocked"] or 0)
     verdict = "all hold" if totals["failed"] == "0" and blocked == 0 else "SOME FAIL"
+    warned = int(totals["warned"] or 0)
     line = (f"{totals['passed']} checks pass, {totals['failed']} fail, {blocked} not judged, {totals['na']} not "
-            f"applicable on {totals['target']} ({verdict})")
+            f"applicable on {totals['target']} ({verdict})" + (f"; {warned} warnings (interface robustness only)"
+                                                                if warned else ""))
     return Section(markdown, {"checks": line})
