@@ -612,7 +612,7 @@ def run_validate(args) -> int:
         bar.set_description("validate: the corpus, each source left out")
         loso = leave_one_source_out.corpus_validation(progress=bar, step_jitter_fits=stored_step_jitter_fits())
     summary["corpus_validation"] = loso.as_dict()
-    summary.update(_headline_figures(loso))
+    summary.update(_headline_figures(summary["corpus_validation"], len({r.source for r in loso.rows})))
     if args.out:
         from sim import plots
 
@@ -704,14 +704,12 @@ def _speedup_line(name: str, f: dict, level: float) -> str:
             f"(naive: {_percent(f['naive_decided'])}, {_percent(f['naive_decided_right'])})")
 
 
-def _headline_figures(loso) -> dict:
+def _headline_figures(s: dict, sources: int) -> dict:
     """``validate --json``'s headline keys: ``first_contact`` (sources the model never saw, scored before any change
     for them: ``sim.validation.first_contact``), then the corpus it was designed on, ``left_out`` (each source left
     out of every fit) and ``in_sample``, each beside linear scaling and the alpha-beta ring on the same rows."""
     from sim.validation.first_contact import first_contact_summary
 
-    s = loso.summary()
-    sources = len({r.source for r in loso.rows})
     common = {"rows": s["rows"], "sources": sources, "linear": s["mape_linear"], "alpha_beta": s["mape_alpha_beta"]}
     return {"first_contact": first_contact_summary(),
             "left_out": {"error": s["mape_left_out"], "coverage": s["coverage"],

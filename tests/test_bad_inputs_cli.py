@@ -843,7 +843,8 @@ def test_the_wall_bound_turns_a_hang_into_a_failure(tmp_path):
 
 
 def test_validate_json_is_strict_json_with_cross_validation(tmp_path):
-    """Good input, the default path through cross-validation: the JSON must parse with a strict parser."""
+    """Good input, the default path through cross-validation and the corpus (whose constants include infinite
+    ones: no incast onset): the JSON must parse with a strict parser."""
     (tmp_path / "cv.csv").write_text(HEADER + GOOD_ROW + "resnet50,32,10gbe,sgdm,16,2959\n"
                                      "resnet50,32,10gbe,sgdm,32,4270\n")
     # good input, slow under load: the wall bound is only a hang guard

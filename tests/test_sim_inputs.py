@@ -51,13 +51,6 @@ def test_validate_refuses_a_row_whose_throughput_is_not_positive(tmp_path, value
     assert "line 3" in err and "throughput" in err
 
 
-def test_validate_json_is_strict(tmp_path, capsys):
-    """Strict JSON (no Infinity or NaN) even when a constant is infinite (no incast onset)."""
-    assert main(["validate", "--json", "--no-cross-validation"]) == 0
-    text = capsys.readouterr().out
-    json.loads(text, parse_constant=lambda name: pytest.fail(f"non-strict JSON constant {name}"))
-
-
 @pytest.mark.parametrize("argv, message", [
     (["sweep", "--cluster", EXAMPLE, "--networks", "10gbe"], "conflict"),
     (["sweep", "--networks", ""], "expected comma-separated"),
