@@ -31,7 +31,7 @@ run: $(STAMP_RUN)
 
 test: $(STAMP_TEST)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist load
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
 
 lint: $(STAMP_TEST)
 	$(BIN)/ruff check .
