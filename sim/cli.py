@@ -835,7 +835,7 @@ def run_doctor(args: argparse.Namespace) -> int:
 
     text = read_text_bounded(Path(args.log), calibrate.MAX_OUTPUT_BYTES, "nccl-tests output")
     output = calibrate.parse_nccl_tests(text, str(args.log), args.op)
-    nodes, per_node = doctor.stated_layout(output, args.nodes, args.gpus_per_node)
+    nodes, per_node = calibrate.layout([output], args.nodes, args.gpus_per_node)  # the Rank lines', else ours
     if nodes > 1 and not (args.network or args.cluster):
         raise ValueError(f"the output spans {nodes} nodes: name the network it ran on (--network PRESET, e.g. ib-hdr "
                          "or 100gbe, or --cluster FILE.toml) so that doctor knows what the hardware gives")

@@ -25,7 +25,7 @@ import re
 import statistics
 from dataclasses import dataclass, field, replace
 
-from sim.calibrate import PLATEAU_BYTES, NcclTestsOutput, efficiency_limit, layout
+from sim.calibrate import PLATEAU_BYTES, NcclTestsOutput, efficiency_limit
 from sim.collective import predict_collective
 from sim.hardware import INTRA, TRANSPORTS, Cluster, intra_preset, make_nic, nccl_channels
 
@@ -216,8 +216,3 @@ def diagnose(output: NcclTestsOutput, stated: Cluster, ev: LogEvidence) -> Diagn
     table = tuple({"key": h.key, "plateau_busbw_gbytes_per_s": busbw, "log_distance": dist,
                    "evidence": h.evidence, "explains": explains} for h, busbw, dist, explains in scored)
     return Diagnosis(op, stated, tuple(rows), share, reached, verdict, tuple(causes), table, ev)
-
-
-def stated_layout(output: NcclTestsOutput, nodes: int | None, gpus_per_node: int | None) -> tuple[int, int]:
-    """Nodes and GPUs per node of the run: the Rank lines', else the options' (``sim.calibrate.layout``)."""
-    return layout([output], nodes, gpus_per_node)
