@@ -338,15 +338,20 @@ def step_time(ctx: Context) -> dict:
 
 def _trial(optimizer: str, layers: int, width: int, device) -> dict:
     """One training step of an MLP of ``layers`` square layers under DDP (one rank) with ``optimizer``; whether it
-    fit, and the peak memory torch allocated (CUDA)."""
+    fit, and the peak memory torch allocated for it (CUDA): the peak less what was still allocated before it began
+    (an earlier trial's leftovers, which made the per-layer difference of two trials negative on an H200)."""
     import torch
     from torch import nn
 
     from gpu_validation.optimizer import Birder
 
     cuda = device.type == "cuda"
+    before = 0
     if cuda:
+        gc.collect()
+        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
     start = time.perf_counter()
     model = ddp = opt = x = None
     try:
@@ -369,7 +374,7 @@ def _trial(optimizer: str, layers: int, width: int, device) -> dict:
         gc.collect()
         if cuda:
             torch.cuda.empty_cache()
-    peak = torch.cuda.max_memory_allocated(device) if cuda else None
+    peak = torch.cuda.max_memory_allocated(device) - before if cuda else None
     return {"layers": layers, "parameters": layers * (width * width + width), "fit": fit, "peak_bytes": peak,
             "seconds": round(time.perf_counter() - start, 2), **({"error": error} if error else {})}
 

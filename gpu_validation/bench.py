@@ -159,6 +159,7 @@ def _stage_rows(sizes: Iterable[int], device: torch.device, repeats: int, quiet:
 
     rows = []
     generator = torch.Generator().manual_seed(0)
+    piece = tb.piece_elements(device)
     for n in tqdm(sizes, desc="bench kernels", unit="size", disable=True if quiet else None):
         n = -(-n // 8) * 8
         grad = torch.randn(n, generator=generator).to(device)
@@ -167,12 +168,12 @@ def _stage_rows(sizes: Iterable[int], device: torch.device, repeats: int, quiet:
         packed = torch.randint(0, 256, (2, n // 8), dtype=torch.uint8, generator=generator).to(device)
         bits = torch.randint(0, 256, (n // 8,), dtype=torch.uint8, generator=generator).to(device)
         x = torch.randn(n, generator=generator).to(device)
-        work = (torch.empty(tb.PIECE + 16, device=device), torch.empty(tb.PIECE, device=device),
-                torch.empty(tb.PIECE // 8 + 2, dtype=torch.int64, device=device))
+        work = (torch.empty(piece + 16, device=device), torch.empty(piece, device=device),
+                torch.empty(piece // 8 + 2, dtype=torch.int64, device=device))
 
         def update(x=x, bits=bits, work=work, n=n):
-            for lo in range(0, n, tb.PIECE):
-                _apply_packed_update_(x[lo:lo + tb.PIECE], bits, lo, 1e-3, 1e-4, work)
+            for lo in range(0, n, piece):
+                _apply_packed_update_(x[lo:lo + piece], bits, lo, 1e-3, 1e-4, work)
 
         ws = tb._Workspace.make(n, device)
         seconds = {
@@ -182,8 +183,8 @@ def _stage_rows(sizes: Iterable[int], device: torch.device, repeats: int, quiet:
                 p, s, k, 0, n_workers=2), device, repeats),
             "update": _median_seconds(update, device, repeats),
         }
-        draws = _median_seconds(lambda n=n, ws=ws, k=worker_key: [tb._grid_into(k, lo, min(tb.PIECE, n - lo), ws)
-                                                                   for lo in range(0, n, tb.PIECE)], device, repeats)
+        draws = _median_seconds(lambda n=n, ws=ws, k=worker_key: [tb._grid_into(k, lo, min(piece, n - lo), ws)
+                                                                   for lo in range(0, n, piece)], device, repeats)
         peak, _ = peak_gbytes_per_s(device)
         row = {"elements": n, **{f"{stage}_s": t for stage, t in seconds.items()}, "draws_s": draws,
                "peak_gbytes_per_s": peak}

@@ -85,8 +85,8 @@ def apply_update_(p: torch.Tensor, u_bar: torch.Tensor, lr: float, weight_decay:
 
 def _apply_packed_update_(piece: torch.Tensor, bits: torch.Tensor, start: int, lr: float, weight_decay: float,
                           work: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
-    """``apply_update_`` on a contiguous piece (at most ``torch_birder.PIECE`` elements) whose u_bar is signs
-    start .. start + n - 1 of the packed ``bits``, in preallocated buffers: the same operations, in the same
+    """``apply_update_`` on a contiguous piece (at most ``torch_birder.piece_elements`` of its device) whose u_bar
+    is signs start .. start + n - 1 of the packed ``bits``, in preallocated buffers: the same operations, in the same
     order (weight_decay * p, + u_bar, * lr, subtracted), so the same bits. A float32 piece on CPU runs them on
     NumPy views (the coefficients rounded to float32 as torch rounds a Python scalar for a float32 tensor), with
     less per-call overhead than torch's eager dispatch on pieces this small; such writes do not advance the
@@ -925,13 +925,14 @@ class Birder(torch.optim.Optimizer):
                 continue
             lr, decay = self.param_groups[g]["lr"], self.param_groups[g]["weight_decay"]
             if p.is_contiguous():  # piece by piece, so the temporaries stay in cache (element-wise: same bits)
+                size = tb.piece_elements(p.device)
                 if p.dtype not in work:  # (signs, decay term, byte indices), reused for every piece and step
-                    work[p.dtype] = (torch.empty(tb.PIECE + 16, dtype=p.dtype, device=p.device),
-                                     torch.empty(tb.PIECE, dtype=p.dtype, device=p.device),
-                                     torch.empty(tb.PIECE // 8 + 2, dtype=torch.int64, device=p.device))
+                    work[p.dtype] = (torch.empty(size + 16, dtype=p.dtype, device=p.device),
+                                     torch.empty(size, dtype=p.dtype, device=p.device),
+                                     torch.empty(size // 8 + 2, dtype=torch.int64, device=p.device))
                 flat = p.view(-1)
-                for lo in range(0, flat.numel(), tb.PIECE):
-                    piece = flat[lo:lo + tb.PIECE]
+                for lo in range(0, flat.numel(), size):
+                    piece = flat[lo:lo + size]
                     _apply_packed_update_(piece, bits, start + lo, lr, decay, work[p.dtype])
                 increment_version(p)  # NumPy writes bypass autograd's check that saved tensors are unchanged
             else:

@@ -30,6 +30,7 @@ from birder_ref.draws import (
     hash16,
     hash_index,
     low_half_word,
+    mul32,
     stream_key,
 )
 
@@ -181,7 +182,17 @@ def server_step(mean_u: torch.Tensor, server_error: torch.Tensor, u_server: torc
 # happen while it is in cache, and no full-length temporary is made. The state is updated in place, so the caller
 # must decide beforehand that the step counts (the optimizer checks the gradients first).
 
-PIECE = 1 << 16  # elements per piece: a few float32 temporaries of this size stay in L2
+PIECE = 1 << 16  # elements per piece on a CPU: a few float32 temporaries of this size stay in L2
+# elements per piece on a GPU: each piece costs some 30 kernel launches (about 10 us each) whatever its size, so a
+# GPU's pieces are large (the H200 spent 80 ms on 2**24 elements in pieces of 2**16, 0.16% of its copy bandwidth);
+# its workspace is about 14 bytes per element (224 MiB)
+GPU_PIECE = 1 << 24
+
+
+def piece_elements(device: torch.device | str) -> int:
+    """Elements per piece of the piecewise stages on ``device``: ``PIECE`` on a CPU, ``GPU_PIECE`` elsewhere.
+    Every stage is element-wise, so the piece size changes no bit."""
+    return PIECE if torch.device(device).type == "cpu" else GPU_PIECE
 _PACK_MAGIC = as_int32(0x80402010) << 32 | 0x08040201  # (0x8040201008040201 as int64): see _pack_into
 _GRID_SCALE = float(2**UNIFORM_BITS)  # u = k / 2**24, so u < x exactly when k < x * 2**24
 
@@ -207,7 +218,7 @@ class _Workspace:
 
     @staticmethod
     def make(n: int, device) -> _Workspace:
-        size = max(8, min(PIECE, n))
+        size = max(8, min(piece_elements(device), n))
         a, work, grid = (torch.empty(size, dtype=torch.float32, device=device) for _ in range(3))
         return _Workspace(a, work, grid, grid.view(torch.int32), work.view(torch.int32),  # fewer bytes in cache
                           torch.empty(size, dtype=torch.bool, device=device),
@@ -248,13 +259,31 @@ def _hash_inputs_into(key: int, start: int, n: int, ws: _Workspace) -> None:
         h, table, xor, word = ws.arrays[3][:n], _low_half_numpy(), np.bitwise_xor, np.uint32
     else:
         h, table, xor, word = ws.h[:n], _low_half_table(ws.h.device), torch.bitwise_xor, as_int32
+    end = start + n
+    first_whole, last_whole = -(-start // _HALF) * _HALF, end - end % _HALF
+    whole = not ws.cpu and last_whole - first_whole >= 2 * _HALF  # on a GPU, whole blocks in one launch
     lo = start
-    while lo < start + n:
+    while lo < end:
+        if whole and lo == first_whole:
+            blocks = (last_whole - first_whole) // _HALF
+            constants = _block_constants_torch(key, first_whole >> 16, blocks, h.device)
+            xor(table.unsqueeze(0), constants.unsqueeze(1), out=h[lo - start: last_whole - start].view(blocks, _HALF))
+            lo = last_whole
+            continue
         block = lo - lo % _HALF
-        hi = min(start + n, block + _HALF)
+        hi = min(end, block + _HALF)
         constant = word(_xorshift16((hash16((block >> 16) & 0xFFFF) << 16) ^ key))
         xor(table[lo - block: hi - block], constant, out=h[lo - start: hi - start])
         lo = hi
+
+
+def _block_constants_torch(key: int, first_block: int, blocks: int, device: torch.device) -> torch.Tensor:
+    """``_hash_inputs_into``'s per-block constant xorshift16((hash16(hi) << 16) ^ key) for the ``blocks`` aligned
+    blocks of 2**16 indices from block number ``first_block``, as int32 words on ``device`` (formed there, as the
+    Python ints of the block-by-block loop are: the same words)."""
+    high = torch.arange(first_block, first_block + blocks, dtype=torch.int64, device=device).remainder_(1 << 16)
+    words = mul32(hash16(high.to(torch.int32)), 1 << 16) ^ as_int32(key)
+    return words ^ ((words >> 16) & 0xFFFF)  # the arithmetic shift made logical
 
 
 @functools.cache
@@ -368,8 +397,8 @@ def worker_step_packed_(m: torch.Tensor, b_hat: torch.Tensor, e: torch.Tensor, g
         with np.errstate(all="ignore"):  # overflow / NaN propagate as in torch, without NumPy's warnings
             _worker_pieces_numpy(m, b_hat, e, rows, beta, eps, key, start, ws, mean, out)
         return out
-    for lo in range(0, n, PIECE):
-        hi = min(lo + PIECE, n)
+    for lo in range(0, n, ws.a.numel()):
+        hi = min(lo + ws.a.numel(), n)
         k = hi - lo
         mp, bp, ep, a = m[lo:hi], b_hat[lo:hi], e[lo:hi], ws.a[:k]
         gp = _node_mean(rows[:, lo:hi], None if mean is None else mean[:k])
@@ -399,8 +428,8 @@ def _worker_pieces_numpy(m, b_hat, e, rows, beta, eps, key, start, ws, mean, out
     A, W, G, _, _, PLUS, BYTES = ws.arrays
     total = None if mean is None else mean.numpy()
     divisor = f32(rows.shape[0])
-    for lo in range(0, n, PIECE):
-        hi = min(lo + PIECE, n)
+    for lo in range(0, n, ws.a.numel()):
+        hi = min(lo + ws.a.numel(), n)
         k = hi - lo
         mp, bp, ep, a, w, plus = M[lo:hi], B[lo:hi], E[lo:hi], A[:k], W[:k], PLUS[:k]
         if total is None:
@@ -500,8 +529,8 @@ def server_step_packed_(mean_u: torch.Tensor, server_error: torch.Tensor, key: i
         with np.errstate(all="ignore"):
             _server_pieces_numpy(mean_u, server_error, key, start, n_workers, ws, out)
         return out
-    for lo in range(0, n, PIECE):
-        hi = min(lo + PIECE, n)
+    for lo in range(0, n, ws.a.numel()):
+        hi = min(lo + ws.a.numel(), n)
         k = hi - lo
         z, sp = ws.a[:k], server_error[lo:hi]
         mean = mean_u[lo:hi] if n_workers is None else _mean_of_packed_signs(mean_u[:, lo // 8: hi // 8], ws)

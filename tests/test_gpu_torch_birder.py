@@ -214,6 +214,33 @@ def test_fused_in_place_stages_equal_the_plain_steps_across_pieces(gpus):
     assert torch.equal(tb.unpack_range(fused, 13, 1000, torch.float32), u_bar[13:1013])
 
 
+def test_gpu_sized_pieces_hash_whole_blocks_in_one_launch(monkeypatch):
+    """A GPU's pieces span many aligned blocks of 2**16 indices, whose hash inputs are formed in one broadcast XOR
+    (``_block_constants_torch``): with CPU pieces made that large, the torch (CUDA) form gives ``uniforms``' bits
+    with a partial block at either end, with whole blocks only, and up to index 2**32 - 1; and so do the fused
+    worker and server stages' torch forms (strided state) across pieces of that size."""
+    from birder_ref.draws import stream_key
+
+    monkeypatch.setattr(tb, "PIECE", 3 * 2**16)
+    key = stream_key(9, 3, 2)
+    for start, n in ((8 * 1001, 3 * 2**16), (0, 2**17), (2**32 - 2**17 - 40, 2**17 + 40)):
+        ws = dataclasses.replace(tb._Workspace.make(n, torch.device("cpu")), cpu=False)
+        expected = tb.uniforms(9, 3, 2, torch.arange(start, start + n, dtype=torch.int64))
+        assert torch.equal(tb._grid_into(key, start, n, ws) * 2.0**-24, expected), start
+    n, start, generator = 4 * 2**16, 8 * 1001, torch.Generator().manual_seed(3)
+    grad = torch.randn(n, generator=generator)
+    state = [torch.randn(n, generator=generator) * 0.01, torch.rand(n, generator=generator), torch.zeros(n)]
+    strided = [torch.zeros(2 * n)[::2].copy_(v) for v in state]
+    packed = tb.worker_step_packed_(*state, grad, 0.9, 1e-8, key, start)
+    assert torch.equal(tb.worker_step_packed_(*strided, grad, 0.9, 1e-8, key, start), packed)
+    assert all(torch.equal(a, b) for a, b in zip(state, strided, strict=True))
+    received = torch.stack([packed, packed.flip(0)])
+    error, strided_error = torch.zeros(n), torch.zeros(2 * n)[::2]
+    assert torch.equal(tb.server_step_packed_(received, error, key, start, n_workers=2),
+                       tb.server_step_packed_(received, strided_error, key, start, n_workers=2))
+    assert torch.equal(error, strided_error)
+
+
 def test_fused_draws_and_packing_equal_the_reference_forms():
     """The in-place draws (k kept unscaled; NumPy uint32 on CPU, torch int32 elsewhere) are ``uniforms``'
     k / 2**24 bit for bit, also for indices at and past 2**31 and across blocks of 2**16, and the multiply-based
