@@ -379,11 +379,51 @@ def _trial(optimizer: str, layers: int, width: int, device) -> dict:
             "seconds": round(time.perf_counter() - start, 2), **({"error": error} if error else {})}
 
 
+def _trial_in_fresh_process(optimizer: str, layers: int, width: int, device, timeout_s: float) -> dict:
+    """``_trial`` in a process of its own (one rank of its own process group): its peak is then its own, where in a
+    shared process an earlier trial's leftovers, freed only during a later one, skewed the H200's peaks (Birder's
+    per-layer bytes came out negative, then 4 B per parameter for one layer). ``seconds`` is the trial's own time;
+    ``wall_s`` adds the process's start (torch, CUDA, the process group). An out-of-time or failed process is a
+    RuntimeError with its last lines."""
+    code = (f"from gpu_check.parts import _trial_main; _trial_main({optimizer!r}, {layers}, {width}, "
+            f"{str(device)!r})")
+    started = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=max(1.0, timeout_s))
+    except subprocess.TimeoutExpired as late:
+        raise RuntimeError(f"a {layers}-layer {optimizer} trial ran past {timeout_s:.0f} s") from late
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        tail = " ".join((done.stderr or done.stdout).split()[-40:])
+        raise RuntimeError(f"a {layers}-layer {optimizer} trial exited {done.returncode}: {tail}")
+    return {**json.loads(lines[-1]), "wall_s": round(time.monotonic() - started, 2)}
+
+
+def _trial_main(optimizer: str, layers: int, width: int, device_name: str) -> None:
+    """The body of ``_trial_in_fresh_process``: one rank's process group, one ``_trial``, its dict as JSON."""
+    import torch
+    import torch.distributed as dist
+
+    device = torch.device(device_name)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    with tempfile.TemporaryDirectory() as tmp:
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=f"file://{tmp}/store",
+                                rank=0, world_size=1, timeout=timedelta(seconds=120))
+        try:
+            print(json.dumps(_trial(optimizer, layers, width, device)), flush=True)
+        finally:
+            dist.destroy_process_group()
+
+
 def _largest(optimizer: str, width: int, device, cap: int, report, seconds_left, max_verify: int = 5) -> dict:
     """The most layers that fit, never trying more than ``cap``: two small trials give the bytes per layer (CUDA),
     the free memory a prediction, and at most ``max_verify`` trials bisect from it between the most layers seen to
     fit and the fewest seen to fail (upward by one layer until one fails). ``report(trials)`` after each trial; a
-    trial whose time (scaled from the last one's) would pass ``seconds_left()`` is not started."""
+    trial whose time (scaled from the last one's, plus its process's start) would pass ``seconds_left()`` is not
+    started. On CUDA each trial runs in a fresh process (``_trial_in_fresh_process``), so that each peak is its
+    own; the CPU form, which measures no memory, runs them in this one."""
     import torch
 
     trials: list[dict] = []
@@ -391,10 +431,14 @@ def _largest(optimizer: str, width: int, device, cap: int, report, seconds_left,
 
     def attempt(layers: int) -> bool | None:
         nonlocal stopped_for_time
-        if trials and trials[-1]["seconds"] * layers / trials[-1]["layers"] * 1.5 + 5 > seconds_left():
-            stopped_for_time = True
-            return None
-        trials.append(_trial(optimizer, layers, width, device))
+        if trials:
+            last = trials[-1]
+            start_s = last.get("wall_s", last["seconds"]) - last["seconds"]
+            if start_s + last["seconds"] * layers / last["layers"] * 1.5 + 5 > seconds_left():
+                stopped_for_time = True
+                return None
+        trials.append(_trial_in_fresh_process(optimizer, layers, width, device, seconds_left() - 2)
+                      if device.type == "cuda" else _trial(optimizer, layers, width, device))
         report(trials)
         return trials[-1]["fit"]
 
@@ -428,9 +472,22 @@ def _largest(optimizer: str, width: int, device, cap: int, report, seconds_left,
             "trials": trials}
 
 
+@contextlib.contextmanager
+def _one_rank_group():
+    """A gloo process group of this one rank, for the CPU form's in-process trials."""
+    import torch.distributed as dist
+
+    with tempfile.TemporaryDirectory() as tmp:
+        dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=0, world_size=1,
+                                timeout=timedelta(seconds=120))
+        try:
+            yield
+        finally:
+            dist.destroy_process_group()
+
+
 def largest_model(ctx: Context) -> dict:
     import torch
-    import torch.distributed as dist
 
     device = torch.device("cuda", 0) if ctx.cuda else torch.device("cpu")
     width = 8192 if ctx.cuda else 64
@@ -443,15 +500,11 @@ def largest_model(ctx: Context) -> dict:
     figures: dict = {"width": width, "device": ctx.device, "total_memory_gib": total and round(total / 2**30, 2),
                      "cap_layers": cap, "model": f"an MLP of square Linear({width}, {width}) layers, batch 8, under "
                                                 "DDP with one rank; fits = one whole training step ran"}
-    with tempfile.TemporaryDirectory() as tmp:
-        dist.init_process_group("nccl" if ctx.cuda else "gloo", init_method=f"file://{tmp}/store", rank=0,
-                                world_size=1, timeout=timedelta(seconds=120))
-        try:
-            for optimizer in ("adamw", "birder"):  # AdamW's default (foreach) implementation, as users get it
-                figures[optimizer] = _largest(optimizer, width, device, cap, lambda trials, o=optimizer: ctx.progress(
-                    "largest_model", {**figures, f"{o}_trials_so_far": trials}), ctx.seconds_left)
-        finally:
-            dist.destroy_process_group()
+    searches = contextlib.nullcontext() if ctx.cuda else _one_rank_group()  # on CUDA each trial has its own
+    with searches:
+        for optimizer in ("adamw", "birder"):  # AdamW's default (foreach) implementation, as users get it
+            figures[optimizer] = _largest(optimizer, width, device, cap, lambda trials, o=optimizer: ctx.progress(
+                "largest_model", {**figures, f"{o}_trials_so_far": trials}), ctx.seconds_left)
     adamw, birder = figures["adamw"], figures["birder"]
     ratio = birder["parameters"] / adamw["parameters"] if adamw.get("parameters") else None
     figures["birder_over_adamw_parameters"] = ratio and round(ratio, 3)

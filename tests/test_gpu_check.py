@@ -54,3 +54,16 @@ def test_cpu_forms_of_the_parts_run_and_write_json_and_markdown(tmp_path):
     summary = (out / "gpu_check.md").read_text()
     assert all(f"| {name} | ok |" in summary for name in parts)
     assert not list((out / "parts").glob("*.partial.json"))  # finished parts keep only their result
+
+
+def test_a_largest_model_trial_in_a_fresh_process_reports_its_own_step():
+    """On CUDA each largest_model trial runs in a process of its own (so that its peak is its own); here, on CPU,
+    that path trains one step of a one-layer model on its own gloo rank and returns the trial's dict, its process's
+    start counted in ``wall_s`` apart from the step's ``seconds``."""
+    import torch
+
+    from gpu_check.parts import _trial_in_fresh_process
+
+    trial = _trial_in_fresh_process("birder", 1, 64, torch.device("cpu"), 120)
+    assert trial["fit"] and trial["layers"] == 1 and trial["parameters"] == 64 * 64 + 64
+    assert trial["peak_bytes"] is None and trial["wall_s"] >= trial["seconds"] > 0
