@@ -346,12 +346,14 @@ def _trial(optimizer: str, layers: int, width: int, device) -> dict:
     from gpu_validation.optimizer import Birder
 
     cuda = device.type == "cuda"
-    before = 0
+    before, memory = 0, {}
     if cuda:
         gc.collect()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
         before = torch.cuda.memory_allocated(device)
+        free, total = torch.cuda.mem_get_info(device)
+        memory = {"free_bytes": free, "total_bytes": total}  # as the trial found the GPU
     start = time.perf_counter()
     model = ddp = opt = x = None
     try:
@@ -376,7 +378,7 @@ def _trial(optimizer: str, layers: int, width: int, device) -> dict:
             torch.cuda.empty_cache()
     peak = torch.cuda.max_memory_allocated(device) - before if cuda else None
     return {"layers": layers, "parameters": layers * (width * width + width), "fit": fit, "peak_bytes": peak,
-            "seconds": round(time.perf_counter() - start, 2), **({"error": error} if error else {})}
+            "seconds": round(time.perf_counter() - start, 2), **memory, **({"error": error} if error else {})}
 
 
 def _trial_in_fresh_process(optimizer: str, layers: int, width: int, device, timeout_s: float) -> dict:
@@ -417,41 +419,12 @@ def _trial_main(optimizer: str, layers: int, width: int, device_name: str) -> No
             dist.destroy_process_group()
 
 
-def _largest(optimizer: str, width: int, device, cap: int, report, seconds_left, max_verify: int = 5) -> dict:
-    """The most layers that fit, never trying more than ``cap``: two small trials give the bytes per layer (CUDA),
-    the free memory a prediction, and at most ``max_verify`` trials bisect from it between the most layers seen to
-    fit and the fewest seen to fail (upward by one layer until one fails). ``report(trials)`` after each trial; a
-    trial whose time (the last one's, plus the growth per layer seen between the first two, with a margin) would
-    pass ``seconds_left()`` is not started (a trial's time is mostly the first step's set-up, not its size: an
-    H200 took 11 s for one 8192-wide layer in a fresh process and 10 s for two). On CUDA each trial runs in a
-    fresh process (``_trial_in_fresh_process``), so that each peak is its own; the CPU form, which measures no
-    memory, runs them in this one."""
-    import torch
-
-    trials: list[dict] = []
-    stopped_for_time = False
-
-    def attempt(layers: int) -> bool | None:
-        nonlocal stopped_for_time
-        if trials:
-            took = [t.get("wall_s", t["seconds"]) for t in trials]
-            per_layer_s = max(0.0, took[1] - took[0]) if len(took) > 1 else took[0]
-            if (took[-1] + per_layer_s * max(0, layers - trials[-1]["layers"])) * 1.5 + 5 > seconds_left():
-                stopped_for_time = True
-                return None
-        trials.append(_trial_in_fresh_process(optimizer, layers, width, device, seconds_left() - 2)
-                      if device.type == "cuda" else _trial(optimizer, layers, width, device))
-        report(trials)
-        return trials[-1]["fit"]
-
-    if not (attempt(1) and attempt(2)):
-        return {"largest_layers": 0, "parameters": 0, "trials": trials}
-    per_layer, predicted = None, cap
-    if device.type == "cuda":
-        per_layer = trials[1]["peak_bytes"] - trials[0]["peak_bytes"]
-        fixed = max(0, trials[0]["peak_bytes"] - per_layer)
-        predicted = max(1, min(cap, int((torch.cuda.mem_get_info(device)[0] - fixed) // max(per_layer, 1))))
-    fits, fails, layers = 2, None, predicted
+def search_layers(attempt, predicted: int, cap: int, fits: int, max_verify: int) -> tuple[int, int | None]:
+    """(most layers seen to fit, fewest seen to fail or None) after at most ``max_verify`` calls of
+    ``attempt(layers)`` (True: fits, False: fails, None: no time, stop) from ``predicted``, never above ``cap``,
+    ``fits`` layers known to fit: upward one layer at a time while they fit; downward by 1, 2, 4 ... layers while
+    they fail and nothing above ``fits`` has fit; else bisecting between the two."""
+    known_fit, fails, layers, down = fits, None, predicted, 1
     for _ in range(max_verify):
         if layers <= fits or layers > cap or (fails is not None and layers >= fails):
             break
@@ -463,14 +436,61 @@ def _largest(optimizer: str, width: int, device, cap: int, report, seconds_left,
             layers = layers + 1 if fails is None else (fits + fails) // 2
         else:
             fails = layers
-            layers = (fits + fails) // 2
-    kept = next(t for t in reversed(trials) if t["fit"] and t["layers"] == fits)
+            layers = max(fits + 1, fails - down) if fits == known_fit else (fits + fails) // 2
+            down *= 2
+    return fits, fails
+
+
+def _largest(optimizer: str, width: int, device, cap: int | None, report, seconds_left,
+             max_verify: int = 5) -> dict:
+    """The most layers that fit, never trying more than ``cap`` (on CUDA, None: as many as the GPU's memory would
+    hold in parameters alone, from what the first trial found): two small trials give the bytes per layer (CUDA),
+    the free memory the first trial found a prediction, and at most ``max_verify`` trials search from it: upward
+    one layer at a time while they fit, downward by 1, 2, 4 ... layers while they fail, then bisecting between
+    the most layers seen to fit and the fewest seen to fail. ``report(trials)`` after each trial; a trial whose
+    time (the last one's, plus the growth per layer seen between the first two, with a margin) would pass
+    ``seconds_left()`` is not started (a trial's time is mostly the first step's set-up, not its size: an H200
+    took 11 s for one 8192-wide layer in a fresh process and 10 s for two). On CUDA each trial runs in a fresh
+    process (``_trial_in_fresh_process``), so that each peak is its own and this process holds no CUDA context
+    (one of 518 MiB here made AdamW's 92 layers, which fit in one process, fail); the CPU form, which measures no
+    memory, runs them in this one."""
+    trials: list[dict] = []
+    stopped_for_time = False
+
+    def attempt(layers: int) -> bool | None:
+        nonlocal stopped_for_time
+        if trials:
+            took = [t.get("wall_s", t["seconds"]) for t in trials]
+            per_layer_s = max(0.0, took[1] - took[0]) if len(took) > 1 else 0.0
+            if (took[-1] + per_layer_s * max(0, layers - trials[-1]["layers"])) * 1.5 + 5 > seconds_left():
+                stopped_for_time = True
+                return None
+        trials.append(_trial_in_fresh_process(optimizer, layers, width, device, seconds_left() - 2)
+                      if device.type == "cuda" else _trial(optimizer, layers, width, device))
+        report(trials)
+        return trials[-1]["fit"]
+
     per_parameter = width * width + width
+    first = attempt(1)
+    if first and cap is None:
+        cap = int(trials[0]["total_bytes"] // (4 * per_parameter))  # the parameters alone would fill the GPU
+    fits, fails = (1 if first else 0), (None if first is not False else 1)
+    per_layer, predicted = None, cap
+    if first and attempt(2):
+        fits = 2
+        if device.type == "cuda":
+            per_layer = trials[1]["peak_bytes"] - trials[0]["peak_bytes"]
+            fixed = max(0, trials[0]["peak_bytes"] - per_layer)
+            predicted = max(1, min(cap, int((trials[0]["free_bytes"] - fixed) // max(per_layer, 1))))
+        fits, fails = search_layers(attempt, predicted, cap, fits, max_verify)
+    elif len(trials) == 2:  # the second small trial failed
+        fails = 2
+    kept = next((t for t in reversed(trials) if t["fit"] and t["layers"] == fits), None)
     return {"largest_layers": fits, "parameters": fits * per_parameter, "first_failing_layers": fails,
-            "predicted_layers": predicted, "exact": fails == fits + 1, "bounded_by_cap": fails is None and fits >= cap,
-            "stopped_for_time": stopped_for_time,
+            "predicted_layers": predicted, "exact": fails is not None and fails == fits + 1,
+            "bounded_by_cap": fails is None and cap is not None and fits >= cap, "stopped_for_time": stopped_for_time,
             "bytes_per_parameter": None if per_layer is None else round(per_layer / per_parameter, 2),
-            "peak_gib": None if kept["peak_bytes"] is None else round(kept["peak_bytes"] / 2**30, 2),
+            "peak_gib": None if kept is None or kept["peak_bytes"] is None else round(kept["peak_bytes"] / 2**30, 2),
             "trials": trials}
 
 
@@ -491,22 +511,23 @@ def _one_rank_group():
 def largest_model(ctx: Context) -> dict:
     import torch
 
+    # on CUDA this process never touches the GPU (a context here would take memory from the trials' processes)
     device = torch.device("cuda", 0) if ctx.cuda else torch.device("cpu")
     width = 8192 if ctx.cuda else 64
-    if ctx.cuda:
-        torch.cuda.set_device(device)
-        total = torch.cuda.get_device_properties(device).total_memory
-        cap = int(total // (4 * (width * width + width)))  # the parameters alone would fill the GPU
-    else:
-        total, cap = None, 4  # the CPU form: a few layers, to run the search's code
-    figures: dict = {"width": width, "device": ctx.device, "total_memory_gib": total and round(total / 2**30, 2),
-                     "cap_layers": cap, "model": f"an MLP of square Linear({width}, {width}) layers, batch 8, under "
-                                                "DDP with one rank; fits = one whole training step ran"}
+    cap = None if ctx.cuda else 4  # the CPU form: a few layers, to run the search's code
+    figures: dict = {"width": width, "device": ctx.device, "model": f"an MLP of square Linear({width}, {width}) "
+                     "layers, batch 8, under DDP with one rank; fits = one whole training step ran"}
     searches = contextlib.nullcontext() if ctx.cuda else _one_rank_group()  # on CUDA each trial has its own
+    optimizers = ("adamw", "birder")  # AdamW's default (foreach) implementation, as users get it
     with searches:
-        for optimizer in ("adamw", "birder"):  # AdamW's default (foreach) implementation, as users get it
+        for i, optimizer in enumerate(optimizers):
+            end = time.time() + ctx.seconds_left() / (len(optimizers) - i)  # an equal share of what is left
             figures[optimizer] = _largest(optimizer, width, device, cap, lambda trials, o=optimizer: ctx.progress(
-                "largest_model", {**figures, f"{o}_trials_so_far": trials}), ctx.seconds_left)
+                "largest_model", {**figures, f"{o}_trials_so_far": trials}), lambda end=end: end - time.time())
+    total = next((t["total_bytes"] for r in (figures["adamw"], figures["birder"]) for t in r["trials"]
+                  if "total_bytes" in t), None)
+    figures["total_memory_gib"] = total and round(total / 2**30, 2)
+    figures["cap_layers"] = int(total // (4 * (width * width + width))) if total else cap
     adamw, birder = figures["adamw"], figures["birder"]
     ratio = birder["parameters"] / adamw["parameters"] if adamw.get("parameters") else None
     figures["birder_over_adamw_parameters"] = ratio and round(ratio, 3)

@@ -67,3 +67,26 @@ def test_a_largest_model_trial_in_a_fresh_process_reports_its_own_step():
     trial = _trial_in_fresh_process("birder", 1, 64, torch.device("cpu"), 120)
     assert trial["fit"] and trial["layers"] == 1 and trial["parameters"] == 64 * 64 + 64
     assert trial["peak_bytes"] is None and trial["wall_s"] >= trial["seconds"] > 0
+
+
+def test_the_largest_model_search_brackets_the_true_size_from_its_prediction():
+    """The search around a prediction (pure: a fit predicate stands for the trials): from too high it steps down by
+    1, 2, 4 ... then bisects; from too low it steps up; an exact bracket where the trials allow, never above the
+    cap, and it stops where a trial says there is no time."""
+    from gpu_check.parts import search_layers
+
+    def trials_of(largest):
+        tried = []
+
+        def attempt(layers):
+            tried.append(layers)
+            return layers <= largest
+        return tried, attempt
+
+    for largest, predicted, want in ((92, 92, (92, 93)), (90, 92, (90, 91)), (86, 92, (86, 87)), (68, 66, (68, 69))):
+        tried, attempt = trials_of(largest)
+        assert search_layers(attempt, predicted, 559, 2, 7) == want, (largest, predicted, tried)
+        assert len(tried) <= 7 and max(tried) <= 559
+    tried, attempt = trials_of(1000)
+    assert search_layers(attempt, 557, 559, 2, 5) == (559, None) and tried == [557, 558, 559]
+    assert search_layers(lambda layers: None, 92, 559, 2, 5) == (2, None)
