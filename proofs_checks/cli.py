@@ -127,6 +127,12 @@ class ProcessTracker:
                 family.add(pid)
                 self.seen.setdefault(pid, started)
 
+    def adopt(self, descendants: dict[str, int]) -> None:
+        """Processes the child itself found it had started (pid -> start time, ``isolated._descendants``)."""
+        for pid, started in descendants.items():
+            if int(pid) != self.root:
+                self.seen.setdefault(int(pid), started)
+
     def end_all(self) -> list[int]:
         """Kill every tracked process still running (the group and session once more included); their pids."""
         self.scan()
@@ -200,6 +206,7 @@ def run_isolated(impl: str | None, names: list[str] | None, parity: bool, timeou
                         line, buffer = buffer.split(b"\n", 1)
                         message = json.loads(line)
                         event = message["event"]
+                        tracker.adopt(message.get("descendants", {}))
                         if event == "loaded":
                             target, loaded = message["target"], True
                             deadline = time.monotonic() + timeout

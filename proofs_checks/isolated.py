@@ -28,10 +28,24 @@ def _hypothesis_home_in(folder: str) -> None:
     set_hypothesis_home_dir(folder)
 
 
+def _descendants() -> dict[str, int]:
+    """This process's descendants and the processes of its group and session, pid -> start time, looked up while
+    it still lives: a process started in a session of its own is then still its child, where after it exits it
+    would be nobody's that the parent could trace (the parent's own scans may all have missed it on a loaded
+    machine)."""
+    from proofs_checks.cli import ProcessTracker
+
+    tracker = ProcessTracker(os.getpid())
+    tracker.scan()
+    return {str(pid): started for pid, started in tracker.seen.items()}
+
+
 def main(fd: int, options: dict) -> int:
     channel = os.fdopen(fd, "w", buffering=1)
 
     def send(event: str, **fields) -> None:
+        if event in ("done", "error"):  # the last word: name what the implementation started while this lives
+            fields["descendants"] = _descendants()
         channel.write(json.dumps({"event": event, **fields}) + "\n")
         channel.flush()
 

@@ -2,6 +2,8 @@
 for the torch tests that need a process group of one rank in this process; one for the runs a module starts in
 the background; one `birder report --quick` run that several tests read."""
 
+import fcntl
+import json
 import os
 import subprocess
 import sys
@@ -78,11 +80,21 @@ class QuickReport:
 def quick_report(tmp_path_factory) -> QuickReport:
     """One ``birder report --quick`` in a fresh process, as a user starts it (~25 s): the test that the report never
     imports torch and the tests of its sections read the same run. The process prints, last, whether torch was
-    imported."""
-    folder = tmp_path_factory.mktemp("quick_report") / "r"
-    root = Path(__file__).resolve().parents[1]
-    code = ("import sys; from birder.cli import main; rc = main(['report', '--quick', '--out', sys.argv[1]]); "
-            "print('torch imported' if 'torch' in sys.modules else 'no torch'); sys.exit(rc)")
-    done = subprocess.run([sys.executable, "-c", code, str(folder)], cwd=root, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": str(root)})
-    return QuickReport(folder, done)
+    imported. Under pytest-xdist the workers share one run: the first to ask starts it, under a lock in the
+    folder the workers' temporary folders share, and the others read what it left there."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # every worker's basetemp lies in one folder of the run
+    folder, record = shared / "quick_report" / "r", shared / "quick_report" / "done.json"
+    folder.parent.mkdir(exist_ok=True)
+    with open(shared / "quick_report.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not record.exists():
+            root = Path(__file__).resolve().parents[1]
+            code = ("import sys; from birder.cli import main; rc = main(['report', '--quick', '--out', sys.argv[1]]); "
+                    "print('torch imported' if 'torch' in sys.modules else 'no torch'); sys.exit(rc)")
+            done = subprocess.run([sys.executable, "-c", code, str(folder)], cwd=root, capture_output=True,
+                                  text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(root)})
+            record.write_text(json.dumps({"args": done.args, "returncode": done.returncode, "stdout": done.stdout,
+                                          "stderr": done.stderr}))
+    return QuickReport(folder, subprocess.CompletedProcess(**json.loads(record.read_text())))

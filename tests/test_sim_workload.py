@@ -5,6 +5,7 @@ import math
 from dataclasses import replace
 
 import pytest
+from bad_input_harness import strict_json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -112,9 +113,11 @@ def ib_rows(tmp_path):
 def test_validate_prints_fit_and_group_cross_validation_of_whole_groups(tmp_path, capsys):
     """`birder validate --csv`: the fit, and each optimizer and each GPU count left out in turn (the site refitted
     without it predicts it); columns with one value (model, batch, network here) are reported as untestable, not
-    silently skipped. One run of the command serves both (each group cross-validation refits the site six times)."""
+    silently skipped. One run of the command serves both (each group cross-validation refits the site six times),
+    and the strict-JSON check of the default path, through cross-validation and the corpus (whose constants include
+    infinite ones: no incast onset), which browsers' JSON.parse must read."""
     assert main(["validate", "--json", "--csv", str(ib_rows(tmp_path))]) == 0
-    out = json.loads(capsys.readouterr().out)
+    out = strict_json(capsys.readouterr().out)
     assert out["fit_mape"] < 0.10 and out["cross_validated_mape"] > out["fit_mape"]
     assert {t["gpus"] for t in out["speedup_trend"]} == {8, 16, 32, 64}
     cv = site_fit.CrossValidation.from_dict(out["cross_validation"])
