@@ -335,9 +335,11 @@ def calibrate_compute_s(cluster: Cluster, work: Workload, kinds: tuple[StepKind,
 
     The simulated iteration time grows continuously and monotonically with compute time, so bisection finds it.
     One node sends nothing between nodes, so the answer depends on the node (GPUs, intra-node fabric) and the
-    workload only: it is cached under those, whatever the NICs and the switch.
+    workload only: it is cached under those, whatever the NICs, the switch and the GPUs' spread (the straggler
+    factor of one node is its own GPUs' over its own GPUs': exactly 1 whatever the spread and jitter).
     """
-    one = replace(cluster.with_nodes(1), nic=ONE_NODE_NIC, name="", provenance=())
+    one = replace(cluster.with_nodes(1), nic=ONE_NODE_NIC, name="", provenance=(), step_jitter_cv=0.0,
+                  gpu_speed_cv=0.0)
     return _calibrated(one, work, kinds, single_node_throughput)
 
 
