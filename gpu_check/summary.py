@@ -71,3 +71,31 @@ def markdown(result: dict) -> str:
                 record.get("log_tail") or record.get("output_tail") or []
             lines += [f"  - `{_cell(item)[:300]}`" for item in detail[:8]]
     return "\n".join(lines) + "\n"
+
+
+RUNS = "gpu_check/runs"  # the recorded runs the README's GPU figures come from (gpu_check/runs/README.md)
+
+
+def readme_paragraph(result: dict, largest: dict) -> str:
+    """The README's paragraph of CUDA figures from a recorded run's ``gpu_check.json`` (``result``: its
+    correctness, kernel and step-time parts) and a ``largest_model`` part whose trials each ran in a fresh process
+    (``largest``: its clean bytes per parameter)."""
+    parts = result["parts"]
+    env, validate, bench = parts["env"], parts["validate"], parts["bench"]
+    gpu = env["gpus"][0]["name"]
+    differ = sum(run.get("mismatched_elements", 0) for run in validate["runs"].values())
+    layouts = ", ".join(f"{run['ranks']} rank(s) over {name.split('_')[0]}" for name, run in validate["runs"].items())
+    nccl = max((r for r in parts["step_time"]["rows"] if r["backend"] == "nccl"), key=lambda r: r["parameters"])
+    worker = max(bench["kernels"], key=lambda k: k["elements"])
+    adamw, birder = largest["adamw"]["bytes_per_parameter"], largest["birder"]["bytes_per_parameter"]
+    day = result["started_utc"][:10]
+    return (f"**Measured on an {gpu}** (torch {env['torch']}, NCCL {env['nccl_version']}, {day}; the runs: "
+            f"[{RUNS}]({RUNS}/README.md)): {differ} elements differ from birder_ref ({layouts}); "
+            f"{parts['cuda_tests']['passed']} CUDA tests pass. Birder's fused worker stage reaches "
+            f"{100 * worker['worker_share_of_measured_copy']:.1f}% of the measured copy bandwidth at "
+            f"{worker['elements']:,} elements (goal {100 * bench['target_share']:.0f}%: "
+            f"{'met' if bench['meets_target'] else 'not met'}). One Birder step takes "
+            f"{nccl['birder_over_allreduce']:.2f}x DDP's all-reduce + AdamW with one NCCL rank at "
+            f"{nccl['parameters'] / 1e6:.1f} M parameters (one GPU has no network for 1-bit to save: this is its "
+            f"cost alone). At its peak a step holds {birder:.1f} bytes per parameter with Birder, {adamw:.1f} with "
+            "AdamW.")

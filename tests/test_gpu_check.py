@@ -90,3 +90,17 @@ def test_the_largest_model_search_brackets_the_true_size_from_its_prediction():
     tried, attempt = trials_of(1000)
     assert search_layers(attempt, 557, 559, 2, 5) == (559, None) and tried == [557, 558, 559]
     assert search_layers(lambda layers: None, 92, 559, 2, 5) == (2, None)
+
+
+def test_the_readmes_gpu_figures_are_those_of_the_recorded_runs():
+    """The README's CUDA figures are rendered from the runs recorded in gpu_check/runs (what came back from the
+    GPU machine, unedited), not typed."""
+    from gpu_check.summary import RUNS, readme_paragraph
+
+    runs = ROOT / RUNS
+    result = json.loads((runs / "2026-11-28-h200-2-gpu-pieces.json").read_text())
+    largest = json.loads((runs / "2026-11-28-h200-3-largest-model-fresh-processes.json").read_text())
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("<!-- gpu:", 1)[1].split("-->", 1)[1].split("<!-- end gpu -->", 1)[0].strip()
+    assert block == readme_paragraph(result, largest)
+    assert all(trial.get("wall_s") for trial in largest["birder"]["trials"])  # each trial had a process of its own
