@@ -1,6 +1,6 @@
 """``gpu_validation.Birder``, the torch optimizer: real DDP on gloo, bit for bit against birder_ref.
 
-Multi-rank cases run in ``gpu_validation.scenarios`` (one spawn of 4 ranks covers GradScaler with and without
+Multi-rank cases run in ``tests/gpu_scenarios/training.py`` (one spawn of 4 ranks covers GradScaler with and without
 unscale_, clipping, accumulation without no_sync, frozen parameters, an overflow, the skip limit and both
 checkpoint forms); one-rank cases (argument checks, the state-dict refusals) run in this process.
 """
@@ -12,13 +12,13 @@ import tempfile
 import numpy as np
 import pytest
 import torch
-from gpu_scenarios import faults
+from gpu_scenarios import faults, training
 from torch import nn
 
 from birder_ref import algorithm1
 from birder_ref.draws import server_uniforms, worker_uniforms
 from birder_ref.update import apply_update
-from gpu_validation import Birder, launch, scenarios
+from gpu_validation import Birder, launch
 from gpu_validation.validate import batch, make_model
 
 # The stall runs sleep out the 10 s process-group timeout (and the launcher's wait for a rank that never ends): each
@@ -26,7 +26,7 @@ from gpu_validation.validate import batch, make_model
 # module's other tests run. Each is exactly the launch its test made before.
 _STALL_TIMEOUT = 10.0
 BACKGROUND = {
-    "inside_all_to_all": functools.partial(launch.launch, scenarios.stall, ("hierarchical", 2, 1,
+    "inside_all_to_all": functools.partial(launch.launch, training.stall, ("hierarchical", 2, 1,
                                            "inter-node all-to-all"), 4, "gloo", _STALL_TIMEOUT, 90),
     "before_backward": functools.partial(launch.launch, faults.peer_fault, ("stall", 1), 3, "gloo",
                                          _STALL_TIMEOUT, 120),
@@ -39,14 +39,14 @@ BACKGROUND = {
 def four_ranks():
     """The 4-rank (2 x 2) checks, then 2 ranks (2 x 1) loading the full checkpoint the 4 ranks saved."""
     with tempfile.TemporaryDirectory() as folder:
-        outcome = launch.launch(scenarios.exactness_and_checkpoint, ("hierarchical", 2, 3, folder), 4, "gloo", 30, 240)
+        outcome = launch.launch(training.exactness_and_checkpoint, ("hierarchical", 2, 3, folder), 4, "gloo", 30, 240)
         assert not outcome.describe_failures(), outcome.describe_failures()
-        elsewhere = launch.launch(scenarios.reshard, (folder,), 2, "gloo", 30, 120)
+        elsewhere = launch.launch(training.reshard, (folder,), 2, "gloo", 30, 120)
         assert not elsewhere.describe_failures(), elsewhere.describe_failures()
     return {**outcome.reports[0]["result"], "reshard": elsewhere.reports[0]["result"]}
 
 
-@pytest.mark.parametrize("case", scenarios.CASES)
+@pytest.mark.parametrize("case", training.CASES)
 def test_every_training_loop_habit_gives_algorithm1_bit_for_bit(four_ranks, case):
     """GradScaler (with/without unscale_), clip_grad_norm_ on the raw gradient, accumulation without no_sync."""
     assert four_ranks[case]["mismatched"] == 0
@@ -93,10 +93,10 @@ def test_a_full_checkpoint_loads_on_another_world_size_with_the_same_workers_and
 
 
 def test_flat_scheme_on_two_ranks_is_bit_exact():
-    outcome = launch.launch(scenarios.exactness, ("flat", 1, 2), 2, "gloo", 30, 120)
+    outcome = launch.launch(training.exactness, ("flat", 1, 2), 2, "gloo", 30, 120)
     assert not outcome.describe_failures(), outcome.describe_failures()
     result = outcome.reports[0]["result"]
-    assert all(result[case]["mismatched"] == 0 for case in scenarios.CASES)
+    assert all(result[case]["mismatched"] == 0 for case in training.CASES)
 
 
 # ---- one rank, in this process ----
@@ -324,7 +324,7 @@ def test_ddp_options_and_an_lr_scheduler_leave_the_bits_alone(one_rank):
 def test_the_overlapped_exchange_equals_the_plain_one_under_ddp_options():
     """Two ranks on one node (the exchange that overlaps is the node's): several buckets, gradient_as_bucket_view,
     static_graph, find_unused_parameters; every step overlapped, the same bits as overlap=False."""
-    outcome = launch.launch(scenarios.overlap_under_ddp_options, (), 2, "gloo", 30, 120)
+    outcome = launch.launch(training.overlap_under_ddp_options, (), 2, "gloo", 30, 120)
     assert not outcome.describe_failures(), outcome.describe_failures()
     for name, row in outcome.reports[0]["result"].items():
         assert row == {"equal": True, "overlapped_steps": 4}, name
