@@ -3,7 +3,7 @@
 ``optimizer`` holds ``Birder``, the torch optimizer users adopt in one line (``Birder(ddp_model, lr=...)``);
 ``torch_birder`` Algorithm 1's numerics on tensors, ``comm`` the 1-bit all-reduce over process groups, ``hook``
 the lower-level DDP communication hook and its state, ``validate`` the multi-rank comparison with ``birder_ref``,
-``reference_check`` ``birder_ref`` beside a ``Birder`` step by step, ``habits`` an adopting engineer's habits,
+``reference_check`` ``birder_ref`` beside a ``Birder`` step by step,
 ``launch`` the local ranks, ``digests`` the committed per-step digests, ``layout`` the layout from the ranks'
 hosts, ``adoption`` the multi-rank checks of its refusals where clients meet it, ``bench`` the timings,
 ``check_adapter`` ``torch_birder`` behind the interface `birder check --impl` judges, ``cli`` the two

@@ -7,7 +7,7 @@ parameter elements differed from ``birder_ref`` fed the gradients each step() sa
 whether the ranks end with identical parameters) or ``error`` (the exception's type and its one-line message).
 ``HABITS`` says what each pattern must give; ``observe`` runs them all, ``verdict`` judges one row,
 ``habits_table`` renders the table docs/habits.md holds; ``tests/test_gpu_habits.py`` checks every row and the table,
-and ``python -m gpu_validation.habits`` prints each row's outcome.
+and ``python -m tests.gpu_scenarios.habits`` (from the repository root) prints each row's outcome.
 """
 from __future__ import annotations
 
@@ -1142,14 +1142,14 @@ def observe(world: int = 4, gpus_per_node: int = 2, timeout_s: float = 90) -> di
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m gpu_validation.habits``: run every pattern, print each row's outcome; exit 1 if one differs.
+    """``python -m tests.gpu_scenarios.habits``: run every pattern, print each row's outcome; exit 1 if one differs.
     ``--table``: print the README's table instead (no run)."""
     argv = sys.argv[1:] if argv is None else argv
     if argv == ["--table"]:
         print(habits_table())
         return 0
     if argv:
-        print("usage: python -m gpu_validation.habits [--table]", file=sys.stderr)
+        print("usage: python -m tests.gpu_scenarios.habits [--table]", file=sys.stderr)
         return 2
     seen = observe()
     wrong = {h.name: verdict(h, seen[h.name]) for h in HABITS if verdict(h, seen[h.name])}
@@ -1160,4 +1160,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    import importlib
+
+    raise SystemExit(importlib.import_module(__spec__.name).main())  # by its own name, so the ranks can unpickle run
