@@ -7,7 +7,7 @@ Where the work happens, and why:
 
 - **During backward**, the hook Birder registers leaves every bucket as it is (``.grad`` holds this rank's own
   local gradient, as under ``no_sync``) and starts one asynchronous all-gather per bucket of a 4-word record
-  (``_local_gradient_hook``): this rank's largest |gradient| and a checksum of the bucket's parameters among
+  (``records.local_gradient_hook``): this rank's largest |gradient| and a checksum of the bucket's parameters among
   them. If any rank's gradient is non-finite, every rank's bucket is filled with NaN, so ``GradScaler`` sees the
   same overflow on every rank and backs off everywhere; if the ranks' parameters differ, step() raises naming
   them. Since ``.grad`` is local, any other optimizer stepping Birder's parameters is refused
@@ -41,6 +41,7 @@ above 1, only once it is at most 1; the scale is read from the calling ``GradSca
 
 from __future__ import annotations
 
+import functools
 import linecache
 import logging
 import math
@@ -49,7 +50,6 @@ import os
 import sys
 import time
 import weakref
-from collections.abc import Iterable
 
 import numpy as np
 import torch
@@ -59,7 +59,7 @@ from torch.autograd.graph import increment_version
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from birder_ref.draws import MASK32, SERVER_STREAM, stream_key
-from gpu_validation import comm, layout
+from gpu_validation import comm, layout, records
 from gpu_validation import torch_birder as tb
 
 __all__ = ["Birder", "apply_update_", "FULL_FORMAT", "SHARD_FORMAT"]
@@ -75,7 +75,6 @@ FOREIGN_LOAD_GUARD = {0: {"step": b"gpu_validation.Birder's optimizer state: tor
                                   b"optimizer afresh"}}
 _VECTORS = ("m", "b_hat", "e")  # per worker; b = b_hat (T0 off, as the paper runs it)
 _SAFE_SUM = float(torch.finfo(torch.float32).max) / 2  # node sums of values below this / G cannot overflow
-_FAULT_REPORT_S = 1.0  # how long a rank whose collective failed waits for the others to report
 
 
 def apply_update_(p: torch.Tensor, u_bar: torch.Tensor, lr: float, weight_decay: float) -> None:
@@ -169,204 +168,6 @@ def _refuse_other_process_group(ddp_model: nn.parallel.DistributedDataParallel) 
                          f"{_names([str(r) for r in members])} out of {world} (DDP(..., process_group=...)); "
                          "Birder's exchange spans every rank of the default group, which the others would never "
                          "join: build the DDP model over the default group, or run one job per group")
-
-
-# what a rank does when it joins a record all-gather on Birder's group (_EVALUATION: a forward in eval mode or
-# without gradients, so that one rank's evaluation does not pass for the others' training forward)
-_HOOK, _STATE_DICT, _FORWARD, _STEP, _EVALUATION = 1, 2, 3, 4, 5
-_CALLS = {_HOOK: "backward", _STATE_DICT: "state_dict()", _FORWARD: "forward", _STEP: "step()",
-          _EVALUATION: "an evaluation forward (eval mode or no_grad)"}
-_RECORD = 5  # int64 words per rank: (what it is doing, Birder step, largest |gradient| as float32 bits, checksum of
-# the bucket's parameters, checksum of every group's lr and weight decay)
-
-
-def group_settings(param_groups: list[dict]) -> list[float]:
-    """Every group's lr and weight decay in order, as floats (a value that is not a real number, which step()
-    refuses, as NaN)."""
-    values = []
-    for group in param_groups:
-        for key in ("lr", "weight_decay"):
-            try:
-                values.append(float(group[key]))
-            except (TypeError, ValueError, RuntimeError, KeyError):
-                values.append(math.nan)
-    return values
-
-
-def settings_checksum(param_groups: list[dict]) -> int:
-    """One int64 word from ``group_settings`` (their float64 bits, weighted by position): ranks whose settings
-    differ (a scheduler stepped on rank 0 only, ReduceLROnPlateau fed each rank's own metric) get different
-    words."""
-    bits = np.array(group_settings(param_groups), dtype=np.float64).view(np.uint64).tolist()
-    return sum((i + 1) * b for i, b in enumerate(bits)) % 2**63
-
-
-def bits_checksum(tensors: Iterable[torch.Tensor]) -> torch.Tensor:
-    """An int64 0-dim tensor: the tensors' bit patterns summed as integer words (modulo 2**32 per tensor), the
-    i-th tensor's sum weighted by i + 1. Identical tensors give the same value on every rank and device; a change
-    to one element always changes it (its words change by a nonzero amount below 2**32). One read pass, about as
-    fast as copying; no host synchronisation."""
-    sums = []
-    for x in tensors:
-        flat = x.detach().reshape(-1)
-        word = {4: torch.int32, 2: torch.int16, 8: torch.int32}.get(flat.element_size(), torch.uint8)
-        sums.append(flat.view(word).sum(dtype=torch.int32).to(torch.int64))
-    if not sums:
-        return torch.zeros((), dtype=torch.int64)
-    weights = torch.arange(1, len(sums) + 1, dtype=torch.int64, device=sums[0].device)
-    return (torch.stack(sums) * weights).sum()
-
-
-class _HookState:
-    """What the comm hook shares with the optimizer: whether a backward ran since the last step, what the ranks'
-    records said, and how to name the ranks when the hook's collective fails."""
-
-    def __init__(self, world: int, group, step_of, fault_message, settings_of):
-        self.world = world
-        self.group = group  # Birder's own group of all ranks (None: one rank)
-        self.step_of = step_of  # () -> the Birder step the next step() computes
-        self.settings_of = settings_of  # () -> settings_checksum of the optimizer's groups now
-        self.fault_message = fault_message  # (phase, group, error) -> Birder's one-line fault message
-        self.backward_ran = False
-        self.backward_seen = False  # a backward ran at least once (DDP rebuilds its buckets in the next forward)
-        self.seen: set[int] = set()  # ids of the parameters whose bucket the hook saw since the last step
-        self.nonfinite_ranks: set[int] = set()  # ranks whose local gradient was NaN/inf since the last step
-        self.largest: dict[int, float] = {}  # bucket index -> max |gradient| over every rank (last backward)
-        self.drifted: set[int] = set()  # buckets whose parameters' checksums differed between ranks
-        self.settings_differ = False  # the ranks' lr / weight decay differed in some bucket's records
-        self.gradients_differ = False  # the ranks' largest |gradient| differed in some bucket (local gradients)
-        self.on_bucket = None  # Birder's overlap: starts the bucket's share of the intra-node exchange
-
-    def reset(self) -> None:
-        """Forget what the hook saw: the next step() needs a new backward."""
-        self.backward_ran = self.settings_differ = self.gradients_differ = False
-        for seen in (self.seen, self.nonfinite_ranks, self.largest, self.drifted):
-            seen.clear()
-
-
-def check_records(rows: torch.Tensor, doing: int, step: int) -> None:
-    """Raise one RuntimeError if the ranks' records (world, _RECORD) say that they are not all doing ``doing`` at
-    Birder step ``step`` (one rank called state_dict() while the others ran forward or backward, or the ranks are
-    steps apart). Every rank gathered the same rows, so every rank raises the same error, at once."""
-    calls, steps = rows[:, 0].tolist(), rows[:, 1].tolist()
-    if all(c == doing for c in calls) and all(s == step for s in steps):
-        return
-    by_call = {_CALLS.get(c, f"code {c}"): [r for r, x in enumerate(calls) if x == c] for c in dict.fromkeys(calls)}
-    if len(by_call) > 1:
-        who = "; ".join(f"rank(s) {ranks} called {call}" for call, ranks in by_call.items())
-        if _STATE_DICT in calls:
-            raise RuntimeError(f"Birder step {step}: {who}. state_dict() is collective: call it on every rank (before "
-                               f"`if rank == 0: torch.save(...)`), or save sharded_state_dict() on each rank")
-        if _EVALUATION in calls:
-            raise RuntimeError(f"Birder step {step}: {who}. Through the DDP model every rank must run the same "
-                               "forwards (DDP broadcasts a model's buffers in each): evaluate on every rank, or on "
-                               "one rank through the unwrapped model (ddp.module)")
-        if _STEP in calls:
-            raise RuntimeError(f"Birder step {step}: {who}. step() is collective: every rank calls it after the same "
-                               "backwards; a step skipped on some ranks only (`if loss.isfinite(): opt.step()` on a "
-                               "rank's own loss) must be decided on every rank alike (all_reduce the flag first; "
-                               "a NaN/inf gradient on any rank already makes step() skip on every rank)")
-        raise RuntimeError(f"Birder step {step}: {who}: every rank must run the same forwards and backwards through "
-                           "the DDP model")
-    by_step = {s: [r for r, x in enumerate(steps) if x == s] for s in dict.fromkeys(steps)}
-    raise RuntimeError("Birder: the ranks are at different steps (" + "; ".join(
-        f"rank(s) {ranks} at step {s}" for s, ranks in by_step.items()) + "): every rank must call step() once per "
-        "backward (and load the same checkpoint)")
-
-
-_SAMPLE, _SAMPLED_PARAMETERS = 256, 4  # step()'s gradient fingerprint: elements per parameter, largest parameters
-
-
-def _gradient_sample(params: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(parameter, element indices): up to ``_SAMPLE`` evenly spaced elements of each of the
-    ``_SAMPLED_PARAMETERS`` largest parameters, the fixed sample step()'s fingerprint reads."""
-    largest = sorted(params, key=lambda p: -p.numel())[:_SAMPLED_PARAMETERS]
-    picks = []
-    for p in largest:
-        k = min(_SAMPLE, p.numel())
-        picks.append((p, torch.arange(k, dtype=torch.int64, device=p.device) * (p.numel() - 1) // max(k - 1, 1)))
-    return picks
-
-
-def refuse_reduced_gradients(rows: torch.Tensor, step: int) -> None:
-    """Raise one RuntimeError, on every rank alike, when step()'s records (world, _RECORD) say that every rank's
-    gradient sample is the same and not all zero, where the hook's records of the same backward said the ranks'
-    local gradients differed: they were averaged over the ranks after Birder's hook saw them (an outer
-    DistributedDataParallel, as Accelerate's prepare(DDP(model), ...) makes; the client's own all_reduce of
-    .grad). Birder's 1-bit exchange would average what is already the same everywhere, and an outer DDP pays a
-    full-precision all-reduce on top. (Ranks fed the same batch have the same gradients in backward too: not
-    refused.)"""
-    if rows.shape[0] < 2 or not bool((rows[:, 3] == 1).all()) or bool((rows[:, 2] != rows[0, 2]).any()):
-        return
-    raise RuntimeError(f"Birder step {step}: the ranks' gradients differed in backward but are the same in step() "
-                       f"(a sample of the largest parameters' .grad, identical on all {rows.shape[0]} ranks): "
-                       "they were all-reduced after backward (a second DistributedDataParallel around Birder's, as "
-                       "Accelerate's prepare(DDP(model), opt) makes; your own all_reduce of .grad), which bypasses "
-                       "the 1-bit exchange. Give Birder the only DDP model (accelerator.prepare(model) first, then "
-                       "Birder(model)) and its ranks' own gradients")
-
-
-def _local_gradient_hook(state, bucket):  # DDP accepts only real (not string) annotations: none here
-    """Birder's DDP hook: keep this rank's gradient; poison the bucket everywhere if any rank's is non-finite.
-
-    One asynchronous all-gather per bucket, over Birder's own group of all ranks, of a 4-word record: "in
-    backward", the step, this rank's largest |gradient| (NaN or inf if one is) and a checksum of the bucket's
-    parameters (``bits_checksum``). Every rank learns which ranks had a non-finite gradient, a bound on every node
-    sum (so step() needs no collective of its own to decide whether the step counts), and whether the ranks'
-    parameters still agree (something other than Birder moved them if not). A rank that called state_dict() alone
-    meets this record with its own and both sides raise at once. If the all-gather fails (a peer died, raised or
-    stalled), backward raises Birder's fault message naming the ranks that never reported. DDP waits for it at
-    the end of backward, so it overlaps the backward of the following buckets.
-    """
-    state.backward_ran = state.backward_seen = True
-    buffer = bucket.buffer()
-    index = bucket.index()
-    params = bucket.parameters()
-    state.seen.update(map(id, params))
-    if state.on_bucket is not None:
-        state.on_bucket(bucket)
-    if buffer.numel():
-        low, high = torch.aminmax(buffer)  # one pass, no temporary; NaN propagates
-        largest = torch.maximum(-low, high).to(torch.float32).reshape(1)
-    else:
-        largest = torch.zeros(1, dtype=torch.float32, device=buffer.device)
-    step = state.step_of()
-    if state.group is None:
-        if not bool(torch.isfinite(largest).all()):
-            state.nonfinite_ranks.add(0)
-        state.largest[index] = float(largest)
-        done = torch.futures.Future()
-        done.set_result(buffer)
-        return done
-    record = torch.cat([torch.tensor([_HOOK, step], dtype=torch.int64, device=buffer.device),
-                        largest.view(torch.int32).to(torch.int64), bits_checksum(params).reshape(1),
-                        torch.tensor([state.settings_of()], dtype=torch.int64, device=buffer.device)])
-    every = torch.empty(state.world * _RECORD, dtype=torch.int64, device=buffer.device)
-    work = comm._all_gather(every, record, group=state.group, async_op=True)
-
-    def finish(done):
-        try:
-            done.value()
-        except Exception as error:  # the rows were never filled: name the ranks from who reported failing
-            raise RuntimeError(state.fault_message("all-gather in backward (Birder's hook)", state.group, error)) \
-                from None
-        rows = every.view(state.world, _RECORD).cpu()
-        check_records(rows, _HOOK, step)
-        largest_of = rows[:, 2].to(torch.int32).view(torch.float32)
-        bad = (~torch.isfinite(largest_of)).nonzero().reshape(-1).tolist()
-        state.largest[index] = float(largest_of.max()) if not bad else float("inf")
-        if bool((rows[:, 3] != rows[0, 3]).any()):
-            state.drifted.add(index)
-        if bool((rows[:, 4] != rows[0, 4]).any()):
-            state.settings_differ = True
-        if bool((rows[:, 2] != rows[0, 2]).any()):
-            state.gradients_differ = True
-        if bad:
-            state.nonfinite_ranks.update(bad)
-            buffer.fill_(float("nan"))
-        return buffer
-
-    return work.get_future().then(finish)
 
 
 class _Overlap:
@@ -614,14 +415,14 @@ def _guard_ddp_forward(birder_ref):
         if birder is not None and birder._forward_record_due and not torch.compiler.is_compiling() and \
                 _ddp_forward_communicates(ddp, birder._hook_state.backward_seen):
             birder._forward_record_due = False
-            birder._exchange_record(_FORWARD if ddp.training and torch.is_grad_enabled() else _EVALUATION)
+            birder._exchange_record(records.FORWARD if ddp.training and torch.is_grad_enabled() else records.EVALUATION)
 
     def after(ddp, args, output):
         birder, error = birder_ref(), sys.exc_info()[1]
         if birder is None or output is not None or error is None or not _failed_in_ddp_collective(error):
             return None  # a forward that returned, or an error that is not from DDP's collectives
-        error.args = (birder._fault_message("bucket rebuild or buffer broadcast (DDP's own collective in forward)",
-                                            ddp.process_group, error),)
+        error.args = (records.fault_message(
+            birder, "bucket rebuild or buffer broadcast (DDP's own collective in forward)", ddp.process_group, error),)
         return None
 
     return before, after
@@ -651,7 +452,7 @@ class Birder(torch.optim.Optimizer):
     ``step()`` is collective (every rank calls it once per backward); so are ``state_dict()`` (a record, then one
     all-gather of every rank's shard, over Birder's group of all ranks) and ``to_adamw_state_dict()``; nothing else
     is. A DDP model over a subgroup is refused; so are gradients all-reduced between backward and step()
-    (``refuse_reduced_gradients``).
+    (``records.refuse_reduced_gradients``).
     """
 
     _step_supports_amp_scaling = True  # GradScaler passes grad_scale / found_inf instead of unscaling for us
@@ -689,7 +490,7 @@ class Birder(torch.optim.Optimizer):
         self._sealed = True
         self.param_names = [name for name, _ in named]  # in element order: the draws' index order
         self._params = params
-        self._sample = _gradient_sample(params)
+        self._sample = records.gradient_sample(params)
         self._name_of_id = {id(p): name for name, p in named}
         self._frozen_at_start = [(name, p) for name, p in ddp_model.module.named_parameters() if not p.requires_grad]
         self._module = ddp_model.module  # to name parameters replaced, cast or moved since (``_refuse_changed_model``)
@@ -723,13 +524,14 @@ class Birder(torch.optim.Optimizer):
         self.last_skipped_ranks: list[int] = []
         self.overlapped_steps = 0  # steps whose intra-node exchange started during backward and was used
         self.overlap_fallbacks = 0  # steps whose .grad changed after backward (clip, unscale_): exchanged again
-        self._hook_state = _HookState(dist.get_world_size(), self.topology.world_group, lambda: self.t + 1,
-                                      self._fault_message, lambda: settings_checksum(self.param_groups))
+        self._hook_state = records.HookState(dist.get_world_size(), self.topology.world_group, lambda: self.t + 1,
+                                             functools.partial(records.fault_message, self),
+                                             lambda: records.settings_checksum(self.param_groups))
         self._overlap = _Overlap(self) if overlap and self.topology.worker_group is not None else None
         if self._overlap is not None:
             self._hook_state.on_bucket = self._overlap.on_bucket
         try:
-            ddp_model.register_comm_hook(self._hook_state, _local_gradient_hook)
+            ddp_model.register_comm_hook(self._hook_state, records.local_gradient_hook)
         except RuntimeError as error:
             if "only be called once" not in str(error):
                 raise
@@ -773,10 +575,10 @@ class Birder(torch.optim.Optimizer):
         self._gradients_differed = self._hook_state.gradients_differ  # in backward: then step()'s must differ too
         self._hook_state.reset()
         if settings_differ:  # every rank saw the same records: all raise here, together, before any update
-            raise RuntimeError(self._settings_message())
+            raise RuntimeError(records.settings_message(self))
         if drifted:  # every rank saw the same records: all raise here, together
-            raise RuntimeError(self._drift_message())
-        record = self._start_record(_STEP)  # waited for once the gradients are flattened: its latency overlaps that
+            raise RuntimeError(records.drift_message(self))
+        record = records.start(self, records.STEP)  # waited for once the gradients are flattened: overlaps that
         scale = getattr(self, "grad_scale", None)  # set by GradScaler.step: the scale still in .grad
         found_inf = getattr(self, "found_inf", None)
         grad = self._buffer("grad")  # reused: a fresh 4 B/element allocation each step costs page faults
@@ -785,7 +587,7 @@ class Birder(torch.optim.Optimizer):
             overlap.drain()
         elif overlap is not None and overlap.sent:
             topo = self.topology
-            self._finish_record(record)
+            records.finish(self, record)
             record = None
             changed = torch.tensor([float(not overlap.unchanged(scale))], device=self.device)
             agreed = self._collective("intra-node overlap check", topo.worker_group, lambda: comm.all_gather_rows(
@@ -803,7 +605,7 @@ class Birder(torch.optim.Optimizer):
                 raise ValueError("Birder takes dense gradients")
             else:
                 grad[start:start + p.numel()] = p.grad.reshape(-1)
-        self._finish_record(record)
+        records.finish(self, record)
         if scale is not None:
             grad.div_(scale.to(device=self.device, dtype=torch.float32))  # exact for powers of two
         local_bad = bool(found_inf is not None and float(found_inf) > 0)
@@ -1009,83 +811,10 @@ class Birder(torch.optim.Optimizer):
                                f"max_consecutive_skips={self.max_consecutive_skips}): {why} rank(s) {bad_ranks} "
                                "(a GradScaler's back-offs count only once its scale is at most 1)")
 
-    def _drift_message(self) -> str:
-        """The parameters whose copies differ between ranks (one all-gather of per-parameter checksums, every rank
-        taking part: every rank saw the same records), named with the ranks that agree with each other."""
-        world, group = dist.get_world_size(), self.topology.world_group
-        mine = torch.stack([bits_checksum([p]) for p in self._params])
-        rows = self._collective("parameter checksum all-gather", group,
-                                lambda: comm.all_gather_rows(mine, group, world)).cpu()
-        differ = []
-        for i, name in enumerate(self.param_names):
-            column = rows[:, i].tolist()
-            if len(set(column)) > 1:
-                sides = {v: [r for r, x in enumerate(column) if x == v] for v in dict.fromkeys(column)}
-                differ.append(f"{name} (ranks {' | '.join(str(r) for r in sides.values())})")
-        what = ", ".join(differ[:6]) + (", ..." if len(differ) > 6 else "") if differ else "(changed since backward)"
-        return (f"Birder step {self.t + 1}: the ranks' copies of {len(differ) or 'some'} parameter(s) differ: "
-                f"{what}. Something other than Birder.step() changed them: under Birder .grad holds each rank's "
-                "LOCAL gradient, so a second optimizer on these parameters, or code updating them from .grad, "
-                "makes the ranks drift apart; give them to Birder (param_groups=[...]) or to a separate DDP model")
-
-    def _settings_message(self) -> str:
-        """Each group's lr and weight decay that differ between ranks (one all-gather of every rank's settings,
-        every rank taking part: every rank saw the same records), with the ranks holding each value."""
-        world, group = dist.get_world_size(), self.topology.world_group
-        mine = torch.tensor(group_settings(self.param_groups), dtype=torch.float64)
-        rows = self._collective("lr / weight decay all-gather", group,
-                                lambda: comm.all_gather_rows(mine.to(self.device), group, world)).cpu()
-        differ = []
-        for i, (g, key) in enumerate((g, key) for g in range(len(self.param_groups)) for key in ("lr", "weight_decay")):
-            column = rows[:, i].tolist()
-            sides = {repr(v): [r for r, x in enumerate(column) if repr(x) == repr(v)] for v in column}
-            if len(sides) > 1:
-                differ.append(f"param_groups[{g}][{key!r}] " + ", ".join(
-                    f"{v} on rank(s) {ranks}" for v, ranks in sides.items()))
-        return (f"Birder step {self.t + 1}: the ranks' settings differ before the update: "
-                f"{'; '.join(differ) or 'lr or weight decay'}. Every rank must use the same lr and weight decay: "
-                "step the LR scheduler on every rank (not under `if rank == 0:`), and give ReduceLROnPlateau a "
-                "metric all-reduced across the ranks, not each rank's own")
-
     def _exchange_record(self, doing: int) -> None:
-        """One all-gather over Birder's group of all ranks of what this rank is doing at which step (``_RECORD``
-        words, as the hook's records): raises at once on every rank unless all do the same (``check_records``)."""
-        self._finish_record(self._start_record(doing))
-
-    def _start_record(self, doing: int) -> tuple | None:
-        """Start ``_exchange_record``'s all-gather (asynchronous; ``_finish_record`` waits and checks). step()'s
-        record (``_STEP``): a rank that skipped step() meets it with its next backward's record, and every rank
-        raises at once instead of waiting out the timeout in mismatched collectives. None on one rank."""
-        group = self.topology.world_group
-        if group is None:
-            return None
-        words = torch.tensor([doing, self.t + 1, 0, 0, 0], dtype=torch.int64, device=self.device)
-        record = words if doing != _STEP else torch.cat([words[:2], self._gradient_fingerprint(), words[4:]])
-        every = torch.empty(dist.get_world_size() * _RECORD, dtype=torch.int64, device=self.device)
-        return doing, record, every, comm._all_gather(every, record, group=group, async_op=True)
-
-    def _gradient_fingerprint(self) -> torch.Tensor:
-        """Two int64 words for step()'s record: a checksum of a fixed sample of the local gradient (up to
-        ``_SAMPLE`` evenly spaced elements of each of the largest trainable parameters' .grad) and whether that
-        sample is finite and holds a nonzero value. Costs a few small index reads per step."""
-        picked = [p.grad.reshape(-1)[index] for p, index in self._sample if p.grad is not None and not p.grad.is_sparse]
-        if not picked:
-            return torch.zeros(2, dtype=torch.int64, device=self.device)
-        sample = torch.cat([x.to(torch.float32) for x in picked])  # exact for every floating dtype it holds
-        usable = torch.isfinite(sample).all() & sample.ne(0).any()  # a poisoned (NaN) step is skipped anyway
-        return torch.stack([sample.view(torch.int32).sum(dtype=torch.int64), usable.to(torch.int64)]).to(self.device)
-
-    def _finish_record(self, started: tuple | None) -> None:
-        if started is None:
-            return
-        doing, _, every, work = started  # the record tensor is kept alive until the all-gather is done
-        phase = {_STATE_DICT: "state_dict() record all-gather", _STEP: "step() record all-gather"}.get(
-            doing, "record all-gather before DDP's collectives in forward")
-        self._collective(phase, self.topology.world_group, work.wait)
-        rows = every.view(-1, _RECORD).cpu()
-        check_records(rows, doing, self.t + 1)
-        if doing == _STEP and self._gradients_differed:
-            refuse_reduced_gradients(rows, self.t + 1)
+        """One all-gather over Birder's group of all ranks of what this rank is doing at which step (a record, as the
+        hook's): raises at once on every rank unless all do the same (``records.check_records``)."""
+        records.finish(self, records.start(self, doing))
 
     def _collective(self, phase: str, group, run):
         """Run one collective; on failure (timeout, dead peer) raise one error naming the ranks that went silent."""
@@ -1096,30 +825,7 @@ class Birder(torch.optim.Optimizer):
         try:
             return run()
         except RuntimeError as error:
-            raise RuntimeError(self._fault_message(phase, group, error)) from error
-
-    def _fault_message(self, phase: str, group, error: Exception) -> str:
-        rank, step = dist.get_rank(), self.t + 1
-        members = dist.get_process_group_ranks(group)
-        silent: list[int] | None = None
-        try:  # every rank whose collective failed says so; those that never do are hung or dead
-            store = dist.distributed_c10d._get_default_store()
-            store.set(f"birder/fault/{step}/{rank}", phase)
-            keys = {r: f"birder/fault/{step}/{r}" for r in range(dist.get_world_size()) if r != rank}
-            deadline = time.monotonic() + min(_FAULT_REPORT_S, self.timeout_s / 2)
-            while True:
-                silent = [r for r, key in keys.items() if not store.check([key])]
-                if not silent or time.monotonic() > deadline:
-                    break
-                time.sleep(0.05)
-        except Exception:  # the store itself may be gone with a dead rank 0
-            silent = None
-        cause = " ".join(str(error).split())[:200]
-        who = (f"rank(s) {silent} did not reach it (hung or dead)" if silent
-               else "no rank is silent" if silent == [] else "the store could not tell which rank is missing")
-        hint = " (state_dict() is collective: every rank must call it)" if phase.startswith("state_dict") else ""
-        return (f"Birder step {step}: the {phase} over ranks {members} failed on rank {rank} within the "
-                f"{self.timeout_s:g} s process-group timeout; {who}{hint}. Cause: {cause}")
+            raise RuntimeError(records.fault_message(self, phase, group, error)) from error
 
     # ---- checkpoints ----
 
@@ -1147,7 +853,7 @@ class Birder(torch.optim.Optimizer):
         any layout with the same number of workers (nodes in hierarchical, ranks in flat).
         """
         topo, world, group = self.topology, dist.get_world_size(), self.topology.world_group
-        self._exchange_record(_STATE_DICT)  # a rank in backward or forward meets it: both sides raise at once
+        self._exchange_record(records.STATE_DICT)  # a rank in backward or forward meets it: both sides raise at once
         mine = torch.cat([self.m, self.b_hat, self.e, self.server_error])
         rows = self._collective("state_dict all-gather", group,
                                 lambda: comm.all_gather_rows(mine, group, world)).cpu()

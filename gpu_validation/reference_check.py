@@ -19,7 +19,8 @@ from birder_ref import algorithm1, schemes
 from birder_ref.draws import server_uniforms, worker_uniforms
 from birder_ref.update import apply_update
 from gpu_validation import comm
-from gpu_validation.optimizer import Birder, bits_checksum
+from gpu_validation.optimizer import Birder
+from gpu_validation.records import bits_checksum
 
 
 def _gather(x: torch.Tensor) -> np.ndarray:

@@ -11,7 +11,7 @@ import time
 import torch
 from torch import nn
 
-from gpu_validation import optimizer
+from gpu_validation import records
 from gpu_validation.optimizer import Birder
 from gpu_validation.validate import batch, make_model
 
@@ -103,7 +103,7 @@ def ddp_fault(where: str, kind: str, faulty: int, rank: int) -> dict:
     ddp = nn.parallel.DistributedDataParallel(_bn_model() if where.startswith("buffers") else make_model(0),
                                               bucket_cap_mb=0.0003, find_unused_parameters=where.startswith("unused"))
     if where == "unused_inside" and rank == faulty:
-        real_hook = optimizer._local_gradient_hook
+        real_hook = records.local_gradient_hook
 
         def hook(state, bucket):
             future = real_hook(state, bucket)
@@ -112,7 +112,7 @@ def ddp_fault(where: str, kind: str, faulty: int, rank: int) -> dict:
                 _fail(kind)
             return future
 
-        optimizer._local_gradient_hook = hook  # this rank's process only: Birder registers it below
+        records.local_gradient_hook = hook  # this rank's process only: Birder registers it below
     opt = Birder(ddp, lr=0.01, seed=SEED)
     fail_at = 2 if where == "rebuild" else 3
     if where == "buffers_inside" and rank == faulty:
@@ -169,8 +169,8 @@ def forward_records(rank: int) -> dict:
             forwards += 1
         opt.step()
         opt.zero_grad()
-    return {"forwards": forwards, "forward_records": exchanged.count(optimizer._FORWARD),
-            "state_dict_records": exchanged.count(optimizer._STATE_DICT), "t": opt.t}
+    return {"forwards": forwards, "forward_records": exchanged.count(records.FORWARD),
+            "state_dict_records": exchanged.count(records.STATE_DICT), "t": opt.t}
 
 
 _TABLE = (  # (fault, where the other ranks are, body, its arguments, ranks, process-group timeout in s)
