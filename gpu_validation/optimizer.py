@@ -19,7 +19,7 @@ Where the work happens, and why:
   line 16, x -= lr * (u_bar + weight_decay * x). The update never travels in ``.grad``.
 
 With ``overlap=True`` the node's all-to-all of each bucket starts in the hook instead, and step() uses it only if
-every rank of the node finds ``.grad`` bit-identical to what it sent (else it exchanges again): see ``_Overlap``.
+every rank of the node finds ``.grad`` bit-identical to what it sent (else it exchanges again): see ``overlap.Overlap``.
 
 So whatever a training loop does to ``.grad`` between backward and step acts on the raw gradient *before* m and
 b, as it would before AdamW: ``clip_grad_norm_`` clips this rank's local gradient, ``GradScaler.unscale_``
@@ -61,6 +61,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from birder_ref.draws import MASK32, SERVER_STREAM, stream_key
 from gpu_validation import comm, layout, records
 from gpu_validation import torch_birder as tb
+from gpu_validation.overlap import Overlap
 
 __all__ = ["Birder", "apply_update_", "FULL_FORMAT", "SHARD_FORMAT"]
 
@@ -168,101 +169,6 @@ def _refuse_other_process_group(ddp_model: nn.parallel.DistributedDataParallel) 
                          f"{_names([str(r) for r in members])} out of {world} (DDP(..., process_group=...)); "
                          "Birder's exchange spans every rank of the default group, which the others would never "
                          "join: build the DDP model over the default group, or run one job per group")
-
-
-class _Overlap:
-    """Birder's intra-node exchange (the node mean's all-to-all), started bucket by bucket during backward.
-
-    As each bucket becomes ready, the hook copies its gradients into the flattened gradient (``grad``, the
-    vector step() would build) and, if the bucket extends the ready suffix [frontier, length) of that vector,
-    starts an asynchronous ``all_to_all_single`` of the new range (uneven splits: its part in shard j goes to
-    local rank j). Every rank sees the same buckets in the same order, so the collectives match. step() uses
-    what arrived only if every rank of the node finds its ``.grad`` bit-identical to what it sent and no
-    GradScaler scale is to be divided out (one 4-byte all-reduce over the node agrees on it); otherwise every
-    rank of the node discards it and exchanges the current gradients as before. Either way the node mean is
-    that of the gradients step() sees, so the bits are Algorithm 1's.
-    """
-
-    def __init__(self, opt: Birder):
-        self.opt = opt
-        self.spans = {id(p): (start, p.numel()) for p, start in zip(opt._params, opt.offsets,
-                                                                    strict=True)}
-        self.pending: list[tuple[object, torch.Tensor, int, int]] = []  # (work, received, start, stop in shard)
-        self.frontier = opt.length
-        self.sent = False  # this backward started at least one exchange
-        self.broken = False  # a bucket did not extend the ready suffix: the rest waits for step()
-
-    def on_bucket(self, bucket) -> None:
-        opt = self.opt
-        if bucket.index() == 0:  # a new backward: whatever an earlier one started is stale
-            self.drain()
-            self.frontier, self.sent, self.broken = opt.length, False, False
-        grad, buffer, position, lows, highs = opt._buffer("grad"), bucket.buffer(), 0, [], []
-        for p in bucket.parameters():
-            span = self.spans.get(id(p))
-            n = p.numel()
-            if span is None:  # not one of Birder's parameters: leave the rest to step()
-                self.broken = True
-                return
-            grad[span[0]:span[0] + n] = buffer[position:position + n]
-            position += n
-            lows.append(span[0])
-            highs.append(span[0] + n)
-        if self.broken or not lows:
-            return
-        low, high = min(lows), max(highs)
-        if high - low != sum(h - lo for lo, h in zip(lows, highs, strict=True)) or \
-                high != (opt.dim if self.frontier == opt.length else self.frontier):
-            self.broken = True  # not one contiguous range just below the ready suffix
-            return
-        self.pending.append(self.start(low, self.frontier))
-        self.frontier, self.sent = low, True
-
-    def start(self, low: int, high: int, async_op: bool = True):
-        """The all-to-all of grad[low:high]; returns (work, received (G, n), start, stop in this rank's shard)."""
-        opt = self.opt
-        topo, size = opt.topology, opt.length // opt.topology.shards_per_worker
-        g = topo.shards_per_worker
-        splits = [max(0, min(high, (j + 1) * size) - max(low, j * size)) for j in range(g)]
-        mine = topo.shard_of(topo.rank)
-        received = torch.empty(g * splits[mine], dtype=torch.float32, device=opt.device)
-        comm.note_phase(comm.pipeline_phases(topo, opt.length).intra_reduce_scatter, topo.worker_group,
-                        "all_to_all_single", 4 * (sum(splits) - splits[mine]))
-        work = dist.all_to_all_single(received, opt._buffer("grad")[low:high], output_split_sizes=[splits[mine]] * g,
-                                      input_split_sizes=splits, group=topo.worker_group, async_op=async_op)
-        first = max(low, mine * size) - mine * size
-        return work, received.view(g, -1), first, first + splits[mine]
-
-    def drain(self) -> None:
-        for work, *_ in self.pending:
-            work.wait()
-        self.pending.clear()
-
-    def unchanged(self, scale) -> bool:
-        """Whether .grad still holds, bit for bit, what the hook sent (and no scale is to be divided out)."""
-        if scale is not None:
-            return False
-        grad = self.opt._buffer("grad")
-        for p, start in zip(self.opt._params, self.opt.offsets, strict=True):
-            sent = grad[start:start + p.numel()]
-            if p.grad is None or not p.requires_grad:
-                if bool(sent.any()):
-                    return False
-            elif p.grad.is_sparse or not torch.equal(p.grad.reshape(-1).to(torch.float32), sent):
-                return False
-        return True
-
-    def rows(self, out: torch.Tensor) -> torch.Tensor:
-        """The (G, shard) rows of the node's GPUs: what arrived during backward, the rest exchanged now."""
-        if self.frontier > 0:
-            self.pending.append(self.start(0, self.frontier, async_op=False))
-        rows = out.view(self.opt.topology.shards_per_worker, -1)
-        for work, received, first, stop in self.pending:
-            if work is not None:
-                work.wait()
-            rows[:, first:stop] = received
-        self.pending.clear()
-        return rows
 
 
 def _param_groups(given, named: list[tuple[str, torch.Tensor]], lr: float, weight_decay: float) -> list[dict]:
@@ -445,7 +351,7 @@ class Birder(torch.optim.Optimizer):
             "weight_decay" (default: the arguments above); parameters no group names form a last group.
         max_consecutive_skips: this many steps in a row skipped for non-finite gradients raise RuntimeError
             (skips while a GradScaler's scale is above 1 are its back-offs, not counted).
-        overlap: start the intra-node exchange of each bucket during backward (``_Overlap``); step() uses it only
+        overlap: start the intra-node exchange of each bucket during backward (``overlap.Overlap``); step() uses it only
             when .grad is bit-identical to what was sent on every rank of the node, else exchanges again. Off by
             default: on gloo/CPU it measured slower (benchmarks/hook_speed.py --hooks birder birder_no_overlap).
 
@@ -527,7 +433,7 @@ class Birder(torch.optim.Optimizer):
         self._hook_state = records.HookState(dist.get_world_size(), self.topology.world_group, lambda: self.t + 1,
                                              functools.partial(records.fault_message, self),
                                              lambda: records.settings_checksum(self.param_groups))
-        self._overlap = _Overlap(self) if overlap and self.topology.worker_group is not None else None
+        self._overlap = Overlap(self) if overlap and self.topology.worker_group is not None else None
         if self._overlap is not None:
             self._hook_state.on_bucket = self._overlap.on_bucket
         try:
@@ -715,7 +621,7 @@ class Birder(torch.optim.Optimizer):
                            if isinstance(group[key], numbers.Real) else "set a Python float; a tensor lr is not taken")
                     raise ValueError(f"Birder.step(): {error} ({why})") from None
 
-    def _finish_step(self, loss, grad: torch.Tensor, largest: float, overlap: _Overlap | None):
+    def _finish_step(self, loss, grad: torch.Tensor, largest: float, overlap: Overlap | None):
         bits = self._one_bit_allreduce(grad, largest, overlap)
         del grad
         if bits is None:
@@ -741,7 +647,7 @@ class Birder(torch.optim.Optimizer):
         return loss
 
     def _one_bit_allreduce(self, grad: torch.Tensor, largest: float,
-                           overlap: _Overlap | None = None) -> torch.Tensor | None:
+                           overlap: Overlap | None = None) -> torch.Tensor | None:
         """The pipeline of ``comm.one_bit_allreduce`` with in-place state; None if the step is skipped.
 
         ``largest`` bounds every rank's |gradient| (from the hook's all-gather, so every rank has the same
