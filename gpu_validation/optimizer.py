@@ -11,7 +11,7 @@ Where the work happens, and why:
   them. If any rank's gradient is non-finite, every rank's bucket is filled with NaN, so ``GradScaler`` sees the
   same overflow on every rank and backs off everywhere; if the ranks' parameters differ, step() raises naming
   them. Since ``.grad`` is local, any other optimizer stepping Birder's parameters is refused
-  (``_refuse_other_optimizers``).
+  (``guards.refuse_other_optimizers``).
 - **In step()**, the gradients of the trainable parameters are flattened (in ``parameters()`` order: that order
   gives every element its draw index), divided by the ``GradScaler``'s scale when one passed it, and go through
   Birder's 1-bit all-reduce (``comm``'s hierarchical or flat pipeline). The state is updated in place by the
@@ -31,7 +31,7 @@ Faults: every collective has the process group's timeout (``comm.make_topology``
 waits briefly for the others to report the same iteration through the default store and raises one
 ``RuntimeError`` naming the ranks that did not (hung or dead); so does backward when the hook's all-gather fails.
 Before DDP's own collectives in the first forward after construction, step() or load_state_dict() (its bucket
-rebuild, its buffer broadcast) the ranks exchange a record on Birder's group (``_guard_ddp_forward``): a peer that
+rebuild, its buffer broadcast) the ranks exchange a record on Birder's group (``guards.register_hooks``): a peer that
 failed is named there, a rank that called state_dict() alone meets it, and an error from inside DDP's collectives
 in any forward gets the same message.
 A step skipped for a non-finite gradient names the ranks that had one, is counted (``skipped_steps``) and
@@ -42,24 +42,17 @@ above 1, only once it is at most 1; the scale is read from the calling ``GradSca
 from __future__ import annotations
 
 import functools
-import linecache
 import logging
-import math
-import numbers
-import os
-import sys
 import time
-import weakref
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.autograd.graph import increment_version
-from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from birder_ref.draws import MASK32, SERVER_STREAM, stream_key
-from gpu_validation import comm, layout, records
+from birder_ref.draws import SERVER_STREAM, stream_key
+from gpu_validation import comm, guards, layout, records
 from gpu_validation import torch_birder as tb
 from gpu_validation.overlap import Overlap
 
@@ -75,7 +68,6 @@ FOREIGN_LOAD_GUARD = {0: {"step": b"gpu_validation.Birder's optimizer state: tor
                                   b"convert it with Birder.to_adamw_state_dict() (docs/adoption.md), or start the new "
                                   b"optimizer afresh"}}
 _VECTORS = ("m", "b_hat", "e")  # per worker; b = b_hat (T0 off, as the paper runs it)
-_SAFE_SUM = float(torch.finfo(torch.float32).max) / 2  # node sums of values below this / G cannot overflow
 
 
 def apply_update_(p: torch.Tensor, u_bar: torch.Tensor, lr: float, weight_decay: float) -> None:
@@ -117,223 +109,6 @@ def _apply_packed_update_(piece: torch.Tensor, bits: torch.Tensor, start: int, l
     piece.sub_(term)
 
 
-def _check_real(name: str, value, low: float, low_open: bool, high: float | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
-        raise ValueError(f"{name} must be a finite real number, got {value!r}")
-    v = float(value)
-    if (v <= low if low_open else v < low) or (high is not None and not v < high):
-        bound = f"{'>' if low_open else '>='} {low}" + (f" and < {high}" if high is not None else "")
-        raise ValueError(f"{name} must be {bound}, got {value!r}")
-    return v
-
-
-def _check_count(name: str, value, low: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
-
-
-def _layout(scheme: str, gpus_per_node, device: torch.device) -> tuple[int, int]:
-    """(nodes, GPUs per node): in ``hierarchical``, from where the ranks really run (``layout``: host names
-    exchanged once), ``gpus_per_node`` or torchrun's LOCAL_WORLD_SIZE checked against them; in ``flat``, every rank
-    is a worker."""
-    world = dist.get_world_size()
-    env_world = os.environ.get("WORLD_SIZE")
-    if env_world is not None and env_world.isdigit() and int(env_world) != world:
-        raise ValueError(f"WORLD_SIZE={env_world} in the environment, but the process group has {world} ranks")
-    if gpus_per_node is not None:
-        gpus_per_node = _check_count("gpus_per_node", gpus_per_node, 1)
-    if scheme != "hierarchical":
-        return 1, world
-    hosts = layout.exchange_hosts(device) if world > 1 else [layout.this_host()]
-    g = layout.verified_gpus_per_node(hosts, gpus_per_node, os.environ.get("LOCAL_WORLD_SIZE"))
-    if world % g:
-        raise ValueError(f"gpus_per_node={g} does not divide the world size {world}")
-    return world // g, g
-
-
-RECIPES = ("Lightning: Birder(self.trainer.strategy.model, ...) in configure_optimizers; Accelerate: "
-           "model = accelerator.prepare(model) first, then Birder(model, ...), then prepare the rest "
-           "(docs/adoption.md)")
-
-
-def _refuse_other_process_group(ddp_model: nn.parallel.DistributedDataParallel) -> None:
-    """One ValueError, before any collective, for a DDP model over a subgroup (``DDP(..., process_group=g)``):
-    Birder's groups and records span every rank of the default group, which ranks outside ``g`` never join."""
-    group = getattr(ddp_model, "process_group", None)
-    if group is None or group == dist.group.WORLD:
-        return
-    members, world = dist.get_process_group_ranks(group), dist.get_world_size()
-    if members != list(range(world)):
-        raise ValueError(f"Birder: this DDP model runs over a process group of ranks "
-                         f"{_names([str(r) for r in members])} out of {world} (DDP(..., process_group=...)); "
-                         "Birder's exchange spans every rank of the default group, which the others would never "
-                         "join: build the DDP model over the default group, or run one job per group")
-
-
-def _param_groups(given, named: list[tuple[str, torch.Tensor]], lr: float, weight_decay: float) -> list[dict]:
-    """torch's param groups from Birder's ``param_groups`` argument: each given group (its trainable parameters,
-    its own lr / weight_decay or the defaults), then one group of the trainable parameters no group named."""
-    if given is None:
-        return [{"params": [p for _, p in named], "lr": lr, "weight_decay": weight_decay}]
-    if not isinstance(given, (list, tuple)) or not all(isinstance(g, dict) for g in given):
-        raise ValueError("param_groups must be a list of dicts, each with 'params' and optionally 'lr', "
-                         "'weight_decay'")
-    name_of = {id(p): name for name, p in named}
-    groups, taken = [], set()
-    for i, group in enumerate(given):
-        unknown = sorted(set(group) - {"params", "lr", "weight_decay"})
-        if "params" not in group or unknown:
-            raise ValueError(f"param_groups[{i}] needs 'params' and takes only 'lr' and 'weight_decay' besides; "
-                             f"got {sorted(group)}")
-        members = [group["params"]] if isinstance(group["params"], torch.Tensor) else list(group["params"])
-        for p in members:
-            if id(p) not in name_of:
-                raise ValueError(f"param_groups[{i}] holds a tensor that is not a trainable parameter of the DDP "
-                                 f"model (frozen, or another model's)")
-            if id(p) in taken:
-                raise ValueError(f"parameter {name_of[id(p)]!r} is in two of param_groups")
-            taken.add(id(p))
-        if not members:
-            raise ValueError(f"param_groups[{i}] holds no parameters")
-        groups.append({"params": members, "lr": _check_real(f"param_groups[{i}]['lr']", group.get("lr", lr), 0.0,
-                                                             True),
-                       "weight_decay": _check_real(f"param_groups[{i}]['weight_decay']",
-                                                   group.get("weight_decay", weight_decay), 0.0, False)})
-    rest = [p for _, p in named if id(p) not in taken]
-    if rest:
-        groups.append({"params": rest, "lr": lr, "weight_decay": weight_decay})
-    return groups
-
-
-def _names(names: list[str]) -> str:
-    return ", ".join(names[:4]) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
-
-
-def _refuse_what_cannot_be_stepped(ddp_model: nn.parallel.DistributedDataParallel,
-                                   named: list[tuple[str, torch.Tensor]]) -> None:
-    """One ValueError for trainable parameters Birder cannot step: complex ones (the signs of a complex number are
-    undefined; the imaginary part would be dropped), sparse embeddings, and ones DDP was told to ignore (their
-    gradients never pass Birder's hook, which checks them for NaN and across ranks)."""
-    complex_ = [name for name, p in named if p.is_complex()]
-    if complex_:
-        raise ValueError(f"parameter(s) {_names(complex_)} are complex: Birder's signs are defined for real tensors "
-                         "only; keep such a parameter as a real tensor with a last dimension of 2 "
-                         "(torch.view_as_complex in forward)")
-    ignored = sorted(set(getattr(ddp_model, "parameters_to_ignore", ())) & {name for name, _ in named})
-    if ignored:
-        raise ValueError(f"parameter(s) {_names(ignored)} are trainable but DDP ignores them: Birder steps every "
-                         "trainable parameter and needs its gradient in DDP's buckets; freeze them "
-                         "(requires_grad_(False)) or stop ignoring them")
-    for name, child in ddp_model.module.named_modules():
-        if isinstance(child, (nn.Embedding, nn.EmbeddingBag)) and child.sparse and child.weight.requires_grad:
-            raise ValueError(f"module {name!r} is {type(child).__name__}(sparse=True): its gradient is sparse and "
-                             "Birder takes dense gradients; build it with sparse=False")
-
-
-def _refuse_other_optimizers(birder_ref):
-    """A pre-step hook for every torch optimizer: one that holds parameters of a live Birder raises, naming them.
-    .grad holds each rank's local gradient under Birder, so any other optimizer's step on those parameters
-    would move each rank's copy differently."""
-    def pre_step(optimizer, args, kwargs):
-        birder = birder_ref()
-        if birder is None or optimizer is birder:
-            return None
-        mine = birder._name_of_id
-        shared = [mine[id(p)] for g in optimizer.param_groups for p in g["params"] if id(p) in mine]
-        if shared:
-            raise ValueError(f"{type(optimizer).__name__}.step(): it holds {len(shared)} parameter(s) that Birder "
-                             f"also updates ({_names(shared)}); under "
-                             "Birder .grad holds each rank's LOCAL gradient, so this step would make the ranks "
-                             "drift apart. Give those parameters to Birder (param_groups=[...] for their own lr), "
-                             "or wrap them in a separate DDP model for the other optimizer")
-        return None
-
-    return pre_step
-
-
-def _calling_scaler_scale(optimizer: torch.optim.Optimizer) -> float | None:
-    """The scale of the ``torch.amp.GradScaler`` (or ``torch.cuda.amp.GradScaler``) whose step() is calling
-    ``optimizer.step()``, read from that call on the stack (after ``scaler.unscale_(optimizer)`` the scaler passes
-    the optimizer no scale): a frame running ``GradScaler.step``'s code, or any frame of a function named ``step``
-    whose ``self`` is a GradScaler (a subclass's override, a renamed or rewrapped torch), holding ``optimizer`` in
-    a local; None if no GradScaler is calling it."""
-    # Fails safe: a frame not recognised (torch renamed step() or its locals) gives None, and then every skip
-    # counts towards max_consecutive_skips: a loop may stop early, never run on without a limit.
-    frame = sys._getframe(1)
-    while frame is not None:
-        code, local = frame.f_code, frame.f_locals
-        scaler = local.get("self")
-        if ((code is torch.amp.GradScaler.step.__code__ or code.co_name == "step"
-             and isinstance(scaler, (torch.amp.GradScaler, torch.cuda.amp.GradScaler)))
-                and any(value is optimizer for value in local.values())):
-            get_scale = getattr(scaler, "get_scale", None)
-            return float(get_scale()) if callable(get_scale) else None
-        frame = frame.f_back
-    return None
-
-
-def _ddp_forward_communicates(ddp: nn.parallel.DistributedDataParallel, backward_seen: bool) -> bool:
-    """Whether this forward of ``ddp`` runs a collective of DDP's own before the module's forward (as its
-    ``_pre_forward`` decides): the broadcast of the module's buffers, or the one bucket rebuild, in the first
-    forward with gradients after a backward. Every rank gets the same answer; a yes where DDP then runs none
-    costs one small exchange and nothing else (once per step: ``_guard_ddp_forward``)."""
-    if ddp.will_sync_module_buffers():
-        return True
-    return (torch.is_grad_enabled() and backward_seen and not getattr(ddp, "_has_rebuilt_buckets", True)
-            and (ddp.static_graph or not ddp.find_unused_parameters))
-
-
-_DDP_FORWARD_CALLS = ("_rebuild_buckets", "_broadcast_coalesced")  # DDP's own collectives in _pre_forward
-
-
-def _failed_in_ddp_collective(error: BaseException) -> bool:
-    """Whether ``error`` was raised by one of DDP's own collectives in forward: the innermost Python frame of its
-    traceback is DDP's, on a line calling its bucket rebuild or its buffer broadcast (torch raises a plain
-    RuntimeError from both, so the type alone cannot tell a failed peer from a bug in the model)."""
-    tb = error.__traceback__
-    if not isinstance(error, RuntimeError) or tb is None:
-        return False
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    code = tb.tb_frame.f_code
-    line = linecache.getline(code.co_filename, tb.tb_lineno)
-    return code.co_filename == nn.parallel.distributed.__file__ and any(call in line for call in _DDP_FORWARD_CALLS)
-
-
-def _guard_ddp_forward(birder_ref):
-    """Forward hooks on the DDP model around DDP's own collectives. Before them (``before``), in the first forward
-    since Birder was built, stepped or loaded that runs one of them, the ranks exchange a record on Birder's group:
-    a rank that called state_dict() alone between steps meets it and every rank raises at once, and a peer that
-    failed before this forward is named by Birder's fault message. Later forwards (a model with buffers
-    broadcasts them in every one; accumulation's micro-batches) exchange nothing: an all-gather and a host sync
-    per forward would cost every BatchNorm or Hugging Face model, and a peer failing there is named by ``after``.
-    If one of DDP's collectives fails (a peer died inside it, or before a forward with no record), ``after``
-    (called by torch while that error propagates) rewrites the error's message into Birder's, naming the ranks
-    that never reported; the error keeps its type and traceback."""
-    def before(ddp, args):
-        birder = birder_ref()
-        if birder is not None and ddp._join_config.enable:  # set on every DDP model by Join's constructor
-            raise ValueError("DDP's join() / Join([...]) for uneven inputs is refused: Birder's step() and hook are "
-                             "collectives that a rank which has run out of batches cannot shadow. Give every rank "
-                             "the same number of batches (DistributedSampler(drop_last=True), or stop all ranks at "
-                             "the smallest count: all_reduce(count, MIN))")
-        if birder is not None and birder._forward_record_due and not torch.compiler.is_compiling() and \
-                _ddp_forward_communicates(ddp, birder._hook_state.backward_seen):
-            birder._forward_record_due = False
-            birder._exchange_record(records.FORWARD if ddp.training and torch.is_grad_enabled() else records.EVALUATION)
-
-    def after(ddp, args, output):
-        birder, error = birder_ref(), sys.exc_info()[1]
-        if birder is None or output is not None or error is None or not _failed_in_ddp_collective(error):
-            return None  # a forward that returned, or an error that is not from DDP's collectives
-        error.args = (records.fault_message(
-            birder, "bucket rebuild or buffer broadcast (DDP's own collective in forward)", ddp.process_group, error),)
-        return None
-
-    return before, after
-
-
 class Birder(torch.optim.Optimizer):
     """Birder (Algorithm 1 with Section 4's hierarchical 1-bit all-reduce) for a ``DistributedDataParallel`` model.
 
@@ -367,45 +142,27 @@ class Birder(torch.optim.Optimizer):
                  beta: float = 0.95, eps: float = 1e-8, seed: int = 0, scheme: str = "hierarchical",
                  gpus_per_node: int | None = None, *, param_groups: list[dict] | None = None,
                  max_consecutive_skips: int = 20, overlap: bool = False):
-        if not isinstance(ddp_model, nn.parallel.DistributedDataParallel):
-            raise ValueError(f"ddp_model must be a torch.nn.parallel.DistributedDataParallel, got "
-                             f"{type(ddp_model).__name__}; the wrapped model is where the client keeps it: {RECIPES}")
-        _refuse_other_process_group(ddp_model)
-        lr = _check_real("lr", lr, 0.0, True)
-        weight_decay = _check_real("weight_decay", weight_decay, 0.0, False)
-        self.beta = _check_real("beta", beta, 0.0, True, 1.0)
-        self.eps = _check_real("eps", eps, 0.0, True)
-        self.seed = _check_count("seed", seed)
-        if self.seed > MASK32:
-            raise ValueError(f"seed must be below 2**32, got {seed}")
-        if scheme not in comm.PIPELINE_SCHEMES:
-            raise ValueError(f"scheme must be one of {', '.join(comm.PIPELINE_SCHEMES)}, got {scheme!r}")
-        self.max_consecutive_skips = _check_count("max_consecutive_skips", max_consecutive_skips, 1)
-        if not isinstance(overlap, bool):
-            raise ValueError(f"overlap must be True or False, got {overlap!r}")
-        named = [(name, p) for name, p in ddp_model.module.named_parameters() if p.requires_grad]
+        checked = guards.check_arguments(ddp_model, lr=lr, weight_decay=weight_decay, beta=beta, eps=eps, seed=seed,
+                                         scheme=scheme, max_consecutive_skips=max_consecutive_skips, overlap=overlap,
+                                         param_groups=param_groups)
+        self.beta, self.eps, self.seed = checked.beta, checked.eps, checked.seed
+        self.max_consecutive_skips = checked.max_consecutive_skips
+        named = checked.named
         params = [p for _, p in named]
-        if not params:
-            raise ValueError("ddp_model has no trainable parameters (none with requires_grad)")
-        if any(p.is_sparse for p in params) or len({p.device for p in params}) != 1:
-            raise ValueError("Birder needs dense parameters on one device")
-        _refuse_what_cannot_be_stepped(ddp_model, named)
-        groups = _param_groups(param_groups, named, lr, weight_decay)
-        n_nodes, gpus = _layout(scheme, gpus_per_node, params[0].device)
-        super().__init__(groups, {"lr": lr, "weight_decay": weight_decay})
+        n_nodes, gpus = layout.nodes_and_gpus(scheme, gpus_per_node, params[0].device)
+        super().__init__(checked.groups, {"lr": checked.lr, "weight_decay": checked.weight_decay})
         self._sealed = True
         self.param_names = [name for name, _ in named]  # in element order: the draws' index order
         self._params = params
         self._sample = records.gradient_sample(params)
         self._name_of_id = {id(p): name for name, p in named}
         self._frozen_at_start = [(name, p) for name, p in ddp_model.module.named_parameters() if not p.requires_grad]
-        self._module = ddp_model.module  # to name parameters replaced, cast or moved since (``_refuse_changed_model``)
+        self._module = ddp_model.module  # to name parameters replaced, cast or moved since (``guards.check_step``)
         self._kinds = [(p.dtype, p.device) for p in params]
         self._stepped_while_frozen: set[int] = set()  # ids of parameters an update found frozen: their state moved
         group_of = {id(p): i for i, g in enumerate(self.param_groups) for p in g["params"]}
         self._group_of = [group_of[id(p)] for p in params]
-        handle = register_optimizer_step_pre_hook(_refuse_other_optimizers(weakref.ref(self)))
-        weakref.finalize(self, handle.remove)
+        guards.refuse_other_optimizers(self)
         self.device = params[0].device
         self.offsets = []
         offset = 0
@@ -436,18 +193,7 @@ class Birder(torch.optim.Optimizer):
         self._overlap = Overlap(self) if overlap and self.topology.worker_group is not None else None
         if self._overlap is not None:
             self._hook_state.on_bucket = self._overlap.on_bucket
-        try:
-            ddp_model.register_comm_hook(self._hook_state, records.local_gradient_hook)
-        except RuntimeError as error:
-            if "only be called once" not in str(error):
-                raise
-            raise ValueError("this DDP model already has a communication hook (a register_comm_hook line kept from "
-                             "an fp16/PowerSGD script, or an earlier Birder on it): Birder registers its own, so drop "
-                             "that line, or wrap the model in a new DistributedDataParallel for a new Birder") from None
-        before, after = _guard_ddp_forward(weakref.ref(self))
-        for handle in (ddp_model.register_forward_pre_hook(before),
-                       ddp_model.register_forward_hook(after, always_call=True)):
-            weakref.finalize(self, handle.remove)
+        guards.register_hooks(self, ddp_model)
         self._fault_stall: tuple[int, str] | None = None  # (step, phase): a test stalls here (fault injection)
         self._forward_record_due = True  # the next forward running a collective of DDP's exchanges a record first
 
@@ -473,17 +219,8 @@ class Birder(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self._check_trainable_set()
-        self._check_group_settings()
-        hook_bad = sorted(self._hook_state.nonfinite_ranks)
-        largest = max(self._hook_state.largest.values(), default=0.0)
-        drifted, settings_differ = bool(self._hook_state.drifted), self._hook_state.settings_differ
-        self._gradients_differed = self._hook_state.gradients_differ  # in backward: then step()'s must differ too
-        self._hook_state.reset()
-        if settings_differ:  # every rank saw the same records: all raise here, together, before any update
-            raise RuntimeError(records.settings_message(self))
-        if drifted:  # every rank saw the same records: all raise here, together
-            raise RuntimeError(records.drift_message(self))
+        backward = guards.check_step(self)
+        hook_bad, largest = backward.nonfinite_ranks, backward.largest
         record = records.start(self, records.STEP)  # waited for once the gradients are flattened: overlaps that
         scale = getattr(self, "grad_scale", None)  # set by GradScaler.step: the scale still in .grad
         found_inf = getattr(self, "found_inf", None)
@@ -514,112 +251,15 @@ class Birder(torch.optim.Optimizer):
         records.finish(self, record)
         if scale is not None:
             grad.div_(scale.to(device=self.device, dtype=torch.float32))  # exact for powers of two
-        local_bad = bool(found_inf is not None and float(found_inf) > 0)
         if hook_bad:  # every rank knows it from the hook: all skip, no collective needed
-            # a GradScaler backs off after this step: its skips count towards the limit only once the scale it used
-            # is at most 1 (then the gradient itself overflows, a NaN from the model, say)
-            used = None if found_inf is None else float(scale) if scale is not None else _calling_scaler_scale(self)
-            self._skip(hook_bad, backoff=used is not None and used > 1.0)
+            guards.count_skip(self, hook_bad, backoff=guards.scaler_backs_off(self, scale, found_inf))
             return loss
-        if local_bad:
-            raise RuntimeError("Birder.step(): GradScaler found a non-finite gradient on this rank that was finite "
-                               "in backward (something changed .grad after backward); the ranks would disagree")
+        guards.refuse_changed_after_backward(found_inf)
         if scale is not None:
             largest = largest / float(scale)
         if overlap is not None:
             overlap.frontier, overlap.sent = self.length, False  # nothing sent matches: exchange it all now
         return self._finish_step(loss, grad, largest, overlap)
-
-    def _check_trainable_set(self) -> None:
-        """Raise one RuntimeError (on every rank alike) if step() cannot mean what the loop intends: a parameter
-        frozen when Birder was built and unfrozen since (neither DDP nor Birder holds it: it would never train); one
-        frozen after Birder was built, through at least one update, and unfrozen since (its state drifted); no
-        backward since the last step (named as torch.distributed.checkpoint's state initialisation when it looks
-        like one); a bucket whose hook never ran (a parameter that got no gradient, or was frozen after DDP was
-        built, which DDP without find_unused_parameters waits for); or every gradient gone (zero_grad() before
-        step())."""
-        unfrozen = [name for name, p in self._frozen_at_start if p.requires_grad]
-        if unfrozen:
-            raise RuntimeError(f"Birder.step(): parameter(s) {_names(unfrozen)} were frozen when DDP and Birder were "
-                               "built and have requires_grad=True now; neither holds them, so they would never train: "
-                               "wrap the model in a new DistributedDataParallel and build a new Birder after "
-                               "unfreezing (its state starts afresh)")
-        refrozen = [name for p, name in zip(self._params, self.param_names, strict=True)
-                    if p.requires_grad and id(p) in self._stepped_while_frozen]
-        if refrozen:
-            raise RuntimeError(f"Birder.step(): parameter(s) {_names(refrozen)} were frozen after Birder was built "
-                               "and have requires_grad=True again: while frozen they stayed put, but Algorithm 1 kept "
-                               "moving their m, b and e on zero gradients, so their next update would start from "
-                               "that drifted state. To pause and resume a parameter's training, give it its own "
-                               "param group and set that group's lr to 0 meanwhile (its state keeps following its "
-                               "gradient); or build a new DDP model and Birder after unfreezing (state starts afresh)")
-        hook, ran = self._hook_state, self._hook_state.backward_ran
-        missing = [name for p, name in zip(self._params, self.param_names, strict=True) if id(p) not in hook.seen]
-        if ran and not missing:
-            if any(p.grad is not None for p in self._params):
-                if any(p.grad is None and p.requires_grad for p in self._params):  # unused, or replaced?
-                    self._refuse_changed_model()
-                return
-            hook.reset()
-            raise RuntimeError("Birder.step(): backward ran, but every gradient is None now: zero_grad() between "
-                               "backward() and step()? Call zero_grad() after step() (or before backward())")
-        hook.reset()
-        self._refuse_changed_model()
-        frozen = [name for p, name in zip(self._params, self.param_names, strict=True) if not p.requires_grad]
-        gradless = [name for p, name in zip(self._params, self.param_names, strict=True) if p.grad is None]
-        unused = ("DDP waits for the gradient of a parameter unused in the loss unless built with "
-                  "find_unused_parameters=True")
-        if frozen:
-            what, why = (f"DDP's hook did not run for the bucket(s) of {_names(missing)}",
-                         f"parameter(s) {_names(frozen)} were frozen after DDP was built: {unused} (then Birder "
-                         "keeps frozen parameters in place)")
-        elif ran or 0 < len(gradless) < len(self._params):
-            what = (f"DDP's hook did not run for the bucket(s) of {_names(missing)}" if ran else
-                    f"DDP's hook did not run, and parameter(s) {_names(gradless)} got no gradient")
-            why = unused
-        elif not gradless and all(g["lr"] == 0 for g in self.param_groups) and not any(
-                bool(p.grad.any()) for p in self._params):
-            what, why = ("no backward since the last step, zero gradients and lr 0: the way torch.distributed."
-                         "checkpoint's get_state_dict / set_state_dict initialise an optimizer", "Birder does not "
-                         "support them: every rank calls opt.state_dict(), rank 0 saves it, every rank loads it with "
-                         "opt.load_state_dict()")
-        else:
-            what, why = ("no backward pass through the DDP model since the last step (its communication hook did "
-                         "not run)", "call loss.backward() on the DDP model's output first (not the unwrapped "
-                         f"module's); or, if a parameter was left out of the loss: {unused}")
-        raise RuntimeError(f"Birder.step(): {what}; {why}")
-
-    def _refuse_changed_model(self) -> None:
-        """Raise one RuntimeError if the model's parameters are no longer the ones DDP and Birder were built with:
-        one cast or moved (``model.to(torch.float64)``, ``.half()``: DDP's hooks stop seeing its gradient), or a
-        layer replaced (its new parameters belong to neither). Run only when a parameter got no gradient, so it
-        costs a normal step nothing."""
-        cast = [f"{name} ({kind[0]} -> {p.dtype})" if p.dtype != kind[0] else f"{name} ({kind[1]} -> {p.device})"
-                for name, p, kind in zip(self.param_names, self._params, self._kinds, strict=True)
-                if (p.dtype, p.device) != kind]
-        if cast:
-            raise RuntimeError(f"Birder.step(): parameter(s) {_names(cast)} were cast or moved after DDP and Birder "
-                               "were built (model.to(...), .double(), .half()?): DDP's buckets no longer receive their "
-                               "gradients. Cast or move the model before wrapping it in DistributedDataParallel "
-                               "(torch.autocast for mixed precision)")
-        held = {id(p) for p in self._params} | {id(p) for _, p in self._frozen_at_start}
-        new = [name for name, p in self._module.named_parameters() if id(p) not in held]
-        if new:
-            raise RuntimeError(f"Birder.step(): parameter(s) {_names(new)} are not the ones DDP and Birder were built "
-                               "with (a layer replaced after the model was wrapped?): neither DDP nor Birder holds "
-                               "them. Build a new DistributedDataParallel and Birder after changing the model")
-
-    def _check_group_settings(self) -> None:
-        """Each group's lr and weight decay as step() is about to use them (a scheduler may have set them): finite
-        and >= 0, else one ValueError (every rank's scheduler computes the same, so every rank raises)."""
-        for i, group in enumerate(self.param_groups):
-            for key in ("lr", "weight_decay"):
-                try:
-                    _check_real(f"param_groups[{i}][{key!r}]", group[key], 0.0, False)
-                except ValueError as error:
-                    why = ("an LR schedule run past its end, or a lambda that goes negative?"
-                           if isinstance(group[key], numbers.Real) else "set a Python float; a tensor lr is not taken")
-                    raise ValueError(f"Birder.step(): {error} ({why})") from None
 
     def _finish_step(self, loss, grad: torch.Tensor, largest: float, overlap: Overlap | None):
         bits = self._one_bit_allreduce(grad, largest, overlap)
@@ -658,17 +298,7 @@ class Birder(torch.optim.Optimizer):
         topo, t = self.topology, self.t + 1
         shard, chunk = comm.shard_slice(topo, self.length), comm.chunk_slice(topo, self.length)
         servers = topo.n_workers
-        checked = not largest * topo.shards_per_worker < _SAFE_SUM  # the same decision on every rank
-        if not checked:  # then each rank's own |gradient| now (it may have grown since backward: a second backward
-            # through a retained graph, a hook) must keep G x it below the bound, which bounds every node sum
-            low, high = torch.aminmax(grad)  # one vectorised pass, no temporary
-            now = max(-float(low), float(high))
-            if not now * topo.shards_per_worker < _SAFE_SUM:
-                raise RuntimeError(f"Birder.step(): this rank's gradient changed after backward to a largest "
-                                   f"|value| of {now:g} (a NaN/inf, or too large for a float32 sum over "
-                                   f"{topo.shards_per_worker} ranks), but the ranks agreed in backward that no "
-                                   "overflow check was needed: change .grad before backward ends (a tensor "
-                                   "hook), not after it")
+        checked = guards.needs_overflow_check(grad, largest, topo.shards_per_worker)
         phases = comm.pipeline_phases(topo, self.length)
         rows = self._collective("intra-node reduce-scatter", topo.worker_group, lambda: comm.run_phase(
             phases.intra_reduce_scatter, grad, topo.worker_group, None if topo.worker_group is None
@@ -681,7 +311,7 @@ class Birder(torch.optim.Optimizer):
                                      lambda: comm.all_gather_rows(bad, dist.group.WORLD, dist.get_world_size()))
             bad_ranks = [r for r, f in enumerate(flags.reshape(-1).tolist()) if f > 0]
             if bad_ranks:
-                self._skip(bad_ranks, "a node sum overflowed float32 on the shard of")
+                guards.count_skip(self, bad_ranks, "a node sum overflowed float32 on the shard of")
                 return None
         packed = tb.worker_step_packed_(self.m, self.b_hat, self.e, rows, self.beta, self.eps,
                                         stream_key(self.seed, t, topo.worker), shard.start)
@@ -704,18 +334,6 @@ class Birder(torch.optim.Optimizer):
             buffers[name] = torch.zeros(self.length, dtype=torch.float32, device=self.device)
         return buffers[name]
 
-    def _skip(self, bad_ranks: list[int], why: str = "a non-finite gradient on", backoff: bool = False) -> None:
-        """Count a step every rank skips; ``backoff``: a GradScaler's (not counted towards the limit)."""
-        self.skipped_steps += 1
-        self.consecutive_skips += 0 if backoff else 1
-        self.last_skipped_ranks = bad_ranks
-        log.warning("Birder: step %d skipped on every rank: %s rank(s) %s (%d skipped in all, %d in a row%s)",
-                    self.t + 1, why, bad_ranks, self.skipped_steps, self.consecutive_skips,
-                    "; a GradScaler back-off, not counted towards max_consecutive_skips" if backoff else "")
-        if self.consecutive_skips >= self.max_consecutive_skips:
-            raise RuntimeError(f"Birder: {self.consecutive_skips} consecutive steps skipped (limit "
-                               f"max_consecutive_skips={self.max_consecutive_skips}): {why} rank(s) {bad_ranks} "
-                               "(a GradScaler's back-offs count only once its scale is at most 1)")
 
     def _exchange_record(self, doing: int) -> None:
         """One all-gather over Birder's group of all ranks of what this rank is doing at which step (a record, as the
@@ -836,9 +454,9 @@ class Birder(torch.optim.Optimizer):
                         f" (build Birder with {key}={state[key]!r} to resume this state; the draws and m, b, e "
                         "belong to it)" if key in ("seed", "beta", "eps") else "")
                 raise ValueError(f"Birder state was saved with {key}={state[key]!r}, this run has {value!r}{hint}")
-        t = _check_count("Birder state 't'", state["t"])
-        skipped = _check_count("Birder state 'skipped_steps'", state["skipped_steps"])
-        consecutive = _check_count("Birder state 'consecutive_skips'", state["consecutive_skips"])
+        t = guards.check_count("Birder state 't'", state["t"])
+        skipped = guards.check_count("Birder state 'skipped_steps'", state["skipped_steps"])
+        consecutive = guards.check_count("Birder state 'consecutive_skips'", state["consecutive_skips"])
         if consecutive > skipped:
             raise ValueError(f"Birder state: consecutive_skips={consecutive} exceeds skipped_steps={skipped}")
         for name, shape in shapes.items():
@@ -885,8 +503,8 @@ class Birder(torch.optim.Optimizer):
         for i, group in enumerate(groups):
             if set(group) != {"lr", "weight_decay", "params"}:
                 raise ValueError(f"Birder param group keys must be lr, weight_decay, params; got {sorted(group)}")
-            _check_real(f"param_groups[{i}]['lr']", group["lr"], 0.0, True)
-            _check_real(f"param_groups[{i}]['weight_decay']", group["weight_decay"], 0.0, False)
+            guards.check_real(f"param_groups[{i}]['lr']", group["lr"], 0.0, True)
+            guards.check_real(f"param_groups[{i}]['weight_decay']", group["weight_decay"], 0.0, False)
         saved = [g["params"] for g in groups]
         if saved != [g["params"] for g in mine]:
             count = sum(len(p) for p in saved if isinstance(p, list))
