@@ -213,34 +213,65 @@ class Birder(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        """One Birder step from the gradients in ``.grad`` (collective). Returns the closure's loss, if any."""
+        """One step of Algorithm 1 (``../shared/papers/birder_paper.txt``, lines 83-100) from the gradients in
+        ``.grad``; collective: every rank calls it once per backward. Returns the closure's loss, if any.
+
+        Line 4's g_t is what backward left in ``.grad`` (Birder's hook keeps it local); a worker is a node, whose
+        g_t is its ranks' mean, each rank holding one shard of it. Lines 5-9 run on that shard, lines 10-14 are
+        the 1-bit exchange with the servers (each rank serves one chunk; u and u_bar travel packed, 1 bit per
+        element), line 16 moves the parameters. The guards run first; where the ranks' records decide, every rank
+        raises or skips alike.
+        """
         self._forward_record_due = True
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        backward = guards.check_step(self)
-        hook_bad, largest = backward.nonfinite_ranks, backward.largest
-        record = records.start(self, records.STEP)  # waited for once the gradients are flattened: overlaps that
+        backward = guards.check_step(self)  # the refusals, then what backward's records said (alike on every rank)
+        record = records.start(self, records.STEP)  # finished once .grad is flattened: its latency overlaps that
         scale = getattr(self, "grad_scale", None)  # set by GradScaler.step: the scale still in .grad
         found_inf = getattr(self, "found_inf", None)
-        grad = self._buffer("grad")  # reused: a fresh 4 B/element allocation each step costs page faults
-        overlap = self._overlap
-        if overlap is not None and (hook_bad or found_inf is not None and float(found_inf) > 0):
-            overlap.drain()
-        elif overlap is not None and overlap.sent:
-            topo = self.topology
+        grad, largest, overlap = self._buffer("grad"), backward.largest, self._overlap  # largest bounds every |g_t|
+        if overlap is None or not overlap.used(record, backward.nonfinite_ranks, scale, found_inf):
+            self._flatten_gradients(grad)  # line 4: this rank's g_t
             records.finish(self, record)
-            record = None
-            changed = torch.tensor([float(not overlap.unchanged(scale))], device=self.device)
-            agreed = self._collective("intra-node overlap check", topo.worker_group, lambda: comm.all_gather_rows(
-                changed, topo.worker_group, topo.shards_per_worker))
-            if not bool(agreed.any()):
-                self.overlapped_steps += 1
-                return self._finish_step(loss, grad, largest, overlap)
-            self.overlap_fallbacks += 1
-            overlap.drain()
-            overlap.frontier, overlap.sent = self.length, False
+            if scale is not None:
+                grad.div_(scale.to(device=self.device, dtype=torch.float32))  # exact for powers of two
+            if backward.nonfinite_ranks:  # every rank knows it from the hook: all skip, no collective needed
+                guards.count_skip(self, backward.nonfinite_ranks,
+                                  backoff=guards.scaler_backs_off(self, scale, found_inf))
+                return loss
+            guards.refuse_changed_after_backward(found_inf)
+            largest = largest if scale is None else largest / float(scale)
+            if overlap is not None:
+                overlap.frontier, overlap.sent = self.length, False  # nothing sent matches: exchange it all now
+        topo, t = self.topology, self.t + 1
+        shard, chunk = comm.shard_slice(topo, self.length), comm.chunk_slice(topo, self.length)
+        phases = comm.pipeline_phases(topo, self.length)
+        rows = self._node_rows(grad, largest, phases)  # the node's g_t on this shard, one row per rank of the node
+        if rows is None:  # a node sum overflowed float32: every rank skips the step
+            return loss
+        # lines 5-9 on this shard: m, b = b_hat (T0 off), u = Q(m / b + e), e; the node mean taken piece by piece
+        u = tb.worker_step_packed_(self.m, self.b_hat, self.e, rows, self.beta, self.eps,
+                                   stream_key(self.seed, t, topo.worker), shard.start)
+        # line 10: every worker's u of this rank's chunk reaches this rank, its server
+        received = self._collective("inter-node all-to-all", topo.server_group,
+                                    lambda: comm.run_phase(phases.inter_all_to_all, u, topo.server_group))
+        # lines 12-13 on this chunk: u_bar = Q(the workers' mean u + e_bar), e_bar
+        u_bar_chunk = tb.server_step_packed_(received, self.server_error, stream_key(self.seed, t, SERVER_STREAM),
+                                             chunk.start, n_workers=topo.n_workers)
+        # line 14: u_bar back to every worker (the servers' all-gather), then to every rank of the node
+        u_bar_shard = self._collective("inter-node all-gather", topo.server_group, lambda: comm.run_phase(
+            phases.inter_all_gather, u_bar_chunk, topo.server_group))
+        u_bar = self._collective("intra-node all-gather", topo.worker_group, lambda: comm.run_phase(
+            phases.intra_all_gather, u_bar_shard.reshape(-1), topo.worker_group)).reshape(-1)
+        self.t, self.consecutive_skips = t, 0
+        self._apply_update(u_bar)  # line 16: x -= lr * (u_bar + weight_decay * x), each group's lr and decay
+        return loss
+
+    def _flatten_gradients(self, grad: torch.Tensor) -> None:
+        """This rank's g_t into ``grad``: each trainable parameter's ``.grad`` in parameters() order (that order
+        gives every element its draw index); a parameter frozen since Birder was built contributes zeros."""
         for p, start in zip(self._params, self.offsets, strict=True):
             if p.grad is None or not p.requires_grad:  # frozen since Birder was built: gradient 0, and it stays put
                 grad[start:start + p.numel()] = 0.0
@@ -248,27 +279,35 @@ class Birder(torch.optim.Optimizer):
                 raise ValueError("Birder takes dense gradients")
             else:
                 grad[start:start + p.numel()] = p.grad.reshape(-1)
-        records.finish(self, record)
-        if scale is not None:
-            grad.div_(scale.to(device=self.device, dtype=torch.float32))  # exact for powers of two
-        if hook_bad:  # every rank knows it from the hook: all skip, no collective needed
-            guards.count_skip(self, hook_bad, backoff=guards.scaler_backs_off(self, scale, found_inf))
-            return loss
-        guards.refuse_changed_after_backward(found_inf)
-        if scale is not None:
-            largest = largest / float(scale)
-        if overlap is not None:
-            overlap.frontier, overlap.sent = self.length, False  # nothing sent matches: exchange it all now
-        return self._finish_step(loss, grad, largest, overlap)
 
-    def _finish_step(self, loss, grad: torch.Tensor, largest: float, overlap: Overlap | None):
-        bits = self._one_bit_allreduce(grad, largest, overlap)
-        del grad
-        if bits is None:
-            return loss
+    def _node_rows(self, grad: torch.Tensor, largest: float, phases) -> torch.Tensor | None:
+        """The intra-node reduce-scatter: this rank's shard of every rank of its node's g_t, (G, shard) (from what
+        the overlap delivered during backward, if it did); None if a node sum overflowed float32 on some rank's
+        shard, which every rank learns from one all-gather, run only where ``largest`` (the hook's bound on every
+        rank's |g_t|) cannot rule an overflow out (``guards.needs_overflow_check``)."""
+        topo, overlap = self.topology, self._overlap
+        checked = guards.needs_overflow_check(grad, largest, topo.shards_per_worker)
+        rows = self._collective("intra-node reduce-scatter", topo.worker_group, lambda: comm.run_phase(
+            phases.intra_reduce_scatter, grad, topo.worker_group, None if topo.worker_group is None
+            else self._buffer("rows")) if overlap is None else overlap.rows(self._buffer("rows")))
+        if checked:
+            worker_grad = tb._node_mean(rows)
+            bad = torch.tensor([float(not bool(torch.isfinite(worker_grad).all()))], device=self.device)
+            flags = self._collective("node-sum overflow check", dist.group.WORLD,
+                                     lambda: comm.all_gather_rows(bad, dist.group.WORLD, dist.get_world_size()))
+            bad_ranks = [r for r, f in enumerate(flags.reshape(-1).tolist()) if f > 0]
+            if bad_ranks:
+                guards.count_skip(self, bad_ranks, "a node sum overflowed float32 on the shard of")
+                return None
+        return rows
+
+    def _apply_update(self, u_bar: torch.Tensor) -> None:
+        """Line 16 on every trainable parameter, from the packed u_bar, with its group's lr and weight decay; a
+        parameter frozen since Birder was built stays put (its m, b and e moved on a zero gradient, so it cannot
+        be unfrozen: ``guards.check_step``)."""
         work = self.__dict__.setdefault("_update_work", {})
         for p, start, g in zip(self._params, self.offsets, self._group_of, strict=True):
-            if not p.requires_grad:  # stays put, but its m, b and e moved on a zero gradient: no unfreezing it now
+            if not p.requires_grad:
                 self._stepped_while_frozen.add(id(p))
                 continue
             lr, decay = self.param_groups[g]["lr"], self.param_groups[g]["weight_decay"]
@@ -280,52 +319,10 @@ class Birder(torch.optim.Optimizer):
                 flat = p.view(-1)
                 for lo in range(0, flat.numel(), tb.PIECE):
                     piece = flat[lo:lo + tb.PIECE]
-                    _apply_packed_update_(piece, bits, start + lo, lr, decay, work[p.dtype])
+                    _apply_packed_update_(piece, u_bar, start + lo, lr, decay, work[p.dtype])
                 increment_version(p)  # NumPy writes bypass autograd's check that saved tensors are unchanged
             else:
-                apply_update_(p, tb.unpack_range(bits, start, p.numel(), p.dtype).view_as(p), lr, decay)
-        return loss
-
-    def _one_bit_allreduce(self, grad: torch.Tensor, largest: float,
-                           overlap: Overlap | None = None) -> torch.Tensor | None:
-        """The pipeline of ``comm.one_bit_allreduce`` with in-place state; None if the step is skipped.
-
-        ``largest`` bounds every rank's |gradient| (from the hook's all-gather, so every rank has the same
-        value): when G x largest stays below float32's maximum / 2, and so does G x each rank's own largest
-        |gradient| now (each rank checks its own), no node sum can overflow and the step counts without a check;
-        otherwise every rank checks its shard of the node mean and all agree by an all-gather.
-        """
-        topo, t = self.topology, self.t + 1
-        shard, chunk = comm.shard_slice(topo, self.length), comm.chunk_slice(topo, self.length)
-        servers = topo.n_workers
-        checked = guards.needs_overflow_check(grad, largest, topo.shards_per_worker)
-        phases = comm.pipeline_phases(topo, self.length)
-        rows = self._collective("intra-node reduce-scatter", topo.worker_group, lambda: comm.run_phase(
-            phases.intra_reduce_scatter, grad, topo.worker_group, None if topo.worker_group is None
-            else self._buffer("rows")) if overlap is None else overlap.rows(self._buffer("rows"))
-        )  # (G, shard): the node mean is taken piece by piece
-        if checked:
-            worker_grad = tb._node_mean(rows)
-            bad = torch.tensor([float(not bool(torch.isfinite(worker_grad).all()))], device=self.device)
-            flags = self._collective("node-sum overflow check", dist.group.WORLD,
-                                     lambda: comm.all_gather_rows(bad, dist.group.WORLD, dist.get_world_size()))
-            bad_ranks = [r for r, f in enumerate(flags.reshape(-1).tolist()) if f > 0]
-            if bad_ranks:
-                guards.count_skip(self, bad_ranks, "a node sum overflowed float32 on the shard of")
-                return None
-        packed = tb.worker_step_packed_(self.m, self.b_hat, self.e, rows, self.beta, self.eps,
-                                        stream_key(self.seed, t, topo.worker), shard.start)
-        received = self._collective("inter-node all-to-all", topo.server_group,
-                                    lambda: comm.run_phase(phases.inter_all_to_all, packed, topo.server_group))
-        packed_chunk = tb.server_step_packed_(received, self.server_error, stream_key(self.seed, t, SERVER_STREAM),
-                                              chunk.start, n_workers=servers)
-        shard_bits = self._collective("inter-node all-gather", topo.server_group,
-                                      lambda: comm.run_phase(phases.inter_all_gather, packed_chunk, topo.server_group))
-        bits = self._collective("intra-node all-gather", topo.worker_group, lambda: comm.run_phase(
-            phases.intra_all_gather, shard_bits.reshape(-1), topo.worker_group))
-        self.t = t
-        self.consecutive_skips = 0
-        return bits.reshape(-1)
+                apply_update_(p, tb.unpack_range(u_bar, start, p.numel(), p.dtype).view_as(p), lr, decay)
 
     def _buffer(self, name: str) -> torch.Tensor:
         """A padded float32 work vector kept between steps (its tail, the padding, stays zero)."""

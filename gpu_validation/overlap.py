@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 
-from gpu_validation import comm
+from gpu_validation import comm, records
 
 if TYPE_CHECKING:
     from gpu_validation.optimizer import Birder
@@ -60,6 +60,31 @@ class Overlap:
             return
         self.pending.append(self.start(low, self.frontier))
         self.frontier, self.sent = low, True
+
+    def used(self, record: records.Pending | None, nonfinite_ranks: list[int], scale, found_inf) -> bool:
+        """Whether step() takes what this backward's exchange delivered: only if it started one, no rank's
+        gradient was non-finite, and every rank of the node finds .grad bit-identical to what it sent with no
+        GradScaler scale to divide out (one 4-byte all-gather over the node agrees on it, after step()'s
+        ``record`` is finished). If not, whatever was started is drained, and step() exchanges the gradients
+        again."""
+        opt = self.opt
+        if nonfinite_ranks or found_inf is not None and float(found_inf) > 0:
+            self.drain()
+            return False
+        if not self.sent:
+            return False
+        topo = opt.topology
+        records.finish(opt, record)
+        changed = torch.tensor([float(not self.unchanged(scale))], device=opt.device)
+        agreed = opt._collective("intra-node overlap check", topo.worker_group, lambda: comm.all_gather_rows(
+            changed, topo.worker_group, topo.shards_per_worker))
+        if not bool(agreed.any()):
+            opt.overlapped_steps += 1
+            return True
+        opt.overlap_fallbacks += 1
+        self.drain()
+        self.frontier, self.sent = opt.length, False
+        return False
 
     def start(self, low: int, high: int, async_op: bool = True):
         """The all-to-all of grad[low:high]; returns (work, received (G, n), start, stop in this rank's shard)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -223,7 +224,18 @@ def local_gradient_hook(state, bucket):  # DDP accepts only real (not string) an
     return work.get_future().then(finish)
 
 
-def start(opt, doing: int) -> tuple | None:
+@dataclass
+class Pending:
+    """A record all-gather under way (``start``); ``finish`` waits for it and checks the rows, once."""
+
+    doing: int
+    record: torch.Tensor  # kept alive until the all-gather is done
+    every: torch.Tensor
+    work: object
+    finished: bool = False
+
+
+def start(opt, doing: int) -> Pending | None:
     """Start ``Birder._exchange_record``'s all-gather (asynchronous; ``finish`` waits and checks). step()'s
     record (``STEP``): a rank that skipped step() meets it with its next backward's record, and every rank
     raises at once instead of waiting out the timeout in mismatched collectives. None on one rank."""
@@ -233,7 +245,7 @@ def start(opt, doing: int) -> tuple | None:
     words = torch.tensor([doing, opt.t + 1, 0, 0, 0], dtype=torch.int64, device=opt.device)
     record = words if doing != STEP else torch.cat([words[:2], gradient_fingerprint(opt), words[4:]])
     every = torch.empty(dist.get_world_size() * RECORD_WORDS, dtype=torch.int64, device=opt.device)
-    return doing, record, every, comm._all_gather(every, record, group=group, async_op=True)
+    return Pending(doing, record, every, comm._all_gather(every, record, group=group, async_op=True))
 
 
 def gradient_fingerprint(opt) -> torch.Tensor:
@@ -248,10 +260,13 @@ def gradient_fingerprint(opt) -> torch.Tensor:
     return torch.stack([sample.view(torch.int32).sum(dtype=torch.int64), usable.to(torch.int64)]).to(opt.device)
 
 
-def finish(opt, started: tuple | None) -> None:
-    if started is None:
+def finish(opt, started: Pending | None) -> None:
+    """Wait for ``start``'s all-gather and check the rows (``check_records``; for step()'s,
+    ``refuse_reduced_gradients``); nothing on one rank or when already finished."""
+    if started is None or started.finished:
         return
-    doing, _, every, work = started  # the record tensor is kept alive until the all-gather is done
+    started.finished = True
+    doing, every, work = started.doing, started.every, started.work
     phase = {STATE_DICT: "state_dict() record all-gather", STEP: "step() record all-gather"}.get(
         doing, "record all-gather before DDP's collectives in forward")
     opt._collective(phase, opt.topology.world_group, work.wait)
