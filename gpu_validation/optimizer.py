@@ -3,6 +3,11 @@
     opt = Birder(ddp_model, lr=1e-3)          # registers its own DDP communication hook
     loss.backward(); opt.step(); opt.zero_grad()
 
+``Birder.step`` reads as Algorithm 1, top to bottom, in one screen. Around it: ``guards`` (what Birder refuses, and
+the checks that keep its ranks in step: one entry point per concern), ``records`` (what the ranks tell each other
+besides the algorithm's bits; the fault messages), ``overlap`` (``overlap=True``), ``torch_birder`` (the kernels)
+and ``comm`` (the 1-bit all-reduce's phases).
+
 Where the work happens, and why:
 
 - **During backward**, the hook Birder registers leaves every bucket as it is (``.grad`` holds this rank's own
@@ -19,7 +24,8 @@ Where the work happens, and why:
   line 16, x -= lr * (u_bar + weight_decay * x). The update never travels in ``.grad``.
 
 With ``overlap=True`` the node's all-to-all of each bucket starts in the hook instead, and step() uses it only if
-every rank of the node finds ``.grad`` bit-identical to what it sent (else it exchanges again): see ``overlap.Overlap``.
+every rank of the node finds ``.grad`` bit-identical to what it sent (else it exchanges again): see
+``overlap.Overlap``.
 
 So whatever a training loop does to ``.grad`` between backward and step acts on the raw gradient *before* m and
 b, as it would before AdamW: ``clip_grad_norm_`` clips this rank's local gradient, ``GradScaler.unscale_``
@@ -31,8 +37,8 @@ Faults: every collective has the process group's timeout (``comm.make_topology``
 waits briefly for the others to report the same iteration through the default store and raises one
 ``RuntimeError`` naming the ranks that did not (hung or dead); so does backward when the hook's all-gather fails.
 Before DDP's own collectives in the first forward after construction, step() or load_state_dict() (its bucket
-rebuild, its buffer broadcast) the ranks exchange a record on Birder's group (``guards.register_hooks``): a peer that
-failed is named there, a rank that called state_dict() alone meets it, and an error from inside DDP's collectives
+rebuild, its buffer broadcast) the ranks exchange a record on Birder's group (``guards.register_hooks``): a peer
+that failed is named there, a rank that called state_dict() alone meets it, and an error from inside DDP's collectives
 in any forward gets the same message.
 A step skipped for a non-finite gradient names the ranks that had one, is counted (``skipped_steps``) and
 logged; ``max_consecutive_skips`` in a row raise (a GradScaler's back-offs do not count while the scale it used is
@@ -42,7 +48,6 @@ above 1, only once it is at most 1; the scale is read from the calling ``GradSca
 from __future__ import annotations
 
 import functools
-import logging
 import time
 
 import numpy as np
@@ -57,8 +62,6 @@ from gpu_validation import torch_birder as tb
 from gpu_validation.overlap import Overlap
 
 __all__ = ["Birder", "apply_update_", "FULL_FORMAT", "SHARD_FORMAT"]
-
-log = logging.getLogger(__name__)
 
 FULL_FORMAT = "birder-optimizer-full/1"
 SHARD_FORMAT = "birder-optimizer-shard/1"
