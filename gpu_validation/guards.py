@@ -11,7 +11,9 @@ same records, every rank raises alike. ``optimizer.Birder`` calls:
 - ``check_step`` at the top of each step(): the trainable set, the groups' settings, and what backward's records
   said (the ranks' settings or parameters differ);
 - ``needs_overflow_check``, ``refuse_changed_after_backward``, ``scaler_backs_off`` and ``count_skip`` inside it:
-  a node sum that could overflow, a gradient changed after backward, a skipped step and the limit on skips.
+  a node sum that could overflow, a gradient changed after backward, a skipped step and the limit on skips;
+- ``check_real`` / ``check_count``: the one-line ValueError for a number (its checkpoints and ``layout`` use them
+  too).
 
 What the ranks tell each other, and the messages naming a failed or drifting rank, are ``records``.
 """
@@ -25,6 +27,7 @@ import numbers
 import sys
 import weakref
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -33,6 +36,9 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from birder_ref.draws import MASK32
 from gpu_validation import comm, records
+
+if TYPE_CHECKING:
+    from gpu_validation.optimizer import Birder
 
 log = logging.getLogger("gpu_validation.optimizer")  # the skip warnings are the optimizer's
 _SAFE_SUM = float(torch.finfo(torch.float32).max) / 2  # node sums of values below this / G cannot overflow
@@ -52,8 +58,9 @@ class Arguments:
     groups: list[dict]  # torch's param groups
 
 
-def check_arguments(ddp_model, *, lr, weight_decay, beta, eps, seed, scheme: str, max_consecutive_skips, overlap,
-                    param_groups) -> Arguments:
+def check_arguments(ddp_model: nn.Module, *, lr: float, weight_decay: float, beta: float, eps: float, seed: int,
+                    scheme: str, max_consecutive_skips: int, overlap: bool,
+                    param_groups: list[dict] | None) -> Arguments:
     """One ValueError, before any collective, for anything Birder's constructor cannot take; else the arguments
     checked, the trainable parameters and torch's param groups."""
     if not isinstance(ddp_model, nn.parallel.DistributedDataParallel):
@@ -83,13 +90,13 @@ def check_arguments(ddp_model, *, lr, weight_decay, beta, eps, seed, scheme: str
     return Arguments(lr, weight_decay, beta, eps, checked_seed, max_consecutive_skips, named, groups)
 
 
-def refuse_other_optimizers(opt) -> None:
+def refuse_other_optimizers(opt: Birder) -> None:
     """For as long as ``opt`` lives, any other torch optimizer's step() on its parameters raises, naming them."""
     handle = register_optimizer_step_pre_hook(_other_optimizers_refused(weakref.ref(opt)))
     weakref.finalize(opt, handle.remove)
 
 
-def register_hooks(opt, ddp_model: nn.parallel.DistributedDataParallel) -> None:
+def register_hooks(opt: Birder, ddp_model: nn.parallel.DistributedDataParallel) -> None:
     """Birder's DDP communication hook (``records.local_gradient_hook``; one ValueError if the model already has
     one), then the hooks around DDP's own collectives in forward (``_ddp_forward_hooks``), for as long as ``opt``
     lives."""
@@ -115,7 +122,7 @@ class Backward:
     largest: float  # the largest |gradient| over every rank (a bound on every node sum)
 
 
-def check_step(opt) -> Backward:
+def check_step(opt: Birder) -> Backward:
     """At the top of step(): one error if step() cannot mean what the loop intends (``_check_trainable_set``), a
     group's lr or weight decay is unusable (``_check_group_settings``), or backward's records said that the ranks'
     settings or parameters differ (every rank raises alike, before any update); else what those records said,
@@ -160,7 +167,7 @@ def refuse_changed_after_backward(found_inf) -> None:
                            "in backward (something changed .grad after backward); the ranks would disagree")
 
 
-def scaler_backs_off(opt, scale, found_inf) -> bool:
+def scaler_backs_off(opt: Birder, scale, found_inf) -> bool:
     """Whether a step skipped for a non-finite gradient is a GradScaler's back-off (not counted towards
     ``max_consecutive_skips``): only while the scale it used is above 1 (at most 1, the gradient itself
     overflows: a NaN from the model, say). The scale is GradScaler's ``grad_scale``, or, after ``unscale_``, read
@@ -169,7 +176,7 @@ def scaler_backs_off(opt, scale, found_inf) -> bool:
     return used is not None and used > 1.0
 
 
-def count_skip(opt, bad_ranks: list[int], why: str = "a non-finite gradient on", backoff: bool = False) -> None:
+def count_skip(opt: Birder, bad_ranks: list[int], why: str = "a non-finite gradient on", backoff: bool = False) -> None:
     """Count a step every rank skips; ``backoff``: a GradScaler's (not counted towards the limit)."""
     opt.skipped_steps += 1
     opt.consecutive_skips += 0 if backoff else 1
@@ -187,6 +194,8 @@ def count_skip(opt, bad_ranks: list[int], why: str = "a non-finite gradient on",
 
 
 def check_real(name: str, value, low: float, low_open: bool, high: float | None = None) -> float:
+    """``value`` as a float if it is a finite real number above ``low`` (or at it, unless ``low_open``) and below
+    ``high``; else one ValueError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
         raise ValueError(f"{name} must be a finite real number, got {value!r}")
     v = float(value)
@@ -197,6 +206,7 @@ def check_real(name: str, value, low: float, low_open: bool, high: float | None 
 
 
 def check_count(name: str, value, low: int = 0) -> int:
+    """``value`` as an int if it is an integer >= ``low``; else one ValueError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < low:
         raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
     return int(value)
@@ -246,10 +256,10 @@ def _param_groups(given, named: list[tuple[str, torch.Tensor]], lr: float, weigh
             taken.add(id(p))
         if not members:
             raise ValueError(f"param_groups[{i}] holds no parameters")
-        groups.append({"params": members, "lr": check_real(f"param_groups[{i}]['lr']", group.get("lr", lr), 0.0,
-                                                             True),
+        groups.append({"params": members,
+                       "lr": check_real(f"param_groups[{i}]['lr']", group.get("lr", lr), 0.0, True),
                        "weight_decay": check_real(f"param_groups[{i}]['weight_decay']",
-                                                   group.get("weight_decay", weight_decay), 0.0, False)})
+                                                  group.get("weight_decay", weight_decay), 0.0, False)})
     rest = [p for _, p in named if id(p) not in taken]
     if rest:
         groups.append({"params": rest, "lr": lr, "weight_decay": weight_decay})
@@ -363,7 +373,7 @@ def _ddp_forward_hooks(birder_ref):
     return before, after
 
 
-def _check_trainable_set(opt) -> None:
+def _check_trainable_set(opt: Birder) -> None:
     """Raise one RuntimeError (on every rank alike) if step() cannot mean what the loop intends: a parameter
     frozen when Birder was built and unfrozen since (neither DDP nor Birder holds it: it would never train); one
     frozen after Birder was built, through at least one update, and unfrozen since (its state drifted); no
@@ -423,7 +433,7 @@ def _check_trainable_set(opt) -> None:
     raise RuntimeError(f"Birder.step(): {what}; {why}")
 
 
-def _refuse_changed_model(opt) -> None:
+def _refuse_changed_model(opt: Birder) -> None:
     """Raise one RuntimeError if the model's parameters are no longer the ones DDP and Birder were built with:
     one cast or moved (``model.to(torch.float64)``, ``.half()``: DDP's hooks stop seeing its gradient), or a
     layer replaced (its new parameters belong to neither). Run only when a parameter got no gradient, so it
@@ -444,7 +454,7 @@ def _refuse_changed_model(opt) -> None:
                            "them. Build a new DistributedDataParallel and Birder after changing the model")
 
 
-def _check_group_settings(opt) -> None:
+def _check_group_settings(opt: Birder) -> None:
     """Each group's lr and weight decay as step() is about to use them (a scheduler may have set them): finite
     and >= 0, else one ValueError (every rank's scheduler computes the same, so every rank raises)."""
     for i, group in enumerate(opt.param_groups):

@@ -216,8 +216,8 @@ class Birder(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        """One step of Algorithm 1 (``../shared/papers/birder_paper.txt``, lines 83-100) from the gradients in
-        ``.grad``; collective: every rank calls it once per backward. Returns the closure's loss, if any.
+        """One iteration of the paper's Algorithm 1 (the comments cite its lines, as numbered there) from the
+        gradients in ``.grad``; collective: every rank calls it once per backward. Returns the closure's loss, if any.
 
         Line 4's g_t is what backward left in ``.grad`` (Birder's hook keeps it local); a worker is a node, whose
         g_t is its ranks' mean, each rank holding one shard of it. Lines 5-9 run on that shard, lines 10-14 are

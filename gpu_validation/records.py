@@ -16,12 +16,16 @@ import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from gpu_validation import comm
+
+if TYPE_CHECKING:
+    from gpu_validation.optimizer import Birder
 
 _FAULT_REPORT_S = 1.0  # how long a rank whose collective failed waits for the others to report
 
@@ -235,7 +239,7 @@ class Pending:
     finished: bool = False
 
 
-def start(opt, doing: int) -> Pending | None:
+def start(opt: Birder, doing: int) -> Pending | None:
     """Start ``Birder._exchange_record``'s all-gather (asynchronous; ``finish`` waits and checks). step()'s
     record (``STEP``): a rank that skipped step() meets it with its next backward's record, and every rank
     raises at once instead of waiting out the timeout in mismatched collectives. None on one rank."""
@@ -248,7 +252,7 @@ def start(opt, doing: int) -> Pending | None:
     return Pending(doing, record, every, comm._all_gather(every, record, group=group, async_op=True))
 
 
-def gradient_fingerprint(opt) -> torch.Tensor:
+def gradient_fingerprint(opt: Birder) -> torch.Tensor:
     """Two int64 words for step()'s record: a checksum of a fixed sample of the local gradient (up to
     ``_SAMPLE`` evenly spaced elements of each of the largest trainable parameters' .grad) and whether that
     sample is finite and holds a nonzero value. Costs a few small index reads per step."""
@@ -260,7 +264,7 @@ def gradient_fingerprint(opt) -> torch.Tensor:
     return torch.stack([sample.view(torch.int32).sum(dtype=torch.int64), usable.to(torch.int64)]).to(opt.device)
 
 
-def finish(opt, started: Pending | None) -> None:
+def finish(opt: Birder, started: Pending | None) -> None:
     """Wait for ``start``'s all-gather and check the rows (``check_records``; for step()'s,
     ``refuse_reduced_gradients``); nothing on one rank or when already finished."""
     if started is None or started.finished:
@@ -276,7 +280,10 @@ def finish(opt, started: Pending | None) -> None:
         refuse_reduced_gradients(rows, opt.t + 1)
 
 
-def fault_message(opt, phase: str, group, error: Exception) -> str:
+def fault_message(opt: Birder, phase: str, group, error: Exception) -> str:
+    """Birder's one line for a collective that failed in ``phase``: the step, the group's ranks, this rank, the
+    timeout, and which ranks never reported the failure through the default store within ``_FAULT_REPORT_S``
+    (hung or dead), with the cause cut to 200 characters."""
     rank, step = dist.get_rank(), opt.t + 1
     members = dist.get_process_group_ranks(group)
     silent: list[int] | None = None
@@ -300,7 +307,7 @@ def fault_message(opt, phase: str, group, error: Exception) -> str:
             f"{opt.timeout_s:g} s process-group timeout; {who}{hint}. Cause: {cause}")
 
 
-def drift_message(opt) -> str:
+def drift_message(opt: Birder) -> str:
     """The parameters whose copies differ between ranks (one all-gather of per-parameter checksums, every rank
     taking part: every rank saw the same records), named with the ranks that agree with each other."""
     world, group = dist.get_world_size(), opt.topology.world_group
@@ -320,7 +327,7 @@ def drift_message(opt) -> str:
             "makes the ranks drift apart; give them to Birder (param_groups=[...]) or to a separate DDP model")
 
 
-def settings_message(opt) -> str:
+def settings_message(opt: Birder) -> str:
     """Each group's lr and weight decay that differ between ranks (one all-gather of every rank's settings,
     every rank taking part: every rank saw the same records), with the ranks holding each value."""
     world, group = dist.get_world_size(), opt.topology.world_group

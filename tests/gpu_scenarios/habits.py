@@ -8,6 +8,8 @@ whether the ranks end with identical parameters) or ``error`` (the exception's t
 ``HABITS`` says what each pattern must give; ``observe`` runs them all, ``verdict`` judges one row,
 ``habits_table`` renders the table docs/habits.md holds; ``tests/test_gpu_habits.py`` checks every row and the table,
 and ``python -m tests.gpu_scenarios.habits`` (from the repository root) prints each row's outcome.
+(Over 600 lines: one short pattern per row of the table, 74 of them, beside the table that names them, so that a
+row's pattern is found by its name in one file.)
 """
 from __future__ import annotations
 
