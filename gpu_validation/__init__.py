@@ -2,7 +2,8 @@
 
 ``optimizer`` holds ``Birder``, the torch optimizer users adopt in one line (``Birder(ddp_model, lr=...)``), whose
 step() reads as Algorithm 1; ``guards`` what it refuses and the checks that keep its ranks in step, ``records``
-what its ranks tell each other besides the algorithm's bits, ``overlap`` its exchange started during backward;
+what its ranks tell each other besides the algorithm's bits, ``checkpoint`` its state dicts, ``overlap`` its
+exchange started during backward;
 ``torch_birder`` Algorithm 1's numerics on tensors, ``comm`` the 1-bit all-reduce over process groups, ``hook``
 the lower-level DDP communication hook and its state, ``validate`` the multi-rank comparison with ``birder_ref``,
 ``reference_check`` ``birder_ref`` beside a ``Birder`` step by step, ``launch`` the local ranks, ``digests`` the

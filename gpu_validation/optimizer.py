@@ -5,8 +5,8 @@
 
 ``Birder.step`` reads as Algorithm 1, top to bottom, in one screen. Around it: ``guards`` (what Birder refuses, and
 the checks that keep its ranks in step: one entry point per concern), ``records`` (what the ranks tell each other
-besides the algorithm's bits; the fault messages), ``overlap`` (``overlap=True``), ``torch_birder`` (the kernels)
-and ``comm`` (the 1-bit all-reduce's phases).
+besides the algorithm's bits; the fault messages), ``checkpoint`` (its state dicts, checked on loading),
+``overlap`` (``overlap=True``), ``torch_birder`` (the kernels) and ``comm`` (the 1-bit all-reduce's phases).
 
 Where the work happens, and why:
 
@@ -57,20 +57,12 @@ from torch import nn
 from torch.autograd.graph import increment_version
 
 from birder_ref.draws import SERVER_STREAM, stream_key
-from gpu_validation import comm, guards, layout, records
+from gpu_validation import checkpoint, comm, guards, layout, records
 from gpu_validation import torch_birder as tb
+from gpu_validation.checkpoint import FULL_FORMAT, SHARD_FORMAT
 from gpu_validation.overlap import Overlap
 
 __all__ = ["Birder", "apply_update_", "FULL_FORMAT", "SHARD_FORMAT"]
-
-FULL_FORMAT = "birder-optimizer-full/1"
-SHARD_FORMAT = "birder-optimizer-shard/1"
-# In every state dict Birder saves: parameter 0's "step" as bytes, which torch's Adam-family optimizers convert with
-# float() while loading (__setstate__), so AdamW.load_state_dict(birder_state) fails at once with this line.
-FOREIGN_LOAD_GUARD = {0: {"step": b"gpu_validation.Birder's optimizer state: torch optimizers cannot load it; "
-                                  b"convert it with Birder.to_adamw_state_dict() (docs/adoption.md), or start the new "
-                                  b"optimizer afresh"}}
-_VECTORS = ("m", "b_hat", "e")  # per worker; b = b_hat (T0 off, as the paper runs it)
 
 
 def apply_update_(p: torch.Tensor, u_bar: torch.Tensor, lr: float, weight_decay: float) -> None:
@@ -182,7 +174,8 @@ class Birder(torch.optim.Optimizer):
         shard = comm.shard_slice(self.topology, self.length)
         chunk = comm.chunk_slice(self.topology, self.length)
         n_shard, n_chunk = shard.stop - shard.start, chunk.stop - chunk.start
-        self.m, self.b_hat, self.e = (torch.zeros(n_shard, dtype=torch.float32, device=self.device) for _ in _VECTORS)
+        self.m, self.b_hat, self.e = (torch.zeros(n_shard, dtype=torch.float32, device=self.device)
+                                      for _ in checkpoint.VECTORS)
         self.server_error = torch.zeros(n_chunk, dtype=torch.float32, device=self.device)
         self.t = 0
         self.skipped_steps = 0
@@ -351,21 +344,7 @@ class Birder(torch.optim.Optimizer):
         except RuntimeError as error:
             raise RuntimeError(records.fault_message(self, phase, group, error)) from error
 
-    # ---- checkpoints ----
-
-    def _config(self) -> dict:
-        topo = self.topology
-        return {"scheme": topo.scheme, "n_workers": topo.n_workers, "dim": self.dim, "seed": self.seed,
-                "beta": self.beta, "eps": self.eps}
-
-    def _groups(self) -> list[dict]:
-        """Each group's lr, weight_decay and parameters (as positions in element order), as torch saves them."""
-        position = {id(p): i for i, p in enumerate(self._params)}
-        return [{"lr": g["lr"], "weight_decay": g["weight_decay"], "params": [position[id(p)] for p in g["params"]]}
-                for g in self.param_groups]
-
-    def _counters(self) -> dict:
-        return {"t": self.t, "skipped_steps": self.skipped_steps, "consecutive_skips": self.consecutive_skips}
+    # ---- checkpoints (``checkpoint``) ----
 
     def state_dict(self) -> dict:
         """The full state: every worker's m, b_hat, e and the whole server error, in element order (collective).
@@ -376,32 +355,11 @@ class Birder(torch.optim.Optimizer):
         and every rank gets the same dict, so rank 0 can save it and every rank can load that one file. Loads on
         any layout with the same number of workers (nodes in hierarchical, ranks in flat).
         """
-        topo, world, group = self.topology, dist.get_world_size(), self.topology.world_group
-        self._exchange_record(records.STATE_DICT)  # a rank in backward or forward meets it: both sides raise at once
-        mine = torch.cat([self.m, self.b_hat, self.e, self.server_error])
-        rows = self._collective("state_dict all-gather", group,
-                                lambda: comm.all_gather_rows(mine, group, world)).cpu()
-        n_shard = self.m.numel()
-        full = {name: torch.zeros(topo.n_workers, self.length) for name in _VECTORS}
-        server = torch.zeros(self.length)
-        for rank in range(world):
-            worker, shard = topo.worker_of(rank), comm.shard_slice(topo, self.length, rank)
-            for i, name in enumerate(_VECTORS):
-                full[name][worker, shard] = rows[rank, i * n_shard:(i + 1) * n_shard]
-            server[comm.chunk_slice(topo, self.length, rank)] = rows[rank, 3 * n_shard:]
-        state = {"format": FULL_FORMAT, **self._config(), **self._counters(),
-                 **{name: full[name][:, :self.dim].clone() for name in _VECTORS},
-                 "server_error": server[:self.dim].clone(), **FOREIGN_LOAD_GUARD}
-        return {"state": state, "param_groups": self._groups()}
+        return checkpoint.full_state(self)
 
     def sharded_state_dict(self) -> dict:
         """This rank's shard only (no collective): each rank saves its own file; loads on the same layout only."""
-        topo = self.topology
-        state = {"format": SHARD_FORMAT, **self._config(), "rank": topo.rank, "n_nodes": topo.n_nodes,
-                 "gpus_per_node": topo.gpus_per_node, **self._counters(),
-                 **{name: getattr(self, name).detach().cpu().clone() for name in (*_VECTORS, "server_error")},
-                 **FOREIGN_LOAD_GUARD}
-        return {"state": state, "param_groups": self._groups()}
+        return checkpoint.shard_state(self)
 
     def to_adamw_state_dict(self, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> dict:
         """A ``torch.optim.AdamW`` state dict that continues from this Birder (collective: every rank calls it, as
@@ -411,104 +369,11 @@ class Birder(torch.optim.Optimizer):
         weight decay (line 16's decay is AdamW's decoupled one), ``step`` is Birder's t, ``exp_avg`` the workers'
         mean m (both are moving averages of the gradient) and ``exp_avg_sq`` the square of the workers' mean b
         (Birder tracks the mean of |g|, AdamW of g^2: an estimate, low by the gradient's variance)."""
-        full = self.state_dict()["state"]
-        m, b = full["m"].mean(dim=0), full["b_hat"].mean(dim=0)
-        adamw = torch.optim.AdamW([{"params": g["params"], "lr": g["lr"], "weight_decay": g["weight_decay"]}
-                                   for g in self.param_groups], betas=betas, eps=eps)
-        layout = adamw.state_dict()  # torch's own group format, numbering the parameters group by group
-        index = {id(p): i for i, p in enumerate(p for g in adamw.param_groups for p in g["params"])}
-        state = {}
-        for p, start in zip(self._params, self.offsets, strict=True):
-            span = slice(start, start + p.numel())
-            state[index[id(p)]] = {"step": torch.tensor(float(self.t)), "exp_avg": m[span].view_as(p).to(p.dtype),
-                                   "exp_avg_sq": b[span].square().view_as(p).to(p.dtype)}
-        return {"state": state, "param_groups": layout["param_groups"]}
+        return checkpoint.adamw_state(self, betas, eps)
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Restore ``state_dict()``'s (or ``sharded_state_dict()``'s) output. Everything is checked first: any
         problem raises one ValueError and leaves the optimizer unchanged."""
-        state, groups = self._check_envelope(state_dict)
-        fmt = state.get("format")
-        if fmt == FULL_FORMAT:
-            shapes = {**{name: (self.topology.n_workers, self.dim) for name in _VECTORS}, "server_error": (self.dim,)}
-            extra = ()
-        elif fmt == SHARD_FORMAT:
-            shapes = {**{name: tuple(self.m.shape) for name in _VECTORS},
-                      "server_error": tuple(self.server_error.shape)}
-            extra = ("rank", "n_nodes", "gpus_per_node")
-        else:
-            raise ValueError(f"Birder state format {fmt!r}: expected {FULL_FORMAT!r} or {SHARD_FORMAT!r}")
-        expected = {"format", *self._config(), *self._counters(), *shapes, *extra, *FOREIGN_LOAD_GUARD}
-        missing, unknown = sorted(map(str, expected - set(state))), sorted(map(str, set(state) - expected))
-        if missing or unknown:
-            raise ValueError(f"Birder state: missing keys {missing}, unknown keys {unknown}")
-        mine = self._config()
-        if extra:
-            topo = self.topology
-            mine.update(rank=topo.rank, n_nodes=topo.n_nodes, gpus_per_node=topo.gpus_per_node)
-        for key, value in mine.items():
-            if type(state[key]) is not type(value) or state[key] != value:
-                hint = (" (a sharded checkpoint loads only on the layout that saved it: save state_dict()'s full form "
-                        "to change layouts)" if key in extra else
-                        " (the workers' state cannot be split or merged)" if key == "n_workers" else
-                        f" (build Birder with {key}={state[key]!r} to resume this state; the draws and m, b, e "
-                        "belong to it)" if key in ("seed", "beta", "eps") else "")
-                raise ValueError(f"Birder state was saved with {key}={state[key]!r}, this run has {value!r}{hint}")
-        t = guards.check_count("Birder state 't'", state["t"])
-        skipped = guards.check_count("Birder state 'skipped_steps'", state["skipped_steps"])
-        consecutive = guards.check_count("Birder state 'consecutive_skips'", state["consecutive_skips"])
-        if consecutive > skipped:
-            raise ValueError(f"Birder state: consecutive_skips={consecutive} exceeds skipped_steps={skipped}")
-        for name, shape in shapes.items():
-            v = state[name]
-            if not isinstance(v, torch.Tensor) or v.dtype != torch.float32 or tuple(v.shape) != shape or v.is_sparse:
-                got = f"{v.dtype} {tuple(v.shape)}" if isinstance(v, torch.Tensor) else type(v).__name__
-                raise ValueError(f"Birder state {name!r} must be a dense float32 tensor of shape {shape}, got {got}")
-            if not bool(torch.isfinite(v).all()):
-                raise ValueError(f"Birder state {name!r} holds a NaN or an infinity")
-        if bool((state["b_hat"] < 0).any()):
-            raise ValueError("Birder state 'b_hat' (b) holds a negative value; it is a mean of |g|")
-        for name in ("e", "server_error"):  # |y| <= 3 and Q(y) = sign(y) beyond [-1, 1] keep every error in [-2, 2]
-            if bool((state[name].abs() > 2).any()):
-                raise ValueError(f"Birder state {name!r} holds a value outside [-2, 2], which Algorithm 1 never makes")
-        # everything checked: now change the optimizer
-        if fmt == FULL_FORMAT:
-            topo, n = self.topology, self.dim
-            shard, chunk = comm.shard_slice(topo, self.length), comm.chunk_slice(topo, self.length)
-            for name in _VECTORS:
-                row = torch.zeros(self.length)
-                row[:n] = state[name][topo.worker]
-                getattr(self, name).copy_(row[shard])
-            server = torch.zeros(self.length)
-            server[:n] = state["server_error"]
-            self.server_error.copy_(server[chunk])
-        else:
-            for name in (*_VECTORS, "server_error"):
-                getattr(self, name).copy_(state[name])
-        self.t, self.skipped_steps, self.consecutive_skips = t, skipped, consecutive
-        for group, saved in zip(self.param_groups, groups, strict=True):
-            group["lr"], group["weight_decay"] = float(saved["lr"]), float(saved["weight_decay"])
-        self._hook_state.reset()
-        self._forward_record_due = True
+        checkpoint.load(self, state_dict)
 
-    def _check_envelope(self, state_dict) -> tuple[dict, list]:
-        if not isinstance(state_dict, dict) or set(state_dict) != {"state", "param_groups"}:
-            raise ValueError("Birder state_dict must be a dict with exactly the keys 'state' and 'param_groups'")
-        state, groups = state_dict["state"], state_dict["param_groups"]
-        if not isinstance(state, dict):
-            raise ValueError(f"Birder state_dict['state'] must be a dict, got {type(state).__name__}")
-        mine = self._groups()
-        if not isinstance(groups, list) or not groups or not all(isinstance(g, dict) for g in groups):
-            raise ValueError("Birder state_dict['param_groups'] must be a non-empty list of dicts")
-        for i, group in enumerate(groups):
-            if set(group) != {"lr", "weight_decay", "params"}:
-                raise ValueError(f"Birder param group keys must be lr, weight_decay, params; got {sorted(group)}")
-            guards.check_real(f"param_groups[{i}]['lr']", group["lr"], 0.0, True)
-            guards.check_real(f"param_groups[{i}]['weight_decay']", group["weight_decay"], 0.0, False)
-        saved = [g["params"] for g in groups]
-        if saved != [g["params"] for g in mine]:
-            count = sum(len(p) for p in saved if isinstance(p, list))
-            raise ValueError(f"Birder state holds {count} parameters in {len(saved)} group(s) {saved}; this model "
-                             f"has {len(self._params)} trainable ones in {len(mine)} group(s) "
-                             f"{[g['params'] for g in mine]}")
-        return state, groups
+

@@ -313,7 +313,7 @@ def drift_message(opt: Birder) -> str:
     world, group = dist.get_world_size(), opt.topology.world_group
     mine = torch.stack([bits_checksum([p]) for p in opt._params])
     rows = opt._collective("parameter checksum all-gather", group,
-                            lambda: comm.all_gather_rows(mine, group, world)).cpu()
+                           lambda: comm.all_gather_rows(mine, group, world)).cpu()
     differ = []
     for i, name in enumerate(opt.param_names):
         column = rows[:, i].tolist()
@@ -333,7 +333,7 @@ def settings_message(opt: Birder) -> str:
     world, group = dist.get_world_size(), opt.topology.world_group
     mine = torch.tensor(group_settings(opt.param_groups), dtype=torch.float64)
     rows = opt._collective("lr / weight decay all-gather", group,
-                            lambda: comm.all_gather_rows(mine.to(opt.device), group, world)).cpu()
+                           lambda: comm.all_gather_rows(mine.to(opt.device), group, world)).cpu()
     differ = []
     for i, (g, key) in enumerate((g, key) for g in range(len(opt.param_groups)) for key in ("lr", "weight_decay")):
         column = rows[:, i].tolist()
