@@ -12,7 +12,7 @@ all-reduce averages the gradients before Birder sees them: Birder refuses it at 
 Each rank runs in its own process, started as ``accelerate launch`` starts it (``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT``) and reports its host as ``node<n>`` through ``BIRDER_HOSTNAME`` (the
 override for simulating hosts on one machine). Every step is compared with ``birder_ref``
-(``gpu_validation.habits.Reference``, no tolerance). Needs the ``accelerate`` extra.
+(``gpu_validation.reference_check.Reference``, no tolerance). Needs the ``accelerate`` extra.
 
     python examples/accelerate_birder.py --nodes 2 --gpus-per-node 2 --steps 4     # prints one JSON object
 """
@@ -46,7 +46,7 @@ def _rank(rank: int, nodes: int, gpus: int, steps: int, wrong: bool, port: int, 
     from torch import nn
 
     from gpu_validation import Birder
-    from gpu_validation.habits import Reference, ranks_identical
+    from gpu_validation.reference_check import Reference, ranks_identical
 
     accelerator = Accelerator(cpu=True, gradient_accumulation_steps=2)
     torch.manual_seed(0)

@@ -5,8 +5,8 @@ The recipe is one line in ``configure_optimizers``: build Birder on the DDP mode
 launcher sets no ``LOCAL_WORLD_SIZE``), so nothing else changes. Here each rank runs in its own process, started
 the way a cluster's launcher starts it (``NODE_RANK``, ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT``), and reports
 its host as ``node<NODE_RANK>`` through ``BIRDER_HOSTNAME`` (the override for simulating hosts on one machine).
-Every step is compared with ``birder_ref`` (``gpu_validation.habits.Reference``: the gradients step() saw, the same
-draws, line 16, no tolerance). Needs the ``lightning`` extra.
+Every step is compared with ``birder_ref`` (``gpu_validation.reference_check.Reference``: the gradients step() saw,
+the same draws, line 16, no tolerance). Needs the ``lightning`` extra.
 
     python examples/lightning_birder.py --nodes 2 --gpus-per-node 1 --steps 4     # prints one JSON object
 """
@@ -39,7 +39,7 @@ def _rank(local_rank: int, node: int, nodes: int, gpus: int, steps: int, port: i
     from torch import nn
 
     from gpu_validation import Birder
-    from gpu_validation.habits import Reference, ranks_identical
+    from gpu_validation.reference_check import Reference, ranks_identical
 
     class Net(L.LightningModule):
         def __init__(self):

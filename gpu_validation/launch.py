@@ -22,7 +22,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-_PRELOAD = ["gpu_validation.launch", "gpu_validation.validate", "gpu_validation.bench", "gpu_validation.scenarios"]
+_PRELOAD = ["gpu_validation.launch", "gpu_validation.validate", "gpu_validation.bench"]
 
 
 @dataclass(frozen=True)

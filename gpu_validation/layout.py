@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from gpu_validation import comm
+from gpu_validation.guards import check_count
 
 HOST_ENV = "BIRDER_HOSTNAME"  # a simulated host name for this rank (tests; several "hosts" on one machine)
 _NAME_BYTES = 64  # POSIX HOST_NAME_MAX
@@ -96,3 +97,22 @@ def verified_gpus_per_node(hosts: list[str], given: int | None, local_world_size
                              f"the network. Pass gpus_per_node={from_hosts} or leave it out (Birder reads it from "
                              f"the hosts)")
     return from_hosts
+
+
+def nodes_and_gpus(scheme: str, gpus_per_node, device: torch.device) -> tuple[int, int]:
+    """Birder's (nodes, GPUs per node): in ``hierarchical``, from where the ranks really run (host names exchanged
+    once), ``gpus_per_node`` or torchrun's LOCAL_WORLD_SIZE checked against them; in ``flat``, every rank is a
+    worker."""
+    world = dist.get_world_size()
+    env_world = os.environ.get("WORLD_SIZE")
+    if env_world is not None and env_world.isdigit() and int(env_world) != world:
+        raise ValueError(f"WORLD_SIZE={env_world} in the environment, but the process group has {world} ranks")
+    if gpus_per_node is not None:
+        gpus_per_node = check_count("gpus_per_node", gpus_per_node, 1)
+    if scheme != "hierarchical":
+        return 1, world
+    hosts = exchange_hosts(device) if world > 1 else [this_host()]
+    g = verified_gpus_per_node(hosts, gpus_per_node, os.environ.get("LOCAL_WORLD_SIZE"))
+    if world % g:
+        raise ValueError(f"gpus_per_node={g} does not divide the world size {world}")
+    return world // g, g

@@ -1,6 +1,6 @@
 """``gpu_validation.Birder``, the torch optimizer: real DDP on gloo, bit for bit against birder_ref.
 
-Multi-rank cases run in ``gpu_validation.scenarios`` (one spawn of 4 ranks covers GradScaler with and without
+Multi-rank cases run in ``tests/gpu_scenarios/training.py`` (one spawn of 4 ranks covers GradScaler with and without
 unscale_, clipping, accumulation without no_sync, frozen parameters, an overflow, the skip limit and both
 checkpoint forms); one-rank cases (argument checks, the state-dict refusals) run in this process.
 """
@@ -12,12 +12,13 @@ import tempfile
 import numpy as np
 import pytest
 import torch
+from gpu_scenarios import faults, training
 from torch import nn
 
 from birder_ref import algorithm1
 from birder_ref.draws import server_uniforms, worker_uniforms
 from birder_ref.update import apply_update
-from gpu_validation import Birder, guards, launch, scenarios
+from gpu_validation import Birder, launch
 from gpu_validation.validate import batch, make_model
 
 # The stall runs sleep out the 10 s process-group timeout (and the launcher's wait for a rank that never ends): each
@@ -25,11 +26,11 @@ from gpu_validation.validate import batch, make_model
 # module's other tests run. Each is exactly the launch its test made before.
 _STALL_TIMEOUT = 10.0
 BACKGROUND = {
-    "inside_all_to_all": functools.partial(launch.launch, scenarios.stall, ("hierarchical", 2, 1,
+    "inside_all_to_all": functools.partial(launch.launch, training.stall, ("hierarchical", 2, 1,
                                            "inter-node all-to-all"), 4, "gloo", _STALL_TIMEOUT, 90),
-    "before_backward": functools.partial(launch.launch, guards.peer_fault, ("stall", 1), 3, "gloo",
+    "before_backward": functools.partial(launch.launch, faults.peer_fault, ("stall", 1), 3, "gloo",
                                          _STALL_TIMEOUT, 120),
-    "buffers_inside": functools.partial(launch.launch, guards.ddp_fault, ("buffers_inside", "stall", 1), 3, "gloo",
+    "buffers_inside": functools.partial(launch.launch, faults.ddp_fault, ("buffers_inside", "stall", 1), 3, "gloo",
                                         _STALL_TIMEOUT, 120),
 }
 
@@ -38,14 +39,14 @@ BACKGROUND = {
 def four_ranks():
     """The 4-rank (2 x 2) checks, then 2 ranks (2 x 1) loading the full checkpoint the 4 ranks saved."""
     with tempfile.TemporaryDirectory() as folder:
-        outcome = launch.launch(scenarios.exactness_and_checkpoint, ("hierarchical", 2, 3, folder), 4, "gloo", 30, 240)
+        outcome = launch.launch(training.exactness_and_checkpoint, ("hierarchical", 2, 3, folder), 4, "gloo", 30, 240)
         assert not outcome.describe_failures(), outcome.describe_failures()
-        elsewhere = launch.launch(scenarios.reshard, (folder,), 2, "gloo", 30, 120)
+        elsewhere = launch.launch(training.reshard, (folder,), 2, "gloo", 30, 120)
         assert not elsewhere.describe_failures(), elsewhere.describe_failures()
     return {**outcome.reports[0]["result"], "reshard": elsewhere.reports[0]["result"]}
 
 
-@pytest.mark.parametrize("case", scenarios.CASES)
+@pytest.mark.parametrize("case", training.CASES)
 def test_every_training_loop_habit_gives_algorithm1_bit_for_bit(four_ranks, case):
     """GradScaler (with/without unscale_), clip_grad_norm_ on the raw gradient, accumulation without no_sync."""
     assert four_ranks[case]["mismatched"] == 0
@@ -92,10 +93,10 @@ def test_a_full_checkpoint_loads_on_another_world_size_with_the_same_workers_and
 
 
 def test_flat_scheme_on_two_ranks_is_bit_exact():
-    outcome = launch.launch(scenarios.exactness, ("flat", 1, 2), 2, "gloo", 30, 120)
+    outcome = launch.launch(training.exactness, ("flat", 1, 2), 2, "gloo", 30, 120)
     assert not outcome.describe_failures(), outcome.describe_failures()
     result = outcome.reports[0]["result"]
-    assert all(result[case]["mismatched"] == 0 for case in scenarios.CASES)
+    assert all(result[case]["mismatched"] == 0 for case in training.CASES)
 
 
 # ---- one rank, in this process ----
@@ -323,7 +324,7 @@ def test_ddp_options_and_an_lr_scheduler_leave_the_bits_alone(one_rank):
 def test_the_overlapped_exchange_equals_the_plain_one_under_ddp_options():
     """Two ranks on one node (the exchange that overlaps is the node's): several buckets, gradient_as_bucket_view,
     static_graph, find_unused_parameters; every step overlapped, the same bits as overlap=False."""
-    outcome = launch.launch(scenarios.overlap_under_ddp_options, (), 2, "gloo", 30, 120)
+    outcome = launch.launch(training.overlap_under_ddp_options, (), 2, "gloo", 30, 120)
     assert not outcome.describe_failures(), outcome.describe_failures()
     for name, row in outcome.reports[0]["result"].items():
         assert row == {"equal": True, "overlapped_steps": 4}, name
@@ -334,7 +335,7 @@ def test_the_overlapped_exchange_equals_the_plain_one_under_ddp_options():
 def test_ranks_whose_parameters_drift_apart_raise_on_every_rank_naming_the_parameters():
     """Each rank moves the last layer by its own local .grad (a hand-written SGD step no hook sees): the next
     step raises on every rank, from the parameter checksums the ranks exchange in backward."""
-    outcome = launch.launch(guards.drift, (), 2, "gloo", 30, 120)
+    outcome = launch.launch(faults.drift, (), 2, "gloo", 30, 120)
     assert not outcome.describe_failures(), outcome.describe_failures()
     for report in outcome.reports.values():
         message = report["result"]["raised"]
@@ -367,7 +368,7 @@ def test_a_peer_that_fails_before_backward_is_named_by_every_survivor(kind, time
     at once: within a tenth of the 600 s timeout (``_CRASH_TIMEOUT``: a margin of 540 s before the timeout);
     after a stall within the 10 s timeout + 10 s (report window, scheduling)."""
     outcome = (background["before_backward"].result() if kind == "stall"
-               else launch.launch(guards.peer_fault, (kind, 1), 3, "gloo", timeout, 120))
+               else launch.launch(faults.peer_fault, (kind, 1), 3, "gloo", timeout, 120))
     survivors = {r: m for r, m in outcome.errors.items() if r != 1}
     assert sorted(survivors) == [0, 2], outcome.describe_failures()
     for message in survivors.values():
@@ -404,7 +405,7 @@ _IN_HOOK = "the all-gather in backward (Birder's hook)"
 ])
 def test_a_peer_that_fails_at_ddps_own_collectives_is_named_by_every_survivor(where, kind, timeout, phases,
                                                                               background):
-    """Rank 1 of 3 fails where the others enter one of DDP's own collectives (guards.ddp_fault): its bucket
+    """Rank 1 of 3 fails where the others enter one of DDP's own collectives (faults.ddp_fault): its bucket
     rebuild (step 2's forward), its find_unused_parameters bitmap all-reduce (backward), or inside the buffer
     broadcast of a BatchNorm model, after Birder's record exchange (a peer failing before that exchange meets it
     as in the rebuild case; the state_dict test below shows the exchange runs before the broadcast). Every
@@ -412,7 +413,7 @@ def test_a_peer_that_fails_at_ddps_own_collectives_is_named_by_every_survivor(wh
     Birder's message naming rank 1 (never torch's bare gloo error), at once after a crash (within a tenth of the
     600 s timeout: a margin of 540 s before it), within the 10 s timeout + 10 s after a stall."""
     outcome = (background["buffers_inside"].result() if kind == "stall"
-               else launch.launch(guards.ddp_fault, (where, kind, 1), 3, "gloo", timeout, 120))
+               else launch.launch(faults.ddp_fault, (where, kind, 1), 3, "gloo", timeout, 120))
     survivors = {r: m for r, m in outcome.errors.items() if r != 1}
     assert sorted(survivors) == [0, 2], outcome.describe_failures()
     for rank, message in survivors.items():
@@ -426,7 +427,7 @@ def test_state_dict_on_rank_0_alone_fails_at_once_on_every_rank_with_one_line():
     """The other ranks go on into DDP's bucket rebuild (after step 1), DDP's buffer broadcast (a BatchNorm model)
     or the next step's backward: their record meets rank 0's before any collective of DDP's, so every rank raises
     at once instead of waiting for the timeout: within a tenth of the 600 s timeout (a margin of 540 s)."""
-    outcome = launch.launch(guards.rank0_state_dict, (), 2, "gloo", _CRASH_TIMEOUT, 120)
+    outcome = launch.launch(faults.rank0_state_dict, (), 2, "gloo", _CRASH_TIMEOUT, 120)
     assert not outcome.describe_failures(), outcome.describe_failures()
     for report in outcome.reports.values():
         raised = report["result"]
@@ -442,7 +443,7 @@ def test_a_model_with_buffers_exchanges_one_forward_record_per_step_not_per_forw
     """DDP broadcasts a BatchNorm's buffers in every forward; Birder's record before that broadcast runs once after
     construction, each step() and load_state_dict() (4 in 11 forwards of 4 steps with accumulation), not in every
     micro-batch's forward (an all-gather and a host sync each)."""
-    outcome = launch.launch(guards.forward_records, (), 2, "gloo", 30, 120)
+    outcome = launch.launch(faults.forward_records, (), 2, "gloo", 30, 120)
     assert not outcome.describe_failures(), outcome.describe_failures()
     for report in outcome.reports.values():
         assert report["result"] == {"forwards": 11, "forward_records": 4, "state_dict_records": 1, "t": 4}

@@ -1,13 +1,12 @@
-"""An adopting engineer's habits with ``gpu_validation.Birder`` (``gpu_validation.habits``): each pattern on 4 gloo
-ranks (2 x 2) and, for checkpoints saved there, on 1 rank; every row of ``habits.HABITS`` must have its outcome
+"""An adopting engineer's habits with ``gpu_validation.Birder`` (``tests/gpu_scenarios/habits.py``): each pattern on
+4 gloo ranks (2 x 2) and, for checkpoints saved there, on 1 rank; every row of ``habits.HABITS`` must have its outcome
 (works: every step equal to birder_ref's and the ranks identical; clear error: every rank raises the named type
 with the stated message), and docs/habits.md holds the table ``habits.habits_table()`` renders."""
 
 from pathlib import Path
 
 import pytest
-
-from gpu_validation import habits
+from gpu_scenarios import habits
 
 ROOT = Path(__file__).resolve().parents[1]
 

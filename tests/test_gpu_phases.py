@@ -8,9 +8,10 @@ process group it ran on, and both are compared with ``birder_ref.schedules.sched
 from dataclasses import replace
 
 import pytest
+from gpu_scenarios import training
 
 from birder_ref.schedules import Layout, schedule
-from gpu_validation import comm, launch, scenarios
+from gpu_validation import comm, launch
 
 LAYOUTS = [("hierarchical", 2, 3), ("hierarchical", 1, 2), ("flat", 2, 2)]
 
@@ -27,7 +28,7 @@ def _check_trace(records, scheme: str, layout: Layout, rank: int) -> int:
 @pytest.mark.parametrize("scheme, n_nodes, gpus", LAYOUTS)
 def test_the_torch_pipeline_runs_the_schedule_phase_by_phase(scheme, n_nodes, gpus):
     world = n_nodes * gpus
-    outcome = launch.launch(scenarios.phase_trace, (scheme, gpus), world, "gloo", 30, 180)
+    outcome = launch.launch(training.phase_trace, (scheme, gpus), world, "gloo", 30, 180)
     assert not outcome.errors and not outcome.lost, outcome.describe_failures()
     layout = Layout(n_nodes, gpus)
     for rank in range(world):

@@ -7,7 +7,9 @@ parameter elements differed from ``birder_ref`` fed the gradients each step() sa
 whether the ranks end with identical parameters) or ``error`` (the exception's type and its one-line message).
 ``HABITS`` says what each pattern must give; ``observe`` runs them all, ``verdict`` judges one row,
 ``habits_table`` renders the table docs/habits.md holds; ``tests/test_gpu_habits.py`` checks every row and the table,
-and ``python -m gpu_validation.habits`` prints each row's outcome.
+and ``python -m tests.gpu_scenarios.habits`` (from the repository root) prints each row's outcome.
+(Over 600 lines: one short pattern per row of the table, 74 of them, beside the table that names them, so that a
+row's pattern is found by its name in one file.)
 """
 from __future__ import annotations
 
@@ -18,16 +20,13 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from birder_ref import algorithm1, schemes
-from birder_ref.draws import server_uniforms, worker_uniforms
-from birder_ref.update import apply_update
-from gpu_validation import comm
-from gpu_validation.optimizer import Birder, bits_checksum
+from birder_ref import algorithm1
+from gpu_validation.optimizer import Birder
+from gpu_validation.reference_check import Reference, ranks_identical
 from gpu_validation.validate import batch, make_model
 
 LR, DECAY, SEED, STEPS = 0.01, 1e-3, 3, 3
@@ -40,74 +39,6 @@ class Place:
     rank: int
     gpus_per_node: int
     folder: str
-
-
-def _gather(x: torch.Tensor) -> np.ndarray:
-    return comm.all_gather_rows(x.contiguous(), dist.group.WORLD, dist.get_world_size()).numpy()
-
-
-class Reference:
-    """``birder_ref`` beside a ``Birder``: before each step() it gathers every rank's ``.grad`` (what step() is
-    about to see) and the parameters; after it, it runs ``algorithm1.step`` on those gradients (node means by
-    ``schemes.worker_gradients``) with the same draws, line 16 per parameter with its group's lr and weight decay
-    (a parameter frozen since Birder was built must not move), and counts the elements that differ on any rank."""
-
-    def __init__(self, opt: Birder):
-        self.opt, self.mismatched, self.steps = opt, 0, 0
-        self.state = algorithm1.init(opt.topology.n_workers, opt.dim)
-        opt.register_step_pre_hook(self._before)
-        opt.register_step_post_hook(self._after)
-
-    def _flat_grads(self) -> torch.Tensor:
-        return torch.cat([torch.zeros(p.numel()) if p.grad is None or not p.requires_grad
-                          else p.grad.detach().reshape(-1).float() for p in self.opt._params])
-
-    def _flat_params(self) -> torch.Tensor:
-        return torch.cat([p.detach().reshape(-1).double() for p in self.opt._params])
-
-    def _before(self, opt, args, kwargs):
-        """Keep the parameters; gather the gradients now, or, for ``step(closure)``, once the closure has run
-        (step() sees what it leaves in ``.grad``)."""
-        self.before = self._flat_params().numpy()
-        closure = args[1] if len(args) > 1 else kwargs.get("closure")  # args[0]: the optimizer
-        if closure is None:
-            self.grads = _gather(self._flat_grads())
-            return None
-
-        def closure_then_gather():
-            loss = closure()
-            self.grads = _gather(self._flat_grads())
-            return loss
-
-        return (args[0], closure_then_gather), {}
-
-    def _after(self, opt, args, kwargs) -> None:
-        after = _gather(self._flat_params())
-        topo, t = opt.topology, self.state.t + 1
-        world = dist.get_world_size()
-        by_node = self.grads.reshape(topo.n_nodes if topo.scheme == "hierarchical" else world, -1, opt.dim)
-        worker = schemes.worker_gradients(topo.scheme, by_node)
-        u_bar, self.state = algorithm1.step(self.state, worker, opt.beta, opt.eps,
-                                            worker_uniforms(opt.seed, t, self.state.n_workers, opt.dim),
-                                            server_uniforms(opt.seed, t, opt.dim))
-        expected = self.before.copy()
-        for p, start, g in zip(opt._params, opt.offsets, opt._group_of, strict=True):
-            if p.requires_grad:
-                span, group = slice(start, start + p.numel()), opt.param_groups[g]
-                lr, decay = group["lr"], group["weight_decay"]
-                if p.dtype == torch.float64:  # line 16's three operations in the parameter's precision
-                    x = self.before[span]
-                    expected[span] = x - lr * (u_bar[span].astype(np.float64) + decay * x)
-                else:
-                    expected[span] = apply_update(self.before[span], u_bar[span], lr, decay)
-        self.mismatched += int((after != expected).any(axis=0).sum())
-        self.steps += 1
-
-
-def ranks_identical(module: nn.Module) -> bool:
-    """Whether every rank holds the same parameters and buffers, bit for bit (one all-gather of a checksum)."""
-    tensors = [t for t in (*module.parameters(), *module.buffers()) if t.numel()]
-    return bool(len(set(_gather(bits_checksum(tensors).reshape(1)).reshape(-1).tolist())) == 1)
 
 
 def _train(ddp: nn.Module, opt: Birder, rank: int, steps: int = STEPS, first: int = 1, then=None,
@@ -1213,14 +1144,14 @@ def observe(world: int = 4, gpus_per_node: int = 2, timeout_s: float = 90) -> di
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m gpu_validation.habits``: run every pattern, print each row's outcome; exit 1 if one differs.
+    """``python -m tests.gpu_scenarios.habits``: run every pattern, print each row's outcome; exit 1 if one differs.
     ``--table``: print the README's table instead (no run)."""
     argv = sys.argv[1:] if argv is None else argv
     if argv == ["--table"]:
         print(habits_table())
         return 0
     if argv:
-        print("usage: python -m gpu_validation.habits [--table]", file=sys.stderr)
+        print("usage: python -m tests.gpu_scenarios.habits [--table]", file=sys.stderr)
         return 2
     seen = observe()
     wrong = {h.name: verdict(h, seen[h.name]) for h in HABITS if verdict(h, seen[h.name])}
@@ -1231,4 +1162,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    import importlib
+
+    raise SystemExit(importlib.import_module(__spec__.name).main())  # by its own name, so the ranks can unpickle run
