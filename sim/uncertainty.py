@@ -299,13 +299,14 @@ def prediction_interval(throughput: float, alpha_beta_efficiency: float, site_pr
         z = regime_bounds(q[key], reg)
         scales = (max(-z[0], 0.0), max(z[1], 0.0))
         bounds = scaled_bounds(z, *widths)
-        basis = (f"the uncertain inputs' propagated width (down {widths[0]:.3f}, up {widths[1]:.3f} on log "
-                 f"throughput) times the normalised residuals' quantiles of {reg} by {ring}, "
-                 f"{key.replace('_', ' ')}: {q['corpus']}, each source left out")
+        basis = (f"{reg} by {ring}, {key.replace('_', ' ')}: {q['corpus']}, each source left out, its normalised "
+                 f"residuals' quantiles times this prediction's propagated width (down {widths[0]:.3f}, up "
+                 f"{widths[1]:.3f} on log throughput: interval_drivers)")
         if z is not q[key][reg]:
             basis += " (regimes pooled: too few rows of this regime)"
         if calibrated:
-            basis = ("network measured by birder calibrate (collective times, not training throughput): " + basis)
+            basis = ("generic bounds (birder calibrate fitted collective times, not training throughput: no "
+                     "training rows of this cluster to bound it; its measured link narrows the width): " + basis)
     if not all(map(math.isfinite, bounds)):
         basis += "; too few left-out rows to bound the interval"
     return (*interval_around(throughput, bounds), basis, scales)
