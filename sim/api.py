@@ -112,6 +112,16 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                                                    single_node_throughput is not None,
                                                    calibrated=c.nic.fitted and not c.nic.fitted_on,
                                                    incast=incast_s > 0, widths=(widths.down, widths.up))
+    if scales is not None and single_node_throughput is None and c.n_nodes > 1:
+        # not knowing the node cannot make the rest better known: at least the interval the same prediction
+        # would take with its node measured (the unmeasured rows' residuals, dominated by the built-in profiles'
+        # spread, scale the other inputs' widths down where compute matters little)
+        known = model_uncertainty(c, out, True, not_modelled)
+        low_m, high_m, _, _ = prediction_interval(out["throughput"], efficiency, None, True, incast=incast_s > 0,
+                                                  widths=(known.down, known.up))
+        if low_m < low or high_m > high:
+            low, high = min(low, low_m), max(high, high_m)
+            basis += "; widened to the interval the same prediction takes with a measured node"
     if scales is None:  # a site profile: its own rows' errors set the width
         drivers = [{"name": f"site profile {site}: its own public rows' errors", "input": "site_profile",
                     "acts_on": "throughput", "range": [low / out["throughput"], high / out["throughput"]],

@@ -50,6 +50,9 @@ def test_width_grows_with_what_is_unknown_and_drivers_say_why():
     unmeasured = api.predict_config("resnet50", 8, "100gbe")
     ib = api.predict_config("resnet50", 8, "ib-edr", single_node_throughput=2400)
     assert _width(unmeasured) > _width(measured)
+    slow = (api.predict_config("resnet50", 8, "10gbe"), api.predict_config("resnet50", 8, "10gbe",
+                                                                            single_node_throughput=2400))
+    assert slow[0]["throughput_low"] / slow[0]["throughput"] <= slow[1]["throughput_low"] / slow[1]["throughput"]
     assert unmeasured["interval_drivers"][0]["input"] == "single_node.profile"
     assert measured["interval_model_width"][0] > ib["interval_model_width"][0]
     c = cluster("100gbe", 8)
