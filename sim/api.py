@@ -144,7 +144,7 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
             basis += ("; upper end raised to the incast-free prediction (the switch buffer is assumed: a "
                       "deeper-buffered switch or a lossless fabric has none)")
     incast_entry = () if incast_span <= 0 else ((
-        {"name": "switch buffer (TCP incast; assumed, not chosen)", "input": "switch_buffer_bytes",
+        {"name": "assumed switch buffer (its incast stalls)", "input": "switch_buffer_bytes",
          "acts_on": "incast stalls", "range": [c.nic.switch_buffer_bytes, None],
          "throughput_range": [out["throughput"], incast_free], "why": incast_basis(c),
          "source": "the upper end raised to the incast-free prediction (a deeper-buffered switch or a lossless "
