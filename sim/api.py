@@ -16,6 +16,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from sim.hardware import SITES, Cluster, cluster, load_cluster
+from sim.input_ranges import model_uncertainty
 from sim.models import model_profile
 from sim.stragglers import straggler_factor
 from sim.system import incast_basis, switch_buffer_assumed, unmodelled
@@ -105,12 +106,31 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
     # the interval's regime sees the simulator's incast stalls: an alpha-beta ring's step plus them
     efficiency = incast_slowed(naive, c.n_nodes * samples, incast_s) / (c.n_nodes * out["single_node_throughput"])
     regime = interval_regime(efficiency)
-    low, high, basis = prediction_interval(out["throughput"], efficiency, site, single_node_throughput is not None,
-                                           calibrated=c.nic.fitted and not c.nic.fitted_on, incast=incast_s > 0)
+    not_modelled = unmodelled(c, accumulation_steps)
+    widths = model_uncertainty(c, out, single_node_throughput is not None, not_modelled)
+    low, high, basis, scales = prediction_interval(out["throughput"], efficiency, site,
+                                                   single_node_throughput is not None,
+                                                   calibrated=c.nic.fitted and not c.nic.fitted_on,
+                                                   incast=incast_s > 0, widths=(widths.down, widths.up))
+    if scales is not None and single_node_throughput is None and c.n_nodes > 1:
+        # not knowing the node cannot make the rest better known: at least the interval the same prediction
+        # would take with its node measured (the unmeasured rows' residuals, dominated by the built-in profiles'
+        # spread, scale the other inputs' widths down where compute matters little)
+        known = model_uncertainty(c, out, True, not_modelled)
+        low_m, high_m, _, _ = prediction_interval(out["throughput"], efficiency, None, True, incast=incast_s > 0,
+                                                  widths=(known.down, known.up))
+        if low_m < low or high_m > high:
+            low, high = min(low, low_m), max(high, high_m)
+            basis += "; widened to the interval the same prediction takes with a measured node"
+    if scales is None:  # a site profile: its own rows' errors set the width
+        drivers = [{"name": f"site profile {site}: its own public rows' errors", "input": "site_profile",
+                    "acts_on": "throughput", "range": [low / out["throughput"], high / out["throughput"]],
+                    "throughput_range": [low, high], "share": 1.0, "why": basis,
+                    "source": "sim/presets/cross_validation.json (site_profile_by_site)"}]
     if single_node_throughput is not None:  # a measured node bounds what more of its kind can do
         low, high, basis = measured_node_bounds(low, high, basis, out["throughput"], c.n_nodes,
                                                 single_node_throughput)
-    incast_free = None
+    incast_free, incast_span = None, 0.0  # incast_span: half the log-width the incast-free end adds
     if incast_s > 0 and switch_buffer_assumed(c):  # a switch the buyer has not chosen: the interval spans it
         deep = replace(c, nic=replace(c.nic, switch_buffer_bytes=math.inf))
         incast_free = predict(deep, model=model, params=params, batch_per_gpu=batch_per_gpu, optimizer=optimizer,
@@ -119,9 +139,27 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                               accumulation_steps=accumulation_steps,
                               hook_blocks_backward=hook_blocks_backward, seq_len=seq_len).throughput
         if incast_free > high:
+            incast_span = math.log(incast_free / high) / 2
             high = incast_free
             basis += ("; upper end raised to the incast-free prediction (the switch buffer is assumed: a "
                       "deeper-buffered switch or a lossless fabric has none)")
+    incast_entry = () if incast_span <= 0 else ((
+        {"name": "assumed switch buffer (its incast stalls)", "input": "switch_buffer_bytes",
+         "acts_on": "incast stalls", "range": [c.nic.switch_buffer_bytes, None],
+         "throughput_range": [out["throughput"], incast_free], "why": incast_basis(c),
+         "source": "the upper end raised to the incast-free prediction (a deeper-buffered switch or a lossless "
+                   "fabric has none)"}, incast_span),)
+    if c.n_nodes == 1 and single_node_throughput is not None:
+        drivers = []  # the measurement itself
+    elif scales is not None:
+        drivers = widths.drivers_json(out["throughput"], *scales, extra=incast_entry)
+    elif incast_entry:
+        total = math.log(high / low) / 2
+        drivers = sorted([{**drivers[0], "share": (total - incast_span) ** 2 / ((total - incast_span) ** 2
+                                                                                 + incast_span ** 2)},
+                          {**incast_entry[0][0], "share": incast_span ** 2 / ((total - incast_span) ** 2
+                                                                              + incast_span ** 2)}],
+                         key=lambda e: -e["share"])
     reasons = extrapolation(c, model, batch_per_gpu, grad_dtype, accumulation_steps)
     if model is not None:
         profile = model_profile(model)
@@ -143,7 +181,8 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                 "incast_s": incast_s, "incast_basis": incast_basis(c) if incast_s > 0 else "",
                 "switch_buffer_assumed_bytes": c.nic.switch_buffer_bytes if incast_free is not None else None,
                 "incast_free_throughput": incast_free, "gpu_speed_cv": c.gpu_speed_cv,
-                "step_jitter_cv": c.step_jitter_cv, "unmodelled": unmodelled(c, accumulation_steps),
+                "step_jitter_cv": c.step_jitter_cv, "unmodelled": not_modelled, "interval_drivers": drivers,
+                "interval_model_width": [widths.down, widths.up],
                 "straggler_factor": straggler_factor(c.n_gpus, c.gpus_per_node, c.straggler_cv)})
     return out
 

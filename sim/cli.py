@@ -419,6 +419,8 @@ def run_predict(args) -> int:
     _say(f"  throughput              {result['throughput']:12.1f} samples/s "
           f"({result['interval_level']:.0%} interval {result['throughput_low']:.0f} - "
           f"{result['throughput_high']:.0f}: {result['interval_basis']})")
+    if result["interval_drivers"]:
+        _say("  interval set mostly by  " + interval_drivers_line(result["interval_drivers"]))
     _say(f"  iteration               {result['iteration_s'] * 1e3:12.2f} ms")
     _say(f"    compute               {result['compute_s'] * 1e3:12.2f} ms")
     _say(f"    compression           {result['compression_s'] * 1e3:12.2f} ms")
@@ -441,6 +443,13 @@ def run_predict(args) -> int:
     for sentence in result["unmodelled"]:
         _say(f"  not modelled: {sentence}")
     return 0
+
+
+def interval_drivers_line(drivers: list[dict], top: int = 3) -> str:
+    """The 1-3 inputs that set most of an interval's width (``interval_drivers``), in one line: those above a
+    tenth of it, at least the largest."""
+    shown = [d for d in drivers[:top] if d["share"] >= 0.1] or drivers[:1]
+    return "; ".join(f"{d['name']} ({d['share']:.0%})" for d in shown)
 
 
 # ---------------------------------------------------------------------------------------------- collective

@@ -2,11 +2,14 @@
 interval, and the intervals themselves (conformal bounds on log(measured / predicted), their level calibrated
 source by source, and the stored bounds a prediction reads).
 
-The interval of a prediction (``prediction_interval``) is an 80% interval from the quantiles of
-log(measured / predicted) on rows left out of every fit: for a site profile, the group cross-validation of its
-public rows; otherwise the validation corpus with each source left out, per predicted regime (compute- or
+The interval of a prediction (``prediction_interval``) is an 80% interval. For a site profile, the quantiles of
+log(measured / predicted) of its own public rows, each group left out of its fit. Otherwise the prediction's own
+model-uncertainty widths (``sim.input_ranges``: every uncertain input's sourced range, propagated) times the
+quantiles of the normalised residuals (log(measured / predicted) over the row's widths: ``normalised_residual``,
+Lei et al. 2018) of the validation corpus with each source left out, per predicted regime (compute- or
 communication-bound) and apart for predictions calibrated on a measured node and those from built-in compute
-profiles; a site profile takes its own rows' bounds. A speed-up (one prediction over another of the same set-up,
+profiles, their level calibrated source by source: widths grow with what the prediction does not know. A
+speed-up (one prediction over another of the same set-up,
 ``speedup_interval``) takes bounds of its own, fitted on the corpus's pairs of rows of one table. They are
 measured once by validation (sim.validation.stored) and stored in ``presets/cross_validation.json``, which
 ``stored_intervals`` reads: no prediction pays a refit, and nothing here imports validation.
@@ -83,6 +86,19 @@ def log_ratio_quantiles(log_ratios: list[float], level: float = INTERVAL_LEVEL) 
     low = xs[k_low - 1] if k_low >= 1 else -math.inf
     high = xs[k_high - 1] if k_high <= n else math.inf
     return low, high
+
+
+def normalised_residual(log_ratio: float, down: float, up: float) -> float:
+    """log(measured / predicted) in units of the prediction's propagated log-width (``sim.input_ranges``): over
+    ``up`` where the measurement is above the prediction, over ``down`` where below. The normalised (locally
+    weighted) conformal score of Lei et al. 2018, Section 5.2, with a width of its own on each side."""
+    return log_ratio / up if log_ratio >= 0 else log_ratio / down
+
+
+def scaled_bounds(bounds: tuple[float, float], down: float, up: float) -> tuple[float, float]:
+    """Bounds on the normalised residual (``normalised_residual``) back on log(measured / predicted) for a
+    prediction of log-widths ``down`` and ``up``: the inverse of the same map, end by end."""
+    return tuple(z * up if z >= 0 else z * down for z in bounds)
 
 
 def interval_around(predicted: float, bounds: tuple[float, float]) -> tuple[float, float]:
@@ -193,6 +209,9 @@ def finite_json_value(value):
 
 
 CROSS_VALIDATION_FILE = PRESETS / "cross_validation.json"
+# what the stored measured_node / unmeasured_node bounds are on: a file without this key holds bounds on the raw
+# log ratio (before the propagated widths), and is refused
+RESIDUALS = "log(measured / predicted) over the propagated log-width (normalised_residual)"
 
 
 @lru_cache(maxsize=1)
@@ -200,8 +219,9 @@ def stored_intervals() -> dict:
     """The intervals' bounds on log(measured / predicted), 80% nominal, as validation stored them
     (``sim.validation.stored``): ``site_profile`` (the group cross-validation's rows of the site profiles;
     ``site_profile_by_site``, each site's own, with ``site_profile_rows``), ``measured_node`` and
-    ``unmeasured_node`` (per interval regime, ``interval_regime``, the corpus left out source by source; ``all``
-    pools the regimes), and ``speedup_measured_node`` and ``speedup_unmeasured_node``, the same on
+    ``unmeasured_node`` (bounds on the normalised residual, ``RESIDUALS``, per interval regime,
+    ``interval_regime``, the corpus left out source by source; ``all`` pools the regimes), and
+    ``speedup_measured_node`` and ``speedup_unmeasured_node``, the same on
     log(measured ratio / predicted ratio) of the corpus's pairs. ValueError, saying how to regenerate it, where
     the file is missing, lacks a key, or was measured on other data files than those shipped (``STORED_FROM``):
     never bounds of another corpus, silently."""
@@ -209,7 +229,8 @@ def stored_intervals() -> dict:
     if not CROSS_VALIDATION_FILE.exists():
         raise ValueError(f"{CROSS_VALIDATION_FILE} is missing; {regenerate}")
     stored = json.loads(CROSS_VALIDATION_FILE.read_text()).get("intervals", {})
-    if not all(k in stored for k in (*BOUNDS_BY_REGIME, "site_profile_by_site", "speedup_methods")):
+    if not all(k in stored for k in (*BOUNDS_BY_REGIME, "site_profile_by_site", "speedup_methods")) or stored.get(
+            "residuals") != RESIDUALS:
         raise ValueError(f"{CROSS_VALIDATION_FILE} lacks some of the intervals' bounds; {regenerate}")
     if stored.get("inputs_sha256") != stored_inputs_digest():
         raise ValueError(f"{CROSS_VALIDATION_FILE} was measured on other data than "
@@ -249,17 +270,21 @@ BOUNDS_BY_REGIME = ("measured_node", "unmeasured_node", "speedup_measured_node",
 
 
 def prediction_interval(throughput: float, alpha_beta_efficiency: float, site_profile: str | None,
-                        measured_node: bool, calibrated: bool = False,
-                        incast: bool = False) -> tuple[float, float, str]:
-    """(low, high, basis) of a prediction's 80% interval: the quantiles of log(measured / predicted) on rows left
-    out of every fit that match it. A site profile (``site_profile``: its name) takes its own rows' (the group
-    cross-validation of the public rows), or the site profiles' pooled where its own are too few to bound; any
-    other cluster the regime a plain alpha-beta ring predicts (``interval_regime``), calibrated on a
-    measured node or not, from the corpus. A regime whose rows are too few to bound takes the regimes pooled;
-    with no bound at all, the interval is (0, inf) and says so. ``calibrated`` (a cluster file of ``birder
-    calibrate``) says in the basis why its bounds are the generic ones; ``incast``: the efficiency counts the
-    simulator's TCP incast stalls (``incast_slowed``)."""
+                        measured_node: bool, calibrated: bool = False, incast: bool = False,
+                        widths: tuple[float, float] = (1.0, 1.0)
+                        ) -> tuple[float, float, str, tuple[float, float] | None]:
+    """(low, high, basis, scales) of a prediction's 80% interval. A site profile (``site_profile``: its name)
+    takes the quantiles of log(measured / predicted) of its own rows (the group cross-validation of the public
+    rows), or the site profiles' pooled where its own are too few to bound (``scales`` None). Any other cluster
+    takes its propagated log-widths (``widths``: down and up, ``sim.input_ranges.model_uncertainty``) times the
+    quantiles of the normalised residuals (``normalised_residual``) of the corpus's rows, each source left out,
+    of the regime a plain alpha-beta ring predicts (``interval_regime``), calibrated on a measured node or not;
+    ``scales`` are those quantiles (down, up: what multiplies each width). A regime whose rows are too few to
+    bound takes the regimes pooled; with no bound at all, the interval is (0, inf) and says so. ``calibrated`` (a
+    cluster file of ``birder calibrate``) says so in the basis; ``incast``: the efficiency counts the simulator's
+    TCP incast stalls (``incast_slowed``)."""
     q = stored_intervals()
+    scales = None
     own = q["site_profile_by_site"].get(site_profile) if site_profile is not None else None
     if own is not None and all(map(math.isfinite, own)):
         rows = q["site_profile_rows"][site_profile]
@@ -271,16 +296,20 @@ def prediction_interval(throughput: float, alpha_beta_efficiency: float, site_pr
         key = "measured_node" if measured_node else "unmeasured_node"
         reg = interval_regime(alpha_beta_efficiency)
         ring = "an alpha-beta ring slowed by the simulated incast stalls" if incast else "an alpha-beta ring"
-        bounds = regime_bounds(q[key], reg)
-        basis = f"{reg} by {ring}, {key.replace('_', ' ')}: {q['corpus']}, each source left out"
-        if bounds is not q[key][reg]:
+        z = regime_bounds(q[key], reg)
+        scales = (max(-z[0], 0.0), max(z[1], 0.0))
+        bounds = scaled_bounds(z, *widths)
+        basis = (f"{reg} by {ring}, {key.replace('_', ' ')}: {q['corpus']}, each source left out, its normalised "
+                 f"residuals' quantiles times this prediction's propagated width (down {widths[0]:.3f}, up "
+                 f"{widths[1]:.3f} on log throughput: interval_drivers)")
+        if z is not q[key][reg]:
             basis += " (regimes pooled: too few rows of this regime)"
         if calibrated:
             basis = ("generic bounds (birder calibrate fitted collective times, not training throughput: no "
-                     "training rows of this cluster to bound it): " + basis)
+                     "training rows of this cluster to bound it; its measured link narrows the width): " + basis)
     if not all(map(math.isfinite, bounds)):
         basis += "; too few left-out rows to bound the interval"
-    return (*interval_around(throughput, bounds), basis)
+    return (*interval_around(throughput, bounds), basis, scales)
 
 
 EQUAL_RATIO = 0.005  # two predictions whose ratio prints as 1.00x are equal within rounding (speedup_interval)

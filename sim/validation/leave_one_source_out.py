@@ -11,8 +11,10 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
+from sim.input_ranges import model_uncertainty
 from sim.models import MODELS, model_profile
 from sim.stragglers import STEP_JITTER_GRID
+from sim.system import unmodelled
 from sim.uncertainty import REGIMES
 from sim.validation.corpus import PublishedRow
 from sim.validation.corpus import regime as corpus_regime
@@ -28,13 +30,16 @@ from sim.uncertainty import (
     interval_quantiles,
     left_out_bounds,
     linear_ceiling,
+    normalised_residual,
     regime_bounds,
+    scaled_bounds,
     source_calibrated_level,
 )
 from sim.validation.corpus_setup import (
     FITTED_SOURCES,
     SITE_OF_SETUP,
     alpha_beta,
+    corpus_cluster,
     corpus_predict,
     corpus_rows,
     framework_of,
@@ -76,6 +81,8 @@ class CorpusPrediction:
     alpha_beta: float
     low: float  # the interval fitted on the other sources' rows
     high: float
+    width_down: float = 0.0  # the prediction's propagated log-widths (sim.input_ranges.model_uncertainty)
+    width_up: float = 0.0
 
     def error(self, predicted: float) -> float:
         return (predicted - self.measured) / self.measured
@@ -90,6 +97,15 @@ class CorpusPrediction:
                     "error_linear": self.error(self.linear), "error_alpha_beta": self.error(self.alpha_beta),
                     "covered": self.covered})
         return out
+
+
+def row_widths(row: PublishedRow, p: workload.Prediction, step_jitter_cv: float, measured_node: bool
+               ) -> tuple[float, float]:
+    """A corpus row's propagated log-widths (down, up: ``sim.input_ranges.model_uncertainty``) on its generic
+    cluster with the per-step jitter it was predicted with, as ``birder predict`` computes them."""
+    c = replace(corpus_cluster(row, False), step_jitter_cv=step_jitter_cv)
+    u = model_uncertainty(c, p.as_dict(), measured_node, unmodelled(c, row.grad_accum))
+    return u.down, u.up
 
 
 def sources_held_out_together(corpus) -> dict[str, frozenset[str]]:
@@ -352,7 +368,7 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
             fitted_without[key] = step_jitter_without(*fit_rows, sources)
         return fitted_without[key]
 
-    done, unmeasured = [], []
+    done, unmeasured, u_widths = [], [], []
     for i, row in enumerate(expressed):
         cv = jitter[row.source]
         generic = generic_at(i, cv)
@@ -368,16 +384,22 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
             p = corpus_predict(row, False, measured_node=False, step_jitter_cv=cv)
             shown = replace(row, single_node_throughput=p.single_node_throughput)
             unmeasured.append((row, p.throughput, row_interval_regime(shown, p)))
+            u_widths.append(row_widths(row, p, cv, False))
     # with a source out, its site profiles have no rows to fit on: its rows take the generic prediction; every
     # other source's rows are predicted alike whether or not the site was fitted
     logged_at: dict[tuple[int, float], LoggedError] = {}  # (row, jitter) -> its error, computed once
 
+    widths_at: dict[tuple[int, float], tuple[float, float]] = {}  # (row, jitter) -> its propagated log-widths
+
     def logged(i: int, cv: float) -> LoggedError:
         if (i, cv) not in logged_at:
             row, p = expressed[i], generic_at(i, cv)
+            widths_at[i, cv] = row_widths(row, p, cv, True)
             logged_at[i, cv] = LoggedError(row.source, row_interval_regime(row, p),
-                                           math.log(row.throughput / p.throughput),
-                                           math.log(linear_scaling(row) / p.throughput))
+                                           normalised_residual(math.log(row.throughput / p.throughput),
+                                                               *widths_at[i, cv]),
+                                           normalised_residual(math.log(linear_scaling(row) / p.throughput),
+                                                               *widths_at[i, cv]))
         return logged_at[i, cv]
 
     errors = [logged(i, jitter[row.source]) for i, row in enumerate(expressed)]
@@ -389,24 +411,26 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
 
     bounds = left_out_bounds(errors, groups, others_of)
     out = []
-    for (row, fitted, generic), e in zip(done, errors, strict=True):
+    for i, ((row, fitted, generic), e) in enumerate(zip(done, errors, strict=True)):
         reg = e.regime
-        low, high = interval_around(generic.throughput, regime_bounds(bounds[groups[row.source]][1], reg))
+        widths = widths_at[i, jitter[row.source]]
+        low, high = interval_around(generic.throughput,
+                                    scaled_bounds(regime_bounds(bounds[groups[row.source]][1], reg), *widths))
         high = linear_ceiling(high, generic.throughput, linear_scaling(row))
         out.append(CorpusPrediction(
             row.source, row.table, row.model, row.gpu, row.nodes, row.gpus_per_node, row.transport,
             float(row.line_rate_gbps), row.measured_link_gbps, row.nics_per_node, row.framework, framework_of(row),
             row.optimizer, corpus_regime(row), reg,
             row.throughput, fitted.throughput, generic.throughput, linear_scaling(row), alpha_beta(row),
-            low, high))
-    u_errors_rows = [LoggedError(row.source, reg, math.log(row.throughput / predicted))
-                     for row, predicted, reg in unmeasured]
+            low, high, *widths))
+    u_errors_rows = [LoggedError(row.source, reg, normalised_residual(math.log(row.throughput / predicted), *w))
+                     for (row, predicted, reg), w in zip(unmeasured, u_widths, strict=True)]
     pairs, paired_errors = left_out_pairs([row for row, _, _ in done], [r.left_out for r in out],
                                            [r.interval_regime for r in out], [(r.low, r.high) for r in out], groups)
     u_rows, u_predicted, u_regimes = ([u[k] for u in unmeasured] for k in range(3))
     u_bounds = left_out_bounds(u_errors_rows, groups)  # each from the other sources' rows, as the measured nodes'
-    u_intervals = [interval_around(predicted, regime_bounds(u_bounds[groups[row.source]][1], reg))
-                   for row, predicted, reg in unmeasured]
+    u_intervals = [interval_around(predicted, scaled_bounds(regime_bounds(u_bounds[groups[row.source]][1], reg), *w))
+                   for (row, predicted, reg), w in zip(unmeasured, u_widths, strict=True)]
     u_pairs, u_errors = left_out_pairs(u_rows, u_predicted, u_regimes, u_intervals, groups)
     levels = {"measured_node": source_calibrated_level(errors, groups),
               "unmeasured_node": source_calibrated_level(u_errors_rows, groups),

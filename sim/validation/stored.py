@@ -18,6 +18,7 @@ from safeio.atomic import write_text
 from sim.uncertainty import (
     CROSS_VALIDATION_FILE,
     INTERVAL_LEVEL,
+    RESIDUALS,
     finite_json_value,
     log_ratio_quantiles,
     stored_inputs_digest,
@@ -65,7 +66,7 @@ def intervals(loso: CorpusValidation, cross: CrossValidation) -> dict:
                                            if site_of(r.network) == name])
                 for name in sites},
             "site_profile_rows": {name: sum(site_of(r.network) == name for r in site) for name in sites},
-            "measured_node": dict(loso.quantiles),
+            "residuals": RESIDUALS, "measured_node": dict(loso.quantiles),
             "unmeasured_node": dict(loso.quantiles_unmeasured_node),
             "speedup_measured_node": dict(loso.speedup_quantiles),
             "speedup_unmeasured_node": dict(loso.speedup_quantiles_unmeasured_node),
