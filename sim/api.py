@@ -79,10 +79,12 @@ def _check_bounds(**values: int | None) -> None:
 def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None, params: int | None = None,
                batch_per_gpu: int = 32, scheme: str = "hierarchical", single_node_throughput: float | None = None,
                warmup_fraction: float | None = None, marsit_period: int | None = None, grad_dtype: str = "fp32",
-               accumulation_steps: int = 1, hook_blocks_backward: bool = True, seq_len: int | None = None) -> dict:
+               accumulation_steps: int = 1, hook_blocks_backward: bool = True, seq_len: int | None = None,
+               traces: dict | None = None) -> dict:
     """One training configuration on cluster ``c``: ``birder predict --json`` as a dict. A ``params`` model
     takes ``seq_len`` (tokens per sample) unless a measured node (``single_node_throughput``) sets its compute:
-    without either its compute is unknown by a factor of its sequence length, and it is refused."""
+    without either its compute is unknown by a factor of its sequence length, and it is refused. ``traces``: a
+    dict that receives, per step kind, the events of the predicted step (``workload.predict``)."""
     _check_bounds(params=params, batch_per_gpu=batch_per_gpu, accumulation_steps=accumulation_steps,
                   marsit_period=marsit_period)
     if isinstance(single_node_throughput, int | float) and 0 < single_node_throughput < MIN_SINGLE_NODE_THROUGHPUT:
@@ -96,7 +98,7 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
     out = predict(c, model=model, params=params, batch_per_gpu=batch_per_gpu, optimizer=optimizer, scheme=scheme,
                   single_node_throughput=single_node_throughput, warmup_fraction=warmup_fraction,
                   marsit_period=marsit_period, grad_dtype=grad_dtype, accumulation_steps=accumulation_steps,
-                  hook_blocks_backward=hook_blocks_backward, seq_len=seq_len).as_dict()
+                  hook_blocks_backward=hook_blocks_backward, seq_len=seq_len, traces=traces).as_dict()
     site = c.nic.name if c.nic.name in SITES else None
     n_params = params if model is None else model_profile(model).n_params
     samples = c.gpus_per_node * batch_per_gpu * accumulation_steps

@@ -378,18 +378,13 @@ def _quiet(args) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------- predict
-def _traced_step(args, c: Cluster, result: dict) -> dict[str, float]:
-    """The predicted step again with its events recorded (the same simulation, so the same times): written as a
-    Chrome/Perfetto trace where ``--trace`` asks; returns each link class's busy share, averaged over step kinds."""
-    from sim import trace, workload
+def _traced_step(args, c: Cluster, result: dict, traces: dict[str, list]) -> dict[str, float]:
+    """The predicted step's events (``traces``, recorded by the prediction itself): written as a Chrome/Perfetto
+    trace where ``--trace`` asks; returns each link class's busy share, averaged over step kinds."""
+    from sim import trace
 
-    traces: dict[str, list] = {}
-    prediction = workload.predict(c, optimizer=args.optimizer, single_node_throughput=args.single_node_throughput,
-                                  traces=traces, **_options(args))
-    if not math.isclose(prediction.iteration_s, result["iteration_s"], rel_tol=1e-12):
-        raise RuntimeError("the traced step differs from the predicted one")  # a bug, never bad input
-    times = {kind: seconds for kind, _, seconds in prediction.steps}
-    shares = {kind: share for kind, share, _ in prediction.steps}
+    times = {step["kind"]: step["iteration_s"] for step in result["steps"]}
+    shares = {step["kind"]: step["share"] for step in result["steps"]}
     if args.trace is not None:
         title = f"{result['model']} on {c.n_nodes} x {c.gpus_per_node} {c.gpu} over {c.nic.name}, {args.optimizer}"
         write_output_file(args.trace, json.dumps(trace.chrome_trace(traces, times, shares, title)) + "\n",
@@ -405,10 +400,11 @@ def run_predict(args) -> int:
     if args.trace is not None:
         check_owned(check_output_file(args.trace, "--trace"), "--trace")  # before any work
     c = make_cluster(args, args.nodes)
+    traces: dict[str, list] | None = {} if args.json or args.trace is not None else None
     result = predict_on(c, optimizer=args.optimizer, single_node_throughput=args.single_node_throughput,
-                        **_options(args))
-    if args.json or args.trace is not None:
-        result["link_utilisation"] = _traced_step(args, c, result)
+                        traces=traces, **_options(args))
+    if traces is not None:
+        result["link_utilisation"] = _traced_step(args, c, result, traces)
     if args.json:
         print(_strict_json(result))
         return 0
