@@ -113,11 +113,15 @@ def linear_ceiling(high: float, predicted: float, linear: float) -> float:
     return min(high, max(predicted, linear))
 
 
-def interval_quantiles(predictions: list[tuple[str, float]], level: float = INTERVAL_LEVEL
+def interval_quantiles(predictions: list[tuple[str, float]], levels: float | dict[str, float] = INTERVAL_LEVEL
                        ) -> dict[str, tuple[float, float]]:
     """Per interval regime (and ``all``, the regimes pooled), the conformal bounds of log(measured / predicted)
-    over (regime, log ratio) pairs at ``level``."""
-    return {reg: log_ratio_quantiles([x for r, x in predictions if reg in (r, "all")], level)
+    over (regime, log ratio) pairs, each at its own conformal level (``levels``: per regime and ``all``, as
+    ``source_calibrated_levels`` gives them; one number: the same level for all)."""
+    def level(reg):
+        return levels if isinstance(levels, float | int) else levels[reg]
+
+    return {reg: log_ratio_quantiles([x for r, x in predictions if reg in (r, "all")], level(reg))
             for reg in (*REGIMES, "all")}
 
 
@@ -148,46 +152,59 @@ def _covered(e: LoggedError, bounds: tuple[float, float]) -> bool:
     return min(bounds[0], 0.0) <= e.log_ratio <= min(max(bounds[1], 0.0), max(e.cap, 0.0))
 
 
-def source_coverage(errors: list[LoggedError], groups: dict[str, frozenset[str]], level: float) -> float:
-    """Share of ``errors`` covered by intervals at conformal ``level`` fitted, for each, on the errors of the
-    sources not held out with its own (``groups``): leave-one-source-out coverage."""
+def source_coverage(errors: list[LoggedError], groups: dict[str, frozenset[str]],
+                    levels: float | dict[str, float], regime: str | None = None) -> float:
+    """Share of ``errors`` (those of interval regime ``regime``, or all) covered by intervals at conformal
+    ``levels`` (``interval_quantiles``) fitted, for each, on the errors of the sources not held out with its own
+    (``groups``): leave-one-source-out coverage. 1.0 where there is no such row."""
+    chosen = [e for e in errors if regime is None or e.regime == regime]
     covered = []
-    for held in {groups[e.source] for e in errors}:
-        q = interval_quantiles([(e.regime, e.log_ratio) for e in errors if e.source not in held], level)
-        covered += [_covered(e, regime_bounds(q, e.regime)) for e in errors if e.source in held]
+    for held in {groups[e.source] for e in chosen}:
+        q = interval_quantiles([(e.regime, e.log_ratio) for e in errors if e.source not in held], levels)
+        covered += [_covered(e, regime_bounds(q, e.regime)) for e in chosen if e.source in held]
     return sum(covered) / len(covered) if covered else 1.0
 
 
-def source_calibrated_level(errors: list[LoggedError], groups: dict[str, frozenset[str]],
-                            nominal: float = INTERVAL_LEVEL) -> float:
-    """The least conformal level (``LEVEL_GRID``) at which intervals fitted leave-one-source-out on ``errors``
-    cover at least ``nominal`` of them. Split-conformal's guarantee holds for exchangeable rows, but rows of one
-    source share its set-up's errors, so a new source's rows fall outside more often than the rows' own
-    quantiles say; raising the level until the sources at hand are covered as promised, each judged by the
-    others, calibrates for that (cross-conformal over groups; Barber et al. 2021 on jackknife+, Dunn et al. 2022
-    on conformal prediction for grouped data). The top of the grid where even that falls short. Coverage grows
-    with the level (wider quantiles), so the grid is bisected."""
-    low, high = 0, len(LEVEL_GRID) - 1
-    while low < high:
-        mid = (low + high) // 2
-        if source_coverage(errors, groups, LEVEL_GRID[mid]) >= nominal:
-            high = mid
-        else:
-            low = mid + 1
-    return LEVEL_GRID[low]
+def source_calibrated_levels(errors: list[LoggedError], groups: dict[str, frozenset[str]],
+                             nominal: float = INTERVAL_LEVEL) -> dict[str, float]:
+    """Per interval regime, the least conformal level (``LEVEL_GRID``) at which intervals fitted
+    leave-one-source-out on ``errors`` cover at least ``nominal`` of that regime's rows; ``all`` (the pooled
+    quantiles, a regime's fallback where its rows are too few to bound, ``regime_bounds``) at the highest of
+    them, so a fallback is never narrower than the level its regime was calibrated at.
+
+    Split-conformal's guarantee holds for exchangeable rows, but rows of one source share its set-up's errors,
+    so a new source's rows fall outside more often than the rows' own quantiles say; raising the level until the
+    sources at hand are covered as promised, each judged by the others, calibrates for that (cross-conformal over
+    groups; Barber et al. 2021 on jackknife+, Dunn et al. 2022 on conformal prediction for grouped data). Done
+    per regime, it is Mondrian (category-conditional) conformal prediction (Vovk, Gammerman & Shafer 2005, ch. 4;
+    Vovk 2012, "Conditional validity of inductive conformal predictors"): coverage is promised within each
+    regime, not only on the regimes pooled, where a well-covered regime would hide a short one. The top of the
+    grid where even that falls short (``source_coverage`` at the levels says by how much). Coverage grows with
+    the level (wider quantiles), so the grid is bisected."""
+    levels = {}
+    for reg in REGIMES:
+        low, high = 0, len(LEVEL_GRID) - 1
+        while low < high:
+            mid = (low + high) // 2
+            if source_coverage(errors, groups, LEVEL_GRID[mid], reg) >= nominal:
+                high = mid
+            else:
+                low = mid + 1
+        levels[reg] = LEVEL_GRID[low]
+    return {**levels, "all": max(levels.values())}
 
 
 def left_out_bounds(errors: list[LoggedError], groups: dict[str, frozenset[str]], others_of=None
-                    ) -> dict[frozenset[str], tuple[float, dict[str, tuple[float, float]]]]:
-    """Per held-out group of sources: (the level calibrated on the other sources alone, and the quantiles of
-    their errors at it). Nothing of the held-out group enters either. ``others_of(held)``, where given, gives
-    the other sources' errors as predicted without the held-out group (a constant fitted on the corpus refitted
-    without it); else they are ``errors``' own."""
+                    ) -> dict[frozenset[str], tuple[dict[str, float], dict[str, tuple[float, float]]]]:
+    """Per held-out group of sources: (the levels, per regime, calibrated on the other sources alone
+    (``source_calibrated_levels``), and the quantiles of their errors at them). Nothing of the held-out group
+    enters either. ``others_of(held)``, where given, gives the other sources' errors as predicted without the
+    held-out group (a constant fitted on the corpus refitted without it); else they are ``errors``' own."""
     out = {}
     for held in {groups[e.source] for e in errors}:
         others = [e for e in errors if e.source not in held] if others_of is None else others_of(held)
-        level = source_calibrated_level(others, groups)
-        out[held] = level, interval_quantiles([(e.regime, e.log_ratio) for e in others], level)
+        levels = source_calibrated_levels(others, groups)
+        out[held] = levels, interval_quantiles([(e.regime, e.log_ratio) for e in others], levels)
     return out
 
 
