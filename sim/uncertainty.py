@@ -1,6 +1,6 @@
 """What a prediction needs to say how sure it is: the regimes, the naive alpha-beta baseline that keys an
 interval, and the intervals themselves (conformal bounds on log(measured / predicted), their level calibrated
-source by source, and the stored bounds a prediction reads).
+source by source and per regime, and the stored bounds a prediction reads).
 
 The interval of a prediction (``prediction_interval``) is an 80% interval. For a site profile, the quantiles of
 log(measured / predicted) of its own public rows, each group left out of its fit. Otherwise the prediction's own
@@ -8,11 +8,11 @@ model-uncertainty widths (``sim.input_ranges``: every uncertain input's sourced 
 quantiles of the normalised residuals (log(measured / predicted) over the row's widths: ``normalised_residual``,
 Lei et al. 2018) of the validation corpus with each source left out, per predicted regime (compute- or
 communication-bound) and apart for predictions calibrated on a measured node and those from built-in compute
-profiles, their level calibrated source by source: widths grow with what the prediction does not know. A
-speed-up (one prediction over another of the same set-up,
-``speedup_interval``) takes bounds of its own, fitted on the corpus's pairs of rows of one table. They are
-measured once by validation (sim.validation.stored) and stored in ``presets/cross_validation.json``, which
-``stored_intervals`` reads: no prediction pays a refit, and nothing here imports validation.
+profiles, their level calibrated source by source and apart for each regime (Mondrian): widths grow with what the
+prediction does not know. A speed-up (one prediction over another of the same set-up, ``speedup_interval``) takes
+bounds of its own, fitted on the corpus's pairs of rows of one table. They are measured once by validation
+(sim.validation.stored) and stored in ``presets/cross_validation.json``, which ``stored_intervals`` reads: no
+prediction pays a refit, and nothing here imports validation.
 """
 
 from __future__ import annotations
@@ -240,14 +240,17 @@ def stored_intervals() -> dict:
     ``interval_regime``, the corpus left out source by source; ``all`` pools the regimes), and
     ``speedup_measured_node`` and ``speedup_unmeasured_node``, the same on
     log(measured ratio / predicted ratio) of the corpus's pairs. ValueError, saying how to regenerate it, where
-    the file is missing, lacks a key, or was measured on other data files than those shipped (``STORED_FROM``):
-    never bounds of another corpus, silently."""
+    the file is missing, lacks a key (or holds one conformal level for the regimes pooled, not one per regime),
+    or was measured on other data files than those shipped (``STORED_FROM``): never bounds of another corpus,
+    silently."""
     regenerate = "regenerate it: python -m sim.validation.stored"
     if not CROSS_VALIDATION_FILE.exists():
         raise ValueError(f"{CROSS_VALIDATION_FILE} is missing; {regenerate}")
     stored = json.loads(CROSS_VALIDATION_FILE.read_text()).get("intervals", {})
+    levels = stored.get("summary", {}).get("conformal_levels")
+    per_regime_levels = isinstance(levels, dict) and all(isinstance(v, dict) for v in levels.values())
     if not all(k in stored for k in (*BOUNDS_BY_REGIME, "site_profile_by_site", "speedup_methods")) or stored.get(
-            "residuals") != RESIDUALS:
+            "residuals") != RESIDUALS or not per_regime_levels:
         raise ValueError(f"{CROSS_VALIDATION_FILE} lacks some of the intervals' bounds; {regenerate}")
     if stored.get("inputs_sha256") != stored_inputs_digest():
         raise ValueError(f"{CROSS_VALIDATION_FILE} was measured on other data than "
