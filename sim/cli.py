@@ -756,8 +756,9 @@ def _print_corpus_validation(loso) -> None:
           + "; by measured regime: " + ", ".join(f"{reg} {_percent(s['coverage_by_measured_regime'][reg])} covered"
                                                  for reg in REGIMES))
     levels, covers = s["conformal_levels"], s["conformal_level_coverage"]
-    print("conformal levels, each interval regime calibrated apart on its own rows, each source left out (Mondrian): "
-          + "; ".join(f"{key.replace('_', ' ')} " + ", ".join(
+    print("conformal levels, each interval regime calibrated apart on its own rows (Mondrian), with the share of them "
+          "covered, each source judged by all the others (the coverage above is the nested one: each source's level "
+          "calibrated without it): " + "; ".join(f"{key.replace('_', ' ')} " + ", ".join(
               f"{reg} {_percent(levels[key][reg])} (covers {_percent(covers[key][reg])})" for reg in REGIMES)
                       for key in levels))
     if s["conformal_levels_short"]:

@@ -150,6 +150,13 @@ def test_validate_reports_skill_coverage_and_width_beside_the_baselines(capsys):
     assert out["rows"] + out["skipped_rows"] == len(load_corpus())
     assert len({p["source"] for p in out["predictions"]}) >= 5
     assert out["coverage"] >= 0.785  # per regime it may fall short: the READMEs quote those figures as they are
+    levels, covered = out["conformal_levels"], out["conformal_level_coverage"]  # per regime (Mondrian)
+    assert all(set(v) == {*uncertainty.REGIMES, "all"} and v["all"] == max(v[r] for r in uncertainty.REGIMES)
+               for v in levels.values())
+    assert out["conformal_levels_short"] == [f"{key} {reg}" for key, by_regime in covered.items()
+                                             for reg, c in by_regime.items() if c < out["interval_level"]]
+    assert all(c >= out["interval_level"] or levels[key][reg] == uncertainty.LEVEL_GRID[-1]
+               for key, by_regime in covered.items() for reg, c in by_regime.items())
     stored = json.loads(uncertainty.CROSS_VALIDATION_FILE.read_text())["intervals"]["summary"]
     assert figures.corpus_figures_markdown(out) == figures.corpus_figures_markdown(stored)  # the READMEs' too
     assert out["skill"] == pytest.approx(out["mape_left_out"] / out["mape_linear"])
