@@ -751,6 +751,15 @@ def _print_corpus_validation(loso) -> None:
                       f"{_percent(s['median_half_width_by_regime'][reg])}" for reg in REGIMES)
           + "; by measured regime: " + ", ".join(f"{reg} {_percent(s['coverage_by_measured_regime'][reg])} covered"
                                                  for reg in REGIMES))
+    levels, covers = s["conformal_levels"], s["conformal_level_coverage"]
+    print("conformal levels, each interval regime calibrated apart on its own rows (Mondrian), with the share of them "
+          "covered, each source judged by all the others (the coverage above is the nested one: each source's level "
+          "calibrated without it): " + "; ".join(f"{key.replace('_', ' ')} " + ", ".join(
+              f"{reg} {_percent(levels[key][reg])} (covers {_percent(covers[key][reg])})" for reg in REGIMES)
+                      for key in levels))
+    if s["conformal_levels_short"]:
+        print("short of the promised coverage even at the top conformal level: "
+              + ", ".join(s["conformal_levels_short"]))
     for name, figures in [("all", s["speedup"]), *s["speedup_by_regime"].items(), *s["speedup_by_source"].items(),
                           ("without a measured node", s["speedup_unmeasured_node"])]:
         print(_speedup_line(name, figures, s["interval_level"]))

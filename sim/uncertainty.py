@@ -1,6 +1,6 @@
 """What a prediction needs to say how sure it is: the regimes, the naive alpha-beta baseline that keys an
 interval, and the intervals themselves (conformal bounds on log(measured / predicted), their level calibrated
-source by source, and the stored bounds a prediction reads).
+source by source and per regime, and the stored bounds a prediction reads).
 
 The interval of a prediction (``prediction_interval``) is an 80% interval. For a site profile, the quantiles of
 log(measured / predicted) of its own public rows, each group left out of its fit. Otherwise the prediction's own
@@ -8,11 +8,11 @@ model-uncertainty widths (``sim.input_ranges``: every uncertain input's sourced 
 quantiles of the normalised residuals (log(measured / predicted) over the row's widths: ``normalised_residual``,
 Lei et al. 2018) of the validation corpus with each source left out, per predicted regime (compute- or
 communication-bound) and apart for predictions calibrated on a measured node and those from built-in compute
-profiles, their level calibrated source by source: widths grow with what the prediction does not know. A
-speed-up (one prediction over another of the same set-up,
-``speedup_interval``) takes bounds of its own, fitted on the corpus's pairs of rows of one table. They are
-measured once by validation (sim.validation.stored) and stored in ``presets/cross_validation.json``, which
-``stored_intervals`` reads: no prediction pays a refit, and nothing here imports validation.
+profiles, their level calibrated source by source and apart for each regime (Mondrian): widths grow with what the
+prediction does not know. A speed-up (one prediction over another of the same set-up, ``speedup_interval``) takes
+bounds of its own, fitted on the corpus's pairs of rows of one table. They are measured once by validation
+(sim.validation.stored) and stored in ``presets/cross_validation.json``, which ``stored_intervals`` reads: no
+prediction pays a refit, and nothing here imports validation.
 """
 
 from __future__ import annotations
@@ -113,11 +113,15 @@ def linear_ceiling(high: float, predicted: float, linear: float) -> float:
     return min(high, max(predicted, linear))
 
 
-def interval_quantiles(predictions: list[tuple[str, float]], level: float = INTERVAL_LEVEL
+def interval_quantiles(predictions: list[tuple[str, float]], levels: float | dict[str, float] = INTERVAL_LEVEL
                        ) -> dict[str, tuple[float, float]]:
     """Per interval regime (and ``all``, the regimes pooled), the conformal bounds of log(measured / predicted)
-    over (regime, log ratio) pairs at ``level``."""
-    return {reg: log_ratio_quantiles([x for r, x in predictions if reg in (r, "all")], level)
+    over (regime, log ratio) pairs, each at its own conformal level (``levels``: per regime and ``all``, as
+    ``source_calibrated_levels`` gives them; one number: the same level for all)."""
+    def level(reg):
+        return levels if isinstance(levels, float | int) else levels[reg]
+
+    return {reg: log_ratio_quantiles([x for r, x in predictions if reg in (r, "all")], level(reg))
             for reg in (*REGIMES, "all")}
 
 
@@ -148,46 +152,59 @@ def _covered(e: LoggedError, bounds: tuple[float, float]) -> bool:
     return min(bounds[0], 0.0) <= e.log_ratio <= min(max(bounds[1], 0.0), max(e.cap, 0.0))
 
 
-def source_coverage(errors: list[LoggedError], groups: dict[str, frozenset[str]], level: float) -> float:
-    """Share of ``errors`` covered by intervals at conformal ``level`` fitted, for each, on the errors of the
-    sources not held out with its own (``groups``): leave-one-source-out coverage."""
+def source_coverage(errors: list[LoggedError], groups: dict[str, frozenset[str]],
+                    levels: float | dict[str, float], regime: str | None = None) -> float:
+    """Share of ``errors`` (those of interval regime ``regime``, or all) covered by intervals at conformal
+    ``levels`` (``interval_quantiles``) fitted, for each, on the errors of the sources not held out with its own
+    (``groups``): leave-one-source-out coverage. 1.0 where there is no such row."""
+    chosen = [e for e in errors if regime is None or e.regime == regime]
     covered = []
-    for held in {groups[e.source] for e in errors}:
-        q = interval_quantiles([(e.regime, e.log_ratio) for e in errors if e.source not in held], level)
-        covered += [_covered(e, regime_bounds(q, e.regime)) for e in errors if e.source in held]
+    for held in {groups[e.source] for e in chosen}:
+        q = interval_quantiles([(e.regime, e.log_ratio) for e in errors if e.source not in held], levels)
+        covered += [_covered(e, regime_bounds(q, e.regime)) for e in chosen if e.source in held]
     return sum(covered) / len(covered) if covered else 1.0
 
 
-def source_calibrated_level(errors: list[LoggedError], groups: dict[str, frozenset[str]],
-                            nominal: float = INTERVAL_LEVEL) -> float:
-    """The least conformal level (``LEVEL_GRID``) at which intervals fitted leave-one-source-out on ``errors``
-    cover at least ``nominal`` of them. Split-conformal's guarantee holds for exchangeable rows, but rows of one
-    source share its set-up's errors, so a new source's rows fall outside more often than the rows' own
-    quantiles say; raising the level until the sources at hand are covered as promised, each judged by the
-    others, calibrates for that (cross-conformal over groups; Barber et al. 2021 on jackknife+, Dunn et al. 2022
-    on conformal prediction for grouped data). The top of the grid where even that falls short. Coverage grows
-    with the level (wider quantiles), so the grid is bisected."""
-    low, high = 0, len(LEVEL_GRID) - 1
-    while low < high:
-        mid = (low + high) // 2
-        if source_coverage(errors, groups, LEVEL_GRID[mid]) >= nominal:
-            high = mid
-        else:
-            low = mid + 1
-    return LEVEL_GRID[low]
+def source_calibrated_levels(errors: list[LoggedError], groups: dict[str, frozenset[str]],
+                             nominal: float = INTERVAL_LEVEL) -> dict[str, float]:
+    """Per interval regime, the least conformal level (``LEVEL_GRID``) at which intervals fitted
+    leave-one-source-out on ``errors`` cover at least ``nominal`` of that regime's rows; ``all`` (the pooled
+    quantiles, a regime's fallback where its rows are too few to bound, ``regime_bounds``) at the highest of
+    them, so a fallback is never narrower than the level its regime was calibrated at.
+
+    Split-conformal's guarantee holds for exchangeable rows, but rows of one source share its set-up's errors,
+    so a new source's rows fall outside more often than the rows' own quantiles say; raising the level until the
+    sources at hand are covered as promised, each judged by the others, calibrates for that (cross-conformal over
+    groups; Barber et al. 2021 on jackknife+, Dunn et al. 2022 on conformal prediction for grouped data). Done
+    per regime, it is Mondrian (category-conditional) conformal prediction (Vovk, Gammerman & Shafer 2005, ch. 4;
+    Vovk 2012, "Conditional validity of inductive conformal predictors"): coverage is promised within each
+    regime, not only on the regimes pooled, where a well-covered regime would hide a short one. The top of the
+    grid where even that falls short (``source_coverage`` at the levels says by how much). Coverage grows with
+    the level (wider quantiles), so the grid is bisected."""
+    levels = {}
+    for reg in REGIMES:
+        low, high = 0, len(LEVEL_GRID) - 1
+        while low < high:
+            mid = (low + high) // 2
+            if source_coverage(errors, groups, LEVEL_GRID[mid], reg) >= nominal:
+                high = mid
+            else:
+                low = mid + 1
+        levels[reg] = LEVEL_GRID[low]
+    return {**levels, "all": max(levels.values())}
 
 
 def left_out_bounds(errors: list[LoggedError], groups: dict[str, frozenset[str]], others_of=None
-                    ) -> dict[frozenset[str], tuple[float, dict[str, tuple[float, float]]]]:
-    """Per held-out group of sources: (the level calibrated on the other sources alone, and the quantiles of
-    their errors at it). Nothing of the held-out group enters either. ``others_of(held)``, where given, gives
-    the other sources' errors as predicted without the held-out group (a constant fitted on the corpus refitted
-    without it); else they are ``errors``' own."""
+                    ) -> dict[frozenset[str], tuple[dict[str, float], dict[str, tuple[float, float]]]]:
+    """Per held-out group of sources: (the levels, per regime, calibrated on the other sources alone
+    (``source_calibrated_levels``), and the quantiles of their errors at them). Nothing of the held-out group
+    enters either. ``others_of(held)``, where given, gives the other sources' errors as predicted without the
+    held-out group (a constant fitted on the corpus refitted without it); else they are ``errors``' own."""
     out = {}
     for held in {groups[e.source] for e in errors}:
         others = [e for e in errors if e.source not in held] if others_of is None else others_of(held)
-        level = source_calibrated_level(others, groups)
-        out[held] = level, interval_quantiles([(e.regime, e.log_ratio) for e in others], level)
+        levels = source_calibrated_levels(others, groups)
+        out[held] = levels, interval_quantiles([(e.regime, e.log_ratio) for e in others], levels)
     return out
 
 
@@ -223,14 +240,17 @@ def stored_intervals() -> dict:
     ``interval_regime``, the corpus left out source by source; ``all`` pools the regimes), and
     ``speedup_measured_node`` and ``speedup_unmeasured_node``, the same on
     log(measured ratio / predicted ratio) of the corpus's pairs. ValueError, saying how to regenerate it, where
-    the file is missing, lacks a key, or was measured on other data files than those shipped (``STORED_FROM``):
-    never bounds of another corpus, silently."""
+    the file is missing, lacks a key (or holds one conformal level for the regimes pooled, not one per regime),
+    or was measured on other data files than those shipped (``STORED_FROM``): never bounds of another corpus,
+    silently."""
     regenerate = "regenerate it: python -m sim.validation.stored"
     if not CROSS_VALIDATION_FILE.exists():
         raise ValueError(f"{CROSS_VALIDATION_FILE} is missing; {regenerate}")
     stored = json.loads(CROSS_VALIDATION_FILE.read_text()).get("intervals", {})
+    levels = stored.get("summary", {}).get("conformal_levels")
+    per_regime_levels = isinstance(levels, dict) and all(isinstance(v, dict) for v in levels.values())
     if not all(k in stored for k in (*BOUNDS_BY_REGIME, "site_profile_by_site", "speedup_methods")) or stored.get(
-            "residuals") != RESIDUALS:
+            "residuals") != RESIDUALS or not per_regime_levels:
         raise ValueError(f"{CROSS_VALIDATION_FILE} lacks some of the intervals' bounds; {regenerate}")
     if stored.get("inputs_sha256") != stored_inputs_digest():
         raise ValueError(f"{CROSS_VALIDATION_FILE} was measured on other data than "

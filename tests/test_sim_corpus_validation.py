@@ -105,12 +105,37 @@ def test_the_level_is_calibrated_on_whole_sources_left_out():
               for s in range(10) for k in range(20)]
     groups = {f"s{s}": frozenset({f"s{s}"}) for s in range(10)}
     assert uncertainty.source_coverage(errors, groups, 0.8) == pytest.approx(0.72)
-    level = uncertainty.source_calibrated_level(errors, groups)
-    assert level > 0.8 and uncertainty.source_coverage(errors, groups, level) >= 0.8
+    levels = uncertainty.source_calibrated_levels(errors, groups)
+    assert levels["compute-bound"] > 0.8 and uncertainty.source_coverage(errors, groups, levels) >= 0.8
     bounds = uncertainty.left_out_bounds(errors, groups)
     moved = [replace(e, log_ratio=e.log_ratio + 5) if e.source == "s3" else e for e in errors]
     assert uncertainty.left_out_bounds(moved, groups)[groups["s3"]] == bounds[groups["s3"]]
     assert uncertainty.left_out_bounds(moved, groups)[groups["s4"]] != bounds[groups["s4"]]
+
+
+def test_each_regime_is_calibrated_on_its_own_rows():
+    """Mondrian calibration (Vovk et al. 2005, ch. 4): ten sources, each with 20 compute-bound rows that every
+    source shares (errors -0.05, 0 or +0.05: ties at the quantiles, so their intervals cover them all) and 20
+    communication-bound rows spread +-0.1 around the source's own offset (-0.45 .. +0.45), as in the test above.
+    One level for both regimes, calibrated on the rows pooled, stays at the nominal 80% (86% of the rows
+    covered, leave-one-source-out) and covers only 72% of the communication-bound rows: the compute-bound rows'
+    easy coverage hides them. Per regime, each regime's rows are covered as promised; the compute-bound level
+    stays nominal. Deterministic rows: no false-failure probability."""
+    groups = {f"s{s}": frozenset({f"s{s}"}) for s in range(10)}
+    errors = [uncertainty.LoggedError(f"s{s}", "compute-bound", -0.05 if k < 2 else 0.05 if k >= 18 else 0.0)
+              for s in range(10) for k in range(20)]
+    errors += [uncertainty.LoggedError(f"s{s}", "communication-bound", 0.1 * (s - 4.5) + 0.01 * (k - 9.5))
+               for s in range(10) for k in range(20)]
+    comm = "communication-bound"
+    pooled = min(level for level in uncertainty.LEVEL_GRID if uncertainty.source_coverage(errors, groups, level) >= 0.8)
+    assert pooled == 0.8 and uncertainty.source_coverage(errors, groups, pooled, comm) == pytest.approx(0.72)
+    levels = uncertainty.source_calibrated_levels(errors, groups)
+    assert levels["compute-bound"] == 0.8 and levels[comm] > pooled and levels["all"] == levels[comm]
+    assert all(uncertainty.source_coverage(errors, groups, levels, reg) >= 0.8 for reg in uncertainty.REGIMES)
+    held, q = groups["s9"], uncertainty.left_out_bounds(errors, groups)[groups["s9"]][1]
+    others = [e for e in errors if e.source not in held]
+    assert q == uncertainty.interval_quantiles([(e.regime, e.log_ratio) for e in others],
+                                               uncertainty.source_calibrated_levels(others, groups))
 
 
 def test_validate_reports_skill_coverage_and_width_beside_the_baselines(capsys):
@@ -125,6 +150,13 @@ def test_validate_reports_skill_coverage_and_width_beside_the_baselines(capsys):
     assert out["rows"] + out["skipped_rows"] == len(load_corpus())
     assert len({p["source"] for p in out["predictions"]}) >= 5
     assert out["coverage"] >= 0.785  # per regime it may fall short: the READMEs quote those figures as they are
+    levels, covered = out["conformal_levels"], out["conformal_level_coverage"]  # per regime (Mondrian)
+    assert all(set(v) == {*uncertainty.REGIMES, "all"} and v["all"] == max(v[r] for r in uncertainty.REGIMES)
+               for v in levels.values())
+    assert out["conformal_levels_short"] == [f"{key} {reg}" for key, by_regime in covered.items()
+                                             for reg, c in by_regime.items() if c < out["interval_level"]]
+    assert all(c >= out["interval_level"] or levels[key][reg] == uncertainty.LEVEL_GRID[-1]
+               for key, by_regime in covered.items() for reg, c in by_regime.items())
     stored = json.loads(uncertainty.CROSS_VALIDATION_FILE.read_text())["intervals"]["summary"]
     assert figures.corpus_figures_markdown(out) == figures.corpus_figures_markdown(stored)  # the READMEs' too
     assert out["skill"] == pytest.approx(out["mape_left_out"] / out["mape_linear"])

@@ -40,8 +40,9 @@ def corpus_figures_markdown(summary: dict) -> str:
             f"**{summary['skill_communication_bound']:.2f}** on communication-bound rows, {summary['skill']:.2f} "
             f"overall. The {summary['interval_level']:.0%} intervals (each prediction's width propagated from its "
             "uncertain inputs' ranges, scaled by conformal quantiles of the normalised residuals fitted without the "
-            f"row's source, at {percent(summary['conformal_levels']['measured_node'])}: the level at which the other "
-            "sources, each left out in turn, are covered as promised) cover "
+            f"row's source, at conformal levels {levels_markdown(summary, 'measured_node')}, each regime's the "
+            "least at which the other sources' rows of that regime, each source left out in turn, are covered as "
+            "promised) cover "
             f"**{percent(summary['coverage'])}** of the rows left out with a median half-width of "
             f"**{percent(summary['median_half_width'])}** ({percent(summary['coverage_by_regime'][comp])} and "
             f"{percent(summary['median_half_width_by_regime'][comp])} where an alpha-beta ring with the "
@@ -50,6 +51,21 @@ def corpus_figures_markdown(summary: dict) -> str:
             f"{percent(summary['median_half_width_by_regime'][comm])} "
             f"where it predicts communication-bound; {percent(summary['coverage_by_measured_regime'][comm])} of the "
             "rows measured communication-bound)." + speedup_figures_markdown(summary))
+
+
+def levels_markdown(summary: dict, key: str) -> str:
+    """The conformal levels of one stored key (``measured_node``, ...) per interval regime, as
+    ``corpus_figures_markdown`` quotes them; a regime the grid's top cannot cover as promised says so."""
+    comm, comp = "communication-bound", "compute-bound"
+    levels, covered = summary["conformal_levels"][key], summary["conformal_level_coverage"][key]
+
+    def one(reg):
+        short = ""
+        if covered[reg] < summary["interval_level"]:
+            short = f", which still covers only {percent(covered[reg])} of them"
+        return f"{percent(levels[reg])} ({reg}{short})"
+
+    return f"{one(comp)} and {one(comm)}"
 
 
 def speedup_figures_markdown(summary: dict) -> str:

@@ -33,7 +33,8 @@ from sim.uncertainty import (
     normalised_residual,
     regime_bounds,
     scaled_bounds,
-    source_calibrated_level,
+    source_calibrated_levels,
+    source_coverage,
 )
 from sim.validation.corpus_setup import (
     FITTED_SOURCES,
@@ -192,9 +193,12 @@ class CorpusValidation:
     # high, measured), and their pairs
     unmeasured_rows: tuple[tuple[str, float, float, float, float], ...] = ()
     unmeasured_pairs: tuple[PairPrediction, ...] = ()
-    # the conformal level each stored set of quantiles was taken at (``source_calibrated_level``): measured_node,
-    # unmeasured_node, speedup_measured_node, speedup_unmeasured_node
-    levels: dict[str, float] | None = None
+    # the conformal levels each stored set of quantiles was taken at, per interval regime and ``all``
+    # (``source_calibrated_levels``): measured_node, unmeasured_node, speedup_measured_node, speedup_unmeasured_node
+    levels: dict[str, dict[str, float]] | None = None
+    # per stored key and interval regime, the leave-one-source-out coverage of that regime's rows at its level
+    # (below nominal where the grid's top could not reach it)
+    level_coverage: dict[str, dict[str, float]] | None = None
     held_out_groups: dict[str, frozenset[str]] | None = None  # per source, the sources left out with it
     # rows left out of the unmeasured-node figures because their source set their GPU's compute figure
     # (gpus.toml ``<family>_calibrated_on``), each (source, gpu, model family)
@@ -218,6 +222,12 @@ class CorpusValidation:
         """Share of rows inside their interval: all, or those of one interval regime (or measured regime)."""
         chosen = [r for r in self.rows if regime is None or (r.regime if measured else r.interval_regime) == regime]
         return sum(r.covered for r in chosen) / len(chosen) if chosen else None
+
+    def levels_short(self) -> list[str]:
+        """The stored keys and interval regimes (``key regime``) whose rows even the top of ``LEVEL_GRID`` does
+        not cover as promised, leave-one-source-out: their intervals promise more than they keep."""
+        return [f"{key} {reg}" for key, by_regime in (self.level_coverage or {}).items()
+                for reg, covered in by_regime.items() if covered < INTERVAL_LEVEL]
 
     def median_half_width(self, regime: str | None = None) -> float | None:
         return median([(r.high - r.low) / 2 / r.left_out for r in self.rows
@@ -264,7 +274,9 @@ class CorpusValidation:
                 "skill": self.skill(), "skill_communication_bound": self.skill(comm),
                 "mape_left_out": self.mape("left_out"), "mape_in_sample": self.mape("in_sample"),
                 "mape_linear": self.mape("linear"), "mape_alpha_beta": self.mape("alpha_beta"),
-                "interval_level": INTERVAL_LEVEL, "conformal_levels": self.levels, "coverage": self.coverage(),
+                "interval_level": INTERVAL_LEVEL, "conformal_levels": self.levels,
+                "conformal_level_coverage": self.level_coverage, "conformal_levels_short": self.levels_short(),
+                "coverage": self.coverage(),
                 "coverage_by_regime": {reg: self.coverage(reg) for reg in REGIMES},
                 "coverage_by_measured_regime": {reg: self.coverage(reg, measured=True) for reg in REGIMES},
                 "median_half_width": self.median_half_width(),
@@ -432,10 +444,13 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
     u_intervals = [interval_around(predicted, scaled_bounds(regime_bounds(u_bounds[groups[row.source]][1], reg), *w))
                    for (row, predicted, reg), w in zip(unmeasured, u_widths, strict=True)]
     u_pairs, u_errors = left_out_pairs(u_rows, u_predicted, u_regimes, u_intervals, groups)
-    levels = {"measured_node": source_calibrated_level(errors, groups),
-              "unmeasured_node": source_calibrated_level(u_errors_rows, groups),
-              "speedup_measured_node": source_calibrated_level(paired_errors, groups),
-              "speedup_unmeasured_node": source_calibrated_level(u_errors, groups)}
+    # the conformal levels, per interval regime (Mondrian), each calibrated leave-one-source-out on that regime's
+    # rows, and the coverage they reach there (short of nominal where even the grid's top is not enough)
+    calibrated_on = {"measured_node": errors, "unmeasured_node": u_errors_rows,
+                     "speedup_measured_node": paired_errors, "speedup_unmeasured_node": u_errors}
+    levels = {key: source_calibrated_levels(errs, groups) for key, errs in calibrated_on.items()}
+    level_coverage = {key: {reg: source_coverage(errs, groups, levels[key], reg) for reg in REGIMES}
+                      for key, errs in calibrated_on.items()}
 
     def pooled(errs, key):
         return interval_quantiles([(e.regime, e.log_ratio) for e in errs], levels[key])
@@ -446,7 +461,7 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
                             pooled(u_errors, "speedup_unmeasured_node"),
                             tuple((reg, p, low, high, row.throughput) for row, p, reg, (low, high)
                                   in zip(u_rows, u_predicted, u_regimes, u_intervals, strict=True)),
-                            tuple(u_pairs), levels, groups, tuple(excluded),
+                            tuple(u_pairs), levels, level_coverage, groups, tuple(excluded),
                             {"criterion": STEP_JITTER_CRITERION, "grid": list(STEP_JITTER_GRID),
                              "rows": len(done), "sources": len({row.source for row in expressed}),
                              "all_sources": jitter["all"],

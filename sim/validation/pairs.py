@@ -160,7 +160,8 @@ def left_out_pairs(rows: list[PublishedRow], predicted: list[float], regimes: li
                     ) -> tuple[list[PairPrediction], list[LoggedError]]:
     """Every pair of ``rows`` (predicted ``predicted``, with interval regimes ``regimes`` and left-out intervals
     ``intervals``) with its speed-up interval fitted on the pairs of the sources not held out with it (a pair's
-    two rows share their source; the level calibrated on those sources alone), and the pairs' errors."""
+    two rows share their source; the levels, per interval regime, calibrated on those sources alone), and the
+    pairs' errors."""
     indexed = _pair_errors(rows, predicted, regimes)
     errors = [e for _, e in indexed]
     bounds = left_out_bounds(errors, groups)
