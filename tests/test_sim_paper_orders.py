@@ -1,13 +1,10 @@
 """The order of optimizers in every multi-node group of the paper's rows, on its site profiles and on the generic
 presets (sim.optimizer_order.order_check), and the sim README's table of it."""
 
-import json
 from pathlib import Path
 
 import pytest
 
-from birder.cli import main
-from sim.validation import claims as paper_claims
 from sim.validation import order as optimizer_order
 from sim.validation import paper, site_fit
 
@@ -57,21 +54,6 @@ def test_sim_readme_prints_the_order_check_of_a_fresh_run(checks):
     text = README.read_text()
     block = text.split("tests/test_sim_paper_orders.py -->\n", 1)[1].split("\n<!-- end order check -->")[0]
     assert block == optimizer_order.order_check_markdown(checks)
-
-
-def test_validate_json_carries_both_bases(capsys, checks):
-    assert main(["validate", "--no-cross-validation", "--json"]) == 0
-    printed = json.loads(capsys.readouterr().out)
-    out = printed["order_check"]
-    claims = printed["claims_check"]
-    assert [c["basis"] for c in claims] == list(optimizer_order.BASES)
-    for got in claims:
-        assert got["claims"] == len(paper_claims.claims()) == len(got["verdicts"])
-        assert got["held"] == sum(v["holds"] for v in got["verdicts"])
-    assert [c["basis"] for c in out] == list(optimizer_order.BASES)
-    for got, check in zip(out, checks, strict=True):
-        assert got["orders_wrong"] == check.orders_wrong
-        assert got["mape_multi_node"] == pytest.approx(paper.mape(check.multi_node))
 
 
 @pytest.mark.parametrize("site", list(site_fit.FITTED))

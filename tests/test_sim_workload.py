@@ -15,7 +15,9 @@ from sim.hardware import FRAMEWORKS, framework_preset, load_cluster
 from sim.models import MODELS, model_profile
 from sim.network import cluster
 from sim.system import collective_time, step_schedule
+from sim.validation import claims as paper_claims
 from sim.validation import corpus_setup, paper, site_fit, stored
+from sim.validation import order as optimizer_order
 from sim.workload import BUCKET_CAP_BYTES, FIRST_BUCKET_BYTES, ddp_buckets, policy, predict
 
 
@@ -138,6 +140,17 @@ def test_validate_prints_fit_and_group_cross_validation_of_whole_groups(tmp_path
     assert main(["validate", "--json", "--no-cross-validation"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert "cross_validation" not in out and out["fit_mape"] < 0.10
+    # the same run carries the order check and the paper's claims on both bases (site profiles, generic presets)
+    table = paper.rows()
+    checks = [optimizer_order.order_check(table, basis) for basis in optimizer_order.BASES]
+    assert [c["basis"] for c in out["claims_check"]] == list(optimizer_order.BASES)
+    for got in out["claims_check"]:
+        assert got["claims"] == len(paper_claims.claims()) == len(got["verdicts"])
+        assert got["held"] == sum(v["holds"] for v in got["verdicts"])
+    assert [c["basis"] for c in out["order_check"]] == list(optimizer_order.BASES)
+    for got, check in zip(out["order_check"], checks, strict=True):
+        assert got["orders_wrong"] == check.orders_wrong
+        assert got["mape_multi_node"] == pytest.approx(paper.mape(check.multi_node))
 
 
 def test_stored_bounds_of_other_data_are_refused(tmp_path, monkeypatch):
