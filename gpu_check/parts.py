@@ -405,18 +405,12 @@ def _trial_in_fresh_process(optimizer: str, layers: int, width: int, device, tim
 def _trial_main(optimizer: str, layers: int, width: int, device_name: str) -> None:
     """The body of ``_trial_in_fresh_process``: one rank's process group, one ``_trial``, its dict as JSON."""
     import torch
-    import torch.distributed as dist
 
     device = torch.device(device_name)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    with tempfile.TemporaryDirectory() as tmp:
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=f"file://{tmp}/store",
-                                rank=0, world_size=1, timeout=timedelta(seconds=120))
-        try:
-            print(json.dumps(_trial(optimizer, layers, width, device)), flush=True)
-        finally:
-            dist.destroy_process_group()
+    with _one_rank_group("nccl" if device.type == "cuda" else "gloo"):
+        print(json.dumps(_trial(optimizer, layers, width, device)), flush=True)
 
 
 def search_layers(attempt, predicted: int, cap: int, fits: int, max_verify: int) -> tuple[int, int | None]:
@@ -495,12 +489,13 @@ def _largest(optimizer: str, width: int, device, cap: int | None, report, second
 
 
 @contextlib.contextmanager
-def _one_rank_group():
-    """A gloo process group of this one rank, for the CPU form's in-process trials."""
+def _one_rank_group(backend: str = "gloo"):
+    """A process group of this one rank (``backend``): a trial process's, or the CPU form's for its in-process
+    trials."""
     import torch.distributed as dist
 
     with tempfile.TemporaryDirectory() as tmp:
-        dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=0, world_size=1,
+        dist.init_process_group(backend, init_method=f"file://{tmp}/store", rank=0, world_size=1,
                                 timeout=timedelta(seconds=120))
         try:
             yield
