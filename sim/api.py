@@ -154,7 +154,8 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
     if c.n_nodes == 1 and single_node_throughput is not None:
         drivers = []  # the measurement itself
     elif scales is not None:
-        drivers = widths.drivers_json(out["throughput"], *scales, extra=incast_entry)
+        ceiling = math.inf if single_node_throughput is None else c.n_nodes * single_node_throughput
+        drivers = widths.drivers_json(out["throughput"], *scales, extra=incast_entry, ceiling=ceiling)
     elif incast_entry:
         total = math.log(high / low) / 2
         drivers = sorted([{**drivers[0], "share": (total - incast_span) ** 2 / ((total - incast_span) ** 2

@@ -633,9 +633,9 @@ def run_validate(args) -> int:
     if args.json:
         print(_strict_json(summary))
         return 0
-    from sim.validation.first_contact import LOG_PATH, headline_lines, read_log
+    from sim.validation.first_contact import LOG_PATH, headline_lines, latest_rescore, read_log
 
-    for line in headline_lines(summary["first_contact"], read_log(LOG_PATH)[-1]):
+    for line in headline_lines(summary["first_contact"], latest_rescore(read_log(LOG_PATH))):
         _say(line)
     for which in ("left_out", "in_sample"):
         f = summary[which]

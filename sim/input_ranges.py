@@ -179,13 +179,14 @@ class ModelUncertainty:
     drivers: tuple[Driver, ...]
 
     def drivers_json(self, throughput: float, scale_down: float = 1.0, scale_up: float = 1.0,
-                     extra: tuple[tuple[dict, float], ...] = ()) -> list[dict]:
+                     extra: tuple[tuple[dict, float], ...] = (), ceiling: float = math.inf) -> list[dict]:
         """``birder predict --json``'s ``interval_drivers``: per input, largest share first, ``name``, ``input``
         (its key in input_ranges.toml), ``acts_on`` (the step component), ``range`` (the factor on it; the
         jitter's cv multiple), ``throughput_range`` (the prediction at its two ends, the conformal scales
         ``scale_down`` / ``scale_up`` applied), ``share`` (of the interval's width: half-span squared over the
         sum; the shares sum to 1), ``why`` and ``source``. ``extra``: entries of other widening (an entry and its
-        log half-span) ranked with them."""
+        log half-span) ranked with them. ``ceiling``: the most the throughput can be (linear scaling of a measured
+        node, ``sim.uncertainty.linear_ceiling``), which holds each upper end as it holds the interval's."""
         spans = [(d, d.half_span(scale_down, scale_up)) for d in self.drivers]
         total = sum(s * s for _, s in spans) + sum(s * s for _, s in extra)
         out = []
@@ -193,7 +194,7 @@ class ModelUncertainty:
             out.append({"name": d.spec.name, "input": d.spec.key, "acts_on": d.spec.on,
                         "range": [d.spec.low, d.spec.high],
                         "throughput_range": [throughput * math.exp(scale_down * d.down),
-                                             throughput * math.exp(scale_up * d.up)],
+                                             min(throughput * math.exp(scale_up * d.up), max(throughput, ceiling))],
                         "share": s * s / total if total > 0 else 1 / len(spans), "why": d.why,
                         "source": d.spec.source})
         out += [{**entry, "share": s * s / total if total > 0 else 0.0} for entry, s in extra]

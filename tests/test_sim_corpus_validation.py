@@ -4,6 +4,7 @@ skipped rows listed, and intervals whose quantiles never see the row's own sourc
 import json
 import math
 import re
+import statistics
 from dataclasses import replace
 from pathlib import Path
 
@@ -113,6 +114,33 @@ def test_the_level_is_calibrated_on_whole_sources_left_out():
     assert uncertainty.left_out_bounds(moved, groups)[groups["s4"]] != bounds[groups["s4"]]
 
 
+def test_the_calibration_target_is_itself_calibrated_on_sources_left_out():
+    """Twelve sources of 20 rows, each shifted by its own offset (-0.55 .. +0.55) around a spread of +-0.095. Levels
+    calibrated on eleven sources (``source_calibrated_levels``) cover only 78.3% of the twelfth's rows, source by
+    source: the least level that covers the sources at hand is chosen on them. Calibrating the target of that
+    choice the same way (``nested_calibrated_levels``, which ``left_out_bounds`` uses) covers 80.8%, at a level no
+    lower. Deterministic rows: no false-failure probability."""
+    errors = [uncertainty.LoggedError(f"s{s}", "compute-bound", 0.1 * (s - 5.5) + 0.01 * (k - 9.5))
+              for s in range(12) for k in range(20)]
+    groups = {f"s{s}": frozenset({f"s{s}"}) for s in range(12)}
+    bounds = uncertainty.left_out_bounds(errors, groups)
+
+    def held_out_coverage(quantiles_of):
+        return statistics.fmean(
+            lo <= e.log_ratio <= hi for held in set(groups.values())
+            for lo, hi in [quantiles_of(held)["compute-bound"]] for e in errors if e.source in held)
+
+    def single(held):
+        others = [e for e in errors if e.source not in held]
+        return uncertainty.interval_quantiles([(e.regime, e.log_ratio) for e in others],
+                                              uncertainty.source_calibrated_levels(others, groups))
+
+    assert held_out_coverage(single) == pytest.approx(0.783, abs=1e-3)
+    assert held_out_coverage(lambda held: bounds[held][1]) == pytest.approx(0.808, abs=1e-3)
+    assert (uncertainty.nested_calibrated_levels(errors, groups)["compute-bound"]
+            >= uncertainty.source_calibrated_levels(errors, groups)["compute-bound"])
+
+
 def test_each_regime_is_calibrated_on_its_own_rows():
     """Mondrian calibration (Vovk et al. 2005, ch. 4): ten sources, each with 20 compute-bound rows that every
     source shares (errors -0.05, 0 or +0.05: ties at the quantiles, so their intervals cover them all) and 20
@@ -135,7 +163,7 @@ def test_each_regime_is_calibrated_on_its_own_rows():
     held, q = groups["s9"], uncertainty.left_out_bounds(errors, groups)[groups["s9"]][1]
     others = [e for e in errors if e.source not in held]
     assert q == uncertainty.interval_quantiles([(e.regime, e.log_ratio) for e in others],
-                                               uncertainty.source_calibrated_levels(others, groups))
+                                               uncertainty.nested_calibrated_levels(others, groups))
 
 
 def test_validate_reports_skill_coverage_and_width_beside_the_baselines(capsys):

@@ -66,10 +66,15 @@ def test_validate_loader_keeps_each_sources_first_contact_and_lists_re_scores(tm
             assert key in record["all"]
     assert summary["pooled"]["model_commits"] == [first["model_commit"]]
     assert summary["pooled"]["all"]["rows"] == first["pooled"]["all"]["rows"]  # the re-score is not counted twice
+    assert [b["model_commit"] for b in summary["batches"]] == [first["model_commit"]]
+    assert fc.latest_rescore([first, later]) is later and fc.latest_rescore([first]) is None
+    newcomer = dict(later, sources={"somewhere-new": first["sources"][next(iter(first["sources"]))]})
+    assert fc.latest_rescore([first, later, newcomer]) is later  # a new source's first contact is no re-score
     every = fc.first_contact_summary()  # the shipped log: every source once, each row at its first contact
     rows = fc.load_rows()
     assert every["pooled"]["all"]["rows"] == len(rows) == sum(s["all"]["rows"] for s in every["sources"].values())
     assert every["pooled_own_single_node"]["all"]["rows"] == sum(r["single_node_measured"] for r in rows)
+    assert sum(b["rows"] for b in every["batches"]) == len(rows)  # each row in the batch that met it first
     with pytest.raises(ValueError, match="no rows of nowhere"):
         fc.score(log_path=log, progress=False, only=["nowhere"])
     assert json.loads(log.read_text())["entries"][1]["model_commit"] == "f" * 40  # nothing appended, nothing lost

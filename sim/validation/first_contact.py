@@ -303,7 +303,24 @@ def first_contact_summary(path: str | Path = LOG_PATH, rows_path: str | Path = R
         own = {(r["ref"], tuple(predict_argv(r))) for r in load_rows(rows_path) if r["single_node_measured"]}
         mine = [r for r in rows if (r["ref"], tuple(normalised_argv(r["argv"]))) in own]
         out["pooled_own_single_node"] = {"model_commits": commits, **summarise(mine)["pooled"]}
+        # each batch apart: the rows first scored by one model commit (a later batch meets a changed model)
+        batches = {}
+        for sid, figs in sorted(out["sources"].items(), key=lambda item: item[1]["date"]):
+            batches.setdefault(figs["model_commit"], {"date": figs["date"], "sources": []})["sources"].append(sid)
+        out["batches"] = [{"model_commit": commit, **batch, **summarise(
+            [r for r in rows if r["source"] in batch["sources"]])["pooled"]["all"]}
+            for commit, batch in batches.items()]
     return out
+
+
+def latest_rescore(entries: list[dict]) -> dict | None:
+    """The log's last entry that scores no source for the first time (a re-score of rows already seen), or None."""
+    seen, latest = set(), None
+    for entry in entries:
+        if entry["sources"] and set(entry["sources"]) <= seen:
+            latest = entry
+        seen |= set(entry["sources"])
+    return latest
 
 
 def plot(path: str | Path, log_path: str | Path = LOG_PATH) -> Path:
@@ -389,8 +406,9 @@ def markdown(entry: dict) -> str:
 
 def headline_lines(summary: dict, latest: dict | None = None) -> list[str]:
     """``birder validate``'s first lines: the first-contact figures (``first_contact_summary``) pooled, by measured
-    regime and per source, each beside linear scaling and the alpha-beta ring; then the latest re-score of the same
-    rows (``latest``: the log's last entry), which is no longer first contact."""
+    regime, per batch (the rows one model commit met first) and per source, each beside linear scaling and the
+    alpha-beta ring; then the latest re-score of rows already seen (``latest``: ``latest_rescore`` of the log), which
+    is no longer first contact."""
     def line(name: str, f: dict) -> str:
         return (f"  {name}: {f['rows']} rows, median error {_percent(f['error']['median'])} (linear "
                 f"{_percent(f['linear']['median'])}, alpha-beta {_percent(f['alpha_beta']['median'])}), 80% interval "
@@ -402,10 +420,17 @@ def headline_lines(summary: dict, latest: dict | None = None) -> list[str]:
            f"{commits}; {summary['log']})", line("pooled", pooled)]
     out += [line(f"pooled, {regime} (measured)", f) for regime, f in pooled["by_measured_regime"].items()
             if f.get("rows")]
+    for batch in summary.get("batches", []):
+        out.append(f"  batch first scored by model {batch['model_commit'][:7]} ({batch['date'][:10]}, "
+                   f"{len(batch['sources'])} sources):")
+        out += [line(f"  {name}", f) for name, f in [("all", batch), *[
+            (f"{regime} (measured)", f) for regime, f in batch["by_measured_regime"].items() if f.get("rows")]]]
     out += [line(sid, figs["all"]) for sid, figs in sorted(summary["sources"].items())]
-    if latest is not None and latest["model_commit"] not in summary["pooled"]["model_commits"]:
+    if latest is not None:
         now = latest["pooled"]["all"]
-        out.append(f"the same rows re-scored by model {latest['model_commit'][:7]} ({latest['date']}; after the model "
+        rows = "the same rows" if set(latest["sources"]) == set(summary["sources"]) else (
+            f"the rows of {len(latest['sources'])} of these sources")
+        out.append(f"{rows} re-scored by model {latest['model_commit'][:7]} ({latest['date']}; after the model "
                    "was changed having seen them, so not first contact):")
         out.append(line("pooled", now))
         out += [line(f"pooled, {regime} (measured)", f) for regime, f in now["by_measured_regime"].items()
@@ -415,7 +440,8 @@ def headline_lines(summary: dict, latest: dict | None = None) -> list[str]:
 
 def readme_block(log_path: str | Path = LOG_PATH) -> str:
     """The README's first-contact figures (``headline_lines`` of the log), as printed by ``birder validate``."""
-    return "```\n" + "\n".join(headline_lines(first_contact_summary(log_path), read_log(log_path)[-1])) + "\n```"
+    return "```\n" + "\n".join(headline_lines(first_contact_summary(log_path), latest_rescore(read_log(log_path)))
+                                ) + "\n```"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,10 +30,10 @@ from sim.uncertainty import (
     interval_quantiles,
     left_out_bounds,
     linear_ceiling,
+    nested_calibrated_levels,
     normalised_residual,
     regime_bounds,
     scaled_bounds,
-    source_calibrated_levels,
     source_coverage,
 )
 from sim.validation.corpus_setup import (
@@ -194,7 +194,7 @@ class CorpusValidation:
     unmeasured_rows: tuple[tuple[str, float, float, float, float], ...] = ()
     unmeasured_pairs: tuple[PairPrediction, ...] = ()
     # the conformal levels each stored set of quantiles was taken at, per interval regime and ``all``
-    # (``source_calibrated_levels``): measured_node, unmeasured_node, speedup_measured_node, speedup_unmeasured_node
+    # (``nested_calibrated_levels``): measured_node, unmeasured_node, speedup_measured_node, speedup_unmeasured_node
     levels: dict[str, dict[str, float]] | None = None
     # per stored key and interval regime, the leave-one-source-out coverage of that regime's rows at its level
     # (below nominal where the grid's top could not reach it)
@@ -445,10 +445,11 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
                    for (row, predicted, reg), w in zip(unmeasured, u_widths, strict=True)]
     u_pairs, u_errors = left_out_pairs(u_rows, u_predicted, u_regimes, u_intervals, groups)
     # the conformal levels, per interval regime (Mondrian), each calibrated leave-one-source-out on that regime's
-    # rows, and the coverage they reach there (short of nominal where even the grid's top is not enough)
+    # rows to a target itself calibrated leave-one-source-out (nested), and the coverage they reach there (short of
+    # nominal where even the grid's top is not enough)
     calibrated_on = {"measured_node": errors, "unmeasured_node": u_errors_rows,
                      "speedup_measured_node": paired_errors, "speedup_unmeasured_node": u_errors}
-    levels = {key: source_calibrated_levels(errs, groups) for key, errs in calibrated_on.items()}
+    levels = {key: nested_calibrated_levels(errs, groups) for key, errs in calibrated_on.items()}
     level_coverage = {key: {reg: source_coverage(errs, groups, levels[key], reg) for reg in REGIMES}
                       for key, errs in calibrated_on.items()}
 
