@@ -9,8 +9,7 @@ The propagation is one input at a time on the predicted step's own breakdown, no
 - compute by f: ``T + (f - 1) compute``, never below the busiest link's time (communication then dominates);
 - a link class's busy time ``B`` by f: slower (f > 1) adds all the extra time ``(f - 1) B`` to the step (the
   most it can: none of it hidden), faster removes at most the exposed communication, ``min(E, (1 - f) B)``;
-- exposed communication, compression, or the compute overlapped with hidden communication by f: ``T + (f - 1)``
-  times that part.
+- exposed communication or compression by f: ``T + (f - 1)`` times that part.
 
 Each input gives log(T / T') at its range's two ends; the interval's lower and upper log-widths are the root sum of
 squares of the inputs' moves down and up (independent inputs, each range an 80% range), and an input's share of
@@ -30,7 +29,7 @@ from sim.hardware import PRESETS, Cluster, framework_preset
 from sim.stragglers import combined_cv, straggler_factor
 
 INPUT_RANGES_FILE = PRESETS / "input_ranges.toml"
-COMPONENTS = ("compute", "inter", "intra", "exposed", "compression", "overlapped")
+COMPONENTS = ("compute", "inter", "intra", "exposed", "compression")
 MIN_LOG_WIDTH = 0.01  # a width's floor (1%): the normalised residual divides by it
 
 
@@ -84,12 +83,6 @@ class StepParts:
     inter_busy_s: float
     intra_busy_s: float
 
-    @property
-    def overlapped_s(self) -> float:
-        """The compute that runs while communication is hidden behind it: the busiest link's time not exposed, at
-        most the compute."""
-        return min(max(max(self.inter_busy_s, self.intra_busy_s) - self.exposed_s, 0.0), self.compute_s)
-
 
 def step_parts(c: Cluster, p: Mapping) -> StepParts:
     """The breakdown of prediction ``p`` (``birder predict --json``'s keys) on ``c``: a link class's busy time is
@@ -114,7 +107,7 @@ def step_time_at(parts: StepParts, on: str, factor: float) -> float:
     if on in ("inter", "intra"):
         busy = parts.inter_busy_s if on == "inter" else parts.intra_busy_s
         return t + (factor - 1) * busy if factor >= 1 else t - min(parts.exposed_s, (1 - factor) * busy)
-    part = {"exposed": parts.exposed_s, "compression": parts.compression_s, "overlapped": parts.overlapped_s}[on]
+    part = parts.exposed_s if on == "exposed" else parts.compression_s
     return max(t + (factor - 1) * part, 1e-12)
 
 
@@ -154,7 +147,6 @@ def uncertain_inputs(c: Cluster, measured_node: bool, unmodelled: list[str] | tu
         covered |= set(framework.unmodelled)
     out.append((r["framework.cycle" if framework.cycle > 0 else "framework.allreduce"], f"framework {c.framework}"))
     out.append((r["step_jitter"], f"per-step jitter cv {c.step_jitter_cv:g}"))
-    out.append((r["overlap_interference"], "communication overlapped with compute shares the GPU"))
     for sentence in unmodelled:
         if sentence in covered or sentence.startswith("Per-step jitter") or (
                 "placement group" in sentence and "placement group" in covered):

@@ -36,10 +36,6 @@ def test_one_at_a_time_rules_on_the_step_breakdown():
     exposed = replace(hidden, iteration_s=1.3, exposed_s=0.3)
     assert step_time_at(exposed, "inter", 0.5) == pytest.approx(1.0)
     assert step_time_at(exposed, "exposed", 2.0) == pytest.approx(1.6)
-    # compute slowed while it hides communication: only the hidden part (busiest link's busy time not exposed)
-    assert hidden.overlapped_s == pytest.approx(0.8) and exposed.overlapped_s == pytest.approx(0.5)
-    assert step_time_at(exposed, "overlapped", 1.4) == pytest.approx(1.5)
-    assert replace(hidden, inter_busy_s=0.0, intra_busy_s=0.0).overlapped_s == 0.0
 
 
 def _width(p: dict) -> float:
