@@ -265,10 +265,11 @@ def nested_calibrated_levels(errors: list[LoggedError], groups: dict[str, frozen
     ``all`` at the highest, as there.
 
     The least level that covers the sources at hand as promised is chosen on those same sources, so a source
-    none of them is covers less (a selection optimism: 77% of the communication-bound rows of the corpus's
-    sources left out, for 80% promised, before this). Calibrating the target itself by the same leave-one-source-out
-    rule corrects for it: double cross-validation (Stone 1974, "Cross-validatory choice and assessment of
-    statistical predictions", Section 4; Varma & Simon 2006 on nested cross-validation's unbiased estimate).
+    none of them is covers less (a selection optimism: 77% of the corpus's communication-bound rows, each
+    source's levels calibrated without it, for 80% promised, when this was added). Calibrating the target itself
+    by the same leave-one-source-out rule corrects for it: double cross-validation (Stone 1974, "Cross-validatory
+    choice and assessment of statistical predictions"; Varma & Simon 2006 on the bias of choosing and assessing on
+    the same folds).
     A target grows the levels, which grow the coverage, so the targets are bisected too."""
     return _LeftOutFits(errors, groups).nested(nominal, frozenset())
 
