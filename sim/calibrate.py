@@ -9,7 +9,8 @@ line (``mpirun --tag-output``'s ``[1,0]<stdout>:``, ``srun --label``'s ``0:``, `
 time) are removed, NCCL INFO log lines and shell prompts around the table are ignored, and tables cut to their
 out-of-place columns are read. What would make a fit silently wrong is refused, never skipped: a table row that
 cannot be read, a run that failed nccl-tests' own check (``#wrong`` values, ``FAILED`` in its footer), a size that
-appears twice (two runs, or interleaved output, in one paste), ranks spread unevenly over the hosts.
+appears twice (two runs, or interleaved output, in one paste), a run's header or Rank line printed twice (two runs
+whose sizes do not repeat), ranks spread unevenly over the hosts.
 
 ``fit_network`` fits what the simulator's collective model takes from the network (``sim.system``): the payload
 share of the line rate (``efficiency``: the bandwidth term), the transport's own latency per inter-node hop
@@ -53,6 +54,7 @@ _PREFIX = re.compile(r"^\s*(?:(?:\[[^\]]*\](?:<\w+>)?:?|\d{1,6}:(?=\s)"
                      r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s*)+")
 _FAILED_FOOTER = re.compile(r"#\s*Out of bounds values\s*:\s*(\d+)\s+FAILED")
 _RANK = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s*(.*)")
+_RUN_HEADER = re.compile(r"#\s*nThread\s+\d+\s+nGpus\s+\d+")  # printed once at the start of each run
 _REDOPS = {"sum", "prod", "min", "max", "avg", "none", "mulsum"}
 # bytes per element of nccl-tests' type names (nccl-tests src/common.cu, test_typenames)
 TYPE_BYTES = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "half": 2, "float": 4,
@@ -106,14 +108,21 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
     not show an all-reduce (``all_reduce_row``, every row). ValueError if
     there is no row, the op is unknown or ambiguous, or a row cannot be read."""
     rows, ranks, gpus, evidence, names, counts_wrong, seen = [], {}, set(), [], {}, False, {}
+    run_started, rank_line, second_run = None, {}, None  # line of the run's header; rank -> its Rank line's
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = _PREFIX.sub("", raw).strip()
-        rank = _RANK.match(line)
+        rank, header = _RANK.match(line), _RUN_HEADER.match(line)
+        again = rank_line.get(int(rank.group(1))) if rank else run_started if header else None
+        if again and not second_run:  # two runs whose sizes need not repeat (refused after the rows' own checks)
+            second_run = (again, lineno)
         if rank:
+            rank_line[int(rank.group(1))] = lineno
             ranks[(rank.group(2), int(rank.group(3)), int(rank.group(1)))] = True
             gpus.add(next((v for k, v in GPU_NAMES.items() if k in rank.group(4)), None))
             names[rank.group(4).strip()] = True
             continue
+        if header:
+            run_started = lineno
         if line.startswith("#") and "#wrong" in line:
             counts_wrong = True  # nccl-tests >= 2.11 counts wrong elements; older ones print the largest error
         failed = _FAILED_FOOTER.search(line)
@@ -154,6 +163,9 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
         seen[nbytes] = lineno
         rows.append((nbytes, time_us * 1e-6, busbw, lineno))
         evidence.append(all_reduce_row(nbytes, int(tokens[1]), tokens[2], redop, root))
+    if second_run:  # rows of two measurements in one fit, Rank lines of two layouts counted as one
+        raise ValueError(f"{source}: lines {second_run[0]} and {second_run[1]} each start a run (a header or Rank line "
+                         "printed twice): the paste holds more than one run; give each run as its own file")
     if not rows:
         raise ValueError(f"{source}: no nccl-tests rows (lines of size, count, type, ..., time, algbw, busbw)")
     named = {OPS[b] for b in OPS if b in text}

@@ -55,6 +55,26 @@ def test_bad_pastes_are_refused_with_one_error(text, message):
         calibrate.parse_nccl_tests(text, "paste")
 
 
+def _second_run(text: str, hosts: tuple[str, str]) -> str:
+    """``text`` followed by another run's header and Rank lines (on ``hosts``) and a size the first did not reach."""
+    header = [line.replace("spark-d708", hosts[0]).replace("spark-dbf4", hosts[1])
+              for line in text.splitlines() if line.startswith("#")]
+    row = ("      131072         32768     float     sum      -1    80.00    1.64    1.64       0"
+           "    80.10    1.64    1.64       0")
+    return text + "\n".join(header + [row]) + "\n"
+
+
+@pytest.mark.parametrize("edit, message", [
+    # two runs one after the other whose sizes do not repeat: on other hosts (the Rank lines would count 4 hosts of
+    # 1 GPU), or on the same ones (rows of two measurements in one fit)
+    (lambda t: _second_run(t, ("spark-aaaa", "spark-bbbb")), "more than one run"),
+    (lambda t: _second_run(t, ("spark-d708", "spark-dbf4")), "more than one run"),
+])
+def test_pastes_that_would_fit_silently_wrong_are_refused(edit, message):
+    with pytest.raises(ValueError, match=message):
+        calibrate.parse_nccl_tests(edit(GB10_SMALL.read_text()), "paste")
+
+
 def _calibrate(tmp_path, capsys, *args) -> dict:
     out = tmp_path / "cluster.toml"
     assert main(["calibrate", *map(str, args), "--out", str(out), "--json"]) == 0
