@@ -10,7 +10,8 @@ time) are removed, NCCL INFO log lines and shell prompts around the table are ig
 out-of-place columns are read. What would make a fit silently wrong is refused, never skipped: a table row that
 cannot be read, a run that failed nccl-tests' own check (``#wrong`` values, ``FAILED`` in its footer), a size that
 appears twice (two runs, or interleaved output, in one paste), a run's header or Rank line printed twice (two runs
-whose sizes do not repeat), ranks spread unevenly over the hosts.
+whose sizes do not repeat), Rank lines that do not number every rank from 0 (a paste that lost its first lines),
+ranks spread unevenly over the hosts.
 
 ``fit_network`` fits what the simulator's collective model takes from the network (``sim.system``): the payload
 share of the line rate (``efficiency``: the bandwidth term), the transport's own latency per inter-node hop
@@ -166,6 +167,10 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
     if second_run:  # rows of two measurements in one fit, Rank lines of two layouts counted as one
         raise ValueError(f"{source}: lines {second_run[0]} and {second_run[1]} each start a run (a header or Rank line "
                          "printed twice): the paste holds more than one run; give each run as its own file")
+    missing = sorted(set(range(max(rank_line, default=-1) + 1)) - set(rank_line))
+    if missing:  # nccl-tests prints every rank's line, 0 to N-1: the rest of the job's hosts would go unseen
+        raise ValueError(f"{source}: no Rank line for rank {missing[0]} ({len(missing)} of ranks 0-{max(rank_line)} "
+                         "missing): the paste lost lines (a terminal's scrollback, a cut); paste the whole output")
     if not rows:
         raise ValueError(f"{source}: no nccl-tests rows (lines of size, count, type, ..., time, algbw, busbw)")
     named = {OPS[b] for b in OPS if b in text}

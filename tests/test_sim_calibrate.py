@@ -69,6 +69,8 @@ def _second_run(text: str, hosts: tuple[str, str]) -> str:
     # 1 GPU), or on the same ones (rows of two measurements in one fit)
     (lambda t: _second_run(t, ("spark-aaaa", "spark-bbbb")), "more than one run"),
     (lambda t: _second_run(t, ("spark-d708", "spark-dbf4")), "more than one run"),
+    # the terminal's scrollback lost the first Rank lines: the hosts left would be read as the whole job
+    (lambda t: "\n".join(x for x in t.splitlines() if "Rank  0 " not in x), "no Rank line for rank 0"),
 ])
 def test_pastes_that_would_fit_silently_wrong_are_refused(edit, message):
     with pytest.raises(ValueError, match=message):
