@@ -11,7 +11,7 @@ out-of-place columns are read. What would make a fit silently wrong is refused, 
 cannot be read, a run that failed nccl-tests' own check (``#wrong`` values, ``FAILED`` in its footer), a size that
 appears twice (two runs, or interleaved output, in one paste), a run's header or Rank line printed twice (two runs
 whose sizes do not repeat), Rank lines that do not number every rank from 0 (a paste that lost its first lines),
-ranks spread unevenly over the hosts.
+ranks spread unevenly over the hosts, time columns of CPU time (``-C 1``).
 
 ``fit_network`` fits what the simulator's collective model takes from the network (``sim.system``): the payload
 share of the line rate (``efficiency``: the bandwidth term), the transport's own latency per inter-node hop
@@ -124,6 +124,9 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
             continue
         if header:
             run_started = lineno
+        if line.startswith("#") and re.search(r"\bcputime\b", line):  # the column header of nccl-tests -C 1
+            raise ValueError(f"{source}, line {lineno}: the time columns are CPU time (nccl-tests -C 1: the host's "
+                             "time to launch each collective, not how long it takes): rerun without -C")
         if line.startswith("#") and "#wrong" in line:
             counts_wrong = True  # nccl-tests >= 2.11 counts wrong elements; older ones print the largest error
         failed = _FAILED_FOOTER.search(line)
