@@ -103,6 +103,18 @@ def all_reduce_row(nbytes: int, count: int, type_name: str, redop: str | None, r
             and count * element == nbytes)
 
 
+def wrong_count(token: str) -> bool:
+    """Whether a #wrong/error cell read without its column header is a count of wrong values above 0. nccl-tests
+    2.13 and later print the count with ``%g`` (src/util.cu: a plain integer, or an exponent from 1e+06); older
+    ones printed the largest error with ``%.0e`` (``2e-06``), which passed their check only below 1e-2 x (ranks
+    - 1) (src/common.cu, DeltaMaxValue of half), far below 1e+06."""
+    try:
+        value = float(token)
+    except ValueError:
+        return False
+    return value != 0 and (token.isdigit() or value >= 1e6)
+
+
 def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTestsOutput:
     """The rows of one nccl-tests run pasted as ``text`` (``source`` names it in errors). ``op``: the collective
     when the paste does not name its binary (all_reduce_perf, all_gather_perf, alltoall_perf) and its columns do
@@ -128,7 +140,7 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
             raise ValueError(f"{source}, line {lineno}: the time columns are CPU time (nccl-tests -C 1: the host's "
                              "time to launch each collective, not how long it takes): rerun without -C")
         if line.startswith("#") and "#wrong" in line:
-            counts_wrong = True  # nccl-tests >= 2.11 counts wrong elements; older ones print the largest error
+            counts_wrong = True  # nccl-tests >= 2.13 counts wrong elements; older ones print the largest error
         failed = _FAILED_FOOTER.search(line)
         if failed:
             raise ValueError(f"{source}, line {lineno}: nccl-tests reports {failed.group(1)} out-of-bounds values "
@@ -154,7 +166,7 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
             continue  # nccl-tests' empty sizes time only the launch
         if time_us <= 0:
             raise ValueError(f"{source}, line {lineno}: a time of {time_us} us is not a measurement")
-        wrong = [w for w in rest[3::4] if counts_wrong and w not in ("0", "N/A")]
+        wrong = [w for w in rest[3::4] if w not in ("0", "N/A") and (counts_wrong or wrong_count(w))]
         if wrong:
             raise ValueError(f"{source}, line {lineno}: nccl-tests counted {wrong[0]} wrong values at {nbytes:,} "
                              "bytes: the run computed wrong results, so its times are not a measurement to fit")
