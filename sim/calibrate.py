@@ -417,6 +417,23 @@ def layout(outputs: list[NcclTestsOutput], nodes: int | None, gpus_per_node: int
     return nodes, gpus_per_node
 
 
+def layout_sources(outputs: list[NcclTestsOutput], gpu_given: bool, gpu: str) -> dict[str, str]:
+    """Where a calibrated cluster's ``nodes``, ``gpus_per_node`` and ``gpu`` came from (``layout`` and the GPU
+    the Rank lines name): the log, the command line, or the default, and why the log could not say."""
+    ranked = any(o.hosts for o in outputs)
+    out = {key: "from the Rank lines" if ranked else f"given ({flag}): the output prints no Rank lines"
+           for key, flag in (("nodes", "--nodes"), ("gpus_per_node", "--gpus-per-node"))}
+    names = list(dict.fromkeys(n for o in outputs for n in o.device_names))
+    if gpu_given:
+        out["gpu"] = "given (--gpu)"
+    elif any(o.gpu == gpu for o in outputs):
+        out["gpu"] = f"from the Rank lines ({', '.join(names)})"
+    else:
+        out["gpu"] = ("assumed (the default): " + (f"the Rank lines name {', '.join(names)}, no GPU the model knows"
+                                                   if names else "the output names no GPU") + "; give --gpu")
+    return out
+
+
 def cluster_data(fit: Fit, base_name: str, name: str, sources: list[tuple[str, str]]) -> dict:
     """The values of a fit's cluster TOML (``sim.hardware.load_cluster``'s keys), as tomllib reads them back."""
     c = fit.cluster
@@ -431,10 +448,11 @@ def cluster_data(fit: Fit, base_name: str, name: str, sources: list[tuple[str, s
     return {"name": name, "nodes": c.n_nodes, "gpus_per_node": c.gpus_per_node, "gpu": c.gpu, "network": network}
 
 
-def cluster_toml(fit: Fit, base_name: str, name: str, sources: list[tuple[str, str]], n_rows: int) -> str:
+def cluster_toml(fit: Fit, base_name: str, name: str, sources: list[tuple[str, str]], n_rows: int,
+                 layout_from: dict[str, str] | None = None) -> str:
     """The cluster TOML of a fit (``cluster_data``): the base's hardware data, the fitted constants marked FITTED
-    with the files they came from. Every value and comment goes through ``safeio.serialise`` (a name or a path
-    cannot add keys or lines)."""
+    with the files they came from, the layout's keys with where they came from (``layout_sources``). Every value
+    and comment goes through ``safeio.serialise`` (a name or a path cannot add keys or lines)."""
     data = cluster_data(fit, base_name, name, sources)
     files = ", ".join(f"{path} (sha256 {digest[:12]})" for path, digest in sources)
     comments = [f"Written by `birder calibrate` from nccl-tests output: {files}.",
@@ -444,7 +462,8 @@ def cluster_toml(fit: Fit, base_name: str, name: str, sources: list[tuple[str, s
                   for band, n, rms, worst in fit.band_errors),
                 *(f"warning: {w}" for w in fit.warnings)]
     lines = [toml_comment(text) for text in comments]
-    lines += [toml_pair(key, data[key]) for key in ("name", "nodes", "gpus_per_node", "gpu")] + ["", "[network]"]
+    lines += [toml_pair(key, data[key], (layout_from or {}).get(key, "")) for key in ("name", "nodes", "gpus_per_node",
+                                                                                      "gpu")] + ["", "[network]"]
     unpinned = dict(fit.unidentified)
     notes = {"preset": "hardware data; the keys below override it"}
     for key in ("efficiency", "latency_us", "peer_overhead_us"):

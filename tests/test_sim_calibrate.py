@@ -97,6 +97,8 @@ def test_calibrated_cluster_reproduces_the_measured_all_reduce(tmp_path, capsys)
     assert fit["fitted"] == ["efficiency"] and 0.3 < fit["constants"]["efficiency"] < 0.4
     text = fit["path"].read_text()
     assert "efficiency = " in text and "# FITTED to" in text and str(ALL_REDUCE_8X8) in text
+    assert "nodes = 8  # given (--nodes): the output prints no Rank lines" in text
+    assert 'gpu = "v100"  # given (--gpu)' in text
     calibrated = load_cluster(fit["path"])
     assert calibrated.nic.fitted
     # fitted on collectives, not on training steps: it keeps the generic per-step jitter a site profile drops
@@ -124,6 +126,10 @@ def test_latency_is_fitted_where_the_table_holds_small_messages(tmp_path, capsys
     assert set(fit["fitted"]) == {"efficiency", "latency_us"}
     assert all(abs(r["relative_error"]) < 0.15 for r in fit["rows"])
     assert fit["warnings"] and "plateau" in fit["warnings"][0]
+    # the file says which of the layout the log gave, and what it could not: GB10 is no GPU the model knows
+    text = fit["path"].read_text()
+    assert "nodes = 2  # from the Rank lines" in text and "gpus_per_node = 1  # from the Rank lines" in text
+    assert 'gpu = "a100"  # assumed (the default): the Rank lines name NVIDIA GB10' in text
 
 
 def test_a_network_given_by_transport_and_line_rate(tmp_path, capsys):
