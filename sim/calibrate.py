@@ -6,12 +6,13 @@ parameters, one `Rank ... on HOST device D [bus] NAME` line per rank, the column
 size, count, type, [redop], [root], then out-of-place time (us), algbw, busbw, error and the same in place.
 ``parse_nccl_tests`` reads such a paste as users copy it: the prefixes launchers and log collectors put before each
 line (``mpirun --tag-output``'s ``[1,0]<stdout>:``, ``srun --label``'s ``0:``, ``kubectl logs --timestamps``' RFC 3339
-time) are removed, NCCL INFO log lines and shell prompts around the table are ignored, and tables cut to their
-out-of-place columns are read. What would make a fit silently wrong is refused, never skipped: a table row that
-cannot be read, a run that failed nccl-tests' own check (``#wrong`` values, ``FAILED`` in its footer), a size that
-appears twice (two runs, or interleaved output, in one paste), a run's header or Rank line printed twice (two runs
-whose sizes do not repeat), Rank lines that do not number every rank from 0 (a paste that lost its first lines),
-ranks spread unevenly over the hosts, time columns of CPU time (``-C 1``).
+time) are removed, and so is the time ``-S 1`` prints after each row; NCCL INFO log lines and shell prompts around
+the table are ignored, and tables cut to their out-of-place columns are read. What would make a fit silently
+wrong is refused, never skipped: a table row that cannot be read, a run that failed nccl-tests' own check
+(``#wrong`` values, ``FAILED`` in its footer), a size that appears twice (two runs, or interleaved output, in one
+paste), a run's header or Rank line printed twice (two runs whose sizes do not repeat), Rank lines that do not
+number every rank from 0 (a paste that lost its first lines), ranks spread unevenly over the hosts, time columns of
+CPU time (``-C 1``).
 
 ``fit_network`` fits what the simulator's collective model takes from the network (``sim.system``): the payload
 share of the line rate (``efficiency``: the bandwidth term), the transport's own latency per inter-node hop
@@ -55,6 +56,7 @@ _PREFIX = re.compile(r"^\s*(?:(?:\[[^\]]*\](?:<\w+>)?:?|\d{1,6}:(?=\s)"
                      r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s*)+")
 _FAILED_FOOTER = re.compile(r"#\s*Out of bounds values\s*:\s*(\d+)\s+FAILED")
 _RANK = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s*(.*)")
+_ROW_TIMESTAMP = re.compile(r"\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$")  # nccl-tests -S 1, after a row's columns
 _RUN_HEADER = re.compile(r"#\s*nThread\s+\d+\s+nGpus\s+\d+")  # printed once at the start of each run
 _REDOPS = {"sum", "prod", "min", "max", "avg", "none", "mulsum"}
 # bytes per element of nccl-tests' type names (nccl-tests src/common.cu, test_typenames)
@@ -145,7 +147,7 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
         if failed:
             raise ValueError(f"{source}, line {lineno}: nccl-tests reports {failed.group(1)} out-of-bounds values "
                              "(FAILED): the run computed wrong results, so its times are not a measurement to fit")
-        tokens = line.split()
+        tokens = _ROW_TIMESTAMP.sub("", line).split()
         if line.startswith("#") or len(tokens) < 3 or not (tokens[0].isdigit() and tokens[1].isdigit()
                                                             and tokens[2].isalpha()):
             continue  # comments, NCCL logs, prompts: only lines of a size, a count and a type are rows
