@@ -38,7 +38,7 @@ def test_mpi_prefixes_and_logs_around_the_table_are_ignored():
     parsed = calibrate.parse_nccl_tests("\n".join(noisy), "noisy")
     assert parsed.rows[-1].nbytes == 65536 and len(parsed.rows) == 4 and parsed.ranks == 2
     # all_reduce_perf -S 1 ends each row with the time it was printed
-    stamped = [f"{line}  2025-11-19 10:00:0{i}" if line[:1] == " " else line for i, line in enumerate(text)]
+    stamped = [f"{line}  2025-11-19 10:00:{i:02d}" if line[:1] == " " else line for i, line in enumerate(text)]
     assert calibrate.parse_nccl_tests("\n".join(stamped), "stamped").rows == calibrate.parse_nccl_tests(
         "\n".join(text), "plain").rows
 
