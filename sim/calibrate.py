@@ -5,14 +5,14 @@ nccl-tests prints one table per run (all_reduce_perf, all_gather_perf, alltoall_
 parameters, one `Rank ... on HOST device D [bus] NAME` line per rank, the column headers) and one row per size:
 size, count, type, [redop], [root], then out-of-place time (us), algbw, busbw, error and the same in place.
 ``parse_nccl_tests`` reads such a paste as users copy it: the prefixes launchers and log collectors put before each
-line (``mpirun --tag-output``'s ``[1,0]<stdout>:``, ``srun --label``'s ``0:``, ``kubectl logs --timestamps``' RFC 3339
-time) are removed, and so is the time ``-S 1`` prints after each row; NCCL INFO log lines and shell prompts around
-the table are ignored, and tables cut to their out-of-place columns are read. What would make a fit silently
-wrong is refused, never skipped: a table row that cannot be read, a run that failed nccl-tests' own check
-(``#wrong`` values, ``FAILED`` in its footer), a size that appears twice (two runs, or interleaved output, in one
-paste), a run's header or Rank line printed twice (two runs whose sizes do not repeat), Rank lines that do not
-number every rank from 0 (a paste that lost its first lines), ranks spread unevenly over the hosts, time columns of
-CPU time (``-C 1``).
+line (``mpirun --tag-output``'s ``[1,0]<stdout>:``, ``srun --label``'s ``0:``, ``kubectl logs --timestamps``' RFC
+3339 time) are removed, and so is the time ``-S 1`` prints after each row and ``-I 1``'s per-iteration columns; NCCL
+INFO log lines and shell prompts around the table are ignored, and tables cut to their out-of-place columns are
+read. What would make a fit silently wrong is refused, never skipped: a table row that cannot be read, a run that
+failed nccl-tests' own check (``#wrong`` values, ``FAILED`` in its footer), a size that appears twice (two runs, or
+interleaved output, in one paste), a run's header or Rank line printed twice (two runs whose sizes do not repeat),
+Rank lines that do not number every rank from 0 (a paste that lost its first lines), ranks spread unevenly over the
+hosts, time columns of CPU time (``-C 1``).
 
 ``fit_network`` fits what the simulator's collective model takes from the network (``sim.system``): the payload
 share of the line rate (``efficiency``: the bandwidth term), the transport's own latency per inter-node hop
@@ -123,6 +123,7 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
     not show an all-reduce (``all_reduce_row``, every row). ValueError if
     there is no row, the op is unknown or ambiguous, or a row cannot be read."""
     rows, ranks, gpus, evidence, names, counts_wrong, seen = [], {}, set(), [], {}, False, {}
+    side = 4  # columns per side: time, algbw, busbw, #wrong (-I 1 adds i_min, i_max, i_p99, i_cv% after them)
     run_started, rank_line, second_run = None, {}, None  # line of the run's header; rank -> its Rank line's
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = _PREFIX.sub("", raw).strip()
@@ -143,6 +144,7 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
                              "time to launch each collective, not how long it takes): rerun without -C")
         if line.startswith("#") and "#wrong" in line:
             counts_wrong = True  # nccl-tests >= 2.13 counts wrong elements; older ones print the largest error
+            side = 8 if "i_min" in line else 4
         failed = _FAILED_FOOTER.search(line)
         if failed:
             raise ValueError(f"{source}, line {lineno}: nccl-tests reports {failed.group(1)} out-of-bounds values "
@@ -154,12 +156,13 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
         rest, redop, root = tokens[3:], None, None
         if rest and rest[0] in _REDOPS:
             redop, rest = rest[0], rest[1:]
-        if len(rest) in (5, 9):  # the root column (-1 where the collective has none)
+        if len(rest) in (side + 1, 2 * side + 1):  # the root column (-1 where the collective has none)
             root, rest = rest[0], rest[1:]
         try:
-            if len(rest) not in (4, 8):  # out-of-place and in-place, or out-of-place alone (a cut paste)
-                raise ValueError(f"{len(rest)} columns after the type, expected time, algbw, busbw, error (out-of-place"
-                                 ", then optionally in-place)")
+            if len(rest) not in (side, 2 * side):  # out-of-place and in-place, or out-of-place alone (a cut paste)
+                raise ValueError(f"{len(rest)} columns after the type, expected time, algbw, busbw, error"
+                                 + (", i_min, i_max, i_p99, i_cv%" if side == 8 else "")
+                                 + " (out-of-place, then optionally in-place)")
             time_us, busbw = _number(rest[0]), _number(rest[2])
         except ValueError as error:
             raise ValueError(f"{source}, line {lineno}: not an nccl-tests row ({error}): {line[:80]!r}") from None
@@ -168,7 +171,7 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
             continue  # nccl-tests' empty sizes time only the launch
         if time_us <= 0:
             raise ValueError(f"{source}, line {lineno}: a time of {time_us} us is not a measurement")
-        wrong = [w for w in rest[3::4] if w not in ("0", "N/A") and (counts_wrong or wrong_count(w))]
+        wrong = [w for w in rest[3::side] if w not in ("0", "N/A") and (counts_wrong or wrong_count(w))]
         if wrong:
             raise ValueError(f"{source}, line {lineno}: nccl-tests counted {wrong[0]} wrong values at {nbytes:,} "
                              "bytes: the run computed wrong results, so its times are not a measurement to fit")

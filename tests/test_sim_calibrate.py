@@ -41,6 +41,13 @@ def test_mpi_prefixes_and_logs_around_the_table_are_ignored():
     stamped = [f"{line}  2025-11-19 10:00:{i:02d}" if line[:1] == " " else line for i, line in enumerate(text)]
     assert calibrate.parse_nccl_tests("\n".join(stamped), "stamped").rows == calibrate.parse_nccl_tests(
         "\n".join(text), "plain").rows
+    # all_reduce_perf -I 1 adds each side's per-iteration min, max, p99 and spread after its #wrong
+    stats = ["27.01", "29.40", "29.40", "2.10"]
+    per_iteration = [line.replace("#wrong", "#wrong   i_min   i_max   i_p99   i_cv%") if "#wrong" in line else
+                     " ".join(line.split()[:9] + stats + line.split()[9:] + stats) if line[:1] == " " else line
+                     for line in text]
+    assert [(m.nbytes, m.time_s) for m in calibrate.parse_nccl_tests("\n".join(per_iteration), "I").rows] == [
+        (m.nbytes, m.time_s) for m in parsed.rows]
 
 
 @pytest.mark.parametrize("text, message", [
