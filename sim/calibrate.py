@@ -58,6 +58,9 @@ _FAILED_FOOTER = re.compile(r"#\s*Out of bounds values\s*:\s*(\d+)\s+FAILED")
 _RANK = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s*(.*)")
 _ROW_TIMESTAMP = re.compile(r"\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$")  # nccl-tests -S 1, after a row's columns
 _RUN_HEADER = re.compile(r"#\s*nThread\s+\d+\s+nGpus\s+\d+")  # printed once at the start of each run
+# the sweep the run's header announces (src/util.cu writeDeviceReport), and where memory cut it short (src/common.cu)
+_SWEEP = re.compile(r"maxBytes\s+(\d+)\s+step:\s*(\d+)\((factor|bytes)\)")
+_REDUCED_MAX = re.compile(r"#\s*Reducing maxBytes to (\d+)")
 _REDOPS = {"sum", "prod", "min", "max", "avg", "none", "mulsum"}
 # bytes per element of nccl-tests' type names (nccl-tests src/common.cu, test_typenames)
 TYPE_BYTES = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "half": 2, "float": 4,
@@ -86,6 +89,7 @@ class NcclTestsOutput:
     gpu: str | None  # gpus.toml name of the ranks' device, where the name says it
     ranks_per_host: tuple[int, ...] = ()  # in the order of ``hosts``
     device_names: tuple[str, ...] = ()  # the Rank lines' device names as printed (distinct, in order)
+    warnings: tuple[str, ...] = ()  # what the paste lacks that a fit should say (a table cut short)
 
 
 def _number(token: str) -> float:
@@ -123,6 +127,7 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
     not show an all-reduce (``all_reduce_row``, every row). ValueError if
     there is no row, the op is unknown or ambiguous, or a row cannot be read."""
     rows, ranks, gpus, evidence, names, counts_wrong, seen = [], {}, set(), [], {}, False, {}
+    sweep = None  # (maxBytes, step, "factor" or "bytes") from the run's header
     side = 4  # columns per side: time, algbw, busbw, #wrong (-I 1 adds i_min, i_max, i_p99, i_cv% after them)
     run_started, rank_line, second_run = None, {}, None  # line of the run's header; rank -> its Rank line's
     for lineno, raw in enumerate(text.splitlines(), 1):
@@ -139,6 +144,10 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
             continue
         if header:
             run_started = lineno
+            found = _SWEEP.search(line)
+            sweep = (int(found.group(1)), int(found.group(2)), found.group(3)) if found else None
+        if (reduced := _REDUCED_MAX.match(line)) and sweep:
+            sweep = (int(reduced.group(1)), *sweep[1:])
         if line.startswith("#") and re.search(r"\bcputime\b", line):  # the column header of nccl-tests -C 1
             raise ValueError(f"{source}, line {lineno}: the time columns are CPU time (nccl-tests -C 1: the host's "
                              "time to launch each collective, not how long it takes): rerun without -C")
@@ -207,8 +216,12 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
     hosts = tuple(dict.fromkeys(h for h, _, _ in ranks))
     gpu = next(iter(gpus)) if len(gpus) == 1 else None
     per_host = tuple(len({r for h, _, r in ranks if h == host}) for host in hosts)
+    largest, warnings = rows[-1][0], []
+    if sweep and (largest * sweep[1] if sweep[2] == "factor" else largest + sweep[1]) <= sweep[0]:
+        warnings.append(f"the paste stops at {largest:,} bytes but its header's sweep runs to maxBytes {sweep[0]:,}: "
+                        "the rest of the table is not in the paste (paste the whole table to fit the larger sizes)")
     return NcclTestsOutput(tuple(Measurement(op, *row) for row in rows), hosts, len({r for _, _, r in ranks}), gpu,
-                           per_host, tuple(names))
+                           per_host, tuple(names), tuple(warnings))
 
 
 def read_output(path: str | Path, op: str | None = None) -> NcclTestsOutput:

@@ -805,6 +805,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
                                              args.line_rate_gbps, args.nics_per_node or 1)
     rows = tuple(m for o in outputs for m in o.rows)
     fit = calibrate.fit_network(base, rows)
+    fit = replace(fit, warnings=fit.warnings + tuple(f"{p}: {w}" for p, o in zip(args.outputs, outputs, strict=True)
+                                                     for w in o.warnings))
     sources = [(str(p), calibrate.file_digest(p)) for p in args.outputs]
     name = args.name or Path(args.out).stem
     layout_from = calibrate.layout_sources(outputs, args.gpu is not None, gpu)

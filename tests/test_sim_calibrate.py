@@ -25,6 +25,10 @@ def test_pastes_are_read_with_their_layout():
     assert [m.nbytes for m in small.rows] == [8192, 16384, 32768, 65536]
     assert small.rows[0].op == "all-reduce" and small.rows[0].time_s == pytest.approx(27.82e-6)
     assert small.hosts == ("spark-d708", "spark-dbf4") and small.ranks == 2 and small.gpu is None  # GB10: unknown
+    # the thread's excerpt stops at 64 KB of a sweep its header runs to 8 GB: the paste is cut, and says so
+    assert "stops at 65,536 bytes" in small.warnings[0] and "maxBytes 8,589,934,592" in small.warnings[0]
+    whole = GB10_SMALL.read_text().replace("maxBytes 8589934592", "maxBytes 100000")  # 65536 x 2 is beyond it
+    assert calibrate.parse_nccl_tests(whole, "whole").warnings == ()
     a2a = calibrate.read_output(ALL_TO_ALL_8X8, "all-to-all")  # no redop column, no Rank lines
     assert [(m.nbytes, m.busbw_gbytes_per_s) for m in a2a.rows] == [(268435456, 0.51), (536870912, 0.51)]
     assert a2a.hosts == () and a2a.ranks == 0
@@ -136,7 +140,8 @@ def test_latency_is_fitted_where_the_table_holds_small_messages(tmp_path, capsys
     assert (fit["nodes"], fit["gpus_per_node"]) == (2, 1)
     assert set(fit["fitted"]) == {"efficiency", "latency_us"}
     assert all(abs(r["relative_error"]) < 0.15 for r in fit["rows"])
-    assert fit["warnings"] and "plateau" in fit["warnings"][0]
+    assert fit["warnings"] and "plateau" in fit["warnings"][0] and "the paste stops at" in fit["warnings"][1]
+    assert "warning: " + fit["warnings"][1] in fit["path"].read_text()
     # the file says which of the layout the log gave, and what it could not: GB10 is no GPU the model knows
     text = fit["path"].read_text()
     assert "nodes = 2  # from the Rank lines" in text and "gpus_per_node = 1  # from the Rank lines" in text
