@@ -121,6 +121,17 @@ def wrong_count(token: str) -> bool:
     return value != 0 and (token.isdigit() or value >= 1e6)
 
 
+def _more_than_one_run(run_hosts: list[set[str]]) -> str:
+    """Why a paste of several runs is refused, in words: where each run's Rank lines show one host of its own, the
+    habit of launching nccl-tests built without MPI under srun or mpirun (each task a single-node test)."""
+    hosts = sorted(set().union(*run_hosts))
+    if len(run_hosts) > 1 and all(len(h) == 1 for h in run_hosts) and len(hosts) == len(run_hosts):
+        return (f"the paste holds {len(run_hosts)} runs, each on a host of its own ({', '.join(hosts)}): nccl-tests "
+                "built without MPI=1 runs one single-node test per task of srun or mpirun; rebuild it with MPI=1 so "
+                "that one test spans the nodes")
+    return "the paste holds more than one run (or interleaved output); give each run as its own file"
+
+
 def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTestsOutput:
     """The rows of one nccl-tests run pasted as ``text`` (``source`` names it in errors). ``op``: the collective
     when the paste does not name its binary (all_reduce_perf, all_gather_perf, alltoall_perf) and its columns do
@@ -130,13 +141,17 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
     sweep = None  # (maxBytes, step, "factor" or "bytes") from the run's header
     side = 4  # columns per side: time, algbw, busbw, #wrong (-I 1 adds i_min, i_max, i_p99, i_cv% after them)
     run_started, rank_line, second_run = None, {}, None  # line of the run's header; rank -> its Rank line's
+    run_hosts: list[set[str]] = []  # the hosts of each run's Rank lines
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = _PREFIX.sub("", raw).strip()
         rank, header = _RANK.match(line), _RUN_HEADER.match(line)
         again = rank_line.get(int(rank.group(1))) if rank else run_started if header else None
         if again and not second_run:  # two runs whose sizes need not repeat (refused after the rows' own checks)
             second_run = (again, lineno)
+        if header or (rank and not run_hosts):
+            run_hosts.append(set())
         if rank:
+            run_hosts[-1].add(rank.group(2))
             rank_line[int(rank.group(1))] = lineno
             ranks[(rank.group(2), int(rank.group(3)), int(rank.group(1)))] = True
             gpus.add(next((v for k, v in GPU_NAMES.items() if k in rank.group(4)), None))
@@ -185,8 +200,8 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
             raise ValueError(f"{source}, line {lineno}: nccl-tests counted {wrong[0]} wrong values at {nbytes:,} "
                              "bytes: the run computed wrong results, so its times are not a measurement to fit")
         if nbytes in seen:
-            raise ValueError(f"{source}: size {nbytes:,} appears on lines {seen[nbytes]} and {lineno}: the paste holds "
-                             "more than one run (or interleaved output); give each run as its own file")
+            raise ValueError(f"{source}: size {nbytes:,} appears on lines {seen[nbytes]} and {lineno}: "
+                             + _more_than_one_run(run_hosts))
         if rows and nbytes < rows[-1][0]:
             raise ValueError(f"{source}, line {lineno}: size {nbytes:,} after {rows[-1][0]:,}: a second run starts "
                              "inside the paste; give each run as its own file")
@@ -195,7 +210,7 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
         evidence.append(all_reduce_row(nbytes, int(tokens[1]), tokens[2], redop, root))
     if second_run:  # rows of two measurements in one fit, Rank lines of two layouts counted as one
         raise ValueError(f"{source}: lines {second_run[0]} and {second_run[1]} each start a run (a header or Rank line "
-                         "printed twice): the paste holds more than one run; give each run as its own file")
+                         f"printed twice): {_more_than_one_run(run_hosts)}")
     missing = sorted(set(range(max(rank_line, default=-1) + 1)) - set(rank_line))
     if missing:  # nccl-tests prints every rank's line, 0 to N-1: the rest of the job's hosts would go unseen
         raise ValueError(f"{source}: no Rank line for rank {missing[0]} ({len(missing)} of ranks 0-{max(rank_line)} "

@@ -88,6 +88,10 @@ def _second_run(text: str, hosts: tuple[str, str]) -> str:
     (lambda t: "\n".join(x for x in t.splitlines() if "Rank  0 " not in x), "no Rank line for rank 0"),
     # all_reduce_perf -C 1 prints the CPU time of the launch in the time columns, not the collective's time
     (lambda t: t.replace("    time   algbw", " cputime   algbw"), "CPU time"),
+    # nccl-tests built without MPI=1 under `srun --label -N 2`: each task ran its own single-node test (rank 0 alone
+    # on its host), all in one log
+    (lambda t: "\n".join(f"{task}: {x.replace('spark-d708', f'node-{task}')}" for task in range(2)
+                         for x in t.splitlines() if "Rank  1 " not in x), "one single-node test per task.*MPI=1"),
     # the rows pasted without their column headers: a #wrong count is still a failed check (older nccl-tests print
     # the largest error there, far below 1 when the check passes)
     (lambda t: "\n".join(x for x in t.replace("0.51       0    30.25", "0.51       7    30.25").splitlines()
