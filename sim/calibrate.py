@@ -126,7 +126,7 @@ def _more_than_one_run(run_hosts: list[set[str]]) -> str:
     habit of launching nccl-tests built without MPI under srun or mpirun (each task a single-node test)."""
     hosts = sorted(set().union(*run_hosts))
     if len(run_hosts) > 1 and all(len(h) == 1 for h in run_hosts) and len(hosts) == len(run_hosts):
-        return (f"the paste holds {len(run_hosts)} runs, each on a host of its own ({', '.join(hosts)}): nccl-tests "
+        return (f"the paste holds a run per host ({', '.join(hosts)} at least): nccl-tests "
                 "built without MPI=1 runs one single-node test per task of srun or mpirun; rebuild it with MPI=1 so "
                 "that one test spans the nodes")
     return "the paste holds more than one run (or interleaved output); give each run as its own file"
