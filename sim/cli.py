@@ -800,6 +800,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
         raise ValueError(f"the output was measured on one node ({per_node} GPUs): it never crosses the network, so it "
                          "cannot fit one; run nccl-tests across two or more nodes (birder doctor judges a single node)")
     shown = {o.gpu for o in outputs if o.gpu}
+    if len(shown) > 1:
+        raise ValueError(f"the outputs were measured on different GPUs ({', '.join(sorted(shown))}): they are two "
+                         "clusters; calibrate one at a time")
     gpu = args.gpu or (shown.pop() if len(shown) == 1 else "a100")
     base, base_name = calibrate.base_cluster(nodes, per_node, gpu, args.network, args.transport,
                                              args.line_rate_gbps, args.nics_per_node or 1)

@@ -184,6 +184,17 @@ def test_bad_calibrate_input_is_one_line_and_exit_2(tmp_path, extra, message):
     assert not out.exists()
 
 
+def test_outputs_of_different_gpus_are_not_fitted_together(tmp_path, capsys):
+    """Two pastes of one layout whose Rank lines name different GPUs are two clusters: refused, not fitted as one
+    cluster of the default GPU."""
+    text = GB10_SMALL.read_text()
+    pastes = [tmp_path / "h100.txt", tmp_path / "a100.txt"]
+    for path, name in zip(pastes, ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"), strict=True):
+        path.write_text(text.replace("NVIDIA GB10", name))
+    assert main(["calibrate", *map(str, pastes), "--network", "roce-200gbe", "--out", str(tmp_path / "c.toml")]) == 2
+    assert "different GPUs (a100, h100)" in capsys.readouterr().err and not (tmp_path / "c.toml").exists()
+
+
 def test_a_paste_without_its_binary_is_an_all_reduce_when_its_columns_say_so():
     """nccl-tests prints a reduction op, root -1 and count x element size = size only for all_reduce_perf: a paste
     that lost its command line is still read as an all-reduce; all-gather's columns (redop none) are not enough."""
