@@ -5,11 +5,14 @@ nccl-tests prints one table per run (all_reduce_perf, all_gather_perf, alltoall_
 parameters, one `Rank ... on HOST device D [bus] NAME` line per rank, the column headers) and one row per size:
 size, count, type, [redop], [root], then out-of-place time (us), algbw, busbw, error and the same in place.
 ``parse_nccl_tests`` reads such a paste as users copy it: the prefixes launchers and log collectors put before each
-line (``mpirun --tag-output``'s ``[1,0]<stdout>:``, ``srun --label``'s ``0:``, ``kubectl logs --timestamps``' RFC 3339
-time) are removed, NCCL INFO log lines and shell prompts around the table are ignored, and tables cut to their
-out-of-place columns are read. What would make a fit silently wrong is refused, never skipped: a table row that
-cannot be read, a run that failed nccl-tests' own check (``#wrong`` values, ``FAILED`` in its footer), a size that
-appears twice (two runs, or interleaved output, in one paste), ranks spread unevenly over the hosts.
+line (``mpirun --tag-output``'s ``[1,0]<stdout>:``, ``srun --label``'s ``0:``, ``kubectl logs --timestamps``' RFC
+3339 time) are removed, and so is the time ``-S 1`` prints after each row and ``-I 1``'s per-iteration columns; NCCL
+INFO log lines and shell prompts around the table are ignored, and tables cut to their out-of-place columns are
+read. What would make a fit silently wrong is refused, never skipped: a table row that cannot be read, a run that
+failed nccl-tests' own check (``#wrong`` values, ``FAILED`` in its footer), a size that appears twice (two runs, or
+interleaved output, in one paste), a run's header or Rank line printed twice (two runs whose sizes do not repeat),
+Rank lines that do not number every rank from 0 (a paste that lost its first lines), ranks spread unevenly over the
+hosts, time columns of CPU time (``-C 1``).
 
 ``fit_network`` fits what the simulator's collective model takes from the network (``sim.system``): the payload
 share of the line rate (``efficiency``: the bandwidth term), the transport's own latency per inter-node hop
@@ -53,6 +56,11 @@ _PREFIX = re.compile(r"^\s*(?:(?:\[[^\]]*\](?:<\w+>)?:?|\d{1,6}:(?=\s)"
                      r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s*)+")
 _FAILED_FOOTER = re.compile(r"#\s*Out of bounds values\s*:\s*(\d+)\s+FAILED")
 _RANK = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s*(.*)")
+_ROW_TIMESTAMP = re.compile(r"\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$")  # nccl-tests -S 1, after a row's columns
+_RUN_HEADER = re.compile(r"#\s*nThread\s+\d+\s+nGpus\s+\d+")  # printed once at the start of each run
+# the sweep the run's header announces (src/util.cu writeDeviceReport), and where memory cut it short (src/common.cu)
+_SWEEP = re.compile(r"maxBytes\s+(\d+)\s+step:\s*(\d+)\((factor|bytes)\)")
+_REDUCED_MAX = re.compile(r"#\s*Reducing maxBytes to (\d+)")
 _REDOPS = {"sum", "prod", "min", "max", "avg", "none", "mulsum"}
 # bytes per element of nccl-tests' type names (nccl-tests src/common.cu, test_typenames)
 TYPE_BYTES = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "half": 2, "float": 4,
@@ -81,6 +89,7 @@ class NcclTestsOutput:
     gpu: str | None  # gpus.toml name of the ranks' device, where the name says it
     ranks_per_host: tuple[int, ...] = ()  # in the order of ``hosts``
     device_names: tuple[str, ...] = ()  # the Rank lines' device names as printed (distinct, in order)
+    warnings: tuple[str, ...] = ()  # what the paste lacks that a fit should say (a table cut short)
 
 
 def _number(token: str) -> float:
@@ -100,39 +109,84 @@ def all_reduce_row(nbytes: int, count: int, type_name: str, redop: str | None, r
             and count * element == nbytes)
 
 
+def wrong_count(token: str) -> bool:
+    """Whether a #wrong/error cell read without its column header is a count of wrong values above 0. nccl-tests
+    2.13 and later print the count with ``%g`` (src/util.cu: a plain integer, or an exponent from 1e+06); older
+    ones printed the largest error with ``%.0e`` (``2e-06``), which passed their check only below 1e-2 x (ranks
+    - 1) (src/common.cu, DeltaMaxValue of half), far below 1e+06."""
+    try:
+        value = float(token)
+    except ValueError:
+        return False
+    return value != 0 and (token.isdigit() or value >= 1e6)
+
+
+def _more_than_one_run(run_hosts: list[set[str]]) -> str:
+    """Why a paste of several runs is refused, in words: where each run's Rank lines show one host of its own, the
+    habit of launching nccl-tests built without MPI under srun or mpirun (each task a single-node test)."""
+    hosts = sorted(set().union(*run_hosts))
+    if len(run_hosts) > 1 and all(len(h) == 1 for h in run_hosts) and len(hosts) == len(run_hosts):
+        return (f"the paste holds a run per host ({', '.join(hosts)} at least): nccl-tests "
+                "built without MPI=1 runs one single-node test per task of srun or mpirun; rebuild it with MPI=1 so "
+                "that one test spans the nodes")
+    return "the paste holds more than one run (or interleaved output); give each run as its own file"
+
+
 def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTestsOutput:
     """The rows of one nccl-tests run pasted as ``text`` (``source`` names it in errors). ``op``: the collective
     when the paste does not name its binary (all_reduce_perf, all_gather_perf, alltoall_perf) and its columns do
     not show an all-reduce (``all_reduce_row``, every row). ValueError if
     there is no row, the op is unknown or ambiguous, or a row cannot be read."""
     rows, ranks, gpus, evidence, names, counts_wrong, seen = [], {}, set(), [], {}, False, {}
+    sweep = None  # (maxBytes, step, "factor" or "bytes") from the run's header
+    side = 4  # columns per side: time, algbw, busbw, #wrong (-I 1 adds i_min, i_max, i_p99, i_cv% after them)
+    run_started, rank_line, second_run = None, {}, None  # line of the run's header; rank -> its Rank line's
+    run_hosts: list[set[str]] = []  # the hosts of each run's Rank lines
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = _PREFIX.sub("", raw).strip()
-        rank = _RANK.match(line)
+        rank, header = _RANK.match(line), _RUN_HEADER.match(line)
+        again = rank_line.get(int(rank.group(1))) if rank else run_started if header else None
+        if again and not second_run:  # two runs whose sizes need not repeat (refused after the rows' own checks)
+            second_run = (again, lineno)
+        if header or (rank and not run_hosts):
+            run_hosts.append(set())
         if rank:
+            run_hosts[-1].add(rank.group(2))
+            rank_line[int(rank.group(1))] = lineno
             ranks[(rank.group(2), int(rank.group(3)), int(rank.group(1)))] = True
             gpus.add(next((v for k, v in GPU_NAMES.items() if k in rank.group(4)), None))
             names[rank.group(4).strip()] = True
             continue
+        if header:
+            run_started = lineno
+            found = _SWEEP.search(line)
+            sweep = (int(found.group(1)), int(found.group(2)), found.group(3)) if found else None
+        if (reduced := _REDUCED_MAX.match(line)) and sweep:
+            sweep = (int(reduced.group(1)), *sweep[1:])
+        if line.startswith("#") and re.search(r"\bcputime\b", line):  # the column header of nccl-tests -C 1
+            raise ValueError(f"{source}, line {lineno}: the time columns are CPU time (nccl-tests -C 1: the host's "
+                             "time to launch each collective, not how long it takes): rerun without -C")
         if line.startswith("#") and "#wrong" in line:
-            counts_wrong = True  # nccl-tests >= 2.11 counts wrong elements; older ones print the largest error
+            counts_wrong = True  # nccl-tests >= 2.13 counts wrong elements; older ones print the largest error
+            side = 8 if "i_min" in line else 4
         failed = _FAILED_FOOTER.search(line)
         if failed:
             raise ValueError(f"{source}, line {lineno}: nccl-tests reports {failed.group(1)} out-of-bounds values "
                              "(FAILED): the run computed wrong results, so its times are not a measurement to fit")
-        tokens = line.split()
+        tokens = _ROW_TIMESTAMP.sub("", line).split()
         if line.startswith("#") or len(tokens) < 3 or not (tokens[0].isdigit() and tokens[1].isdigit()
                                                             and tokens[2].isalpha()):
             continue  # comments, NCCL logs, prompts: only lines of a size, a count and a type are rows
         rest, redop, root = tokens[3:], None, None
         if rest and rest[0] in _REDOPS:
             redop, rest = rest[0], rest[1:]
-        if len(rest) in (5, 9):  # the root column (-1 where the collective has none)
+        if len(rest) in (side + 1, 2 * side + 1):  # the root column (-1 where the collective has none)
             root, rest = rest[0], rest[1:]
         try:
-            if len(rest) not in (4, 8):  # out-of-place and in-place, or out-of-place alone (a cut paste)
-                raise ValueError(f"{len(rest)} columns after the type, expected time, algbw, busbw, error (out-of-place"
-                                 ", then optionally in-place)")
+            if len(rest) not in (side, 2 * side):  # out-of-place and in-place, or out-of-place alone (a cut paste)
+                raise ValueError(f"{len(rest)} columns after the type, expected time, algbw, busbw, error"
+                                 + (", i_min, i_max, i_p99, i_cv%" if side == 8 else "")
+                                 + " (out-of-place, then optionally in-place)")
             time_us, busbw = _number(rest[0]), _number(rest[2])
         except ValueError as error:
             raise ValueError(f"{source}, line {lineno}: not an nccl-tests row ({error}): {line[:80]!r}") from None
@@ -141,19 +195,26 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
             continue  # nccl-tests' empty sizes time only the launch
         if time_us <= 0:
             raise ValueError(f"{source}, line {lineno}: a time of {time_us} us is not a measurement")
-        wrong = [w for w in rest[3::4] if counts_wrong and w not in ("0", "N/A")]
+        wrong = [w for w in rest[3::side] if w not in ("0", "N/A") and (counts_wrong or wrong_count(w))]
         if wrong:
             raise ValueError(f"{source}, line {lineno}: nccl-tests counted {wrong[0]} wrong values at {nbytes:,} "
                              "bytes: the run computed wrong results, so its times are not a measurement to fit")
         if nbytes in seen:
-            raise ValueError(f"{source}: size {nbytes:,} appears on lines {seen[nbytes]} and {lineno}: the paste holds "
-                             "more than one run (or interleaved output); give each run as its own file")
+            raise ValueError(f"{source}: size {nbytes:,} appears on lines {seen[nbytes]} and {lineno}: "
+                             + _more_than_one_run(run_hosts))
         if rows and nbytes < rows[-1][0]:
             raise ValueError(f"{source}, line {lineno}: size {nbytes:,} after {rows[-1][0]:,}: a second run starts "
                              "inside the paste; give each run as its own file")
         seen[nbytes] = lineno
         rows.append((nbytes, time_us * 1e-6, busbw, lineno))
         evidence.append(all_reduce_row(nbytes, int(tokens[1]), tokens[2], redop, root))
+    if second_run:  # rows of two measurements in one fit, Rank lines of two layouts counted as one
+        raise ValueError(f"{source}: lines {second_run[0]} and {second_run[1]} each start a run (a header or Rank line "
+                         f"printed twice): {_more_than_one_run(run_hosts)}")
+    missing = sorted(set(range(max(rank_line, default=-1) + 1)) - set(rank_line))
+    if missing:  # nccl-tests prints every rank's line, 0 to N-1: the rest of the job's hosts would go unseen
+        raise ValueError(f"{source}: no Rank line for rank {missing[0]} ({len(missing)} of ranks 0-{max(rank_line)} "
+                         "missing): the paste lost lines (a terminal's scrollback, a cut); paste the whole output")
     if not rows:
         raise ValueError(f"{source}: no nccl-tests rows (lines of size, count, type, ..., time, algbw, busbw)")
     named = {OPS[b] for b in OPS if b in text}
@@ -170,8 +231,12 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
     hosts = tuple(dict.fromkeys(h for h, _, _ in ranks))
     gpu = next(iter(gpus)) if len(gpus) == 1 else None
     per_host = tuple(len({r for h, _, r in ranks if h == host}) for host in hosts)
+    largest, warnings = rows[-1][0], []
+    if sweep and (largest * sweep[1] if sweep[2] == "factor" else largest + sweep[1]) <= sweep[0]:
+        warnings.append(f"the paste stops at {largest:,} bytes but its header's sweep runs to maxBytes {sweep[0]:,}: "
+                        "the rest of the table is not in the paste (paste the whole table to fit the larger sizes)")
     return NcclTestsOutput(tuple(Measurement(op, *row) for row in rows), hosts, len({r for _, _, r in ranks}), gpu,
-                           per_host, tuple(names))
+                           per_host, tuple(names), tuple(warnings))
 
 
 def read_output(path: str | Path, op: str | None = None) -> NcclTestsOutput:
@@ -385,6 +450,23 @@ def layout(outputs: list[NcclTestsOutput], nodes: int | None, gpus_per_node: int
     return nodes, gpus_per_node
 
 
+def layout_sources(outputs: list[NcclTestsOutput], gpu_given: bool, gpu: str) -> dict[str, str]:
+    """Where a calibrated cluster's ``nodes``, ``gpus_per_node`` and ``gpu`` came from (``layout`` and the GPU
+    the Rank lines name): the log, the command line, or the default, and why the log could not say."""
+    ranked = any(o.hosts for o in outputs)
+    out = {key: "from the Rank lines" if ranked else f"given ({flag}): the output prints no Rank lines"
+           for key, flag in (("nodes", "--nodes"), ("gpus_per_node", "--gpus-per-node"))}
+    names = list(dict.fromkeys(n for o in outputs for n in o.device_names))
+    if gpu_given:
+        out["gpu"] = "given (--gpu)"
+    elif any(o.gpu == gpu for o in outputs):
+        out["gpu"] = f"from the Rank lines ({', '.join(names)})"
+    else:
+        out["gpu"] = ("assumed (the default): " + (f"the Rank lines name {', '.join(names)}, no GPU the model knows"
+                                                   if names else "the output names no GPU") + "; give --gpu")
+    return out
+
+
 def cluster_data(fit: Fit, base_name: str, name: str, sources: list[tuple[str, str]]) -> dict:
     """The values of a fit's cluster TOML (``sim.hardware.load_cluster``'s keys), as tomllib reads them back."""
     c = fit.cluster
@@ -399,10 +481,11 @@ def cluster_data(fit: Fit, base_name: str, name: str, sources: list[tuple[str, s
     return {"name": name, "nodes": c.n_nodes, "gpus_per_node": c.gpus_per_node, "gpu": c.gpu, "network": network}
 
 
-def cluster_toml(fit: Fit, base_name: str, name: str, sources: list[tuple[str, str]], n_rows: int) -> str:
+def cluster_toml(fit: Fit, base_name: str, name: str, sources: list[tuple[str, str]], n_rows: int,
+                 layout_from: dict[str, str] | None = None) -> str:
     """The cluster TOML of a fit (``cluster_data``): the base's hardware data, the fitted constants marked FITTED
-    with the files they came from. Every value and comment goes through ``safeio.serialise`` (a name or a path
-    cannot add keys or lines)."""
+    with the files they came from, the layout's keys with where they came from (``layout_sources``). Every value
+    and comment goes through ``safeio.serialise`` (a name or a path cannot add keys or lines)."""
     data = cluster_data(fit, base_name, name, sources)
     files = ", ".join(f"{path} (sha256 {digest[:12]})" for path, digest in sources)
     comments = [f"Written by `birder calibrate` from nccl-tests output: {files}.",
@@ -412,7 +495,8 @@ def cluster_toml(fit: Fit, base_name: str, name: str, sources: list[tuple[str, s
                   for band, n, rms, worst in fit.band_errors),
                 *(f"warning: {w}" for w in fit.warnings)]
     lines = [toml_comment(text) for text in comments]
-    lines += [toml_pair(key, data[key]) for key in ("name", "nodes", "gpus_per_node", "gpu")] + ["", "[network]"]
+    lines += [toml_pair(key, data[key], (layout_from or {}).get(key, "")) for key in ("name", "nodes", "gpus_per_node",
+                                                                                      "gpu")] + ["", "[network]"]
     unpinned = dict(fit.unidentified)
     notes = {"preset": "hardware data; the keys below override it"}
     for key in ("efficiency", "latency_us", "peer_overhead_us"):

@@ -800,20 +800,26 @@ def run_calibrate(args: argparse.Namespace) -> int:
         raise ValueError(f"the output was measured on one node ({per_node} GPUs): it never crosses the network, so it "
                          "cannot fit one; run nccl-tests across two or more nodes (birder doctor judges a single node)")
     shown = {o.gpu for o in outputs if o.gpu}
+    if len(shown) > 1:
+        raise ValueError(f"the outputs were measured on different GPUs ({', '.join(sorted(shown))}): they are two "
+                         "clusters; calibrate one at a time")
     gpu = args.gpu or (shown.pop() if len(shown) == 1 else "a100")
     base, base_name = calibrate.base_cluster(nodes, per_node, gpu, args.network, args.transport,
                                              args.line_rate_gbps, args.nics_per_node or 1)
     rows = tuple(m for o in outputs for m in o.rows)
     fit = calibrate.fit_network(base, rows)
+    fit = replace(fit, warnings=fit.warnings + tuple(f"{p}: {w}" for p, o in zip(args.outputs, outputs, strict=True)
+                                                     for w in o.warnings))
     sources = [(str(p), calibrate.file_digest(p)) for p in args.outputs]
     name = args.name or Path(args.out).stem
-    write_output_file(args.out, calibrate.cluster_toml(fit, base_name, name, sources, len(rows)), "birder calibrate",
-                      toml_data=calibrate.cluster_data(fit, base_name, name, sources))  # read back before the swap
+    layout_from = calibrate.layout_sources(outputs, args.gpu is not None, gpu)
+    write_output_file(args.out, calibrate.cluster_toml(fit, base_name, name, sources, len(rows), layout_from),
+                      "birder calibrate", toml_data=calibrate.cluster_data(fit, base_name, name, sources))
     errors = fit.row_errors(rows)
     body = {"cluster_file": str(args.out), "nodes": nodes, "gpus_per_node": per_node, "gpu": gpu, "base": base_name,
             "constants": fit.constants, "fitted": list(fit.fitted), "rms_log_error": fit.rms_log_error,
             "max_relative_error": fit.max_relative_error, "warnings": list(fit.warnings),
-            "unidentified": dict(fit.unidentified),
+            "unidentified": dict(fit.unidentified), "layout_from": layout_from,
             "band_errors": [{"band": band, "rows": n, "rms_log_error": rms, "max_relative_error": worst}
                             for band, n, rms, worst in fit.band_errors],
             "rows": [{"op": m.op, "bytes": m.nbytes, "measured_time_s": m.time_s,
@@ -824,6 +830,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
         return 0
     _say(f"{len(rows)} rows from {', '.join(map(str, args.outputs))}: {nodes} nodes x {per_node} GPUs ({gpu}), "
          f"base {base_name}")
+    _say("  " + "; ".join(f"{key} {value}" for key, value in layout_from.items()))
     _say(f"{'op':11} {'size (B)':>12} {'measured (us)':>14} {'simulated (us)':>15} {'error':>7}")
     for r in body["rows"]:
         _say(f"{r['op']:11} {r['bytes']:12d} {r['measured_time_s'] * 1e6:14.1f} {r['simulated_time_s'] * 1e6:15.1f} "

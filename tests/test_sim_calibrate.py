@@ -25,6 +25,10 @@ def test_pastes_are_read_with_their_layout():
     assert [m.nbytes for m in small.rows] == [8192, 16384, 32768, 65536]
     assert small.rows[0].op == "all-reduce" and small.rows[0].time_s == pytest.approx(27.82e-6)
     assert small.hosts == ("spark-d708", "spark-dbf4") and small.ranks == 2 and small.gpu is None  # GB10: unknown
+    # the thread's excerpt stops at 64 KB of a sweep its header runs to 8 GB: the paste is cut, and says so
+    assert "stops at 65,536 bytes" in small.warnings[0] and "maxBytes 8,589,934,592" in small.warnings[0]
+    whole = GB10_SMALL.read_text().replace("maxBytes 8589934592", "maxBytes 100000")  # 65536 x 2 is beyond it
+    assert calibrate.parse_nccl_tests(whole, "whole").warnings == ()
     a2a = calibrate.read_output(ALL_TO_ALL_8X8, "all-to-all")  # no redop column, no Rank lines
     assert [(m.nbytes, m.busbw_gbytes_per_s) for m in a2a.rows] == [(268435456, 0.51), (536870912, 0.51)]
     assert a2a.hosts == () and a2a.ranks == 0
@@ -37,6 +41,17 @@ def test_mpi_prefixes_and_logs_around_the_table_are_ignored():
     noisy += [f"[1,0]<stdout>:{line}" for line in text]
     parsed = calibrate.parse_nccl_tests("\n".join(noisy), "noisy")
     assert parsed.rows[-1].nbytes == 65536 and len(parsed.rows) == 4 and parsed.ranks == 2
+    # all_reduce_perf -S 1 ends each row with the time it was printed
+    stamped = [f"{line}  2025-11-19 10:00:{i:02d}" if line[:1] == " " else line for i, line in enumerate(text)]
+    assert calibrate.parse_nccl_tests("\n".join(stamped), "stamped").rows == calibrate.parse_nccl_tests(
+        "\n".join(text), "plain").rows
+    # all_reduce_perf -I 1 adds each side's per-iteration min, max, p99 and spread after its #wrong
+    stats = ["27.01", "29.40", "29.40", "2.10"]
+    per_iteration = [line.replace("#wrong", "#wrong   i_min   i_max   i_p99   i_cv%") if "#wrong" in line else
+                     " ".join(line.split()[:9] + stats + line.split()[9:] + stats) if line[:1] == " " else line
+                     for line in text]
+    assert [(m.nbytes, m.time_s) for m in calibrate.parse_nccl_tests("\n".join(per_iteration), "I").rows] == [
+        (m.nbytes, m.time_s) for m in parsed.rows]
 
 
 @pytest.mark.parametrize("text, message", [
@@ -55,6 +70,38 @@ def test_bad_pastes_are_refused_with_one_error(text, message):
         calibrate.parse_nccl_tests(text, "paste")
 
 
+def _second_run(text: str, hosts: tuple[str, str]) -> str:
+    """``text`` followed by another run's header and Rank lines (on ``hosts``) and a size the first did not reach."""
+    header = [line.replace("spark-d708", hosts[0]).replace("spark-dbf4", hosts[1])
+              for line in text.splitlines() if line.startswith("#")]
+    row = ("      131072         32768     float     sum      -1    80.00    1.64    1.64       0"
+           "    80.10    1.64    1.64       0")
+    return text + "\n".join(header + [row]) + "\n"
+
+
+@pytest.mark.parametrize("edit, message", [
+    # two runs one after the other whose sizes do not repeat: on other hosts (the Rank lines would count 4 hosts of
+    # 1 GPU), or on the same ones (rows of two measurements in one fit)
+    (lambda t: _second_run(t, ("spark-aaaa", "spark-bbbb")), "more than one run"),
+    (lambda t: _second_run(t, ("spark-d708", "spark-dbf4")), "more than one run"),
+    # the terminal's scrollback lost the first Rank lines: the hosts left would be read as the whole job
+    (lambda t: "\n".join(x for x in t.splitlines() if "Rank  0 " not in x), "no Rank line for rank 0"),
+    # all_reduce_perf -C 1 prints the CPU time of the launch in the time columns, not the collective's time
+    (lambda t: t.replace("    time   algbw", " cputime   algbw"), "CPU time"),
+    # nccl-tests built without MPI=1 under `srun --label -N 2`: each task ran its own single-node test (rank 0 alone
+    # on its host), all in one log
+    (lambda t: "\n".join(f"{task}: {x.replace('spark-d708', f'node-{task}')}" for task in range(2)
+                         for x in t.splitlines() if "Rank  1 " not in x), "one single-node test per task.*MPI=1"),
+    # the rows pasted without their column headers: a #wrong count is still a failed check (older nccl-tests print
+    # the largest error there, far below 1 when the check passes)
+    (lambda t: "\n".join(x for x in t.replace("0.51       0    30.25", "0.51       7    30.25").splitlines()
+                         if not x.startswith("#")), "7 .*wrong"),
+])
+def test_pastes_that_would_fit_silently_wrong_are_refused(edit, message):
+    with pytest.raises(ValueError, match=message):
+        calibrate.parse_nccl_tests(edit(GB10_SMALL.read_text()), "paste")
+
+
 def _calibrate(tmp_path, capsys, *args) -> dict:
     out = tmp_path / "cluster.toml"
     assert main(["calibrate", *map(str, args), "--out", str(out), "--json"]) == 0
@@ -69,6 +116,8 @@ def test_calibrated_cluster_reproduces_the_measured_all_reduce(tmp_path, capsys)
     assert fit["fitted"] == ["efficiency"] and 0.3 < fit["constants"]["efficiency"] < 0.4
     text = fit["path"].read_text()
     assert "efficiency = " in text and "# FITTED to" in text and str(ALL_REDUCE_8X8) in text
+    assert "nodes = 8  # given (--nodes): the output prints no Rank lines" in text
+    assert 'gpu = "v100"  # given (--gpu)' in text
     calibrated = load_cluster(fit["path"])
     assert calibrated.nic.fitted
     # fitted on collectives, not on training steps: it keeps the generic per-step jitter a site profile drops
@@ -95,7 +144,12 @@ def test_latency_is_fitted_where_the_table_holds_small_messages(tmp_path, capsys
     assert (fit["nodes"], fit["gpus_per_node"]) == (2, 1)
     assert set(fit["fitted"]) == {"efficiency", "latency_us"}
     assert all(abs(r["relative_error"]) < 0.15 for r in fit["rows"])
-    assert fit["warnings"] and "plateau" in fit["warnings"][0]
+    assert fit["warnings"] and "plateau" in fit["warnings"][0] and "the paste stops at" in fit["warnings"][1]
+    assert "warning: " + fit["warnings"][1] in fit["path"].read_text()
+    # the file says which of the layout the log gave, and what it could not: GB10 is no GPU the model knows
+    text = fit["path"].read_text()
+    assert "nodes = 2  # from the Rank lines" in text and "gpus_per_node = 1  # from the Rank lines" in text
+    assert 'gpu = "a100"  # assumed (the default): the Rank lines name NVIDIA GB10' in text
 
 
 def test_a_network_given_by_transport_and_line_rate(tmp_path, capsys):
@@ -128,6 +182,17 @@ def test_bad_calibrate_input_is_one_line_and_exit_2(tmp_path, extra, message):
                           *extra, "--out", str(out)], capture_output=True, text=True)
     assert run.returncode == 2 and message in run.stderr and len(run.stderr.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_outputs_of_different_gpus_are_not_fitted_together(tmp_path, capsys):
+    """Two pastes of one layout whose Rank lines name different GPUs are two clusters: refused, not fitted as one
+    cluster of the default GPU."""
+    text = GB10_SMALL.read_text()
+    pastes = [tmp_path / "h100.txt", tmp_path / "a100.txt"]
+    for path, name in zip(pastes, ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"), strict=True):
+        path.write_text(text.replace("NVIDIA GB10", name))
+    assert main(["calibrate", *map(str, pastes), "--network", "roce-200gbe", "--out", str(tmp_path / "c.toml")]) == 2
+    assert "different GPUs (a100, h100)" in capsys.readouterr().err and not (tmp_path / "c.toml").exists()
 
 
 def test_a_paste_without_its_binary_is_an_all_reduce_when_its_columns_say_so():
