@@ -68,7 +68,11 @@ class StateView:
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a, b, equal_nan=True))
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype.kind in "biufc" and a.tobytes() == b.tobytes():
+        return True  # the same bytes: array_equal below would say so too (NaN beside NaN), ~10x slower
+    return bool(np.array_equal(a, b, equal_nan=True))
 
 
 def field(state, name: str):
