@@ -307,9 +307,9 @@ def first_contact_summary(path: str | Path = LOG_PATH, rows_path: str | Path = R
         batches = {}
         for sid, figs in sorted(out["sources"].items(), key=lambda item: item[1]["date"]):
             batches.setdefault(figs["model_commit"], {"date": figs["date"], "sources": []})["sources"].append(sid)
-        out["batches"] = [{"model_commit": commit, **batch, **summarise(
-            [r for r in rows if r["source"] in batch["sources"]])["pooled"]["all"]}
-            for commit, batch in batches.items()]
+        out["batches"] = [{"model_commit": commit, **batch,
+                           **figures([r for r in rows if r["source"] in batch["sources"]])}
+                          for commit, batch in batches.items()]
     return out
 
 
