@@ -761,10 +761,15 @@ class Fabric:
     def __init__(self, env: simpy.Environment, cluster: Cluster):
         self.env, self.cluster = env, cluster
         self.incast_timeouts = 0.0  # expected retransmission timeouts charged so far
+        self.busy_until = 0.0  # when the collective in flight ends (GPU work beside it is slowed: sim.workload)
+        self.started = env.event()  # succeeds when a collective starts, then is replaced
 
     def run(self, schedule: Schedule):
         seconds, timeouts, _ = _collective(_schedule_key(schedule, self.cluster), schedule, self.cluster)
         self.incast_timeouts += timeouts
+        self.busy_until = self.env.now + seconds
+        started, self.started = self.started, self.env.event()
+        started.succeed()
         yield self.env.timeout(seconds)
 
 

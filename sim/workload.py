@@ -4,7 +4,9 @@ An iteration is the forward pass, the backward pass layer by layer (last layer f
 gradient buckets of PyTorch DDP (25 MB each, the first 1 MB, filled in backward order; a tensor is never
 split) whose collectives run one after another on the communication stream as soon as their bucket is full,
 overlapping the rest of the backward pass. 1-bit hooks add compression and decompression kernels that take
-their turn on the GPU. Then the optimizer step. DDP's next forward waits for every bucket.
+their turn on the GPU. Then the optimizer step. DDP's next forward waits for every bucket. GPU work that runs
+while a collective is in flight is slowed by ``OVERLAP_COMPUTE_SLOWDOWN`` (the collective's kernels share the
+GPU); the extra time is the step's ``contention_s``. A measured node's calibration includes its own contention.
 
 Optimizers mix kinds of steps, each with its share of the steps (``policy``, from each optimizer's
 ``birder_ref.registry.OptimizerSpec``): a "bucketed" kind runs its collective per bucket (a DDP communication
@@ -42,6 +44,10 @@ BUCKET_CAP_BYTES = 25 * 1024 * 1024  # torch DDP bucket_cap_mb = 25
 FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 BACKWARD_TO_FORWARD = 2.0  # backward costs about twice the forward (two matmuls per forward matmul)
 HOOK_BLOCKS_BACKWARD = True  # default: the paper's 1-bit DDP hooks wait for their collectives (sim/README.md)
+# GPU work runs this much slower while a collective is in flight beside it (NCCL's kernels share the SMs and the
+# memory bandwidth): the mean compute slowdown of overlapped execution measured by Lee et al. 2025 (arXiv
+# 2507.03114, abstract: 18.9% on average, 40.0% at most, GPT and LLaMA on 4 A100, H100, MI250 and MI210)
+OVERLAP_COMPUTE_SLOWDOWN = 0.189
 OPTIMIZERS = SIMULATED  # a live view of the registry: the simulated optimizers (read by sim.cli)
 GRAD_BITS = {"fp32": 32, "fp16": 16, "bf16": 16}  # what a full-precision gradient element travels as
 
@@ -160,6 +166,7 @@ class StepTime:
     intra_node_bytes_per_gpu: float
     inter_node_bytes_per_gpu: float
     incast_timeouts: float  # expected TCP retransmission timeouts the step's collectives lose
+    contention_s: float = 0.0  # GPU work's extra time while collectives ran beside it (OVERLAP_COMPUTE_SLOWDOWN)
 
 
 def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, trace: list | None = None) -> StepTime:
@@ -193,16 +200,31 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
     layer_done = [env.event() for _ in layers]
     compressed = not kind.full_precision
     scheme = work.scheme if spec.takes_scheme else ""
-    totals = {"compression": 0.0, "intra": 0.0, "inter": 0.0}
+    totals = {"compression": 0.0, "intra": 0.0, "inter": 0.0, "contention": 0.0}
     record = trace.append if trace is not None else None
 
     def on_gpu(name: str, seconds: float, **args):
+        # ``seconds`` of GPU work, at 1 / (1 + OVERLAP_COMPUTE_SLOWDOWN) of its pace while a collective is in flight
         with gpu.request() as turn:
             yield turn
-            start = env.now
-            yield env.timeout(seconds)
+            start, left = env.now, seconds
+            while left > 0:
+                slowed = left * (1 + OVERLAP_COMPUTE_SLOWDOWN)
+                if env.now < fabric.busy_until < env.now + slowed:  # the collective ends first
+                    span = fabric.busy_until - env.now
+                    yield env.timeout(span)
+                    left -= span / (1 + OVERLAP_COMPUTE_SLOWDOWN)
+                    totals["contention"] += span * OVERLAP_COMPUTE_SLOWDOWN / (1 + OVERLAP_COMPUTE_SLOWDOWN)
+                elif env.now < fabric.busy_until:
+                    yield env.timeout(slowed)
+                    totals["contention"] += slowed - left
+                    left = 0.0
+                else:
+                    done, begun = env.timeout(left), env.now
+                    yield done | fabric.started  # a collective may start before this work ends
+                    left = 0.0 if done.processed else left - (env.now - begun)
             if record:
-                record(("gpu", name, start, seconds, args))
+                record(("gpu", name, start, env.now - start, args))
 
     def communicate(elements: int):
         schedule = step_schedule(work.optimizer, cluster, elements, work.scheme, kind.full_precision,
@@ -272,7 +294,7 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
     env.process(iteration())
     env.run()
     return StepTime(env.now, work.accumulation_steps * compute_s + opt_s, totals["compression"], totals["intra"],
-                    totals["inter"], fabric.incast_timeouts)
+                    totals["inter"], fabric.incast_timeouts, totals["contention"])
 
 
 @dataclass(frozen=True)
@@ -287,13 +309,14 @@ class Prediction:
     scale_efficiency: float
     single_node_throughput: float
     incast_timeouts: float  # expected TCP retransmission timeouts per iteration (averaged over step kinds)
+    contention_s: float  # GPU work's extra time while collectives ran beside it (OVERLAP_COMPUTE_SLOWDOWN)
     steps: tuple[tuple[str, float, float], ...]  # (kind, share, iteration_s)
 
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("throughput", "iteration_s", "compute_s", "exposed_communication_s",
                                              "compression_s", "inter_node_bytes_per_gpu",
                                              "intra_node_bytes_per_gpu", "scale_efficiency",
-                                             "single_node_throughput", "incast_timeouts")}
+                                             "single_node_throughput", "incast_timeouts", "contention_s")}
         out["steps"] = [{"kind": k, "share": s, "iteration_s": t} for k, s, t in self.steps]
         return out
 
@@ -414,18 +437,19 @@ def predict(cluster: Cluster, model: str | None = None, params: int | None = Non
     def mean(field: str) -> float:
         return sum(k.share * getattr(t, field) for k, t in parts)
 
-    compute, compression = mean("compute_s"), mean("compression_s")
+    compute, compression, contention = mean("compute_s"), mean("compression_s"), mean("contention_s")
     return Prediction(
         throughput=throughput,
         iteration_s=iteration_s,
         compute_s=compute,
-        exposed_communication_s=max(0.0, iteration_s - compute - compression),
+        exposed_communication_s=max(0.0, iteration_s - compute - compression - contention),
         compression_s=compression,
         inter_node_bytes_per_gpu=mean("inter_node_bytes_per_gpu"),
         intra_node_bytes_per_gpu=mean("intra_node_bytes_per_gpu"),
         scale_efficiency=throughput / (cluster.n_nodes * single),
         single_node_throughput=single,
         incast_timeouts=mean("incast_timeouts"),
+        contention_s=contention,
         steps=tuple((k.name, k.share, t.iteration_s) for k, t in parts),
     )
 

@@ -63,3 +63,27 @@ def test_each_step_kind_is_its_own_process(tmp_path, capsys):
     for pid, kind in enumerate(kinds.values(), 1):
         mine = [e for e in events if e["pid"] == pid and e["cat"] in ("gpu", "exposed")]
         assert math.isclose(max(e["ts"] + e["dur"] for e in mine), kind["iteration_s"] * 1e6, rel_tol=1e-12)
+
+
+def _overlap_us(event: dict, spans: list[tuple[float, float]]) -> float:
+    return sum(max(0.0, min(event["ts"] + event["dur"], b) - max(event["ts"], a)) for a, b in spans)
+
+
+def test_gpu_work_beside_a_collective_runs_slower_by_the_sourced_factor(tmp_path, capsys):
+    """GPU work overlapped by a collective is slowed by OVERLAP_COMPUTE_SLOWDOWN (Lee et al. 2025): the step's
+    ``contention_s`` is s / (1 + s) of the GPU time the trace shows beside collectives, the step is compute +
+    compression + contention + exposed communication, and a blocking 1-bit hook (nothing beside it) has none."""
+    from sim.workload import OVERLAP_COMPUTE_SLOWDOWN as s
+
+    result, trace = _predict(tmp_path, capsys, "--model", "bert-large", "--nodes", 4, "--network", "ib-edr",
+                             "--gpu", "v100", "--single-node-throughput", 400)
+    events = _check_schema(trace)
+    spans = sorted({(e["ts"], e["ts"] + e["dur"]) for e in events if e["cat"] in ("intra", "inter")})
+    beside_us = sum(_overlap_us(e, spans) for e in events if e["cat"] == "gpu")
+    assert beside_us > 0.2 * result["iteration_s"] * 1e6  # much of the backward pass runs beside collectives
+    assert math.isclose(result["contention_s"] * 1e6, beside_us * s / (1 + s), rel_tol=1e-6)
+    parts = result["compute_s"] + result["compression_s"] + result["contention_s"] + result["exposed_communication_s"]
+    assert math.isclose(parts, result["iteration_s"], rel_tol=1e-9)
+    blocking, _ = _predict(tmp_path, capsys, "--model", "bert-large", "--nodes", 4, "--network", "ib-edr",
+                           "--optimizer", "birder", "--hook", "blocking")
+    assert blocking["contention_s"] == 0.0
