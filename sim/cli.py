@@ -578,7 +578,7 @@ def run_validate(args) -> int:
     from sim.validation import claims as paper_claims
     from sim.validation import corpus_setup, leave_one_source_out, paper, site_fit
     from sim.validation import order as optimizer_order
-    from sim.validation.stored import stored_step_jitter_fits
+    from sim.validation.stored import stored_calibration_extra, stored_step_jitter_fits
 
     if args.out:
         check_outputs(args.out, ("validation.png", "corpus_left_out.png"))
@@ -615,7 +615,8 @@ def run_validate(args) -> int:
             summary["cross_validated_mape"] = cross.mape
             summary["cross_validation"] = cross.as_dict()
         bar.set_description("validate: the corpus, each source left out")
-        loso = leave_one_source_out.corpus_validation(progress=bar, step_jitter_fits=stored_step_jitter_fits())
+        loso = leave_one_source_out.corpus_validation(progress=bar, step_jitter_fits=stored_step_jitter_fits(),
+                                                      calibration_extra=stored_calibration_extra())
     summary["corpus_validation"] = loso.as_dict()
     summary.update(_headline_figures(summary["corpus_validation"], len({r.source for r in loso.rows})))
     if args.out:
@@ -635,7 +636,8 @@ def run_validate(args) -> int:
         return 0
     from sim.validation.first_contact import LOG_PATH, headline_lines, latest_rescore, read_log
 
-    for line in headline_lines(summary["first_contact"], latest_rescore(read_log(LOG_PATH))):
+    left_out = summary["corpus_validation"].get("first_contact_left_out")
+    for line in headline_lines(summary["first_contact"], latest_rescore(read_log(LOG_PATH)), left_out):
         _say(line)
     for which in ("left_out", "in_sample"):
         f = summary[which]

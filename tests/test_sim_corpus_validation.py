@@ -304,3 +304,30 @@ def test_the_p3_16xlarge_thread_rows_are_predicted_on_ec2s_flow_cap_not_at_the_l
         assert 1.70 < corpus_setup.corpus_predict(no_cloud, False).throughput / row.throughput < 1.875
         assert abs(capped / row.throughput - 1) < 0.06
         assert 1.6 < corpus_setup.corpus_predict(in_group, False).throughput / capped < 1.7
+
+
+def _extra(log_ratio: float, groups: dict) -> dict:
+    """Ten first-contact-like rows of one source "fc-x", already predicted (``first_contact.calibration_rows``'
+    shape), half of each interval regime, all with the same normalised residual."""
+    rows = [{"source": "fc-x", "regime": uncertainty.REGIMES[i % 2], "log_ratio": log_ratio, "cap": math.inf,
+             "measured_regime": uncertainty.REGIMES[i % 2], "down": 0.1, "up": 0.1, "predicted": 100.0,
+             "measured": 100.0 * math.exp(0.1 * log_ratio), "linear": 1e9} for i in range(10)]
+    return {"sources": ["fc-x"], "rows": rows, "groups": groups}
+
+
+def test_first_contact_rows_calibrate_beside_the_corpus_but_never_their_own_interval(public):
+    """Rows already scored at first contact join the corpus's calibration (``calibration_extra``): moving their
+    residuals moves a corpus source's interval, never their own; a first-contact source that names a corpus
+    source in ``independent_of`` is held out with it, so then that corpus source's interval does not move."""
+    ib = [r for r in public if r.transport == "ib"]
+    corpus = tuple(ib + [replace(r, source="other") for r in public if r.transport == "tcp"])
+    runs = {(ratio, linked): loso.corpus_validation(corpus, "test", calibration_extra=_extra(
+        ratio, {"fc-x": ["fc-x", "other"] if linked else ["fc-x"]})) for ratio in (-3.0, 3.0) for linked in (0, 1)}
+    for linked in (0, 1):
+        low, high = runs[-3.0, linked], runs[3.0, linked]
+        assert [r[4:6] for r in low.calibration_extra] == [r[4:6] for r in high.calibration_extra]  # their own
+        moved = {p.source for a, p in zip(low.rows, high.rows, strict=True) if (a.low, a.high) != (p.low, p.high)}
+        assert ("other" in moved) == (not linked)
+        figures_of = low.summary()["first_contact_left_out"]
+        assert figures_of["rows"] == 10 and figures_of["sources"] == 1
+    assert loso.corpus_validation(corpus, "test").summary()["first_contact_left_out"] is None

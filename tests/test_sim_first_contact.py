@@ -92,3 +92,25 @@ def test_a_dry_run_scores_without_touching_the_log(tmp_path):
 def test_the_readme_leads_the_simulator_with_the_logs_first_contact_figures():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert fc.readme_block() in readme
+
+
+def test_only_sources_whose_first_contact_is_logged_calibrate_the_intervals(tmp_path):
+    """``calibration_rows`` takes the rows of logged sources only (a source not yet scored stays unseen by every
+    fit); the stored intervals were calibrated on exactly the logged sources, with residuals the model gives now."""
+    from sim.uncertainty import CROSS_VALIDATION_FILE
+
+    entries = fc.read_log()
+    one = "horovod-issue-416"
+    first = next(e for e in entries if one in e["sources"])
+    log = tmp_path / "first_contact.json"
+    log.write_text(json.dumps({"entries": [{**first, "sources": {one: first["sources"][one]},
+                                            "rows": [r for r in first["rows"] if r["source"] == one]}]}))
+    extra = fc.calibration_rows(log)
+    assert extra["sources"] == [one] and {r["source"] for r in extra["rows"]} == {one}
+    assert len(extra["rows"]) == sum(r["source"] == one for r in fc.load_rows())
+    stored = json.loads(CROSS_VALIDATION_FILE.read_text())["intervals"]["first_contact_calibration"]
+    assert stored["sources"] == sorted({r["source"] for r in fc.first_contact_rows(entries)})
+    again = [r for r in stored["rows"] if r["source"] == one]
+    assert len(again) == len(extra["rows"]) and all(
+        math.isclose(a[k], b[k], rel_tol=1e-9) for a, b in zip(again, extra["rows"], strict=True)
+        for k in ("log_ratio", "predicted", "down", "up"))

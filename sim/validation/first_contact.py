@@ -313,6 +313,38 @@ def first_contact_summary(path: str | Path = LOG_PATH, rows_path: str | Path = R
     return out
 
 
+def calibration_rows(log_path: str | Path = LOG_PATH, rows_path: str | Path = ROWS_PATH,
+                     sources_path: str | Path = SOURCES_PATH) -> dict:
+    """The first-contact rows that join the corpus in calibrating the intervals (``sim.validation.stored``): those
+    of every source whose first contact is logged, and no other (a source not yet scored stays unseen by every
+    fit). Each predicted now through the command line as ``score_row`` does: its source, interval regime,
+    normalised residual (``sim.uncertainty.normalised_residual`` with the prediction's propagated widths,
+    ``interval_model_width``) and the same of linear scaling (the interval's cap), its measured regime and the
+    numbers that make its interval. ``groups``: per source, the sources held out with it (itself and those its
+    ``independent_of`` names, either way, corpus sources included)."""
+    from sim.uncertainty import normalised_residual, regime_of_efficiency
+
+    logged = {r["source"] for r in first_contact_rows(read_log(log_path))}
+    sources = load_sources(sources_path)
+    out = []
+    for row in load_rows(rows_path, sources):
+        if row["source"] not in logged:
+            continue
+        p = run_cli(predict_argv(row))
+        down, up = p["interval_model_width"]
+        linear = row["nodes"] * row["single_node_throughput"]
+        out.append({"source": row["source"], "regime": p["interval_regime"],
+                    "log_ratio": normalised_residual(math.log(row["throughput"] / p["throughput"]), down, up),
+                    "cap": normalised_residual(math.log(linear / p["throughput"]), down, up),
+                    "measured_regime": regime_of_efficiency(row["throughput"] / linear), "down": down, "up": up,
+                    "predicted": p["throughput"], "measured": row["throughput"], "linear": linear})
+    links = {sid: {sid, *sources[sid]["independent_of"]} for sid in sorted(logged)}
+    for sid in sorted(logged):
+        for other in sources[sid]["independent_of"]:
+            links.setdefault(other, {other}).add(sid)
+    return {"sources": sorted(logged), "rows": out, "groups": {k: sorted(v) for k, v in sorted(links.items())}}
+
+
 def latest_rescore(entries: list[dict]) -> dict | None:
     """The log's last entry that scores no source for the first time (a re-score of rows already seen), or None."""
     seen, latest = set(), None
@@ -404,11 +436,12 @@ def markdown(entry: dict) -> str:
     return "\n".join(lines)
 
 
-def headline_lines(summary: dict, latest: dict | None = None) -> list[str]:
+def headline_lines(summary: dict, latest: dict | None = None, left_out: dict | None = None) -> list[str]:
     """``birder validate``'s first lines: the first-contact figures (``first_contact_summary``) pooled, by measured
     regime, per batch (the rows one model commit met first) and per source, each beside linear scaling and the
     alpha-beta ring; then the latest re-score of rows already seen (``latest``: ``latest_rescore`` of the log), which
-    is no longer first contact."""
+    is no longer first contact; then (``left_out``: the stored run's ``first_contact_left_out``) the intervals of
+    those rows with each source's group left out of the calibration they now join."""
     def line(name: str, f: dict) -> str:
         return (f"  {name}: {f['rows']} rows, median error {_percent(f['error']['median'])} (linear "
                 f"{_percent(f['linear']['median'])}, alpha-beta {_percent(f['alpha_beta']['median'])}), 80% interval "
@@ -435,13 +468,31 @@ def headline_lines(summary: dict, latest: dict | None = None) -> list[str]:
         out.append(line("pooled", now))
         out += [line(f"pooled, {regime} (measured)", f) for regime, f in now["by_measured_regime"].items()
                 if f.get("rows")]
+    if left_out:
+        def cover(name: str, f: dict) -> str:
+            return (f"  {name}: {f['rows']} rows, 80% interval covers {_percent(f['coverage'])}, median half-width "
+                    f"{_percent(f['median_half_width'])}")
+
+        out.append(f"their intervals with each source left out of the calibration they now join beside the corpus "
+                   f"({left_out['rows']} rows of {left_out['sources']} sources; sim/presets/cross_validation.json):")
+        out += [cover("pooled", left_out)] + [cover(f"pooled, {regime} (measured)", f)
+                                               for regime, f in left_out["by_measured_regime"].items() if f["rows"]]
     return out
+
+
+def stored_left_out() -> dict | None:
+    """The stored run's intervals of the first-contact rows that calibrate beside the corpus, each source's group
+    left out (``CorpusValidation.calibration_extra_figures``), or None."""
+    from sim.uncertainty import CROSS_VALIDATION_FILE
+
+    stored = json.loads(CROSS_VALIDATION_FILE.read_text()).get("intervals", {})
+    return stored.get("summary", {}).get("first_contact_left_out")
 
 
 def readme_block(log_path: str | Path = LOG_PATH) -> str:
     """The README's first-contact figures (``headline_lines`` of the log), as printed by ``birder validate``."""
-    return "```\n" + "\n".join(headline_lines(first_contact_summary(log_path), latest_rescore(read_log(log_path)))
-                                ) + "\n```"
+    return "```\n" + "\n".join(headline_lines(first_contact_summary(log_path), latest_rescore(read_log(log_path)),
+                                               stored_left_out())) + "\n```"
 
 
 def main(argv: list[str] | None = None) -> int:

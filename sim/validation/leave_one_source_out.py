@@ -206,6 +206,10 @@ class CorpusValidation:
     # the per-step jitter's fit (``nested_step_jitter``): criterion, grid, rows, sources, the value fitted on all
     # sources and the value each source's rows were predicted with (fitted without its group)
     step_jitter: dict | None = None
+    # first-contact rows that calibrate the measured-node intervals beside the corpus (after their first contact:
+    # ``first_contact.calibration_rows``), each (source, interval regime, measured regime, predicted, low, high,
+    # measured) with its interval fitted without its source's group
+    calibration_extra: tuple[tuple[str, str, str, float, float, float, float], ...] = ()
 
     def mape(self, which: str, regime: str | None = None, source: str | None = None) -> float | None:
         chosen = [r for r in self.rows if (regime is None or r.regime == regime)
@@ -288,7 +292,23 @@ class CorpusValidation:
                 "unmeasured_node": self.unmeasured_figures(),
                 "speedup_unmeasured_node": pair_figures(list(self.unmeasured_pairs)),
                 "speedup_methods": self.speedup_methods(), "speedup_nested": self.speedup_nested(),
-                "step_jitter": self.step_jitter}
+                "step_jitter": self.step_jitter, "first_contact_left_out": self.calibration_extra_figures()}
+
+    def calibration_extra_figures(self) -> dict | None:
+        """The first-contact rows that calibrate the intervals beside the corpus, each with its interval fitted
+        without its source's group: rows, sources, coverage and median half-width, overall, per interval regime
+        and per measured regime (None where there are none)."""
+        rows = self.calibration_extra
+        if not rows:
+            return None
+
+        def figures(chosen):
+            return {"rows": len(chosen), "coverage": share(low <= m <= high for *_, low, high, m in chosen),
+                    "median_half_width": median([(high - low) / 2 / p for *_, p, low, high, _ in chosen])}
+
+        return {**figures(rows), "sources": len({r[0] for r in rows}),
+                "by_regime": {reg: figures([r for r in rows if r[1] == reg]) for reg in REGIMES},
+                "by_measured_regime": {reg: figures([r for r in rows if r[2] == reg]) for reg in REGIMES}}
 
     def unmeasured_figures(self) -> dict:
         """The intervals of predictions from the built-in GPU profiles (no node measured), each source left out:
@@ -317,27 +337,42 @@ class CorpusValidation:
 _SHIPPED: list[CorpusValidation] = []  # the shipped corpus's run, once per process
 
 
-def _shipped_corpus_validation(progress=None, step_jitter_fits: dict | None = None) -> CorpusValidation:
+def _shipped_corpus_validation(progress=None, step_jitter_fits: dict | None = None,
+                               calibration_extra: dict | None = None) -> CorpusValidation:
     """The shipped corpus's validation, once per process (the command line, the stored intervals and the report
     read the same run)."""
     if not _SHIPPED:
-        _SHIPPED.append(corpus_validation(*corpus_rows(), progress=progress, step_jitter_fits=step_jitter_fits))
+        _SHIPPED.append(corpus_validation(*corpus_rows(), progress=progress, step_jitter_fits=step_jitter_fits,
+                                          calibration_extra=calibration_extra))
     return _SHIPPED[0]
 
 
 def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str | None = None,
-                      progress: tqdm | None = None, step_jitter_fits: dict | None = None) -> CorpusValidation:
+                      progress: tqdm | None = None, step_jitter_fits: dict | None = None,
+                      calibration_extra: dict | None = None) -> CorpusValidation:
     """Predict every corpus row twice (with the site profiles fitted on its source's rows, and with generic
     hardware data only), leave each source (with those sharing its testbed) out of every fit in turn, and fit
     the intervals' quantiles on the other sources' left-out log ratios. Rows the simulator cannot express are
     returned as skipped with the reason. Without ``corpus``: the shipped corpus, run once per process. The per-step
     jitter is fitted on a grid of predictions of every row (nested per held-out group; ``nested_step_jitter``),
     unless ``step_jitter_fits`` gives what a run on this same corpus stored (its summary's ``step_jitter``): then
-    only the predictions those values need are made (the figures are the same, in a fraction of the time)."""
+    only the predictions those values need are made (the figures are the same, in a fraction of the time).
+    ``calibration_extra`` (``first_contact.calibration_rows``' dict): more sources' rows, already predicted, that
+    calibrate the measured-node intervals beside the corpus's, each held out with its group as a corpus source
+    is; they fit nothing else."""
     if corpus is None:
-        return _shipped_corpus_validation(progress, step_jitter_fits)
+        return _shipped_corpus_validation(progress, step_jitter_fits, calibration_extra)
     skipped, excluded = [], []
     groups = sources_held_out_together(corpus)
+    extra = [] if calibration_extra is None else calibration_extra["rows"]
+    extra_errors = [LoggedError(r["source"], r["regime"], r["log_ratio"], r["cap"]) for r in extra]
+    # the corpus's groups joined with the extra sources' (a first-contact source may name a corpus source)
+    linked = {s: set(g) for s, g in groups.items()}
+    for s, g in ({} if calibration_extra is None else calibration_extra["groups"]).items():
+        for member in g:  # read both ways, as sources_held_out_together reads independent_of
+            linked.setdefault(member, {member}).add(s)
+            linked.setdefault(s, {s}).add(member)
+    calibration_groups = {s: frozenset(g) for s, g in linked.items()}
     expressed: list[PublishedRow] = []  # the rows the simulator can express
     at: dict[tuple[int, float], workload.Prediction] = {}  # (row, per-step jitter) -> its generic prediction
     for row in corpus:
@@ -419,15 +454,16 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
     def others_of(held: frozenset[str]) -> list[LoggedError]:
         # the other sources' rows, each predicted with the jitter fitted without the held-out group and its own
         return [logged(i, jitter_without(held | groups[row.source]))
-                for i, row in enumerate(expressed) if row.source not in held]
+                for i, row in enumerate(expressed) if row.source not in held] + [
+            e for e in extra_errors if e.source not in held]
 
-    bounds = left_out_bounds(errors, groups, others_of)
+    bounds = left_out_bounds(errors + extra_errors, calibration_groups, others_of)
     out = []
     for i, ((row, fitted, generic), e) in enumerate(zip(done, errors, strict=True)):
         reg = e.regime
         widths = widths_at[i, jitter[row.source]]
-        low, high = interval_around(generic.throughput,
-                                    scaled_bounds(regime_bounds(bounds[groups[row.source]][1], reg), *widths))
+        low, high = interval_around(generic.throughput, scaled_bounds(
+            regime_bounds(bounds[calibration_groups[row.source]][1], reg), *widths))
         high = linear_ceiling(high, generic.throughput, linear_scaling(row))
         out.append(CorpusPrediction(
             row.source, row.table, row.model, row.gpu, row.nodes, row.gpus_per_node, row.transport,
@@ -447,16 +483,24 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
     # the conformal levels, per interval regime (Mondrian), each calibrated leave-one-source-out on that regime's
     # rows to a target itself calibrated leave-one-source-out (nested), and the coverage they reach there (short of
     # nominal where even the grid's top is not enough)
-    calibrated_on = {"measured_node": errors, "unmeasured_node": u_errors_rows,
+    calibrated_on = {"measured_node": errors + extra_errors, "unmeasured_node": u_errors_rows,
                      "speedup_measured_node": paired_errors, "speedup_unmeasured_node": u_errors}
-    levels = {key: nested_calibrated_levels(errs, groups) for key, errs in calibrated_on.items()}
-    level_coverage = {key: {reg: source_coverage(errs, groups, levels[key], reg) for reg in REGIMES}
+    groups_of = {key: calibration_groups if key == "measured_node" else groups for key in calibrated_on}
+    levels = {key: nested_calibrated_levels(errs, groups_of[key]) for key, errs in calibrated_on.items()}
+    level_coverage = {key: {reg: source_coverage(errs, groups_of[key], levels[key], reg) for reg in REGIMES}
                       for key, errs in calibrated_on.items()}
+    extra_rows = []
+    for r, e in zip(extra, extra_errors, strict=True):  # each first-contact row's interval without its group
+        low, high = interval_around(r["predicted"], scaled_bounds(
+            regime_bounds(bounds[calibration_groups[r["source"]]][1], e.regime), r["down"], r["up"]))
+        extra_rows.append((r["source"], e.regime, r["measured_regime"], r["predicted"], low,
+                           linear_ceiling(high, r["predicted"], r["linear"]), r["measured"]))
 
     def pooled(errs, key):
         return interval_quantiles([(e.regime, e.log_ratio) for e in errs], levels[key])
 
-    return CorpusValidation(name or "corpus", tuple(out), tuple(skipped), pooled(errors, "measured_node"),
+    return CorpusValidation(name or "corpus", tuple(out), tuple(skipped), pooled(errors + extra_errors,
+                                                                                  "measured_node"),
                             pooled(u_errors_rows, "unmeasured_node"), tuple(pairs),
                             pooled(paired_errors, "speedup_measured_node"),
                             pooled(u_errors, "speedup_unmeasured_node"),
@@ -467,4 +511,4 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
                              "rows": len(done), "sources": len({row.source for row in expressed}),
                              "all_sources": jitter["all"],
                              "by_held_out_source": {s: v for s, v in jitter.items() if s != "all"},
-                             "fitted_without": dict(sorted(fitted_without.items()))})
+                             "fitted_without": dict(sorted(fitted_without.items()))}, tuple(extra_rows))

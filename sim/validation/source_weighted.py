@@ -23,7 +23,7 @@ import sys
 from sim.uncertainty import INTERVAL_LEVEL, REGIMES, interval_around, linear_ceiling
 from sim.validation.figures import median, percent
 from sim.validation.leave_one_source_out import CorpusPrediction, corpus_validation
-from sim.validation.stored import stored_step_jitter_fits
+from sim.validation.stored import stored_calibration_extra, stored_step_jitter_fits
 
 
 def weighted_bounds(log_ratios: list[float], weights: list[float], level: float = INTERVAL_LEVEL,
@@ -88,7 +88,7 @@ def scores(rows: list[CorpusPrediction], intervals: list[tuple[float, float]]) -
 
 def compare() -> dict:
     """Both corrections scored per measured regime on the shipped corpus's left-out predictions."""
-    run = corpus_validation(step_jitter_fits=stored_step_jitter_fits())
+    run = corpus_validation(step_jitter_fits=stored_step_jitter_fits(), calibration_extra=stored_calibration_extra())
     weighted = source_weighted_intervals(run.rows, run.held_out_groups)
     out = {}
     for regime in (*REGIMES, "all"):

@@ -51,7 +51,18 @@ def stored_step_jitter_fits() -> dict | None:
     return None
 
 
-def intervals(loso: CorpusValidation, cross: CrossValidation) -> dict:
+def stored_calibration_extra() -> dict | None:
+    """The first-contact rows that calibrated the stored intervals beside the corpus
+    (``first_contact.calibration_rows``, as the stored run predicted them), where the stored run was made on the
+    shipped corpus as it is now; else None."""
+    if CROSS_VALIDATION_FILE.exists():
+        stored = json.loads(CROSS_VALIDATION_FILE.read_text()).get("intervals", {})
+        if stored.get("corpus_sha256") == corpus_digest(corpus_rows()[0]):
+            return stored.get("first_contact_calibration")
+    return None
+
+
+def intervals(loso: CorpusValidation, cross: CrossValidation, calibration_extra: dict | None = None) -> dict:
     """What ``sim.uncertainty.stored_intervals`` reads: the bounds per basis, with the digests of the data they
     were measured on."""
     corpus, _ = corpus_rows()
@@ -70,7 +81,7 @@ def intervals(loso: CorpusValidation, cross: CrossValidation) -> dict:
             "unmeasured_node": dict(loso.quantiles_unmeasured_node),
             "speedup_measured_node": dict(loso.speedup_quantiles),
             "speedup_unmeasured_node": dict(loso.speedup_quantiles_unmeasured_node),
-            "speedup_methods": loso.speedup_methods()}
+            "speedup_methods": loso.speedup_methods(), "first_contact_calibration": calibration_extra}
 
 
 def split_mape(cross: CrossValidation) -> dict:
@@ -114,9 +125,13 @@ def stored_cross_validation() -> CrossValidation:
 def write_cross_validation() -> Path:
     """Measure the group cross-validation on the public rows and the corpus's intervals and store them (with the
     digests of the data they were measured on) for ``sim.uncertainty`` and ``validation_summary``."""
+    from sim.validation.first_contact import calibration_rows
+
     cross = group_cross_validation()
+    extra = calibration_rows()  # the first-contact rows already scored (their first contact logged)
     body = {"command": COMMAND, "rows_sha256": rows_digest(PUBLIC_CSV), **split_mape(cross),
-            "cross_validation": cross.as_dict(), "intervals": intervals(corpus_validation(), cross)}
+            "cross_validation": cross.as_dict(),
+            "intervals": intervals(corpus_validation(calibration_extra=extra), cross, extra)}
     return write_text(CROSS_VALIDATION_FILE, json.dumps(finite_json_value(body), indent=1, allow_nan=False) + "\n")
 
 
