@@ -180,15 +180,18 @@ class _LeftOutFits:
                       for held in {groups[e.source] for e in errors} for reg in REGIMES}
 
     def _covered(self, regime: str | None, excluded: frozenset[str], levels_of) -> float:
-        """Share of the rows (of ``regime``, or all) of the sources not in ``excluded`` inside intervals fitted,
-        for each held-out group, without it (and ``excluded``) at levels ``levels_of(its exclusion)``."""
-        covered = total = 0
+        """The coverage of the sources not in ``excluded``, each held-out group weighted equally: the mean over
+        those groups of the share of their rows (of ``regime``, or all) inside intervals fitted without the group
+        (and ``excluded``) at levels ``levels_of(its exclusion)``. A source with many rows counts once, as a new
+        source will (issue 27: each source weighted equally, not each row)."""
+        covered: dict[frozenset[str], list[int]] = {}
         for (held, reg), (log_ratios, caps) in self._rows.items():
             if regime in (None, reg) and log_ratios.size and not held & excluded:
                 q = self.quantiles(excluded | held, levels_of(excluded | held))
-                covered += _covered_count(log_ratios, caps, regime_bounds(q, reg))
-                total += log_ratios.size
-        return covered / total if total else 1.0
+                counts = covered.setdefault(held, [0, 0])
+                counts[0] += _covered_count(log_ratios, caps, regime_bounds(q, reg))
+                counts[1] += log_ratios.size
+        return sum(inside / total for inside, total in covered.values()) / len(covered) if covered else 1.0
 
     def quantiles(self, excluded: frozenset[str], levels: float | dict[str, float]) -> dict[str, tuple[float, float]]:
         """``interval_quantiles`` of the errors of the sources not in ``excluded``."""
@@ -233,16 +236,18 @@ class _LeftOutFits:
 
 def source_coverage(errors: list[LoggedError], groups: dict[str, frozenset[str]],
                     levels: float | dict[str, float], regime: str | None = None) -> float:
-    """Share of ``errors`` (those of interval regime ``regime``, or all) covered by intervals at conformal
-    ``levels`` (``interval_quantiles``) fitted, for each, on the errors of the sources not held out with its own
-    (``groups``): leave-one-source-out coverage. 1.0 where there is no such row."""
+    """Leave-one-source-out coverage of ``errors`` (those of interval regime ``regime``, or all) by intervals at
+    conformal ``levels`` (``interval_quantiles``) fitted, for each, on the errors of the sources not held out with
+    its own (``groups``): the mean over held-out groups of the share of their rows covered, each group weighted
+    equally. 1.0 where there is no such row."""
     return _LeftOutFits(errors, groups).coverage(levels, regime, frozenset())
 
 
 def source_calibrated_levels(errors: list[LoggedError], groups: dict[str, frozenset[str]],
                              nominal: float = INTERVAL_LEVEL) -> dict[str, float]:
     """Per interval regime, the least conformal level (``LEVEL_GRID``) at which intervals fitted
-    leave-one-source-out on ``errors`` cover at least ``nominal`` of that regime's rows; ``all`` (the pooled
+    leave-one-source-out on ``errors`` cover at least ``nominal`` of that regime's rows, each held-out group of
+    sources weighted equally (``source_coverage``); ``all`` (the pooled
     quantiles, a regime's fallback where its rows are too few to bound, ``regime_bounds``) at the highest of
     them, so a fallback is never narrower than the level its regime was calibrated at.
 
@@ -261,8 +266,8 @@ def source_calibrated_levels(errors: list[LoggedError], groups: dict[str, frozen
 def nested_calibrated_levels(errors: list[LoggedError], groups: dict[str, frozenset[str]],
                              nominal: float = INTERVAL_LEVEL) -> dict[str, float]:
     """Per interval regime, ``source_calibrated_levels`` at the least target (``LEVEL_GRID``) at which that
-    calibration, run without each source in turn, covers at least ``nominal`` of the held-out source's rows;
-    ``all`` at the highest, as there.
+    calibration, run without each source in turn, covers at least ``nominal`` of the held-out sources' rows
+    (each source's share, averaged); ``all`` at the highest, as there.
 
     The least level that covers the sources at hand as promised is chosen on those same sources, so a source
     none of them is covers less (a selection optimism: 77% of the corpus's communication-bound rows, each

@@ -114,6 +114,26 @@ def test_the_level_is_calibrated_on_whole_sources_left_out():
     assert uncertainty.left_out_bounds(moved, groups)[groups["s4"]] != bounds[groups["s4"]]
 
 
+def test_each_source_counts_once_in_the_calibration_however_many_rows_it_has():
+    """One source of 200 rows near 0 and four of 5 rows each, two at +0.3 and two at -0.3 (issue 27: each source
+    weighted equally, not each row). At the nominal level the big source's rows, left out, are covered and the
+    small ones' not: 91% of the rows but 1 source in 5. The calibration counts each source once, so it raises the
+    level until the small sources are covered too. Deterministic rows: no false-failure probability."""
+    offsets = {"s1": 0.3, "s2": 0.3, "s3": -0.3, "s4": -0.3}
+    errors = [uncertainty.LoggedError("big", "compute-bound", 0.0001 * (k - 99.5)) for k in range(200)]
+    errors += [uncertainty.LoggedError(s, "compute-bound", off + 0.005 * (k - 2)) for s, off in offsets.items()
+               for k in range(5)]
+    groups = {s: frozenset({s}) for s in ("big", *offsets)}
+    bounds = uncertainty.left_out_bounds(errors, groups)
+    nominal = {held: uncertainty.interval_quantiles(
+        [(e.regime, e.log_ratio) for e in errors if e.source not in held], 0.8)["compute-bound"] for held in bounds}
+    rows_inside = statistics.fmean(nominal[groups[e.source]][0] <= e.log_ratio <= nominal[groups[e.source]][1]
+                                   for e in errors)
+    assert rows_inside == pytest.approx(200 / 220) and uncertainty.source_coverage(errors, groups, 0.8) == 0.2
+    levels = uncertainty.source_calibrated_levels(errors, groups)
+    assert levels["compute-bound"] > 0.9 and uncertainty.source_coverage(errors, groups, levels) >= 0.8
+
+
 def test_the_calibration_target_is_itself_calibrated_on_sources_left_out():
     """Twelve sources of 20 rows, each shifted by its own offset (-0.55 .. +0.55) around a spread of +-0.095. Levels
     calibrated on eleven sources (``source_calibrated_levels``) cover only 78.3% of the twelfth's rows, source by
