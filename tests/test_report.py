@@ -312,7 +312,7 @@ def test_a_bad_price_file_stops_the_report_before_it_starts(tmp_path):
 def test_the_verdict_figure_draws_what_the_verdict_rests_on_and_its_text_fits(tmp_path):
     """One figure per verdict: the network to buy and the one not ruled out both drawn, the buy named in the title,
     and every text inside the figure (matplotlib's renderer against the figure's box)."""
-    v = verdict(toy_grid(3000.0), 16)
+    v = verdict(toy_grid(3100.0), 16)
     fig = report_plots.draw_verdict(v, v.rows)
     title = fig.axes[0].get_title()
     assert "buy 25gbe, run birder" in title and "not ruled out: 10gbe" in title
