@@ -9,12 +9,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from bad_input_harness import strict_json
 
 from birder.cli import main
 from sim import api, uncertainty
 from sim.hardware import cluster
+from sim.validation import claims as paper_claims
 from sim.validation import corpus_setup, figures, paper, site_fit
 from sim.validation import leave_one_source_out as loso
+from sim.validation import order as optimizer_order
 from sim.validation.corpus import load_corpus
 from sim.workload import predict
 
@@ -230,6 +233,55 @@ def test_validate_reports_skill_coverage_and_width_beside_the_baselines(capsys):
     rows = [line for line in text.splitlines() if line.split(" ", 1)[0] in ("all", "regime", "source")]
     assert len(rows) == len(out["table"]) and "deepspeed-onebit-adam-blog" in text  # a name longer than "name"'s
     assert {len(line) for line in rows} == {len(header)}  # every column in line, however long a source's name
+
+
+def ib_rows(tmp_path):
+    """The public InfiniBand rows alone: a group cross-validation of one site, cheap enough for a test."""
+    lines = paper.PUBLIC_CSV.read_text().splitlines()
+    path = tmp_path / "ib.csv"
+    path.write_text("\n".join(line for line in lines if "ib-hdr" in line or line.startswith("model")) + "\n")
+    return path
+
+
+def test_validate_prints_fit_and_group_cross_validation_of_whole_groups(tmp_path, capsys):
+    """`birder validate --csv`: the fit, and each optimizer and each GPU count left out in turn (the site refitted
+    without it predicts it); columns with one value (model, batch, network here) are reported as untestable, not
+    silently skipped. One run of the command serves both (each group cross-validation refits the site six times),
+    and the strict-JSON check of the default path, through cross-validation and the corpus (whose constants include
+    infinite ones: no incast onset), which browsers' JSON.parse must read."""
+    assert main(["validate", "--json", "--csv", str(ib_rows(tmp_path))]) == 0
+    out = strict_json(capsys.readouterr().out)
+    assert out["fit_mape"] < 0.10 and out["cross_validated_mape"] > out["fit_mape"]
+    assert {t["gpus"] for t in out["speedup_trend"]} == {8, 16, 32, 64}
+    cv = site_fit.CrossValidation.from_dict(out["cross_validation"])
+    assert json.dumps(cv.as_dict()) == json.dumps(out["cross_validation"])  # the JSON round-trips
+    assert {(g.left_out, str(g.value)) for g in cv.groups} == {
+        ("optimizer", "birder"), ("optimizer", "onebit-adam"), ("optimizer", "sgdm"),
+        ("gpus", "16"), ("gpus", "32"), ("gpus", "64")}
+    assert set(cv.untestable_columns) == {"model", "batch_per_gpu", "network"}
+    for g in cv.groups:
+        assert g.rows == 3 and "birder-paper-ib" in g.constants
+        held = [r for r in cv.rows if r.left_out == f"{g.left_out}={g.value}"]
+        assert len(held) == 3 and all(str(getattr(r, g.left_out)) == str(g.value) for r in held)
+    assert cv.mape == pytest.approx(paper.mape(cv.rows))
+    assert 0 < cv.mape < 0.25
+    table = paper.rows(ib_rows(tmp_path))
+    assert list(cv.rows[0].as_dict())[-1] == "left_out"  # a held-out row says which group; a plain row does not
+    assert "left_out" not in paper.compare(table[:1], table=table)[0].as_dict()
+    assert main(["validate", "--json", "--no-cross-validation"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "cross_validation" not in out and out["fit_mape"] < 0.10
+    # the same run carries the order check and the paper's claims on both bases (site profiles, generic presets)
+    table = paper.rows()
+    checks = [optimizer_order.order_check(table, basis) for basis in optimizer_order.BASES]
+    assert [c["basis"] for c in out["claims_check"]] == list(optimizer_order.BASES)
+    for got in out["claims_check"]:
+        assert got["claims"] == len(paper_claims.claims()) == len(got["verdicts"])
+        assert got["held"] == sum(v["holds"] for v in got["verdicts"])
+    assert [c["basis"] for c in out["order_check"]] == list(optimizer_order.BASES)
+    for got, check in zip(out["order_check"], checks, strict=True):
+        assert got["orders_wrong"] == check.orders_wrong
+        assert got["mape_multi_node"] == pytest.approx(paper.mape(check.multi_node))
 
 
 def test_predict_intervals_follow_the_regime_and_the_measured_node():
