@@ -4,8 +4,8 @@ with each SOURCE weighted equally instead of each row, scored leave-one-source-o
 The shipped intervals (``leave_one_source_out``) take row-weighted conformal quantiles of log(measured / predicted)
 per interval regime and raise their level until the other sources, each left out, are covered as promised
 (``sim.uncertainty.nested_calibrated_levels``, per interval regime; that coverage counts each source once, but the
-quantiles themselves weigh rows). A source with many rows then still shapes the bounds for every other. Here each row weighs 1 / (its source's rows), so every source counts once, and the bounds are the
-weighted quantiles at (1 -+ level) / 2 with the new source's own weight counted as unseen (weighted split conformal,
+quantiles themselves weigh rows). A source with many rows then still shapes the bounds for every other. Here each
+row weighs 1 / (its source's rows), so every source counts once, and the bounds are the weighted quantiles at (1 -+ level) / 2 with the new source's own weight counted as unseen (weighted split conformal,
 Tibshirani et al. 2019; grouped data, Dunn et al. 2022). Both are scored on the same left-out predictions, held-out
 group by held-out group (sources sharing a testbed leave together), with the same linear-scaling ceiling.
 
