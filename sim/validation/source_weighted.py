@@ -5,9 +5,10 @@ The shipped intervals (``leave_one_source_out``) take row-weighted conformal qua
 per interval regime and raise their level until the other sources, each left out, are covered as promised
 (``sim.uncertainty.nested_calibrated_levels``, per interval regime; that coverage counts each source once, but the
 quantiles themselves weigh rows). A source with many rows then still shapes the bounds for every other. Here each
-row weighs 1 / (its source's rows), so every source counts once, and the bounds are the weighted quantiles at (1 -+ level) / 2 with the new source's own weight counted as unseen (weighted split conformal,
-Tibshirani et al. 2019; grouped data, Dunn et al. 2022). Both are scored on the same left-out predictions, held-out
-group by held-out group (sources sharing a testbed leave together), with the same linear-scaling ceiling.
+row weighs 1 / (its source's rows), so every source counts once, and the bounds are the weighted quantiles at (1 -+
+level) / 2 with the new source's own weight counted as unseen (weighted split conformal, Tibshirani et al. 2019;
+grouped data, Dunn et al. 2022). Both are scored on the same left-out predictions, held-out group by held-out group
+(sources sharing a testbed leave together), with the same linear-scaling ceiling.
 
 ``python -m sim.validation.source_weighted`` prints coverage (of rows, and the mean over sources) and median
 half-width per measured regime for both, beside the left-out MAPE of the simulator, linear scaling and an
