@@ -420,6 +420,7 @@ def run_predict(args) -> int:
     _say(f"  iteration               {result['iteration_s'] * 1e3:12.2f} ms")
     _say(f"    compute               {result['compute_s'] * 1e3:12.2f} ms")
     _say(f"    compression           {result['compression_s'] * 1e3:12.2f} ms")
+    _say(f"    contention            {result['contention_s'] * 1e3:12.2f} ms (GPU work slowed beside collectives)")
     _say(f"    exposed communication {result['exposed_communication_s'] * 1e3:12.2f} ms")
     if result["incast_s"] > 0:
         _say(f"    TCP incast stalls     {result['incast_s'] * 1e3:12.2f} ms in the communication "

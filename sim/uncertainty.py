@@ -405,7 +405,9 @@ def prediction_interval(throughput: float, alpha_beta_efficiency: float, site_pr
         z = regime_bounds(q[key], reg)
         scales = (max(-z[0], 0.0), max(z[1], 0.0))
         bounds = scaled_bounds(z, *widths)
-        basis = (f"{reg} by {ring}, {key.replace('_', ' ')}: {q['corpus']}, each source left out, its normalised "
+        first = (q.get("first_contact_calibration") or {}).get("sources") if measured_node else None
+        rows = q["corpus"] + (f" and {len(first)} first-contact sources' rows" if first else "")
+        basis = (f"{reg} by {ring}, {key.replace('_', ' ')}: {rows}, each source left out, its normalised "
                  f"residuals' quantiles times this prediction's propagated width (down {widths[0]:.3f}, up "
                  f"{widths[1]:.3f} on log throughput: interval_drivers)")
         if z is not q[key][reg]:
