@@ -81,20 +81,13 @@ def _rank(rank: int, nodes: int, gpus: int, steps: int, wrong: bool, port: int, 
     Path(folder, f"rank{rank}.json").write_text(json.dumps(out))
 
 
-def _start_method() -> str:
-    """``forkserver`` where there is one: the ranks fork from a server that imported torch, accelerate and DDP's
-    torch._dynamo once (``spawn`` imports them again in every rank, seconds of CPU each)."""
-    if "forkserver" not in mp.get_all_start_methods():
-        return "spawn"
-    mp.set_forkserver_preload(["torch._dynamo", "accelerate", "gpu_validation.reference_check"])
-    return "forkserver"
-
-
 def run(nodes: int, gpus: int, steps: int, wrong: bool = False) -> dict:
     """Every rank's report: steps compared, elements differing from ``birder_ref``, Birder's layout, an error."""
+    from gpu_validation.launch import start_method
+
     with tempfile.TemporaryDirectory() as folder:
         mp.start_processes(_rank, args=(nodes, gpus, steps, wrong, _free_port(), folder), nprocs=nodes * gpus,
-                           start_method=_start_method())
+                           start_method=start_method(["torch._dynamo", "accelerate", "gpu_validation.reference_check"]))
         reports = [json.loads(f.read_text()) for f in sorted(Path(folder).glob("rank*.json"))]
     return {"nodes": nodes, "gpus_per_node": gpus, "wrong": wrong, "ranks": reports,
             "passed": len(reports) == nodes * gpus and all(r["mismatched"] == 0 and r["steps"] == steps

@@ -51,12 +51,17 @@ class Outcome:
                          + [f"rank {r}: {msg}" for r, msg in self.errors.items()])
 
 
-def context():
+def start_method(preload: list[str]) -> str:
+    """``forkserver``, its server told to import ``preload`` once before it forks any rank, where the platform has
+    one; else ``spawn`` (every rank then imports for itself)."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(_PRELOAD)
-    return ctx
+        return "spawn"
+    multiprocessing.set_forkserver_preload(preload)
+    return "forkserver"
+
+
+def context():
+    return multiprocessing.get_context(start_method(_PRELOAD))
 
 
 def _rank_entry(rank: int, world: int, backend: str, timeout_s: float, init_method: str, results,
