@@ -483,10 +483,9 @@ def headline_lines(summary: dict, latest: dict | None = None, left_out: dict | N
 def stored_left_out() -> dict | None:
     """The stored run's intervals of the first-contact rows that calibrate beside the corpus, each source's group
     left out (``CorpusValidation.calibration_extra_figures``), or None."""
-    from sim.uncertainty import CROSS_VALIDATION_FILE
+    from sim.uncertainty import stored_intervals
 
-    stored = json.loads(CROSS_VALIDATION_FILE.read_text()).get("intervals", {})
-    return stored.get("summary", {}).get("first_contact_left_out")
+    return stored_intervals()["summary"].get("first_contact_left_out")
 
 
 def readme_block(log_path: str | Path = LOG_PATH) -> str:

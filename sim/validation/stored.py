@@ -40,26 +40,27 @@ def corpus_digest(corpus) -> str:
     return hashlib.sha256(repr(tuple(corpus)).encode()).hexdigest()
 
 
-def stored_step_jitter_fits() -> dict | None:
-    """The per-step jitter's fits (``corpus_validation``'s summary ``step_jitter``) stored with the intervals,
-    where they were made on the shipped corpus as it is now; else None (fitted anew)."""
+def _stored_on_this_corpus() -> dict:
+    """The stored run's ``intervals`` where it was made on the shipped corpus as it is now; else {}."""
     if CROSS_VALIDATION_FILE.exists():
         stored = json.loads(CROSS_VALIDATION_FILE.read_text()).get("intervals", {})
         if stored.get("corpus_sha256") == corpus_digest(corpus_rows()[0]):
-            fits = stored.get("summary", {}).get("step_jitter")
-            return fits if fits and "fitted_without" in fits else None
-    return None
+            return stored
+    return {}
+
+
+def stored_step_jitter_fits() -> dict | None:
+    """The per-step jitter's fits (``corpus_validation``'s summary ``step_jitter``) stored with the intervals,
+    where they were made on the shipped corpus as it is now; else None (fitted anew)."""
+    fits = _stored_on_this_corpus().get("summary", {}).get("step_jitter")
+    return fits if fits and "fitted_without" in fits else None
 
 
 def stored_calibration_extra() -> dict | None:
     """The first-contact rows that calibrated the stored intervals beside the corpus
     (``first_contact.calibration_rows``, as the stored run predicted them), where the stored run was made on the
     shipped corpus as it is now; else None."""
-    if CROSS_VALIDATION_FILE.exists():
-        stored = json.loads(CROSS_VALIDATION_FILE.read_text()).get("intervals", {})
-        if stored.get("corpus_sha256") == corpus_digest(corpus_rows()[0]):
-            return stored.get("first_contact_calibration")
-    return None
+    return _stored_on_this_corpus().get("first_contact_calibration")
 
 
 def intervals(loso: CorpusValidation, cross: CrossValidation, calibration_extra: dict | None = None) -> dict:
