@@ -37,6 +37,7 @@ from sim.hardware import (
     MAX_OVERSUBSCRIPTION,
     NETWORKS,
     Cluster,
+    check_collective_efficiency,
     check_measured_rate,
     check_nics_per_node,
     check_sockets_per_connection,
@@ -210,6 +211,9 @@ def _workload_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
                    help="per-step jitter of each GPU's step time (standard deviation / median, fresh each step); "
                         f"0 turns it off (default {STEP_JITTER_CV:.2f}, FITTED on the validation corpus, "
                         "sim/presets/step_jitter.toml; or the TOML's step_jitter_cv)")
+    p.add_argument("--collective-efficiency", type=float, default=None, metavar="E",
+                   help="share of the inter-node payload rate (what a collective benchmark such as nccl-tests "
+                        "reaches) that training's collectives reach, in (0, 1]: a what-if input (default 1)")
     p.add_argument("--hook", choices=("blocking", "overlapped"), default=None,
                    help="whether a 1-bit DDP hook holds up the backward pass until its collectives return "
                         "(blocking: the paper's hook; default) or overlaps it like DDP's all-reduce" + shared)
@@ -292,6 +296,11 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
         c = replace(c, step_jitter_cv=check_step_jitter_cv(jitter_cv, "--step-jitter-cv"), provenance=tuple(
             p for p in c.provenance if p[0] != "step jitter") + (
             ("step jitter", f"{jitter_cv:g} of the median step per GPU (command line)"),))
+    efficiency = getattr(args, "collective_efficiency", None)
+    if efficiency is not None:
+        c = replace(c, collective_efficiency=check_collective_efficiency(efficiency, "--collective-efficiency"),
+                    provenance=c.provenance + (("collective efficiency",
+                                                f"{efficiency:g} of the inter-node payload rate (command line)"),))
     if getattr(args, "cluster", None) and args.intra:
         c = replace(c, intra=intra_preset(args.intra),
                     provenance=c.provenance + (("intra", f"preset {args.intra} (command line)"),))

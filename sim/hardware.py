@@ -291,6 +291,10 @@ class Cluster(OnLayout):
     # None: the library's default for the NIC's vendor
     gpu_speed_cv: float = GPU_SPEED_CV  # spread of per-GPU speed (sim/stragglers.py); 0: every GPU equally fast
     step_jitter_cv: float = STEP_JITTER_CV  # per-step jitter of each GPU's step (sim/stragglers.py); 0: none
+    # share of the path's payload rate (nic_limits: what a collective benchmark reaches) that training's collectives
+    # reach between nodes; 1 (the default): all of it. A what-if input (birder predict --collective-efficiency),
+    # not a hardware constant: no published figure gives it
+    collective_efficiency: float = 1.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.layout, Layout):
@@ -316,6 +320,7 @@ class Cluster(OnLayout):
             check_sockets_per_connection(self.sockets_per_connection, "cluster: sockets_per_connection")
         check_gpu_speed_cv(self.gpu_speed_cv, "cluster: gpu_speed_cv")
         check_step_jitter_cv(self.step_jitter_cv, "cluster: step_jitter_cv")
+        check_collective_efficiency(self.collective_efficiency, "cluster: collective_efficiency")
 
     @property
     def n_gpus(self) -> int:
@@ -334,8 +339,9 @@ class Cluster(OnLayout):
 
     @property
     def rail_bandwidth(self) -> float:
-        """Payload bytes/s one rail moves per direction: its NICs together."""
-        return self.nic_bandwidth * self.nic.count / self.rails
+        """Payload bytes/s one rail moves per direction in training: its NICs together, times the share of
+        their rate training's collectives reach (``collective_efficiency``)."""
+        return self.nic_bandwidth * self.nic.count / self.rails * self.collective_efficiency
 
     def nic_limits(self) -> dict[str, float]:
         """Bytes/s one NIC moves per direction under each limit of its path: the wire (line rate x payload
@@ -400,6 +406,14 @@ def nccl_channels(cluster: Cluster) -> int:
     one GPU or over PCIe it stays one per NIC: a simplification of its 25 GB/s test); at most MAX_CHANNELS."""
     per_nic = 2 if cluster.intra.kind == "nvlink" and cluster.gpus_per_node > 1 else 1
     return min(per_nic * cluster.nic.count, MAX_CHANNELS)
+
+
+def check_collective_efficiency(value: Any, owner: str) -> float:
+    """A share of the inter-node payload rate that training's collectives reach: a number in (0, 1]; one
+    ValueError naming ``owner`` otherwise."""
+    if not (isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 1):
+        raise ValueError(f"{owner} must be a number in (0, 1] (a share of the link's payload rate), got {value!r}")
+    return float(value)
 
 
 MAX_SOCKETS_PER_CONNECTION = 64  # NCCL's MAX_SOCKETS (src/transport/net_socket.cc): it caps the product there

@@ -87,6 +87,14 @@ def test_a_dry_run_scores_without_touching_the_log(tmp_path):
     entry = fc.score(log_path=log, progress=False, only=["horovod-issue-416"], log=False)
     assert entry["pooled"]["all"]["rows"] == len(entry["rows"]) == 1
     assert log.read_text() == '{"entries": []}\n'
+    # a what-if adds predict options to every row, and only a dry run may
+    what_if = fc.score(log_path=log, progress=False, only=["horovod-issue-416"], log=False,
+                       what_if=["--collective-efficiency", "0.5"])
+    assert what_if["rows"][0]["argv"][-2:] == ["--collective-efficiency", "0.5"]
+    assert what_if["rows"][0]["predicted"] < entry["rows"][0]["predicted"]
+    with pytest.raises(ValueError, match="dry run"):
+        fc.score(log_path=log, progress=False, only=["horovod-issue-416"], what_if=["--collective-efficiency", "0.5"])
+    assert log.read_text() == '{"entries": []}\n'
 
 
 def test_the_readme_leads_the_simulator_with_the_logs_first_contact_figures():

@@ -147,10 +147,12 @@ def corpus_cluster(row: PublishedRow, fitted: bool) -> Cluster:
 
 
 def corpus_predict(row: PublishedRow, fitted: bool, measured_node: bool = True,
-                   step_jitter_cv: float | None = None) -> workload.Prediction:
+                   step_jitter_cv: float | None = None, collective_efficiency: float = 1.0
+                   ) -> workload.Prediction:
     """The simulator's prediction (``sim.workload.Prediction``) for a row, calibrated by its single-node
     throughput (``measured_node``; else compute from the built-in GPU profiles), with per-step jitter
-    ``step_jitter_cv`` (None: the shipped one); ValueError if the set-up cannot be expressed."""
+    ``step_jitter_cv`` (None: the shipped one) and ``collective_efficiency`` (``Cluster``'s); ValueError if the
+    set-up cannot be expressed."""
     optimizer = SIMULATED_AS.get(row.optimizer, row.optimizer)
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer {row.optimizer!r} is not simulated")
@@ -159,6 +161,7 @@ def corpus_predict(row: PublishedRow, fitted: bool, measured_node: bool = True,
     c = corpus_cluster(row, fitted)
     if step_jitter_cv is not None:
         c = replace(c, step_jitter_cv=step_jitter_cv)
+    c = replace(c, collective_efficiency=collective_efficiency)
     known = row.model in MODELS
     p = predict(c, model=row.model if known else None, params=None if known else int(row.params),
                 batch_per_gpu=int(row.batch_per_gpu), optimizer=optimizer,

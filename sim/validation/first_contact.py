@@ -139,13 +139,13 @@ def model_params(row: dict) -> int:
     return model_profile(row["model"]).n_params
 
 
-def score_row(row: dict) -> dict:
+def score_row(row: dict, what_if: list[str] = ()) -> dict:
     """One row scored: the CLI's prediction, interval and interval regime (an alpha-beta ring with the simulator's
     incast stalls: ``sim.validation.corpus_setup.row_interval_regime``'s rule, as ``birder predict`` keys its
-    interval), the two baselines and the measured regime."""
+    interval), the two baselines and the measured regime; ``what_if``: options added to the row's."""
     from sim.uncertainty import alpha_beta_throughput, gradient_bits, regime_of_efficiency
 
-    argv = predict_argv(row)
+    argv = predict_argv(row) + list(what_if)
     out = run_cli(argv)
     linear = row["nodes"] * row["single_node_throughput"]
     samples_per_node = row["gpus_per_node"] * row["batch_per_gpu"] * row["accumulation_steps"]
@@ -238,9 +238,12 @@ def append_entry(entry: dict, path: str | Path = LOG_PATH) -> None:
 
 
 def score(rows_path: str | Path = ROWS_PATH, log_path: str | Path = LOG_PATH, progress: bool = True,
-          only: list[str] | None = None, log: bool = True) -> dict:
+          only: list[str] | None = None, log: bool = True, what_if: list[str] | None = None) -> dict:
     """Score every row (or the rows of the sources ``only``: a new source's first contact), append the entry to
-    the log (unless ``log`` is false: a dry run that writes nothing) and return it."""
+    the log (unless ``log`` is false: a dry run that writes nothing) and return it. ``what_if``: ``birder
+    predict`` options added to every row's (a dry run only: what the shipped model does not do is never logged)."""
+    if what_if and log:
+        raise ValueError("a what-if (options beyond the rows' own) is a dry run: add --no-log")
     rows = load_rows(rows_path)
     if only:
         unknown = set(only) - {row["source"] for row in rows}
@@ -250,7 +253,7 @@ def score(rows_path: str | Path = ROWS_PATH, log_path: str | Path = LOG_PATH, pr
     commit = model_commit()
     scored = []
     for i, row in enumerate(rows, start=1):
-        scored.append(score_row(row))
+        scored.append(score_row(row, what_if or []))
         if progress:
             print(f"\r{i}/{len(rows)} rows scored", end="", file=sys.stderr, flush=True)
     if progress:
@@ -499,9 +502,13 @@ def main(argv: list[str] | None = None) -> int:
     dry_run = argv[:1] == ["score"] and "--no-log" in argv
     if dry_run:
         argv = [a for a in argv if a != "--no-log"]
+    what_if = []
+    if dry_run and "--what-if" in argv:  # everything after it goes to birder predict
+        at = argv.index("--what-if")
+        argv, what_if = argv[:at], argv[at + 1:]
     if argv[:1] == ["score"] and all(a == "--source" for a in argv[1::2]) and len(argv) % 2 == 1:
         try:
-            entry = score(progress=sys.stderr.isatty(), only=argv[2::2] or None, log=not dry_run)
+            entry = score(progress=sys.stderr.isatty(), only=argv[2::2] or None, log=not dry_run, what_if=what_if)
         except ValueError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
@@ -520,8 +527,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) == 2 and argv[0] == "plot" and argv[1].endswith(".png"):
         print(plot(argv[1]))
         return 0
-    print("usage: python -m sim.validation.first_contact score [--no-log] [--source ID ...] | show | readme | "
-          "plot OUT.png", file=sys.stderr)
+    print("usage: python -m sim.validation.first_contact score [--no-log] [--source ID ...] "
+          "[--what-if PREDICT-OPTIONS (with --no-log)] | show | readme | plot OUT.png", file=sys.stderr)
     return 2
 
 
