@@ -109,7 +109,7 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
     efficiency = incast_slowed(naive, c.n_nodes * samples, incast_s) / (c.n_nodes * out["single_node_throughput"])
     regime = interval_regime(efficiency)
     not_modelled = unmodelled(c, accumulation_steps)
-    widths = model_uncertainty(c, out, single_node_throughput is not None, not_modelled)
+    widths = model_uncertainty(c, out, single_node_throughput is not None, not_modelled, accumulation_steps)
     low, high, basis, scales = prediction_interval(out["throughput"], efficiency, site,
                                                    single_node_throughput is not None,
                                                    calibrated=c.nic.fitted and not c.nic.fitted_on,
@@ -118,7 +118,7 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
         # not knowing the node cannot make the rest better known: at least the interval the same prediction
         # would take with its node measured (the unmeasured rows' residuals, dominated by the built-in profiles'
         # spread, scale the other inputs' widths down where compute matters little)
-        known = model_uncertainty(c, out, True, not_modelled)
+        known = model_uncertainty(c, out, True, not_modelled, accumulation_steps)
         low_m, high_m, _, _ = prediction_interval(out["throughput"], efficiency, None, True, incast=incast_s > 0,
                                                   widths=(known.down, known.up))
         if low_m < low or high_m > high:
@@ -187,7 +187,8 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                 "step_jitter_cv": c.step_jitter_cv, "collective_efficiency": c.collective_efficiency,
                 "unmodelled": not_modelled, "interval_drivers": drivers,
                 "interval_model_width": [widths.down, widths.up],
-                "straggler_factor": straggler_factor(c.n_gpus, c.gpus_per_node, c.straggler_cv)})
+                "straggler_factor": straggler_factor(c.n_gpus, c.gpus_per_node,
+                                                     c.straggler_cv_over(accumulation_steps))})
     return out
 
 

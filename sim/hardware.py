@@ -20,7 +20,7 @@ from typing import Any
 
 from birder_ref.schedules import Layout, OnLayout
 from safeio.inputs import read_text_bounded
-from sim.stragglers import GPU_SPEED_CV, STEP_JITTER_CV, check_gpu_speed_cv, check_step_jitter_cv, combined_cv
+from sim.stragglers import GPU_SPEED_CV, STEP_JITTER_CV, check_gpu_speed_cv, check_step_jitter_cv, step_cv
 
 GPU_SPEED_DEFAULT = ("gpu speed spread", f"{GPU_SPEED_CV:.4f} of the median per GPU (default: Sinha et al., SC'22)")
 
@@ -328,8 +328,14 @@ class Cluster(OnLayout):
 
     @property
     def straggler_cv(self) -> float:
-        """sigma of one GPU's step within a step: the speed spread and the per-step jitter (sim/stragglers.py)."""
-        return combined_cv(self.gpu_speed_cv, self.step_jitter_cv)
+        """sigma of one GPU's step within a step of one micro-batch: the speed spread and the per-step jitter
+        (sim/stragglers.py)."""
+        return step_cv(self.gpu_speed_cv, self.step_jitter_cv)
+
+    def straggler_cv_over(self, micro_batches: int) -> float:
+        """The same for a step of ``micro_batches`` micro-batches: the jitter averages over them
+        (``sim.stragglers.step_cv``)."""
+        return step_cv(self.gpu_speed_cv, self.step_jitter_cv, micro_batches)
 
     @property
     def rails(self) -> int:

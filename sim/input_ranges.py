@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from sim.hardware import PRESETS, Cluster, framework_preset
-from sim.stragglers import combined_cv, straggler_factor
+from sim.stragglers import step_cv, straggler_factor
 
 INPUT_RANGES_FILE = PRESETS / "input_ranges.toml"
 COMPONENTS = ("compute", "inter", "intra", "exposed", "compression")
@@ -148,7 +148,7 @@ def uncertain_inputs(c: Cluster, measured_node: bool, unmodelled: list[str] | tu
     out.append((r["framework.cycle" if framework.cycle > 0 else "framework.allreduce"], f"framework {c.framework}"))
     out.append((r["step_jitter"], f"per-step jitter cv {c.step_jitter_cv:g}"))
     for sentence in unmodelled:
-        if sentence in covered or sentence.startswith("Per-step jitter") or (
+        if sentence in covered or (
                 "placement group" in sentence and "placement group" in covered):
             continue
         out.append((replace(r["unmodelled"], name=f"unmodelled: {sentence}"), "birder predict --json unmodelled"))
@@ -202,16 +202,17 @@ class ModelUncertainty:
 
 
 def model_uncertainty(c: Cluster, p: Mapping, measured_node: bool,
-                      unmodelled: list[str] | tuple[str, ...] = ()) -> ModelUncertainty:
+                      unmodelled: list[str] | tuple[str, ...] = (), accumulation_steps: int = 1) -> ModelUncertainty:
     """Propagate the uncertain inputs of prediction ``p`` on ``c`` (``uncertain_inputs``) one at a time
-    (``step_time_at``) into the widths down and up of log(throughput) (root sum of squares)."""
+    (``step_time_at``) into the widths down and up of log(throughput) (root sum of squares); the per-step
+    jitter averages over the step's ``accumulation_steps`` micro-batches, as in the prediction."""
     parts = step_parts(c, p)
     drivers = []
     for spec, why in uncertain_inputs(c, measured_node, unmodelled):
         if spec.key == "step_jitter":
-            base = straggler_factor(c.n_gpus, c.gpus_per_node, c.straggler_cv)
+            base = straggler_factor(c.n_gpus, c.gpus_per_node, c.straggler_cv_over(accumulation_steps))
             factors = [straggler_factor(c.n_gpus, c.gpus_per_node,
-                                        combined_cv(c.gpu_speed_cv, c.step_jitter_cv * m)) / base
+                                        step_cv(c.gpu_speed_cv, c.step_jitter_cv * m, accumulation_steps)) / base
                        for m in (spec.low, spec.high)]
         else:
             factors = [spec.low, spec.high]

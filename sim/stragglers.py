@@ -17,6 +17,12 @@ N(0, cv_speed^2 + cv_step^2), so the expected step (over both draws) is t (1 + s
 sigma = sqrt(cv_speed^2 + cv_step^2), and the factor above keeps its form with sigma for cv. The per-step cv has no
 published source: it is fitted on the validation corpus (presets/step_jitter.toml,
 sim/validation/leave_one_source_out.py).
+
+With gradient accumulation a step is K micro-batches between two synchronisations, and the jitter is taken fresh
+for each micro-batch (data loading, OS noise and framework hiccups strike a forward + backward, not a
+synchronisation), independent across them: a GPU's step is then K t (1 + s_i + mean_k e_ikt), and the mean of K
+independent N(0, cv_step^2) draws is N(0, cv_step^2 / K). The persistent spread does not average. So
+sigma = sqrt(cv_speed^2 + cv_step^2 / K) (``step_cv``; issue 27 asks for the jitter to average over micro-batches).
 """
 
 from __future__ import annotations
@@ -67,6 +73,15 @@ def check_step_jitter_cv(value, owner: str) -> float:
 def combined_cv(gpu_speed_cv: float, step_jitter_cv: float) -> float:
     """sigma of one GPU's step within one step: the persistent spread and the per-step jitter, independent."""
     return math.hypot(gpu_speed_cv, step_jitter_cv)
+
+
+def step_cv(gpu_speed_cv: float, step_jitter_cv: float, micro_batches: int = 1) -> float:
+    """sigma of one GPU's optimizer step of ``micro_batches`` micro-batches relative to its mean (module docstring):
+    the persistent spread, and the per-micro-batch jitter averaged over the micro-batches, sqrt(cv_speed^2 +
+    cv_step^2 / K)."""
+    if not (isinstance(micro_batches, int) and not isinstance(micro_batches, bool) and micro_batches >= 1):
+        raise ValueError(f"step_cv: micro_batches must be a positive integer, got {micro_batches!r}")
+    return combined_cv(gpu_speed_cv, step_jitter_cv / math.sqrt(micro_batches))
 
 
 @lru_cache(maxsize=1024)

@@ -1002,10 +1002,6 @@ def unmodelled(cluster: Cluster, accumulation_steps: int = 1) -> list[str]:
     ``unmodelled``; empty where every mechanism it uses is modelled): the framework's own (presets/frameworks.toml
     ``unmodelled``, where more than one node talks through it) and the assumptions a setting leans on."""
     out = list(framework_preset(cluster.framework).unmodelled) if cluster.n_nodes > 1 else []
-    if accumulation_steps > 1 and cluster.step_jitter_cv > 0 and cluster.n_nodes > 1:
-        out.append(f"Per-step jitter is taken as that of a one-micro-batch step, whatever the {accumulation_steps} "
-                   "micro-batches of a step: whether it averages over them (1/sqrt(K) if independent) is not "
-                   "modelled; the fitted figure was fitted that way.")
     if cluster.nic.placement_group and cluster.comm_library == "nccl-before-2.4.8" and cluster.n_nodes > 1:
         out.append("The EC2 per-flow cap inside a placement group with NCCL before 2.4.8 is checked by no published "
                    "row: one thread reports a 13% gain where the model gives 60-70%.")

@@ -18,6 +18,7 @@ from sim.stragglers import (
     STEP_JITTER_GRID,
     combined_cv,
     expected_max_normal,
+    step_cv,
     straggler_factor,
 )
 from sim.validation import corpus_setup
@@ -51,6 +52,39 @@ def test_step_factor_against_a_measured_node_keeps_its_form_with_sigma():
     assert cluster("ib-hdr", 4).straggler_cv == sigma
     assert straggler_factor(32, 8, sigma) == pytest.approx(
         (1 + sigma * expected_max_normal(32)) / (1 + sigma * expected_max_normal(8)), rel=1e-15)
+
+
+def test_jitter_averages_over_accumulated_micro_batches_and_the_spread_does_not(capsys):
+    """Monte Carlo, seeded: each GPU's step of K micro-batches is the sum of K draws of (1 + s_i + e_ik), s_i once
+    per job, e_ik fresh each micro-batch; the mean slowest step over K is 1 + sigma E[M_p] with sigma =
+    sqrt(cv_speed^2 + cv_step^2 / K) (``step_cv``). Same CLT band as above (false failure < 1e-10); the
+    unaveraged sigma lies far outside it. A prediction with K micro-batches reports the factor of that sigma."""
+    from birder.cli import main
+
+    rng = np.random.default_rng(2027)
+    gpus, k, cv_speed, cv_step, jobs = 64, 16, GPU_SPEED_CV, 0.1, 4000
+    s = rng.normal(0.0, cv_speed, size=(jobs, 1, gpus))
+    e = rng.normal(0.0, cv_step, size=(jobs, k, gpus)).mean(axis=1, keepdims=True)
+    job_slowest = (1 + s + e).max(axis=2)[:, 0]
+    estimate, stderr = job_slowest.mean(), job_slowest.std(ddof=1) / math.sqrt(jobs)
+    assert abs(estimate - (1 + step_cv(cv_speed, cv_step, k) * expected_max_normal(gpus))) <= 6.5 * stderr
+    assert abs(estimate - (1 + combined_cv(cv_speed, cv_step) * expected_max_normal(gpus))) > 20 * stderr
+    assert step_cv(cv_speed, cv_step, 1) == combined_cv(cv_speed, cv_step)
+    assert step_cv(0.02, 0.0, 7) == 0.02  # no jitter: nothing to average
+    with pytest.raises(ValueError, match="micro_batches"):
+        step_cv(0.02, 0.04, 0)
+    c = cluster("ib-hdr", 16)
+    args = ["predict", "--json", "--quiet", "--model", "bert-large", "--nodes", "16", "--network", "ib-hdr",
+            "--single-node-throughput", "400", "--accumulation-steps", "4"]
+    out = {}
+    for jitter in ("0.1", "0"):
+        assert main(args + ["--step-jitter-cv", jitter]) == 0
+        out[jitter] = json.loads(capsys.readouterr().out)
+    assert out["0.1"]["straggler_factor"] == pytest.approx(
+        straggler_factor(128, 8, step_cv(c.gpu_speed_cv, 0.1, 4)), rel=1e-12)
+    assert out["0.1"]["straggler_factor"] < straggler_factor(128, 8, combined_cv(c.gpu_speed_cv, 0.1))
+    assert out["0"]["straggler_factor"] == pytest.approx(straggler_factor(128, 8, c.gpu_speed_cv), rel=1e-12)
+    assert not any("micro-batch" in sentence for sentence in out["0.1"]["unmodelled"])
 
 
 def test_fit_picks_the_unbiased_grid_value_and_leaves_each_group_out():

@@ -105,7 +105,7 @@ def row_widths(row: PublishedRow, p: workload.Prediction, step_jitter_cv: float,
     """A corpus row's propagated log-widths (down, up: ``sim.input_ranges.model_uncertainty``) on its generic
     cluster with the per-step jitter it was predicted with, as ``birder predict`` computes them."""
     c = replace(corpus_cluster(row, False), step_jitter_cv=step_jitter_cv)
-    u = model_uncertainty(c, p.as_dict(), measured_node, unmodelled(c, row.grad_accum))
+    u = model_uncertainty(c, p.as_dict(), measured_node, unmodelled(c, row.grad_accum), row.grad_accum)
     return u.down, u.up
 
 
