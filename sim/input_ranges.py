@@ -87,12 +87,13 @@ class StepParts:
 def step_parts(c: Cluster, p: Mapping) -> StepParts:
     """The breakdown of prediction ``p`` (``birder predict --json``'s keys) on ``c``: a link class's busy time is
     the bytes one GPU sends through it over that GPU's share of its bandwidth (the node's NICs' payload rate,
-    ``Cluster.nic_bandwidth``; the GPU's intra-node port), at least the exposed communication and at most the
-    step."""
+    ``Cluster.nic_bandwidth``, times the share training's collectives reach; the GPU's intra-node port), at least
+    the exposed communication and at most the step."""
     t, exposed = p["iteration_s"], p["exposed_communication_s"]
     inter = intra = 0.0
     if c.n_nodes > 1:
-        inter = p["inter_node_bytes_per_gpu"] * c.gpus_per_node / (c.nic_bandwidth * c.nic.count)
+        inter = p["inter_node_bytes_per_gpu"] * c.gpus_per_node / (
+            c.nic_bandwidth * c.nic.count * c.collective_efficiency)
         inter = min(max(inter, exposed), t)
     if c.gpus_per_node > 1:
         intra = min(p["intra_node_bytes_per_gpu"] / c.intra.port_bandwidth, t)
