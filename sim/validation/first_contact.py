@@ -372,7 +372,7 @@ def plot(path: str | Path, log_path: str | Path = LOG_PATH) -> Path:
     rows = first_contact_rows(read_log(log_path))
     if not rows:
         raise ValueError(f"no entries in {log_path}")
-    fig, ax = plt.subplots(figsize=(9, 5.5))
+    fig, ax = plt.subplots(figsize=(13, 6))
     markers = "osD^vP*Xh<>"
     for i, source in enumerate(sorted({r["source"] for r in rows})):
         mine = [r for r in rows if r["source"] == source]
@@ -398,7 +398,9 @@ def plot(path: str | Path, log_path: str | Path = LOG_PATH) -> Path:
     ax.set_ylabel("predicted / measured (80% interval); grey dash: alpha-beta ring")
     ax.set_title(f"First contact: {len(rows)} published rows the frozen model never saw (hollow: not expressible)",
                  fontsize=10)
-    ax.legend(fontsize=7, loc="upper right")
+    # beside the axes: with tens of sources a legend inside would hide the rows near linear scaling
+    labels = len(ax.get_legend_handles_labels()[1])
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), ncol=1 + labels // 24, borderaxespad=0.0)
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
