@@ -123,3 +123,15 @@ def test_only_sources_whose_first_contact_is_logged_calibrate_the_intervals(tmp_
     assert len(again) == len(extra["rows"]) and all(
         math.isclose(a[k], b[k], rel_tol=1e-9) for a, b in zip(again, extra["rows"], strict=True)
         for k in ("log_ratio", "predicted", "down", "up"))
+
+
+def test_plot_writes_one_png_of_every_logged_row(tmp_path):
+    """``first_contact plot``: a PNG (written atomically) of every source's first-contact rows; an empty log is one
+    ValueError."""
+    out = fc.plot(tmp_path / "fc.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000
+    assert [p.name for p in tmp_path.iterdir()] == ["fc.png"]  # no temporary left behind
+    empty = tmp_path / "empty.json"
+    empty.write_text('{"entries": []}\n')
+    with pytest.raises(ValueError, match="no entries"):
+        fc.plot(tmp_path / "none.png", log_path=empty)
