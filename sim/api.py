@@ -187,8 +187,7 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                 "step_jitter_cv": c.step_jitter_cv, "collective_efficiency": c.collective_efficiency,
                 "unmodelled": not_modelled, "interval_drivers": drivers,
                 "interval_model_width": [widths.down, widths.up],
-                "straggler_factor": straggler_factor(c.n_gpus, c.gpus_per_node,
-                                                     c.straggler_cv_over(accumulation_steps))})
+                "straggler_factor": straggler_factor(c.n_gpus, c.gpus_per_node, c.straggler_cv(accumulation_steps))})
     return out
 
 

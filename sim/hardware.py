@@ -326,15 +326,9 @@ class Cluster(OnLayout):
     def n_gpus(self) -> int:
         return self.layout.n_ranks
 
-    @property
-    def straggler_cv(self) -> float:
-        """sigma of one GPU's step within a step of one micro-batch: the speed spread and the per-step jitter
-        (sim/stragglers.py)."""
-        return step_cv(self.gpu_speed_cv, self.step_jitter_cv)
-
-    def straggler_cv_over(self, micro_batches: int) -> float:
-        """The same for a step of ``micro_batches`` micro-batches: the jitter averages over them
-        (``sim.stragglers.step_cv``)."""
+    def straggler_cv(self, micro_batches: int = 1) -> float:
+        """sigma of one GPU's step of ``micro_batches`` micro-batches within a step: the speed spread and the
+        per-step jitter, which averages over the micro-batches (``sim.stragglers.step_cv``)."""
         return step_cv(self.gpu_speed_cv, self.step_jitter_cv, micro_batches)
 
     @property

@@ -211,7 +211,7 @@ def model_uncertainty(c: Cluster, p: Mapping, measured_node: bool,
     drivers = []
     for spec, why in uncertain_inputs(c, measured_node, unmodelled):
         if spec.key == "step_jitter":
-            base = straggler_factor(c.n_gpus, c.gpus_per_node, c.straggler_cv_over(accumulation_steps))
+            base = straggler_factor(c.n_gpus, c.gpus_per_node, c.straggler_cv(accumulation_steps))
             factors = [straggler_factor(c.n_gpus, c.gpus_per_node,
                                         step_cv(c.gpu_speed_cv, c.step_jitter_cv * m, accumulation_steps)) / base
                        for m in (spec.low, spec.high)]

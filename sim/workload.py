@@ -177,8 +177,7 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
     layer's backward, and the bucket collectives waiting on it, ends that much later. ``trace``: a list that
     receives the step's events as (track, name, start_s, duration_s, args) in the order they end (``sim.trace``):
     track ``gpu`` for work on the GPU, ``intra``/``inter`` for each NCCL operation on the link classes it crosses."""
-    compute_s *= straggler_factor(cluster.n_gpus, cluster.gpus_per_node,
-                                  cluster.straggler_cv_over(work.accumulation_steps))
+    compute_s *= straggler_factor(cluster.n_gpus, cluster.gpus_per_node, cluster.straggler_cv(work.accumulation_steps))
     framework = framework_preset(cluster.framework)
     if framework.whole_variables and framework.pattern == "summation-servers" and cluster.n_nodes > 1:
         # each variable whole on one server: spread over as many servers as carry the busiest one's share

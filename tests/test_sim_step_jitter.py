@@ -49,7 +49,7 @@ def test_expected_step_with_a_persistent_spread_and_per_step_jitter_is_the_combi
 def test_step_factor_against_a_measured_node_keeps_its_form_with_sigma():
     sigma = combined_cv(GPU_SPEED_CV, STEP_JITTER_CV)
     assert sigma == pytest.approx(math.sqrt(GPU_SPEED_CV ** 2 + STEP_JITTER_CV ** 2), rel=1e-15)
-    assert cluster("ib-hdr", 4).straggler_cv == sigma
+    assert cluster("ib-hdr", 4).straggler_cv() == sigma
     assert straggler_factor(32, 8, sigma) == pytest.approx(
         (1 + sigma * expected_max_normal(32)) / (1 + sigma * expected_max_normal(8)), rel=1e-15)
 

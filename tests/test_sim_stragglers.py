@@ -60,7 +60,7 @@ def test_stragglers_never_lift_a_prediction_and_add_at_most_their_compute(networ
         even = predict(replace(base, gpu_speed_cv=0.0, step_jitter_cv=0.0), model="resnet50", optimizer=optimizer,
                        single_node_throughput=3000.0)
         spread = predict(base, model="resnet50", optimizer=optimizer, single_node_throughput=3000.0)
-        extra = (straggler_factor(base.n_gpus, 8, base.straggler_cv) - 1) * even.compute_s
+        extra = (straggler_factor(base.n_gpus, 8, base.straggler_cv()) - 1) * even.compute_s
         assert even.iteration_s <= spread.iteration_s <= even.iteration_s + extra + 1e-12
         assert spread.throughput <= nodes * 3000.0 * (1 + 1e-9)  # never above linear scaling of the node
         if nodes == 1:
