@@ -104,20 +104,14 @@ def first_contact_rows_at_grid(progress=None) -> list[dict]:
 
 
 def groups_of(rows: list[dict]) -> dict[str, frozenset[str]]:
-    """Per source, the sources held out with it: the corpus's groups (``sources_held_out_together``) and the
-    first-contact sources' (``first_contact.calibration_rows``'s rule: itself and those its ``independent_of``
-    names, either way)."""
+    """Per source, the sources held out with it, as the stored run holds them out: the corpus's groups joined with
+    the first-contact sources' (``leave_one_source_out.joined_groups``)."""
     from sim.validation import first_contact as fc
     from sim.validation.corpus_setup import corpus_rows
-    from sim.validation.leave_one_source_out import sources_held_out_together
+    from sim.validation.leave_one_source_out import joined_groups, sources_held_out_together
 
-    groups = {s: frozenset(g) for s, g in sources_held_out_together(corpus_rows()[0]).items()}
-    sources = fc.load_sources()
-    for sid in {r["source"] for r in rows if r["set"] == "first contact"}:
-        linked = {sid, *sources[sid]["independent_of"]}
-        for other in linked:
-            groups[other] = groups.get(other, frozenset({other})) | linked
-    return groups
+    logged = {r["source"] for r in rows if r["set"] == "first contact"}
+    return joined_groups(sources_held_out_together(corpus_rows()[0]), fc.logged_groups(fc.load_sources(), logged))
 
 
 def report(rows: list[dict]) -> dict:

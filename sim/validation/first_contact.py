@@ -341,11 +341,17 @@ def calibration_rows(log_path: str | Path = LOG_PATH, rows_path: str | Path = RO
                     "cap": normalised_residual(math.log(linear / p["throughput"]), down, up),
                     "measured_regime": regime_of_efficiency(row["throughput"] / linear), "down": down, "up": up,
                     "predicted": p["throughput"], "measured": row["throughput"], "linear": linear})
+    return {"sources": sorted(logged), "rows": out, "groups": logged_groups(sources, logged)}
+
+
+def logged_groups(sources: dict, logged: set[str]) -> dict[str, list[str]]:
+    """Per source, the sources held out with it among the logged ones' links: itself and those its
+    ``independent_of`` names, either way (corpus sources included)."""
     links = {sid: {sid, *sources[sid]["independent_of"]} for sid in sorted(logged)}
     for sid in sorted(logged):
         for other in sources[sid]["independent_of"]:
             links.setdefault(other, {other}).add(sid)
-    return {"sources": sorted(logged), "rows": out, "groups": {k: sorted(v) for k, v in sorted(links.items())}}
+    return {k: sorted(v) for k, v in sorted(links.items())}
 
 
 def latest_rescore(entries: list[dict]) -> dict | None:

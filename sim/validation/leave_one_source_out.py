@@ -151,6 +151,18 @@ def step_jitter_without(sources: list[str], measured: list[float], predicted: di
     return step_jitter_fit([measured[i] for i in kept], {cv: [ps[i] for i in kept] for cv, ps in predicted.items()})
 
 
+def joined_groups(groups: dict[str, frozenset[str]], extra: dict[str, list[str]]) -> dict[str, frozenset[str]]:
+    """The corpus's held-out groups (``sources_held_out_together``) joined with more sources' (``extra``: per
+    source, the sources held out with it, as ``first_contact.calibration_rows`` gives them; a first-contact source
+    may name a corpus source), each link read both ways as ``sources_held_out_together`` reads independent_of."""
+    linked = {s: set(g) for s, g in groups.items()}
+    for s, g in extra.items():
+        for member in g:
+            linked.setdefault(member, {member}).add(s)
+            linked.setdefault(s, {s}).add(member)
+    return {s: frozenset(g) for s, g in linked.items()}
+
+
 def nested_step_jitter(sources: list[str], measured: list[float], predicted: dict[float, list[float]],
                        groups: dict[str, frozenset[str]]) -> dict[str, float]:
     """Per source: the per-step jitter fitted on the rows of the sources not held out with it
@@ -366,13 +378,7 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
     groups = sources_held_out_together(corpus)
     extra = [] if calibration_extra is None else calibration_extra["rows"]
     extra_errors = [LoggedError(r["source"], r["regime"], r["log_ratio"], r["cap"]) for r in extra]
-    # the corpus's groups joined with the extra sources' (a first-contact source may name a corpus source)
-    linked = {s: set(g) for s, g in groups.items()}
-    for s, g in ({} if calibration_extra is None else calibration_extra["groups"]).items():
-        for member in g:  # read both ways, as sources_held_out_together reads independent_of
-            linked.setdefault(member, {member}).add(s)
-            linked.setdefault(s, {s}).add(member)
-    calibration_groups = {s: frozenset(g) for s, g in linked.items()}
+    calibration_groups = joined_groups(groups, {} if calibration_extra is None else calibration_extra["groups"])
     expressed: list[PublishedRow] = []  # the rows the simulator can express
     at: dict[tuple[int, float], workload.Prediction] = {}  # (row, per-step jitter) -> its generic prediction
     for row in corpus:
