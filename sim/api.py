@@ -185,6 +185,7 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                 "switch_buffer_assumed_bytes": c.nic.switch_buffer_bytes if incast_free is not None else None,
                 "incast_free_throughput": incast_free, "gpu_speed_cv": c.gpu_speed_cv,
                 "step_jitter_cv": c.step_jitter_cv, "collective_efficiency": c.collective_efficiency,
+                "multinode_loss_scale": c.multinode_loss_scale,
                 "unmodelled": not_modelled, "interval_drivers": drivers,
                 "interval_model_width": [widths.down, widths.up],
                 "straggler_factor": straggler_factor(c.n_gpus, c.gpus_per_node, c.straggler_cv(accumulation_steps))})

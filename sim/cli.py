@@ -35,10 +35,12 @@ from sim.hardware import (
     INTRA,
     MAX_GPUS,
     MAX_OVERSUBSCRIPTION,
+    MULTINODE_LOSS_SCALE,
     NETWORKS,
     Cluster,
     check_collective_efficiency,
     check_measured_rate,
+    check_multinode_loss_scale,
     check_nics_per_node,
     check_sockets_per_connection,
     cluster,
@@ -214,6 +216,10 @@ def _workload_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     p.add_argument("--collective-efficiency", type=float, default=None, metavar="E",
                    help="share of the inter-node payload rate (what a collective benchmark such as nccl-tests "
                         "reaches) that training's collectives reach, in (0, 1]: a what-if input (default 1)")
+    p.add_argument("--multinode-loss-scale", type=float, default=None, metavar="F",
+                   help="factor on the simulated step time beyond one node's, 1 to 10 (default "
+                        f"{MULTINODE_LOSS_SCALE:g}, FITTED on every source seen, sim/presets/multinode_loss.toml; "
+                        "1 on a site profile; 1: as simulated)")
     p.add_argument("--hook", choices=("blocking", "overlapped"), default=None,
                    help="whether a 1-bit DDP hook holds up the backward pass until its collectives return "
                         "(blocking: the paper's hook; default) or overlaps it like DDP's all-reduce" + shared)
@@ -301,6 +307,12 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
         c = replace(c, collective_efficiency=check_collective_efficiency(efficiency, "--collective-efficiency"),
                     provenance=c.provenance + (("collective efficiency",
                                                 f"{efficiency:g} of the inter-node payload rate (command line)"),))
+    loss_scale = getattr(args, "multinode_loss_scale", None)
+    if loss_scale is not None:
+        c = replace(c, multinode_loss_scale=check_multinode_loss_scale(loss_scale, "--multinode-loss-scale"),
+                    provenance=tuple(p for p in c.provenance if p[0] != "multi-node loss scale") + (
+                        ("multi-node loss scale", f"{loss_scale:g} x the simulated step time beyond one node's "
+                                                  "(command line)"),))
     if getattr(args, "cluster", None) and args.intra:
         c = replace(c, intra=intra_preset(args.intra),
                     provenance=c.provenance + (("intra", f"preset {args.intra} (command line)"),))
@@ -431,6 +443,10 @@ def run_predict(args) -> int:
     _say(f"    compression           {result['compression_s'] * 1e3:12.2f} ms")
     _say(f"    contention            {result['contention_s'] * 1e3:12.2f} ms (GPU work slowed beside collectives)")
     _say(f"    exposed communication {result['exposed_communication_s'] * 1e3:12.2f} ms")
+    if result["multinode_loss_added_s"] > 0:
+        _say(f"    multi-node loss scale {result['multinode_loss_added_s'] * 1e3:12.2f} ms (x"
+             f"{result['multinode_loss_scale']:g} of the simulated step time beyond one node's: "
+             "sim/presets/multinode_loss.toml)")
     if result["incast_s"] > 0:
         _say(f"    TCP incast stalls     {result['incast_s'] * 1e3:12.2f} ms in the communication "
              f"({result['incast_timeouts']:.2f} retransmission timeouts per step; {result['incast_basis']})")

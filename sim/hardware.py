@@ -38,6 +38,35 @@ def default_step_jitter(nic: Nic) -> tuple[float, tuple[str, str]]:
 
 PRESETS = Path(__file__).with_name("presets")
 
+with (PRESETS / "multinode_loss.toml").open("rb") as _f:
+    MULTINODE_LOSS = tomllib.load(_f)["multinode_loss"]
+# the generic multi-node loss scale: a factor on the simulated step time beyond one node's, FITTED on every source
+# seen (presets/multinode_loss.toml)
+MULTINODE_LOSS_SCALE = float(MULTINODE_LOSS["scale"])
+MAX_MULTINODE_LOSS_SCALE = 10.0  # ten times the simulated loss: beyond any source seen (sim/validation/multinode_loss)
+
+
+def default_multinode_loss_scale(nic: Nic) -> tuple[float, tuple[str, str]]:
+    """The multi-node loss scale a cluster on ``nic`` takes unless told, with its provenance: the generic figure
+    FITTED on every source seen (presets/multinode_loss.toml), or 1 on a site profile, whose constants were fitted
+    on its own multi-node training steps (scaling its loss again would count what they absorbed twice)."""
+    if nic.fitted and nic.fitted_on:
+        return 1.0, ("multi-node loss scale", "1 (site profile: its fitted constants absorb its multi-node loss)")
+    return MULTINODE_LOSS_SCALE, ("multi-node loss scale", f"{MULTINODE_LOSS_SCALE:g} x the simulated step time "
+                                  "beyond one node's (default: FITTED on every source seen, "
+                                  "sim/presets/multinode_loss.toml)")
+
+
+def check_multinode_loss_scale(value: Any, owner: str) -> float:
+    """A factor on the simulated multi-node loss: a number from 1 (as simulated: the loss it adds to is a step's
+    simulated events, which a factor under 1 could not shorten) to ``MAX_MULTINODE_LOSS_SCALE``; one ValueError
+    naming ``owner`` otherwise."""
+    if not (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+            and 1 <= value <= MAX_MULTINODE_LOSS_SCALE):
+        raise ValueError(f"{owner} must be a number from 1 to {MAX_MULTINODE_LOSS_SCALE:g} (a factor on the "
+                         f"simulated step time beyond one node's; 1: as simulated), got {value!r}")
+    return float(value)
+
 
 # ----------------------------------------------------------------------------------------------------- specs
 @dataclass(frozen=True)
@@ -295,6 +324,8 @@ class Cluster(OnLayout):
     # reach between nodes; 1 (the default): all of it. A what-if input (birder predict --collective-efficiency),
     # not a hardware constant: no published figure gives it
     collective_efficiency: float = 1.0
+    # factor on the simulated step time beyond one node's (presets/multinode_loss.toml); 1: as simulated
+    multinode_loss_scale: float = MULTINODE_LOSS_SCALE
 
     def __post_init__(self) -> None:
         if not isinstance(self.layout, Layout):
@@ -321,6 +352,7 @@ class Cluster(OnLayout):
         check_gpu_speed_cv(self.gpu_speed_cv, "cluster: gpu_speed_cv")
         check_step_jitter_cv(self.step_jitter_cv, "cluster: step_jitter_cv")
         check_collective_efficiency(self.collective_efficiency, "cluster: collective_efficiency")
+        check_multinode_loss_scale(self.multinode_loss_scale, "cluster: multinode_loss_scale")
 
     @property
     def n_gpus(self) -> int:
@@ -622,12 +654,13 @@ def cluster(network: str, n_nodes: int, gpus_per_node: int = 8, intra: str | Non
     nic = nic_preset(network) if nic_count is None else nic_preset(network, count=nic_count)
     intra_name = intra or default_intra(gpu)
     jitter_cv, jitter_prov = default_step_jitter(nic)
+    loss_scale, loss_prov = default_multinode_loss_scale(nic)
     prov = (("network", f"preset {network}" + (" (site profile, FITTED)" if nic.fitted else "")),
             ("intra", f"preset {intra_name}"), ("gpu", gpu), ("nodes", "argument"), ("framework", framework),
-            GPU_SPEED_DEFAULT, jitter_prov)
+            GPU_SPEED_DEFAULT, jitter_prov, loss_prov)
     fabric = intra_preset(intra_name)
     return Cluster(layout_of(n_nodes, gpus_per_node), nic, fabric, oversubscription, gpu, network, prov,
-                   framework=framework, step_jitter_cv=jitter_cv)
+                   framework=framework, step_jitter_cv=jitter_cv, multinode_loss_scale=loss_scale)
 
 
 CLUSTER_KEYS = {"nodes", "gpus_per_node", "gpu", "network", "intra", "switch", "name", "framework", "comm_library",
@@ -789,9 +822,11 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
         jitter_cv = check_step_jitter_cv(data["step_jitter_cv"], "step_jitter_cv")
         jitter_prov = ("step jitter", f"{jitter_cv:.4f} of the median step per GPU (file)")
     prov.append(jitter_prov)
+    loss_scale, loss_prov = default_multinode_loss_scale(nic)
+    prov.append(loss_prov)
     return Cluster(layout_of(counts["nodes"], counts["gpus_per_node"]), nic, intra, oversubscription, gpu, str(name),
                    tuple(prov), leaf, framework, comm_library=library, sockets_per_connection=sockets,
-                   gpu_speed_cv=speed_cv, step_jitter_cv=jitter_cv)
+                   gpu_speed_cv=speed_cv, step_jitter_cv=jitter_cv, multinode_loss_scale=loss_scale)
 
 
 LIMIT_NAMES = {"wire": "the wire", "measured": "the measured link rate", "pcie": "the GPU-NIC PCIe link",

@@ -9,7 +9,9 @@ The propagation is one input at a time on the predicted step's own breakdown, no
 - compute by f: ``T + (f - 1) compute``, never below the busiest link's time (communication then dominates);
 - a link class's busy time ``B`` by f: slower (f > 1) adds all the extra time ``(f - 1) B`` to the step (the
   most it can: none of it hidden), faster removes at most the exposed communication, ``min(E, (1 - f) B)``;
-- exposed communication or compression by f: ``T + (f - 1)`` times that part.
+- exposed communication or compression by f: ``T + (f - 1)`` times that part;
+- the multi-node loss (the step beyond one node's, as the multi-node loss scale left it) by f: ``T + (f - 1)``
+  times it.
 
 Each input gives log(T / T') at its range's two ends; the interval's lower and upper log-widths are the root sum of
 squares of the inputs' moves down and up (independent inputs, each range an 80% range), and an input's share of
@@ -29,7 +31,7 @@ from sim.hardware import PRESETS, Cluster, framework_preset
 from sim.stragglers import step_cv, straggler_factor
 
 INPUT_RANGES_FILE = PRESETS / "input_ranges.toml"
-COMPONENTS = ("compute", "inter", "intra", "exposed", "compression")
+COMPONENTS = ("compute", "inter", "intra", "exposed", "compression", "multinode")
 MIN_LOG_WIDTH = 0.01  # a width's floor (1%): the normalised residual divides by it
 
 
@@ -73,8 +75,8 @@ def input_ranges() -> dict[str, InputRange]:
 
 @dataclass(frozen=True)
 class StepParts:
-    """The predicted step (seconds): its time, compute, exposed communication, compression, and the busy time of
-    the inter- and intra-node links."""
+    """The predicted step (seconds): its time, compute, exposed communication, compression, the busy time of
+    the inter- and intra-node links, and the multi-node loss (the step beyond one node's)."""
 
     iteration_s: float
     compute_s: float
@@ -82,6 +84,7 @@ class StepParts:
     compression_s: float
     inter_busy_s: float
     intra_busy_s: float
+    multinode_s: float = 0.0
 
 
 def step_parts(c: Cluster, p: Mapping) -> StepParts:
@@ -97,7 +100,11 @@ def step_parts(c: Cluster, p: Mapping) -> StepParts:
         inter = min(max(inter, exposed), t)
     if c.gpus_per_node > 1:
         intra = min(p["intra_node_bytes_per_gpu"] / c.intra.port_bandwidth, t)
-    return StepParts(t, p["compute_s"], exposed, p["compression_s"], inter, intra)
+    multinode = 0.0
+    if c.n_nodes > 1:  # the step beyond one node's step for the same work per GPU (the single-node throughput's)
+        one_node_s = t * p["throughput"] / (c.n_nodes * p["single_node_throughput"])
+        multinode = max(0.0, t - one_node_s)
+    return StepParts(t, p["compute_s"], exposed, p["compression_s"], inter, intra, multinode)
 
 
 def step_time_at(parts: StepParts, on: str, factor: float) -> float:
@@ -108,7 +115,7 @@ def step_time_at(parts: StepParts, on: str, factor: float) -> float:
     if on in ("inter", "intra"):
         busy = parts.inter_busy_s if on == "inter" else parts.intra_busy_s
         return t + (factor - 1) * busy if factor >= 1 else t - min(parts.exposed_s, (1 - factor) * busy)
-    part = parts.exposed_s if on == "exposed" else parts.compression_s
+    part = {"exposed": parts.exposed_s, "compression": parts.compression_s, "multinode": parts.multinode_s}[on]
     return max(t + (factor - 1) * part, 1e-12)
 
 
@@ -148,6 +155,8 @@ def uncertain_inputs(c: Cluster, measured_node: bool, unmodelled: list[str] | tu
         covered |= set(framework.unmodelled)
     out.append((r["framework.cycle" if framework.cycle > 0 else "framework.allreduce"], f"framework {c.framework}"))
     out.append((r["step_jitter"], f"per-step jitter cv {c.step_jitter_cv:g}"))
+    if c.multinode_loss_scale != 1:
+        out.append((r["multinode_loss"], f"multi-node loss scale {c.multinode_loss_scale:g}"))
     for sentence in unmodelled:
         if sentence in covered or (
                 "placement group" in sentence and "placement group" in covered):

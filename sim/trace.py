@@ -7,14 +7,16 @@ pipelined all-reduce crosses both at once and appears on both). ``chrome_trace``
 Event Format that Perfetto and chrome://tracing open (``{"traceEvents": [...]}``, complete events ``"ph": "X"``
 with ``ts``/``dur`` in microseconds), one process per step kind (1-bit Adam's full-precision warm-up steps and its
 compressed steps are two), plus ``exposed communication``: the stretches where the GPU waits for the network.
-The GPU's events and those waits tile the step from 0 to its iteration time exactly.
+The GPU's events, those waits and the multi-node loss scale's added time (``overhead``, at the step's end) tile
+the step from 0 to its iteration time exactly.
 """
 
 from __future__ import annotations
 
 TRACKS = {"gpu": (1, "GPU (compute, compression kernels, optimizer)"), "exposed": (2, "exposed communication"),
           "intra": (3, "intra-node links (NVLink / PCIe)"), "inter": (4, "inter-node links (NICs)"),
-          "host": (5, "host memory (an MPI backend's copies and CPU sums)")}
+          "host": (5, "host memory (an MPI backend's copies and CPU sums)"),
+          "overhead": (6, "multi-node loss beyond the simulated (multinode_loss_scale)")}
 
 
 def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -28,9 +30,10 @@ def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def exposed_spans(events: list[tuple], iteration_s: float) -> list[tuple[float, float]]:
-    """The stretches of [0, iteration_s] in which the GPU does nothing: the step waits for communication."""
+    """The stretches of [0, iteration_s] in which the GPU does nothing: the step waits for communication (the
+    multi-node loss scale's added time, its own track, is not counted as a wait)."""
     out, now = [], 0.0
-    for start, end in _union([(e[2], e[2] + e[3]) for e in events if e[0] == "gpu"]):
+    for start, end in _union([(e[2], e[2] + e[3]) for e in events if e[0] in ("gpu", "overhead")]):
         if start > now:
             out.append((now, start))
         now = max(now, end)

@@ -310,13 +310,15 @@ class Prediction:
     single_node_throughput: float
     incast_timeouts: float  # expected TCP retransmission timeouts per iteration (averaged over step kinds)
     contention_s: float  # GPU work's extra time while collectives ran beside it (OVERLAP_COMPUTE_SLOWDOWN)
+    multinode_loss_added_s: float  # step time the multi-node loss scale adds (multinode_loss_added_s)
     steps: tuple[tuple[str, float, float], ...]  # (kind, share, iteration_s)
 
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("throughput", "iteration_s", "compute_s", "exposed_communication_s",
                                              "compression_s", "inter_node_bytes_per_gpu",
                                              "intra_node_bytes_per_gpu", "scale_efficiency",
-                                             "single_node_throughput", "incast_timeouts", "contention_s")}
+                                             "single_node_throughput", "incast_timeouts", "contention_s",
+                                             "multinode_loss_added_s")}
         out["steps"] = [{"kind": k, "share": s, "iteration_s": t} for k, s, t in self.steps]
         return out
 
@@ -385,6 +387,14 @@ def _calibrated(one: Cluster, work: Workload, kinds: tuple[StepKind, ...], singl
     return (lo + hi) / 2
 
 
+def multinode_loss_added_s(iteration_s: float, one_node_s: float, scale: float) -> float:
+    """The step time a multi-node loss scale adds (``Cluster.multinode_loss_scale``, presets/multinode_loss.toml):
+    ``(scale - 1)`` times the simulated multi-node loss, the step's time beyond one node's step for the same work
+    per GPU (``one_node_s``: the measured node's, or the simulated one), none where there is no loss. In throughput
+    terms, 1 / X_scaled = 1 / X + (scale - 1) max(0, 1 / X - 1 / linear): what validation fits it with."""
+    return (scale - 1) * max(0.0, iteration_s - one_node_s)
+
+
 def predict(cluster: Cluster, model: str | None = None, params: int | None = None, batch_per_gpu: int = 32,
             optimizer: str = "sgdm", scheme: str = "hierarchical", single_node_throughput: float | None = None,
             warmup_fraction: float | None = None, marsit_period: int | None = None, grad_dtype: str = "fp32",
@@ -431,6 +441,13 @@ def predict(cluster: Cluster, model: str | None = None, params: int | None = Non
         single = cluster.gpus_per_node * samples_per_gpu / one_node_s
     else:
         single = single_node_throughput
+    added = multinode_loss_added_s(iteration_s, cluster.gpus_per_node * samples_per_gpu / single,
+                                   cluster.multinode_loss_scale) if cluster.n_nodes > 1 else 0.0
+    if added and traces is not None:
+        for k, t in parts:
+            traces[k.name].append(("overhead", "multi-node loss beyond the simulated (multinode_loss_scale)",
+                                   t.iteration_s, added, {"multinode_loss_scale": cluster.multinode_loss_scale}))
+    iteration_s += added
     samples = cluster.n_gpus * samples_per_gpu
     throughput = samples / iteration_s
 
@@ -442,7 +459,7 @@ def predict(cluster: Cluster, model: str | None = None, params: int | None = Non
         throughput=throughput,
         iteration_s=iteration_s,
         compute_s=compute,
-        exposed_communication_s=max(0.0, iteration_s - compute - compression - contention),
+        exposed_communication_s=max(0.0, iteration_s - compute - compression - contention - added),
         compression_s=compression,
         inter_node_bytes_per_gpu=mean("inter_node_bytes_per_gpu"),
         intra_node_bytes_per_gpu=mean("intra_node_bytes_per_gpu"),
@@ -450,7 +467,8 @@ def predict(cluster: Cluster, model: str | None = None, params: int | None = Non
         single_node_throughput=single,
         incast_timeouts=mean("incast_timeouts"),
         contention_s=contention,
-        steps=tuple((k.name, k.share, t.iteration_s) for k, t in parts),
+        multinode_loss_added_s=added,
+        steps=tuple((k.name, k.share, t.iteration_s + added) for k, t in parts),
     )
 
 

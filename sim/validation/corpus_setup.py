@@ -147,11 +147,12 @@ def corpus_cluster(row: PublishedRow, fitted: bool) -> Cluster:
 
 
 def corpus_predict(row: PublishedRow, fitted: bool, measured_node: bool = True,
-                   step_jitter_cv: float | None = None, collective_efficiency: float = 1.0
-                   ) -> workload.Prediction:
+                   step_jitter_cv: float | None = None, collective_efficiency: float = 1.0,
+                   multinode_loss_scale: float | None = None) -> workload.Prediction:
     """The simulator's prediction (``sim.workload.Prediction``) for a row, calibrated by its single-node
     throughput (``measured_node``; else compute from the built-in GPU profiles), with per-step jitter
-    ``step_jitter_cv`` (None: the shipped one) and ``collective_efficiency`` (``Cluster``'s); ValueError if the
+    ``step_jitter_cv`` (None: the shipped one), ``collective_efficiency`` (``Cluster``'s) and
+    ``multinode_loss_scale`` (None: the cluster's, the shipped one or a site profile's 1); ValueError if the
     set-up cannot be expressed."""
     optimizer = SIMULATED_AS.get(row.optimizer, row.optimizer)
     if optimizer not in OPTIMIZERS:
@@ -162,6 +163,8 @@ def corpus_predict(row: PublishedRow, fitted: bool, measured_node: bool = True,
     if step_jitter_cv is not None:
         c = replace(c, step_jitter_cv=step_jitter_cv)
     c = replace(c, collective_efficiency=collective_efficiency)
+    if multinode_loss_scale is not None:
+        c = replace(c, multinode_loss_scale=multinode_loss_scale)
     known = row.model in MODELS
     p = predict(c, model=row.model if known else None, params=None if known else int(row.params),
                 batch_per_gpu=int(row.batch_per_gpu), optimizer=optimizer,

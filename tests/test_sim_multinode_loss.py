@@ -1,0 +1,91 @@
+"""The multi-node loss scale (presets/multinode_loss.toml, ``--multinode-loss-scale``): what the simulator does with
+it, the identity its fit relies on, the pre-registered criterion, and the shipped value against its stored fit."""
+
+import json
+import math
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from birder.cli import main
+from sim.hardware import MULTINODE_LOSS_SCALE, PRESETS
+from sim.validation.multinode_loss import GRID, MIN_SIMULATED_LOSS, at_scale, fit
+
+ARGS = ["predict", "--json", "--quiet", "--model", "resnet101", "--gpus-per-node", "8", "--single-node-throughput",
+        "2000"]
+FIT_RECORD = Path(__file__).parents[1] / "sim" / "validation" / "multinode_loss_fit.json"
+
+
+def _run(capsys, extra, network="25gbe"):
+    assert main(ARGS + ["--network", network] + extra) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_scale_grows_the_step_beyond_one_node_as_the_fit_assumes(capsys, tmp_path):
+    """At scale s the throughput is at_scale(throughput at 1, linear, s) (what the fit computes without running
+    the simulator), the added time is its own part of the step, exposed communication and compute stay as
+    simulated, one node is untouched, and the trace's events still tile the step."""
+    one = _run(capsys, ["--nodes", "4", "--multinode-loss-scale", "1"])
+    trace = tmp_path / "t.json"
+    scaled = _run(capsys, ["--nodes", "4", "--multinode-loss-scale", "1.7", "--trace", str(trace)])
+    linear = 4 * 2000
+    assert one["multinode_loss_added_s"] == 0 and one["throughput"] < 0.95 * linear  # a real loss to scale
+    assert scaled["throughput"] == pytest.approx(at_scale(one["throughput"], linear, 1.7), rel=1e-9)
+    one_node_s = one["iteration_s"] * one["throughput"] / linear
+    assert scaled["multinode_loss_added_s"] == pytest.approx(0.7 * (one["iteration_s"] - one_node_s), rel=1e-9)
+    for key in ("compute_s", "exposed_communication_s", "contention_s"):
+        assert scaled[key] == pytest.approx(one[key], rel=1e-9)
+    assert scaled["multinode_loss_scale"] == 1.7
+    assert any(d["input"] == "multinode_loss" for d in scaled["interval_drivers"])
+    events = [e for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"]
+    added = [e for e in events if e["cat"] == "overhead"]
+    assert len(added) == 1 and added[0]["dur"] == pytest.approx(scaled["multinode_loss_added_s"] * 1e6, rel=1e-9)
+    tiled = sum(e["dur"] for e in events if e["cat"] in ("gpu", "exposed", "overhead"))
+    assert tiled == pytest.approx(scaled["iteration_s"] * 1e6, rel=1e-6)
+    single = [_run(capsys, ["--nodes", "1", "--multinode-loss-scale", s])["throughput"] for s in ("1", "3")]
+    assert single[0] == single[1] == pytest.approx(2000, rel=1e-6)
+
+
+def test_generic_presets_take_the_fit_and_site_profiles_one(capsys):
+    generic = _run(capsys, ["--nodes", "4"])
+    assert generic["multinode_loss_scale"] == MULTINODE_LOSS_SCALE
+    site = _run(capsys, ["--nodes", "4"], network="birder-paper-10gbe")
+    assert site["multinode_loss_scale"] == 1.0 and site["multinode_loss_added_s"] == 0
+
+
+@pytest.mark.parametrize("bad", ["0.9", "0", "11", "nan"])
+def test_bad_scale_is_one_error(capsys, bad):
+    assert main(ARGS + ["--network", "25gbe", "--nodes", "4", "--multinode-loss-scale", bad]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--multinode-loss-scale" in err[0]
+
+
+def _rows(bias_at_one: dict[str, float], loss: float = 0.3) -> list[dict]:
+    """Three rows per source with a simulated loss ``loss`` (linear = 1.3 x predicted) whose log(measured /
+    predicted at scale 1) is the source's bias."""
+    return [{"source": s, "measured": 100.0 * math.exp(b), "predicted": 100.0, "linear": 100.0 * (1 + loss)}
+            for s, b in bias_at_one.items() for _ in range(3)]
+
+
+def test_fit_centres_the_median_source_on_rows_chosen_by_the_prediction():
+    # at scale s the prediction is 130 / (1 + 0.3 s): the median source (bias log(130 / 1.45 / 100) = -0.109,
+    # i.e. measured 89.66) is centred by s = 1.5 exactly
+    bias = math.log(130 / 1.45 / 100)
+    rows = _rows({"a": bias, "b": bias, "c": bias, "d": 0.4})
+    assert fit(rows) == 1.5
+    assert fit(rows + _rows({"d": 0.4}) * 20) == 1.5  # a source with many rows counts once
+    # rows whose simulated loss is under MIN_SIMULATED_LOSS do not vote, however biased
+    assert fit(rows + _rows({f"x{i}": -1.0 for i in range(9)}, loss=MIN_SIMULATED_LOSS / 2)) == 1.5
+    assert fit(_rows({"a": 0.0, "b": 0.05})) == 1.0  # under-predicted or unbiased: as simulated (the grid's floor)
+    assert fit(rows, frozenset({"a", "b"})) == 1.0  # held out, the median of c and d is above its prediction
+
+
+def test_shipped_scale_is_the_stored_fit_and_its_criterion_is_the_modules():
+    record = json.loads(FIT_RECORD.read_text())
+    shipped = tomllib.loads((PRESETS / "multinode_loss.toml").read_text())["multinode_loss"]["scale"]
+    assert shipped == record["fitted_on_all"] == MULTINODE_LOSS_SCALE
+    assert tuple(record["grid"]) == GRID
+    from sim.validation import multinode_loss
+
+    assert record["criterion"] in multinode_loss.__doc__
