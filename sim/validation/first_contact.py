@@ -320,14 +320,12 @@ def calibration_rows(log_path: str | Path = LOG_PATH, rows_path: str | Path = RO
                      sources_path: str | Path = SOURCES_PATH) -> dict:
     """The first-contact rows that join the corpus in calibrating the intervals (``sim.validation.stored``): those
     of every source whose first contact is logged, and no other (a source not yet scored stays unseen by every
-    fit). Each predicted now through the command line as ``score_row`` does, with the multi-node loss scale fitted
-    without its source (``multinode_loss.scale_without``): its source, interval regime,
+    fit). Each predicted now through the command line as ``score_row`` does: its source, interval regime,
     normalised residual (``sim.uncertainty.normalised_residual`` with the prediction's propagated widths,
     ``interval_model_width``) and the same of linear scaling (the interval's cap), its measured regime and the
     numbers that make its interval. ``groups``: per source, the sources held out with it (itself and those its
     ``independent_of`` names, either way, corpus sources included)."""
     from sim.uncertainty import normalised_residual, regime_of_efficiency
-    from sim.validation.multinode_loss import scale_without
 
     logged = {r["source"] for r in first_contact_rows(read_log(log_path))}
     sources = load_sources(sources_path)
@@ -335,8 +333,7 @@ def calibration_rows(log_path: str | Path = LOG_PATH, rows_path: str | Path = RO
     for row in load_rows(rows_path, sources):
         if row["source"] not in logged:
             continue
-        # the multi-node loss scale fitted without the row's source (sim.validation.multinode_loss)
-        p = run_cli(predict_argv(row) + ["--multinode-loss-scale", repr(scale_without(row["source"]))])
+        p = run_cli(predict_argv(row))
         down, up = p["interval_model_width"]
         linear = row["nodes"] * row["single_node_throughput"]
         out.append({"source": row["source"], "regime": p["interval_regime"],

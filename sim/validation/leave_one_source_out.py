@@ -49,7 +49,6 @@ from sim.validation.corpus_setup import (
     row_interval_regime,
 )
 from sim.validation.figures import median, share
-from sim.validation.multinode_loss import scale_without
 from sim.validation.pairs import PairPrediction, left_out_pairs, nested_speedup_figures, pair_figures, speedup_method
 
 EQUAL_BY_CONSTRUCTION = (f"in-sample and left out are equal by construction for every source but "
@@ -104,10 +103,8 @@ class CorpusPrediction:
 def row_widths(row: PublishedRow, p: workload.Prediction, step_jitter_cv: float, measured_node: bool
                ) -> tuple[float, float]:
     """A corpus row's propagated log-widths (down, up: ``sim.input_ranges.model_uncertainty``) on its generic
-    cluster with the per-step jitter and multi-node loss scale it was predicted with, as ``birder predict``
-    computes them."""
-    c = replace(corpus_cluster(row, False), step_jitter_cv=step_jitter_cv,
-                multinode_loss_scale=scale_without(row.source))
+    cluster with the per-step jitter it was predicted with, as ``birder predict`` computes them."""
+    c = replace(corpus_cluster(row, False), step_jitter_cv=step_jitter_cv)
     u = model_uncertainty(c, p.as_dict(), measured_node, unmodelled(c, row.grad_accum), row.grad_accum)
     return u.down, u.up
 
@@ -390,9 +387,7 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
                 raise ValueError("the source gives no single-node throughput")
             first = STEP_JITTER_GRID if step_jitter_fits is None else (
                 step_jitter_fits["by_held_out_source"][row.source],)
-            at |= {(len(expressed), cv): corpus_predict(row, False, step_jitter_cv=cv,
-                                                        multinode_loss_scale=scale_without(row.source))
-                   for cv in first}
+            at |= {(len(expressed), cv): corpus_predict(row, False, step_jitter_cv=cv) for cv in first}
             expressed.append(row)
         except ValueError as error:
             skipped.append(SkippedRow(row.source, row.table, row.model, row.nodes, str(error)))
@@ -400,12 +395,8 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
             progress.update(1)
 
     def generic_at(i: int, cv: float) -> workload.Prediction:
-        """Row i's generic prediction at jitter cv, with the multi-node loss scale fitted without its source
-        (``multinode_loss.scale_without``; its in-sample prediction too: the scale's fits differ by one grid step
-        at most)."""
         if (i, cv) not in at:
-            at[i, cv] = corpus_predict(expressed[i], False, step_jitter_cv=cv,
-                                       multinode_loss_scale=scale_without(expressed[i].source))
+            at[i, cv] = corpus_predict(expressed[i], False, step_jitter_cv=cv)
         return at[i, cv]
 
     # the per-step jitter, fitted with each source's group held out (nested: its rows are predicted with the value
@@ -443,8 +434,7 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
         if calibrated_on is not None and calibrated_on in groups[row.source]:
             excluded.append((row.source, row.gpu, model_profile(row.model).family))
         elif row.model in MODELS:
-            p = corpus_predict(row, False, measured_node=False, step_jitter_cv=cv,
-                               multinode_loss_scale=scale_without(row.source))
+            p = corpus_predict(row, False, measured_node=False, step_jitter_cv=cv)
             shown = replace(row, single_node_throughput=p.single_node_throughput)
             unmeasured.append((row, p.throughput, row_interval_regime(shown, p)))
             u_widths.append(row_widths(row, p, cv, False))

@@ -26,30 +26,12 @@ import json
 import math
 import statistics
 import sys
-from functools import lru_cache
-from pathlib import Path
 
 from tqdm import tqdm
 
 GRID = tuple(round(1 + 0.1 * k, 1) for k in range(16))
 MIN_SIMULATED_LOSS = 0.05  # rows whose simulated step is at least 5% beyond one node's step fit the scale
 COMM = "communication-bound"
-
-
-FIT_RECORD = Path(__file__).with_name("multinode_loss_fit.json")
-
-
-@lru_cache(maxsize=1)
-def _held_out_fits() -> dict[str, float]:
-    return json.loads(FIT_RECORD.read_text())["by_held_out_source"]
-
-
-def scale_without(source: str) -> float:
-    """The scale fitted with ``source``'s group held out (the stored fit's ``by_held_out_source``), with which its
-    rows are predicted when validation leaves it out; the shipped scale for a source the fit never saw."""
-    from sim.hardware import MULTINODE_LOSS_SCALE
-
-    return _held_out_fits().get(source, MULTINODE_LOSS_SCALE)
 
 
 def at_scale(predicted: float, linear: float, scale: float) -> float:
