@@ -35,6 +35,7 @@ from sim.hardware import (
     INTRA,
     MAX_GPUS,
     MAX_OVERSUBSCRIPTION,
+    MULTINODE_LOSS_FITTED,
     MULTINODE_LOSS_SCALE,
     NETWORKS,
     Cluster,
@@ -217,9 +218,9 @@ def _workload_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
                    help="share of the inter-node payload rate (what a collective benchmark such as nccl-tests "
                         "reaches) that training's collectives reach, in (0, 1]: a what-if input (default 1)")
     p.add_argument("--multinode-loss-scale", type=float, default=None, metavar="F",
-                   help="factor on the simulated step time beyond one node's, 1 to 10 (default "
-                        f"{MULTINODE_LOSS_SCALE:g}, FITTED on every source seen, sim/presets/multinode_loss.toml; "
-                        "1 on a site profile; 1: as simulated)")
+                   help="factor on the simulated step time beyond one node's, 1 to 10: a what-if (default "
+                        f"{MULTINODE_LOSS_SCALE:g}, as simulated; {MULTINODE_LOSS_FITTED:g} is its fit on every "
+                        "source seen, which failed its prospective test: sim/presets/multinode_loss.toml)")
     p.add_argument("--hook", choices=("blocking", "overlapped"), default=None,
                    help="whether a 1-bit DDP hook holds up the backward pass until its collectives return "
                         "(blocking: the paper's hook; default) or overlaps it like DDP's all-reduce" + shared)

@@ -40,20 +40,22 @@ PRESETS = Path(__file__).with_name("presets")
 
 with (PRESETS / "multinode_loss.toml").open("rb") as _f:
     MULTINODE_LOSS = tomllib.load(_f)["multinode_loss"]
-# the generic multi-node loss scale: a factor on the simulated step time beyond one node's, FITTED on every source
-# seen (presets/multinode_loss.toml)
+# the generic multi-node loss scale: a factor on the simulated step time beyond one node's (presets/multinode_loss.toml:
+# 1, as simulated; its fit on every source seen, MULTINODE_LOSS_FITTED, failed its prospective test and is a what-if)
 MULTINODE_LOSS_SCALE = float(MULTINODE_LOSS["scale"])
+MULTINODE_LOSS_FITTED = float(MULTINODE_LOSS["fitted"])
 MAX_MULTINODE_LOSS_SCALE = 10.0  # ten times the simulated loss: beyond any source seen (sim/validation/multinode_loss)
 
 
 def default_multinode_loss_scale(nic: Nic) -> tuple[float, tuple[str, str]]:
     """The multi-node loss scale a cluster on ``nic`` takes unless told, with its provenance: the generic figure
-    FITTED on every source seen (presets/multinode_loss.toml), or 1 on a site profile, whose constants were fitted
-    on its own multi-node training steps (scaling its loss again would count what they absorbed twice)."""
+    (presets/multinode_loss.toml), or 1 on a site profile, whose constants were fitted on its own multi-node
+    training steps (scaling its loss again would count what they absorbed twice)."""
     if nic.fitted and nic.fitted_on:
         return 1.0, ("multi-node loss scale", "1 (site profile: its fitted constants absorb its multi-node loss)")
     return MULTINODE_LOSS_SCALE, ("multi-node loss scale", f"{MULTINODE_LOSS_SCALE:g} x the simulated step time "
-                                  "beyond one node's (default: FITTED on every source seen, "
+                                  "beyond one node's (default; the fit on every source seen, "
+                                  f"{MULTINODE_LOSS_FITTED:g}, failed its prospective test: "
                                   "sim/presets/multinode_loss.toml)")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from birder.cli import main
-from sim.hardware import MULTINODE_LOSS_SCALE, PRESETS
+from sim.hardware import MULTINODE_LOSS_FITTED, MULTINODE_LOSS_SCALE, PRESETS
 from sim.validation.multinode_loss import GRID, MIN_SIMULATED_LOSS, at_scale, fit
 
 ARGS = ["predict", "--json", "--quiet", "--model", "resnet101", "--gpus-per-node", "8", "--single-node-throughput",
@@ -47,9 +47,10 @@ def test_scale_grows_the_step_beyond_one_node_as_the_fit_assumes(capsys, tmp_pat
     assert single[0] == single[1] == pytest.approx(2000, rel=1e-6)
 
 
-def test_generic_presets_take_the_fit_and_site_profiles_one(capsys):
+def test_generic_presets_take_the_shipped_scale_and_site_profiles_one(capsys):
     generic = _run(capsys, ["--nodes", "4"])
-    assert generic["multinode_loss_scale"] == MULTINODE_LOSS_SCALE
+    assert generic["multinode_loss_scale"] == MULTINODE_LOSS_SCALE == 1.0  # the fit failed its prospective test
+    assert not any(d["input"] == "multinode_loss" for d in generic["interval_drivers"])
     site = _run(capsys, ["--nodes", "4"], network="birder-paper-10gbe")
     assert site["multinode_loss_scale"] == 1.0 and site["multinode_loss_added_s"] == 0
 
@@ -81,11 +82,52 @@ def test_fit_centres_the_median_source_on_rows_chosen_by_the_prediction():
     assert fit(rows, frozenset({"a", "b"})) == 1.0  # held out, the median of c and d is above its prediction
 
 
-def test_shipped_scale_is_the_stored_fit_and_its_criterion_is_the_modules():
+def test_recorded_fit_is_the_stored_one_and_its_criterion_is_the_modules():
     record = json.loads(FIT_RECORD.read_text())
-    shipped = tomllib.loads((PRESETS / "multinode_loss.toml").read_text())["multinode_loss"]["scale"]
-    assert shipped == record["fitted_on_all"] == MULTINODE_LOSS_SCALE
+    fitted = tomllib.loads((PRESETS / "multinode_loss.toml").read_text())["multinode_loss"]["fitted"]
+    assert fitted == record["fitted_on_all"] == MULTINODE_LOSS_FITTED
     assert tuple(record["grid"]) == GRID
     from sim.validation import multinode_loss
 
     assert record["criterion"] in multinode_loss.__doc__
+
+
+PROSPECTIVE = Path(__file__).parents[1] / "sim" / "validation" / "multinode_loss_prospective.json"
+
+
+def _figures(rows: list[dict]) -> dict[str, tuple]:
+    """Per row set of the README's table: n, median error, alpha-beta's, coverage, median half-width."""
+    from statistics import median
+
+    out = {}
+    for name, regime in (("all", None), ("communication-bound (measured)", "communication-bound"),
+                         ("compute-bound (measured)", "compute-bound")):
+        chosen = [r for r in rows if regime in (None, r["measured_regime"])]
+        out[name] = (len(chosen), median(abs(r["predicted"] - r["measured"]) / r["measured"] for r in chosen),
+                     median(abs(r["alpha_beta"] - r["measured"]) / r["measured"] for r in chosen),
+                     sum(r["low"] <= r["measured"] <= r["high"] for r in chosen) / len(chosen),
+                     median((r["high"] - r["low"]) / 2 / r["predicted"] for r in chosen))
+    return out
+
+
+def test_the_prospective_test_is_the_logged_first_contact_and_the_readme_quotes_it():
+    """The 'with the scale' rows are the logged first contact of batch 6 (not a re-run), the README's table is
+    computed from the record, and the verdict follows the pre-registered rule."""
+    from sim.validation import first_contact as fc
+
+    record = json.loads(PROSPECTIVE.read_text())
+    with_scale, without = record["with_scale"]["rows"], record["without_scale"]["rows"]
+    logged = {(r["source"], r["table"], r["nodes"], r["measured"]): r["predicted"]
+              for r in fc.first_contact_rows(fc.read_log(fc.LOG_PATH))}
+    assert len(with_scale) == len(without) == 120
+    assert all(logged[(r["source"], r["table"], r["nodes"], r["measured"])] == r["predicted"] for r in with_scale)
+    a, b = _figures(with_scale), _figures(without)
+    readme = (Path(__file__).parents[1] / "sim" / "README.md").read_text()
+    for name in a:
+        n, err, ab, cov, hw = a[name]
+        line = (f"| {name} | {n} | {err:.1%} | {b[name][1]:.1%} | {ab:.1%} | {cov:.1%} / {b[name][3]:.1%} | "
+                f"{hw:.1%} / {b[name][4]:.1%} |")
+        assert line in readme, line
+    comm = "communication-bound (measured)"
+    kept = a[comm][1] < b[comm][1] and a["all"][1] <= b["all"][1] + 0.01
+    assert kept == (MULTINODE_LOSS_SCALE != 1.0)
