@@ -155,8 +155,7 @@ def uncertain_inputs(c: Cluster, measured_node: bool, unmodelled: list[str] | tu
         covered |= set(framework.unmodelled)
     out.append((r["framework.cycle" if framework.cycle > 0 else "framework.allreduce"], f"framework {c.framework}"))
     out.append((r["step_jitter"], f"per-step jitter cv {c.step_jitter_cv:g}"))
-    if c.multinode_loss_scale != 1:
-        out.append((r["multinode_loss"], f"multi-node loss scale {c.multinode_loss_scale:g}"))
+    out.append((r["multinode_loss"], "sources seen lost more or less to scaling than simulated"))
     for sentence in unmodelled:
         if sentence in covered or (
                 "placement group" in sentence and "placement group" in covered):
@@ -224,6 +223,8 @@ def model_uncertainty(c: Cluster, p: Mapping, measured_node: bool,
             factors = [straggler_factor(c.n_gpus, c.gpus_per_node,
                                         step_cv(c.gpu_speed_cv, c.step_jitter_cv * m, accumulation_steps)) / base
                        for m in (spec.low, spec.high)]
+        elif spec.key == "multinode_loss":  # the range is on the simulated loss: on this one, it is over its scale
+            factors = [min(spec.low / c.multinode_loss_scale, 1.0), max(spec.high / c.multinode_loss_scale, 1.0)]
         else:
             factors = [spec.low, spec.high]
         moves = [math.log(parts.iteration_s / step_time_at(parts, spec.on, f)) for f in factors]

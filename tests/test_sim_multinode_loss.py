@@ -50,7 +50,10 @@ def test_scale_grows_the_step_beyond_one_node_as_the_fit_assumes(capsys, tmp_pat
 def test_generic_presets_take_the_shipped_scale_and_site_profiles_one(capsys):
     generic = _run(capsys, ["--nodes", "4"])
     assert generic["multinode_loss_scale"] == MULTINODE_LOSS_SCALE == 1.0  # the fit failed its prospective test
-    assert not any(d["input"] == "multinode_loss" for d in generic["interval_drivers"])
+    # the sources' spread of measured over simulated loss widens every multi-node interval, down more than up
+    spread = next(d for d in generic["interval_drivers"] if d["input"] == "multinode_loss")
+    low, high = spread["throughput_range"]
+    assert low < generic["throughput"] < high and generic["throughput"] / low > high / generic["throughput"]
     site = _run(capsys, ["--nodes", "4"], network="birder-paper-10gbe")
     assert site["multinode_loss_scale"] == 1.0 and site["multinode_loss_added_s"] == 0
 
@@ -80,6 +83,14 @@ def test_fit_centres_the_median_source_on_rows_chosen_by_the_prediction():
     assert fit(rows + _rows({f"x{i}": -1.0 for i in range(9)}, loss=MIN_SIMULATED_LOSS / 2)) == 1.5
     assert fit(_rows({"a": 0.0, "b": 0.05})) == 1.0  # under-predicted or unbiased: as simulated (the grid's floor)
     assert fit(rows, frozenset({"a", "b"})) == 1.0  # held out, the median of c and d is above its prediction
+
+
+def test_the_loss_range_is_the_recorded_sources_quartiles_rounded_out():
+    from sim.input_ranges import input_ranges
+
+    spread = json.loads((FIT_RECORD.parent / "multinode_loss_spread.json").read_text())["source_factor_quartiles"]
+    r = input_ranges()["multinode_loss"]
+    assert (r.low, r.high) == (math.floor(spread[0] * 10) / 10, math.ceil(spread[2] * 10) / 10)
 
 
 def test_recorded_fit_is_the_stored_one_and_its_criterion_is_the_modules():
