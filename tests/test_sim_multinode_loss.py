@@ -126,7 +126,7 @@ def test_the_prospective_test_is_the_logged_first_contact_and_the_readme_quotes_
     computed from the record, and the verdict follows the pre-registered rule."""
     from sim.validation import first_contact as fc
 
-    record = json.loads(PROSPECTIVE.read_text())
+    record = json.loads(PROSPECTIVE.read_text())["batch_6"]
     with_scale, without = record["with_scale"]["rows"], record["without_scale"]["rows"]
     logged = {(r["source"], r["table"], r["nodes"], r["measured"]): r["predicted"]
               for r in fc.first_contact_rows(fc.read_log(fc.LOG_PATH))}
@@ -142,3 +142,28 @@ def test_the_prospective_test_is_the_logged_first_contact_and_the_readme_quotes_
     comm = "communication-bound (measured)"
     kept = a[comm][1] < b[comm][1] and a["all"][1] <= b["all"][1] + 0.01
     assert kept == (MULTINODE_LOSS_SCALE != 1.0)
+
+
+def test_the_loss_ranges_test_is_the_logged_first_contact_and_the_readme_quotes_it():
+    """Batch 7: the rows with the loss range are its logged first contact, the README's table is computed from the
+    record (beside the multi-node loss scale's second look), and the verdict follows the pre-registered rule."""
+    from sim.input_ranges import input_ranges
+    from sim.validation import first_contact as fc
+
+    record = json.loads(PROSPECTIVE.read_text())["batch_7"]
+    with_range, without, scaled = (record[k]["rows"] for k in ("with_range", "without_range", "scale_1_5"))
+    logged = {(r["source"], r["table"], r["nodes"], r["measured"]): (r["predicted"], r["low"], r["high"])
+              for r in fc.first_contact_rows(fc.read_log(fc.LOG_PATH))}
+    assert len(with_range) == len(without) == len(scaled) == 82
+    assert all(logged[(r["source"], r["table"], r["nodes"], r["measured"])] == (r["predicted"], r["low"], r["high"])
+               for r in with_range)
+    a, b, c = _figures(with_range), _figures(without), _figures(scaled)
+    readme = (Path(__file__).parents[1] / "sim" / "README.md").read_text()
+    for name in a:
+        n, err, ab, cov, hw = a[name]
+        line = (f"| {name} | {n} | {err:.1%} | {ab:.1%} | {cov:.1%} / {b[name][3]:.1%} | {hw:.1%} / {b[name][4]:.1%} "
+                f"| {c[name][1]:.1%} |")
+        assert line in readme, line
+    comm, compute = "communication-bound (measured)", "compute-bound (measured)"
+    kept = a[comm][3] > b[comm][3] and a[compute][4] <= 0.15
+    assert kept == ("multinode_loss" in input_ranges())
