@@ -69,7 +69,8 @@ def test_width_grows_with_what_is_unknown_and_drivers_say_why():
     one_node = api.predict_config("resnet50", 1, "100gbe", single_node_throughput=2400)
     assert one_node["interval_drivers"] == []  # the measurement itself
     # two measured nodes close to linear: a driver's upper end is held at linear scaling, as the interval's is
-    near_linear = api.predict_config("resnet50", 2, "ib-hdr", single_node_throughput=2400)
+    near_linear = api.predict_config("resnet50", 2, "ib-hdr", single_node_throughput=2400, batch_per_gpu=128)
+    assert near_linear["throughput_high"] == 2 * 2400
     assert max(d["throughput_range"][1] for d in near_linear["interval_drivers"]) == 2 * 2400
 
 
