@@ -17,6 +17,10 @@ by ``sim.workload.multinode_loss_added_s``'s identity, 1 / X_s = 1 / X_1 + (s - 
 which is what the simulator computes (tests/test_sim_multinode_loss.py checks it). ``by_held_out_source``: the
 same fit with each source's group left out (nested), and the held-out rows' errors at that scale.
 
+The scale failed its prospective test (batch 6; sim/README.md, "Multi-node loss scale"), so the shipped scale is 1;
+its fit is kept as ``multinode_loss_fit.json``. The same report's ``source_factor_quartiles`` at the shipped model
+(``multinode_loss_spread.json``) set the multi-node loss's interval input (presets/input_ranges.toml).
+
     python -m sim.validation.multinode_loss OUT.json
 """
 
