@@ -88,17 +88,12 @@ def first_contact_rows_at_grid(progress=None) -> list[dict]:
     from sim.uncertainty import regime_of_efficiency
     from sim.validation import first_contact as fc
 
-    logged = {r["source"] for r in fc.first_contact_rows(fc.read_log(fc.LOG_PATH))}
+    at = {s: fc.logged_rows_predicted(["--collective-efficiency", repr(s)], progress) for s in GRID}
     out = []
-    for row in fc.load_rows():
-        if row["source"] not in logged:
-            continue
-        argv = fc.predict_argv(row)
-        predicted = {s: fc.run_cli(argv + ["--collective-efficiency", repr(s)])["throughput"] for s in GRID}
-        if progress is not None:
-            progress.update()
+    for i, (row, _) in enumerate(at[GRID[0]]):
         linear = row["nodes"] * row["single_node_throughput"]
-        out.append({"source": row["source"], "measured": row["throughput"], "predicted": predicted,
+        out.append({"source": row["source"], "measured": row["throughput"],
+                    "predicted": {s: at[s][i][1]["throughput"] for s in GRID},
                     "measured_regime": regime_of_efficiency(row["throughput"] / linear), "set": "first contact"})
     return out
 

@@ -344,6 +344,19 @@ def calibration_rows(log_path: str | Path = LOG_PATH, rows_path: str | Path = RO
     return {"sources": sorted(logged), "rows": out, "groups": logged_groups(sources, logged)}
 
 
+def logged_rows_predicted(extra_argv: list[str], progress=None) -> list[tuple[dict, dict]]:
+    """(row, its ``birder predict --json`` with ``extra_argv`` added) for every row of a source whose first contact
+    is logged: what a what-if fit reads (``collective_efficiency``, ``multinode_loss``)."""
+    logged = {r["source"] for r in first_contact_rows(read_log(LOG_PATH))}
+    out = []
+    for row in load_rows():
+        if row["source"] in logged:
+            out.append((row, run_cli(predict_argv(row) + list(extra_argv))))
+            if progress is not None:
+                progress.update()
+    return out
+
+
 def logged_groups(sources: dict, logged: set[str]) -> dict[str, list[str]]:
     """Per source, the sources held out with it among the logged ones' links: itself and those its
     ``independent_of`` names, either way (corpus sources included)."""

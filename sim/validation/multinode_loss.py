@@ -100,17 +100,9 @@ def first_contact_rows(progress=None) -> list[dict]:
     """Every logged first-contact row predicted through the command line at scale 1."""
     from sim.validation import first_contact as fc
 
-    logged = {r["source"] for r in fc.first_contact_rows(fc.read_log(fc.LOG_PATH))}
-    out = []
-    for row in fc.load_rows():
-        if row["source"] not in logged:
-            continue
-        predicted = fc.run_cli(fc.predict_argv(row) + ["--multinode-loss-scale", "1"])["throughput"]
-        if progress is not None:
-            progress.update()
-        out.append({"source": row["source"], "measured": row["throughput"], "predicted": predicted,
-                    "linear": row["nodes"] * row["single_node_throughput"], "set": "first contact"})
-    return out
+    return [{"source": row["source"], "measured": row["throughput"], "predicted": p["throughput"],
+             "linear": row["nodes"] * row["single_node_throughput"], "set": "first contact"}
+            for row, p in fc.logged_rows_predicted(["--multinode-loss-scale", "1"], progress)]
 
 
 def source_factors(rows: list[dict]) -> list[float]:
