@@ -140,6 +140,9 @@ def test_the_prospective_test_is_the_logged_first_contact_and_the_readme_quotes_
                 f"{hw:.1%} / {b[name][4]:.1%} |")
         assert line in readme, line
     comm = "communication-bound (measured)"
+    top = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
+    assert (f"({a[comm][1]:.1%} error against {b[comm][1]:.1%} without it) but all rows moved away "
+            f"({a['all'][1]:.1%} against {b['all'][1]:.1%})") in top
     kept = a[comm][1] < b[comm][1] and a["all"][1] <= b["all"][1] + 0.01
     assert kept == (MULTINODE_LOSS_SCALE != 1.0)
 
@@ -165,5 +168,9 @@ def test_the_loss_ranges_test_is_the_logged_first_contact_and_the_readme_quotes_
                 f"| {c[name][1]:.1%} |")
         assert line in readme, line
     comm, compute = "communication-bound (measured)", "compute-bound (measured)"
+    top = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
+    assert (f"it covered {a[comm][3]:.0%} of the rows measured communication-bound against {b[comm][3]:.0%} "
+            f"without it") in top
+    assert f"error ({a[comm][1]:.1%}) was worse than a plain alpha-beta ring's ({a[comm][2]:.1%})" in top
     kept = a[comm][3] > b[comm][3] and a[compute][4] <= 0.15
     assert kept == ("multinode_loss" in input_ranges())
