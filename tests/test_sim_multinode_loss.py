@@ -121,17 +121,28 @@ def _figures(rows: list[dict]) -> dict[str, tuple]:
     return out
 
 
+def _is_logged_first_contact(rows: list[dict], fields: tuple[str, ...]) -> bool:
+    """Whether each of ``rows`` carries the ``fields`` its logged first contact holds (a record, not a re-run)."""
+    from sim.validation import first_contact as fc
+
+    logged = {(r["source"], r["table"], r["nodes"], r["measured"]): tuple(r[f] for f in fields)
+              for r in fc.first_contact_rows(fc.read_log(fc.LOG_PATH))}
+    return all(logged[(r["source"], r["table"], r["nodes"], r["measured"])] == tuple(r[f] for f in fields)
+               for r in rows)
+
+
+def _readme(*parts: str) -> str:
+    """A README's text (``parts``: its path under the repository), whitespace runs joined to one space for prose."""
+    return " ".join(Path(__file__).parents[1].joinpath(*parts).read_text().split())
+
+
 def test_the_prospective_test_is_the_logged_first_contact_and_the_readme_quotes_it():
     """The 'with the scale' rows are the logged first contact of batch 6 (not a re-run), the README's table is
     computed from the record, and the verdict follows the pre-registered rule."""
-    from sim.validation import first_contact as fc
-
     record = json.loads(PROSPECTIVE.read_text())["batch_6"]
     with_scale, without = record["with_scale"]["rows"], record["without_scale"]["rows"]
-    logged = {(r["source"], r["table"], r["nodes"], r["measured"]): r["predicted"]
-              for r in fc.first_contact_rows(fc.read_log(fc.LOG_PATH))}
     assert len(with_scale) == len(without) == 120
-    assert all(logged[(r["source"], r["table"], r["nodes"], r["measured"])] == r["predicted"] for r in with_scale)
+    assert _is_logged_first_contact(with_scale, ("predicted",))
     a, b = _figures(with_scale), _figures(without)
     readme = (Path(__file__).parents[1] / "sim" / "README.md").read_text()
     for name in a:
@@ -140,7 +151,7 @@ def test_the_prospective_test_is_the_logged_first_contact_and_the_readme_quotes_
                 f"{hw:.1%} / {b[name][4]:.1%} |")
         assert line in readme, line
     comm = "communication-bound (measured)"
-    top = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
+    top = _readme("README.md")
     assert (f"({a[comm][1]:.1%} error against {b[comm][1]:.1%} without it) but all rows moved away "
             f"({a['all'][1]:.1%} against {b['all'][1]:.1%})") in top
     kept = a[comm][1] < b[comm][1] and a["all"][1] <= b["all"][1] + 0.01
@@ -151,15 +162,11 @@ def test_the_loss_ranges_test_is_the_logged_first_contact_and_the_readme_quotes_
     """Batch 7: the rows with the loss range are its logged first contact, the README's table is computed from the
     record (beside the multi-node loss scale's second look), and the verdict follows the pre-registered rule."""
     from sim.input_ranges import input_ranges
-    from sim.validation import first_contact as fc
 
     record = json.loads(PROSPECTIVE.read_text())["batch_7"]
     with_range, without, scaled = (record[k]["rows"] for k in ("with_range", "without_range", "scale_1_5"))
-    logged = {(r["source"], r["table"], r["nodes"], r["measured"]): (r["predicted"], r["low"], r["high"])
-              for r in fc.first_contact_rows(fc.read_log(fc.LOG_PATH))}
     assert len(with_range) == len(without) == len(scaled) == 82
-    assert all(logged[(r["source"], r["table"], r["nodes"], r["measured"])] == (r["predicted"], r["low"], r["high"])
-               for r in with_range)
+    assert _is_logged_first_contact(with_range, ("predicted", "low", "high"))
     a, b, c = _figures(with_range), _figures(without), _figures(scaled)
     readme = (Path(__file__).parents[1] / "sim" / "README.md").read_text()
     for name in a:
@@ -168,7 +175,7 @@ def test_the_loss_ranges_test_is_the_logged_first_contact_and_the_readme_quotes_
                 f"| {c[name][1]:.1%} |")
         assert line in readme, line
     comm, compute = "communication-bound (measured)", "compute-bound (measured)"
-    top = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
+    top = _readme("README.md")
     assert (f"it covered {a[comm][3]:.0%} of the rows measured communication-bound against {b[comm][3]:.0%} "
             f"without it") in top
     assert f"error ({a[comm][1]:.1%}) was worse than a plain alpha-beta ring's ({a[comm][2]:.1%})" in top
