@@ -85,13 +85,25 @@ def log_ratio_quantiles(log_ratios: list[float], level: float = INTERVAL_LEVEL) 
 
 def _sorted_quantiles(xs: list[float], level: float) -> tuple[float, float]:
     """``log_ratio_quantiles`` of ``xs``, already sorted."""
-    n = len(xs)
-    tail = (1 - level) / 2
-    k_low = math.floor(round((n + 1) * tail, 9))  # rounded: (1 - 0.8) / 2 is 0.0999... in binary
-    k_high = math.ceil(round((n + 1) * (1 - tail), 9))
+    k_low, k_high = _quantile_ranks(len(xs), level)
     low = xs[k_low - 1] if k_low >= 1 else -math.inf
-    high = xs[k_high - 1] if k_high <= n else math.inf
+    high = xs[k_high - 1] if k_high <= len(xs) else math.inf
     return low, high
+
+
+@lru_cache(maxsize=4096)
+def _quantile_ranks(n: int, level: float) -> tuple[int, int]:
+    """The 1-based ranks of ``log_ratio_quantiles``' bounds among ``n`` sorted values: out of 1..n where ``n`` is
+    too small to say."""
+    tail = (1 - level) / 2
+    return (math.floor(round((n + 1) * tail, 9)),  # rounded: (1 - 0.8) / 2 is 0.0999... in binary
+            math.ceil(round((n + 1) * (1 - tail), 9)))
+
+
+@lru_cache(maxsize=4096)
+def _grid_ranks(n: int) -> np.ndarray:
+    """``_quantile_ranks`` of ``n`` values at each level of ``LEVEL_GRID``, one row per level."""
+    return np.array([_quantile_ranks(n, level) for level in LEVEL_GRID], dtype=int)
 
 
 def normalised_residual(log_ratio: float, down: float, up: float) -> float:
@@ -145,6 +157,7 @@ def regime_bounds(q: dict[str, tuple[float, float]], regime: str) -> tuple[float
 
 # the conformal levels a source-calibrated interval may take, from the nominal one up (half a percent apart)
 LEVEL_GRID = tuple(round(INTERVAL_LEVEL + 0.005 * k, 3) for k in range(int(round((0.99 - INTERVAL_LEVEL) / 0.005)) + 1))
+GRID_INDEX = {level: i for i, level in enumerate(LEVEL_GRID)}
 
 
 @dataclass(frozen=True)
@@ -168,16 +181,66 @@ def _covered_count(log_ratios, caps, bounds: tuple[float, float]) -> int:
 
 class _LeftOutFits:
     """The conformal fits of leave-one-source-out calibration on ``errors``: each exclusion's log ratios sorted
-    once (a nested calibration fits the same exclusions many times over)."""
+    once, and each held-out group's rows covered counted at every level of ``LEVEL_GRID`` at once (a nested
+    calibration fits the same exclusions at the same levels many times over)."""
 
     def __init__(self, errors: list[LoggedError], groups: dict[str, frozenset[str]]):
         self.errors, self.groups = tuple(errors), groups
         self._sorted: dict[frozenset[str], dict[str, list[float]]] = {}
+        self._grid_counts: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._curves: dict[tuple, np.ndarray] = {}
+        self._levels: dict[tuple, dict[str, float]] = {}
         # each held-out group's rows of each regime: log ratios and caps
         self._rows = {(held, reg): tuple(np.array([getattr(e, k) for e in errors
                                                    if e.source in held and e.regime == reg], dtype=float)
                                          for k in ("log_ratio", "cap"))
                       for held in {groups[e.source] for e in errors} for reg in REGIMES}
+        # each regime's log ratios (and all's) sorted once, with their sources: an exclusion's are a mask of them
+        self._sources = sorted({e.source for e in errors})
+        index = {source: i for i, source in enumerate(self._sources)}
+        self._sorted_rows = {}
+        for name in (*REGIMES, "all"):
+            rows = sorted((e.log_ratio, index[e.source]) for e in errors if name in (e.regime, "all"))
+            self._sorted_rows[name] = (np.array([x for x, _ in rows], dtype=float),
+                                       np.array([i for _, i in rows], dtype=int))
+
+    def _counts_on_grid(self, excluded: frozenset[str], held: frozenset[str], regime: str
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """At each level of ``LEVEL_GRID``: how many of ``held``'s rows of ``regime`` lie in their intervals from
+        the quantiles of the errors of the sources not in ``excluded`` (``_covered_count``) with ``regime``'s
+        bounds, whether those bounds are finite, and how many with the regimes pooled (``regime_bounds``'
+        fallback)."""
+        key = (excluded, held, regime)
+        if key not in self._grid_counts:
+            log_ratios, caps = self._rows[held, regime]
+            kept = np.array([source not in excluded for source in self._sources], dtype=bool)
+            counted = []
+            for name in (regime, "all"):
+                xs, sources = self._sorted_rows[name]
+                xs = xs[kept[sources]]
+                ranks = _grid_ranks(xs.size)
+                if xs.size:
+                    at = np.clip(ranks - 1, 0, xs.size - 1)
+                    low = np.where(ranks[:, 0] >= 1, xs[at[:, 0]], -np.inf)
+                    high = np.where(ranks[:, 1] <= xs.size, xs[at[:, 1]], np.inf)
+                else:
+                    low, high = np.full(len(LEVEL_GRID), -np.inf), np.full(len(LEVEL_GRID), np.inf)
+                top = np.minimum(np.maximum(high, 0.0)[:, None], np.maximum(caps, 0.0)[None, :])
+                inside = (log_ratios >= np.minimum(low, 0.0)[:, None]) & (log_ratios <= top)
+                counted.append((np.count_nonzero(inside, axis=1), np.isfinite(low) & np.isfinite(high)))
+            self._grid_counts[key] = counted[0][0], counted[0][1], counted[1][0]
+        return self._grid_counts[key]
+
+    def _inside(self, excluded: frozenset[str], held: frozenset[str], regime: str,
+                levels: float | dict[str, float]) -> int:
+        """How many of ``held``'s rows of ``regime`` lie in their intervals from the errors of the sources not in
+        ``excluded`` at ``levels``."""
+        level, pooled = (levels, levels) if isinstance(levels, float | int) else (levels[regime], levels["all"])
+        if level in GRID_INDEX and pooled in GRID_INDEX:
+            counts, finite, counts_pooled = self._counts_on_grid(excluded, held, regime)
+            i = GRID_INDEX[level]
+            return int(counts[i] if finite[i] else counts_pooled[GRID_INDEX[pooled]])
+        return _covered_count(*self._rows[held, regime], regime_bounds(self.quantiles(excluded, levels), regime))
 
     def _covered(self, regime: str | None, excluded: frozenset[str], levels_of) -> float:
         """The coverage of the sources not in ``excluded``, each held-out group weighted equally: the mean over
@@ -185,13 +248,30 @@ class _LeftOutFits:
         (and ``excluded``) at levels ``levels_of(its exclusion)``. A source with many rows counts once, as a new
         source will (issue 27: each source weighted equally, not each row)."""
         covered: dict[frozenset[str], list[int]] = {}
-        for (held, reg), (log_ratios, caps) in self._rows.items():
+        for (held, reg), (log_ratios, _) in self._rows.items():
             if regime in (None, reg) and log_ratios.size and not held & excluded:
-                q = self.quantiles(excluded | held, levels_of(excluded | held))
                 counts = covered.setdefault(held, [0, 0])
-                counts[0] += _covered_count(log_ratios, caps, regime_bounds(q, reg))
+                counts[0] += self._inside(excluded | held, held, reg, levels_of(excluded | held))
                 counts[1] += log_ratios.size
         return sum(inside / total for inside, total in covered.values()) / len(covered) if covered else 1.0
+
+    def _coverage_on_grid(self, regime: str | None, excluded: frozenset[str]) -> np.ndarray:
+        """``coverage`` at each level of ``LEVEL_GRID`` (one level for every regime), the same sums in the same
+        order."""
+        key = (regime, excluded)
+        if key not in self._curves:
+            covered: dict[frozenset[str], list] = {}
+            for (held, reg), (log_ratios, _) in self._rows.items():
+                if regime in (None, reg) and log_ratios.size and not held & excluded:
+                    counts, finite, counts_pooled = self._counts_on_grid(excluded | held, held, reg)
+                    tally = covered.setdefault(held, [0, 0])
+                    tally[0] = tally[0] + np.where(finite, counts, counts_pooled)
+                    tally[1] += log_ratios.size
+            curve = np.zeros(len(LEVEL_GRID))
+            for inside, total in covered.values():
+                curve = curve + inside / total
+            self._curves[key] = curve / len(covered) if covered else np.ones(len(LEVEL_GRID))
+        return self._curves[key]
 
     def quantiles(self, excluded: frozenset[str], levels: float | dict[str, float]) -> dict[str, tuple[float, float]]:
         """``interval_quantiles`` of the errors of the sources not in ``excluded``."""
@@ -202,6 +282,8 @@ class _LeftOutFits:
 
     def coverage(self, levels: float | dict[str, float], regime: str | None, excluded: frozenset[str]) -> float:
         """``source_coverage`` on the errors of the sources not in ``excluded``, which no fit sees either."""
+        if isinstance(levels, float) and levels in GRID_INDEX:
+            return float(self._coverage_on_grid(regime, excluded)[GRID_INDEX[levels]])
         return self._covered(regime, excluded, lambda _: levels)
 
     def least(self, covers) -> float:
@@ -215,9 +297,11 @@ class _LeftOutFits:
 
     def calibrated(self, nominal: float, excluded: frozenset[str]) -> dict[str, float]:
         """``source_calibrated_levels`` on the errors of the sources not in ``excluded``."""
-        levels = {reg: self.least(lambda level, reg=reg: self.coverage(level, reg, excluded) >= nominal)
-                  for reg in REGIMES}
-        return {**levels, "all": max(levels.values())}
+        if (nominal, excluded) not in self._levels:
+            levels = {reg: self.least(lambda level, reg=reg: self.coverage(level, reg, excluded) >= nominal)
+                      for reg in REGIMES}
+            self._levels[nominal, excluded] = {**levels, "all": max(levels.values())}
+        return self._levels[nominal, excluded]
 
     def nested_coverage(self, target: float, regime: str, excluded: frozenset[str]) -> float:
         """Share of ``regime``'s rows (sources not in ``excluded``) inside intervals whose levels were calibrated
