@@ -3,6 +3,7 @@ skipped rows listed, and intervals whose quantiles never see the row's own sourc
 
 import json
 import math
+import random
 import re
 import statistics
 from dataclasses import replace
@@ -115,6 +116,37 @@ def test_the_level_is_calibrated_on_whole_sources_left_out():
     moved = [replace(e, log_ratio=e.log_ratio + 5) if e.source == "s3" else e for e in errors]
     assert uncertainty.left_out_bounds(moved, groups)[groups["s3"]] == bounds[groups["s3"]]
     assert uncertainty.left_out_bounds(moved, groups)[groups["s4"]] != bounds[groups["s4"]]
+
+
+def test_source_coverage_on_the_level_grid_is_the_one_counted_row_by_row():
+    """``source_coverage`` counts each held-out group's rows at every level of the grid at once; counted row by row
+    from ``interval_quantiles`` (each group's bounds without it, a regime of too few rows falling back to the
+    pooled bounds, the upper end capped at linear scaling and stretched to hold the prediction) it is the same at
+    every level, off the grid too, per regime and pooled. Two sources held out together; seeded, deterministic."""
+    rng = random.Random(27)
+    errors = [uncertainty.LoggedError(f"s{s}", "compute-bound", rng.gauss(0.05 * s, 0.1),
+                                      rng.choice((math.inf, rng.uniform(0.0, 0.3)))) for s in range(9)
+              for _ in range(rng.randint(3, 12))]
+    errors += [uncertainty.LoggedError(f"s{s}", "communication-bound", rng.gauss(-0.1, 0.3)) for s in (1, 4, 7)
+               for _ in range(2)]  # too few to bound without their own: the pooled bounds
+    groups = {f"s{s}": frozenset({f"s{s}"}) for s in range(9)} | {s: frozenset({"s2", "s3"}) for s in ("s2", "s3")}
+
+    def by_hand(level, regime):
+        shares = {}
+        for held in set(groups.values()):
+            q = uncertainty.interval_quantiles([(e.regime, e.log_ratio) for e in errors if e.source not in held],
+                                               level)
+            rows = [e for e in errors if e.source in held and regime in (None, e.regime)]
+            if rows:
+                inside = [min(uncertainty.regime_bounds(q, e.regime)[0], 0) <= e.log_ratio
+                          <= min(max(uncertainty.regime_bounds(q, e.regime)[1], 0), max(e.cap, 0)) for e in rows]
+                shares[held] = sum(inside) / len(inside)
+        return statistics.fmean(shares.values())
+
+    for level in (*uncertainty.LEVEL_GRID, 0.83):
+        for regime in (*uncertainty.REGIMES, None):
+            assert uncertainty.source_coverage(errors, groups, level, regime) == pytest.approx(
+                by_hand(level, regime), abs=1e-12), (level, regime)
 
 
 def test_each_source_counts_once_in_the_calibration_however_many_rows_it_has():
