@@ -214,22 +214,29 @@ class _LeftOutFits:
         if key not in self._grid_counts:
             log_ratios, caps = self._rows[held, regime]
             kept = np.array([source not in excluded for source in self._sources], dtype=bool)
-            counted = []
-            for name in (regime, "all"):
-                xs, sources = self._sorted_rows[name]
-                xs = xs[kept[sources]]
-                ranks = _grid_ranks(xs.size)
-                if xs.size:
-                    at = np.clip(ranks - 1, 0, xs.size - 1)
-                    low = np.where(ranks[:, 0] >= 1, xs[at[:, 0]], -np.inf)
-                    high = np.where(ranks[:, 1] <= xs.size, xs[at[:, 1]], np.inf)
-                else:
-                    low, high = np.full(len(LEVEL_GRID), -np.inf), np.full(len(LEVEL_GRID), np.inf)
-                top = np.minimum(np.maximum(high, 0.0)[:, None], np.maximum(caps, 0.0)[None, :])
-                inside = (log_ratios >= np.minimum(low, 0.0)[:, None]) & (log_ratios <= top)
-                counted.append((np.count_nonzero(inside, axis=1), np.isfinite(low) & np.isfinite(high)))
-            self._grid_counts[key] = counted[0][0], counted[0][1], counted[1][0]
+            counts, finite = self._counted(regime, kept, log_ratios, caps)
+            # the pooled bounds only where the regime's are not finite (else they are never read)
+            pooled = counts if finite.all() else self._counted("all", kept, log_ratios, caps)[0]
+            self._grid_counts[key] = counts, finite, pooled
         return self._grid_counts[key]
+
+    def _counted(self, name: str, kept: np.ndarray, log_ratios: np.ndarray, caps: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """At each level of ``LEVEL_GRID``: how many of the rows (``log_ratios``, ``caps``) lie in their intervals
+        from the bounds of ``name``'s (a regime's, or all) errors of the ``kept`` sources, and whether those
+        bounds are finite."""
+        xs, sources = self._sorted_rows[name]
+        xs = xs[kept[sources]]
+        ranks = _grid_ranks(xs.size)
+        if xs.size:
+            at = np.clip(ranks - 1, 0, xs.size - 1)
+            low = np.where(ranks[:, 0] >= 1, xs[at[:, 0]], -np.inf)
+            high = np.where(ranks[:, 1] <= xs.size, xs[at[:, 1]], np.inf)
+        else:
+            low, high = np.full(len(LEVEL_GRID), -np.inf), np.full(len(LEVEL_GRID), np.inf)
+        top = np.minimum(np.maximum(high, 0.0)[:, None], np.maximum(caps, 0.0)[None, :])
+        inside = (log_ratios >= np.minimum(low, 0.0)[:, None]) & (log_ratios <= top)
+        return np.count_nonzero(inside, axis=1), np.isfinite(low) & np.isfinite(high)
 
     def _inside(self, excluded: frozenset[str], held: frozenset[str], regime: str,
                 levels: float | dict[str, float]) -> int:
