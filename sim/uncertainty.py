@@ -184,17 +184,20 @@ class _LeftOutFits:
     once, and each held-out group's rows covered counted at every level of ``LEVEL_GRID`` at once (a nested
     calibration fits the same exclusions at the same levels many times over)."""
 
-    def __init__(self, errors: list[LoggedError], groups: dict[str, frozenset[str]]):
+    def __init__(self, errors: list[LoggedError], groups: dict[str, frozenset[str]],
+                 strata: dict[str, str] | None = None):
         self.errors, self.groups = tuple(errors), groups
+        stratum_of = (lambda _: "") if strata is None else strata.__getitem__
         self._sorted: dict[frozenset[str], dict[str, list[float]]] = {}
         self._grid_counts: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._curves: dict[tuple, np.ndarray] = {}
         self._levels: dict[tuple, dict[str, float]] = {}
-        # each held-out group's rows of each regime: log ratios and caps
-        self._rows = {(held, reg): tuple(np.array([getattr(e, k) for e in errors
-                                                   if e.source in held and e.regime == reg], dtype=float)
-                                         for k in ("log_ratio", "cap"))
-                      for held in {groups[e.source] for e in errors} for reg in REGIMES}
+        # each held-out group's rows of each regime and stratum: log ratios and caps
+        self._rows = {(held, reg, stratum): tuple(
+            np.array([getattr(e, k) for e in errors if e.source in held and e.regime == reg
+                      and stratum_of(e.source) == stratum], dtype=float) for k in ("log_ratio", "cap"))
+            for held in {groups[e.source] for e in errors} for reg in REGIMES
+            for stratum in sorted({stratum_of(e.source) for e in errors})}
         # each regime's log ratios (and all's) sorted once, with their sources: an exclusion's are a mask of them
         self._sources = sorted({e.source for e in errors})
         index = {source: i for i, source in enumerate(self._sources)}
@@ -204,15 +207,16 @@ class _LeftOutFits:
             self._sorted_rows[name] = (np.array([x for x, _ in rows], dtype=float),
                                        np.array([i for _, i in rows], dtype=int))
 
-    def _counts_on_grid(self, excluded: frozenset[str], held: frozenset[str], regime: str
+    def _counts_on_grid(self, excluded: frozenset[str], held: frozenset[str], regime: str, stratum: str
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """At each level of ``LEVEL_GRID``: how many of ``held``'s rows of ``regime`` lie in their intervals from
-        the quantiles of the errors of the sources not in ``excluded`` (``_covered_count``) with ``regime``'s
+        the quantiles of the errors of the sources not in ``excluded`` (``_covered_count``; those of ``stratum``) with
+        ``regime``'s
         bounds, whether those bounds are finite, and how many with the regimes pooled (``regime_bounds``'
         fallback)."""
-        key = (excluded, held, regime)
+        key = (excluded, held, regime, stratum)
         if key not in self._grid_counts:
-            log_ratios, caps = self._rows[held, regime]
+            log_ratios, caps = self._rows[held, regime, stratum]
             kept = np.array([source not in excluded for source in self._sources], dtype=bool)
             counts, finite = self._counted(regime, kept, log_ratios, caps)
             # the pooled bounds only where the regime's are not finite (else they are never read)
@@ -238,46 +242,52 @@ class _LeftOutFits:
         inside = (log_ratios >= np.minimum(low, 0.0)[:, None]) & (log_ratios <= top)
         return np.count_nonzero(inside, axis=1), np.isfinite(low) & np.isfinite(high)
 
-    def _inside(self, excluded: frozenset[str], held: frozenset[str], regime: str,
+    def _inside(self, excluded: frozenset[str], held: frozenset[str], regime: str, stratum: str,
                 levels: float | dict[str, float]) -> int:
-        """How many of ``held``'s rows of ``regime`` lie in their intervals from the errors of the sources not in
-        ``excluded`` at ``levels``."""
+        """How many of ``held``'s rows of ``regime`` (and ``stratum``) lie in their intervals from the errors of the
+        sources not in ``excluded`` at ``levels``."""
         level, pooled = (levels, levels) if isinstance(levels, float | int) else (levels[regime], levels["all"])
         if level in GRID_INDEX and pooled in GRID_INDEX:
-            counts, finite, counts_pooled = self._counts_on_grid(excluded, held, regime)
+            counts, finite, counts_pooled = self._counts_on_grid(excluded, held, regime, stratum)
             i = GRID_INDEX[level]
             return int(counts[i] if finite[i] else counts_pooled[GRID_INDEX[pooled]])
-        return _covered_count(*self._rows[held, regime], regime_bounds(self.quantiles(excluded, levels), regime))
+        return _covered_count(*self._rows[held, regime, stratum],
+                              regime_bounds(self.quantiles(excluded, levels), regime))
 
     def _covered(self, regime: str | None, excluded: frozenset[str], levels_of) -> float:
         """The coverage of the sources not in ``excluded``, each held-out group weighted equally: the mean over
         those groups of the share of their rows (of ``regime``, or all) inside intervals fitted without the group
         (and ``excluded``) at levels ``levels_of(its exclusion)``. A source with many rows counts once, as a new
-        source will (issue 27: each source weighted equally, not each row)."""
-        covered: dict[frozenset[str], list[int]] = {}
-        for (held, reg), (log_ratios, _) in self._rows.items():
+        source will (issue 27: each source weighted equally, not each row). With strata, the least of the strata's
+        coverages, each of its own rows."""
+        covered: dict[str, dict[frozenset[str], list[int]]] = {}
+        for (held, reg, stratum), (log_ratios, _) in self._rows.items():
             if regime in (None, reg) and log_ratios.size and not held & excluded:
-                counts = covered.setdefault(held, [0, 0])
-                counts[0] += self._inside(excluded | held, held, reg, levels_of(excluded | held))
+                counts = covered.setdefault(stratum, {}).setdefault(held, [0, 0])
+                counts[0] += self._inside(excluded | held, held, reg, stratum, levels_of(excluded | held))
                 counts[1] += log_ratios.size
-        return sum(inside / total for inside, total in covered.values()) / len(covered) if covered else 1.0
+        return min((sum(inside / total for inside, total in by_group.values()) / len(by_group)
+                    for by_group in covered.values()), default=1.0)
 
     def _coverage_on_grid(self, regime: str | None, excluded: frozenset[str]) -> np.ndarray:
         """``coverage`` at each level of ``LEVEL_GRID`` (one level for every regime), the same sums in the same
         order."""
         key = (regime, excluded)
         if key not in self._curves:
-            covered: dict[frozenset[str], list] = {}
-            for (held, reg), (log_ratios, _) in self._rows.items():
+            covered: dict[str, dict[frozenset[str], list]] = {}
+            for (held, reg, stratum), (log_ratios, _) in self._rows.items():
                 if regime in (None, reg) and log_ratios.size and not held & excluded:
-                    counts, finite, counts_pooled = self._counts_on_grid(excluded | held, held, reg)
-                    tally = covered.setdefault(held, [0, 0])
+                    counts, finite, counts_pooled = self._counts_on_grid(excluded | held, held, reg, stratum)
+                    tally = covered.setdefault(stratum, {}).setdefault(held, [0, 0])
                     tally[0] = tally[0] + np.where(finite, counts, counts_pooled)
                     tally[1] += log_ratios.size
-            curve = np.zeros(len(LEVEL_GRID))
-            for inside, total in covered.values():
-                curve = curve + inside / total
-            self._curves[key] = curve / len(covered) if covered else np.ones(len(LEVEL_GRID))
+            self._curves[key] = np.ones(len(LEVEL_GRID))
+            for by_group in covered.values():
+                curve = np.zeros(len(LEVEL_GRID))
+                for inside, total in by_group.values():
+                    curve = curve + inside / total
+                self._curves[key] = curve / len(by_group) if len(covered) == 1 else np.minimum(
+                    self._curves[key], curve / len(by_group))
         return self._curves[key]
 
     def quantiles(self, excluded: frozenset[str], levels: float | dict[str, float]) -> dict[str, tuple[float, float]]:
@@ -326,16 +336,19 @@ class _LeftOutFits:
 
 
 def source_coverage(errors: list[LoggedError], groups: dict[str, frozenset[str]],
-                    levels: float | dict[str, float], regime: str | None = None) -> float:
+                    levels: float | dict[str, float], regime: str | None = None,
+                    strata: dict[str, str] | None = None) -> float:
     """Leave-one-source-out coverage of ``errors`` (those of interval regime ``regime``, or all) by intervals at
     conformal ``levels`` (``interval_quantiles``) fitted, for each, on the errors of the sources not held out with
     its own (``groups``): the mean over held-out groups of the share of their rows covered, each group weighted
-    equally. 1.0 where there is no such row."""
-    return _LeftOutFits(errors, groups).coverage(levels, regime, frozenset())
+    equally. 1.0 where there is no such row. ``strata`` (a stratum per source): the least of the strata's
+    coverages, each over its own sources' rows."""
+    return _LeftOutFits(errors, groups, strata).coverage(levels, regime, frozenset())
 
 
 def source_calibrated_levels(errors: list[LoggedError], groups: dict[str, frozenset[str]],
-                             nominal: float = INTERVAL_LEVEL) -> dict[str, float]:
+                             nominal: float = INTERVAL_LEVEL, strata: dict[str, str] | None = None
+                             ) -> dict[str, float]:
     """Per interval regime, the least conformal level (``LEVEL_GRID``) at which intervals fitted
     leave-one-source-out on ``errors`` cover at least ``nominal`` of that regime's rows, each held-out group of
     sources weighted equally (``source_coverage``); ``all`` (the pooled
@@ -350,12 +363,14 @@ def source_calibrated_levels(errors: list[LoggedError], groups: dict[str, frozen
     Vovk 2012, "Conditional validity of inductive conformal predictors"): coverage is promised within each
     regime, not only on the regimes pooled, where a well-covered regime would hide a short one. The top of the
     grid where even that falls short (``source_coverage`` at the levels says by how much). Coverage grows with
-    the level (wider quantiles), so the grid is bisected."""
-    return _LeftOutFits(errors, groups).calibrated(nominal, frozenset())
+    the level (wider quantiles), so the grid is bisected. With ``strata`` (a stratum per source, such as the
+    corpus and the first-contact log), each stratum's sources are covered as promised, not only all pooled."""
+    return _LeftOutFits(errors, groups, strata).calibrated(nominal, frozenset())
 
 
 def nested_calibrated_levels(errors: list[LoggedError], groups: dict[str, frozenset[str]],
-                             nominal: float = INTERVAL_LEVEL) -> dict[str, float]:
+                             nominal: float = INTERVAL_LEVEL, strata: dict[str, str] | None = None
+                             ) -> dict[str, float]:
     """Per interval regime, ``source_calibrated_levels`` at the least target (``LEVEL_GRID``) at which that
     calibration, run without each source in turn, covers at least ``nominal`` of the held-out sources' rows
     (each source's share, averaged); ``all`` at the highest, as there.
@@ -366,20 +381,23 @@ def nested_calibrated_levels(errors: list[LoggedError], groups: dict[str, frozen
     by the same leave-one-source-out rule corrects for it: double cross-validation (Stone 1974, "Cross-validatory
     choice and assessment of statistical predictions"; Varma & Simon 2006 on the bias of choosing and assessing on
     the same folds).
-    A target grows the levels, which grow the coverage, so the targets are bisected too."""
-    return _LeftOutFits(errors, groups).nested(nominal, frozenset())
+    A target grows the levels, which grow the coverage, so the targets are bisected too. ``strata``: as
+    ``source_calibrated_levels``', at both depths."""
+    return _LeftOutFits(errors, groups, strata).nested(nominal, frozenset())
 
 
-def left_out_bounds(errors: list[LoggedError], groups: dict[str, frozenset[str]], others_of=None
+def left_out_bounds(errors: list[LoggedError], groups: dict[str, frozenset[str]], others_of=None,
+                    strata: dict[str, str] | None = None
                     ) -> dict[frozenset[str], tuple[dict[str, float], dict[str, tuple[float, float]]]]:
     """Per held-out group of sources: (the levels, per regime, calibrated on the other sources alone
     (``nested_calibrated_levels``), and the quantiles of their errors at them). Nothing of the held-out group
     enters either. ``others_of(held)``, where given, gives the other sources' errors as predicted without the
-    held-out group (a constant fitted on the corpus refitted without it); else they are ``errors``' own."""
-    out, shared = {}, _LeftOutFits(errors, groups)
+    held-out group (a constant fitted on the corpus refitted without it); else they are ``errors``' own.
+    ``strata``: as ``nested_calibrated_levels``'."""
+    out, shared = {}, _LeftOutFits(errors, groups, strata)
     for held in {groups[e.source] for e in errors}:
-        fits, excluded = (shared, held) if others_of is None else (_LeftOutFits(others_of(held), groups),
-                                                                   frozenset())
+        fits, excluded = (shared, held) if others_of is None else (
+            _LeftOutFits(others_of(held), groups, strata), frozenset())
         levels = fits.nested(INTERVAL_LEVEL, excluded)
         out[held] = levels, fits.quantiles(excluded, levels)
     return out
