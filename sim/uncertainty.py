@@ -9,10 +9,11 @@ quantiles of the normalised residuals (log(measured / predicted) over the row's 
 et al. 2018) of the validation corpus with each source left out, per predicted regime (compute- or communication-
 bound) and apart for predictions calibrated on a measured node and those from built-in compute profiles, their level
 calibrated source by source and apart for each regime (Mondrian), to a target itself calibrated source by source
-(nested), the corpus's sources and the first-contact log's each covered as promised (strata): widths grow with what the prediction does not know. A speed-up (one prediction over another of the same
-set-up, ``speedup_interval``) takes bounds of its own, fitted on the corpus's pairs of rows of one table. They are
-measured once by validation (sim.validation.stored) and stored in ``presets/cross_validation.json``, which
-``stored_intervals`` reads: no prediction pays a refit, and nothing here imports validation.
+(nested), the corpus's sources and the first-contact log's each covered as promised (strata): widths grow with what
+the prediction does not know. A speed-up (one prediction over another of the same set-up, ``speedup_interval``)
+takes bounds of its own, fitted on the corpus's pairs of rows of one table. They are measured once by validation
+(sim.validation.stored) and stored in ``presets/cross_validation.json``, which ``stored_intervals`` reads: no
+prediction pays a refit, and nothing here imports validation.
 """
 
 from __future__ import annotations
