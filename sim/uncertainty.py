@@ -210,11 +210,10 @@ class _LeftOutFits:
 
     def _counts_on_grid(self, excluded: frozenset[str], held: frozenset[str], regime: str, stratum: str
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """At each level of ``LEVEL_GRID``: how many of ``held``'s rows of ``regime`` lie in their intervals from
-        the quantiles of the errors of the sources not in ``excluded`` (``_covered_count``; those of ``stratum``) with
-        ``regime``'s
-        bounds, whether those bounds are finite, and how many with the regimes pooled (``regime_bounds``'
-        fallback)."""
+        """At each level of ``LEVEL_GRID``: how many of ``held``'s rows of ``regime`` and ``stratum`` lie in their
+        intervals from the quantiles of the errors of the sources not in ``excluded`` (``_covered_count``) with
+        ``regime``'s bounds, whether those bounds are finite, and how many with the regimes pooled
+        (``regime_bounds``' fallback)."""
         key = (excluded, held, regime, stratum)
         if key not in self._grid_counts:
             log_ratios, caps = self._rows[held, regime, stratum]
