@@ -39,7 +39,7 @@ LOG_PATH = ROOT / "sim" / "validation" / "first_contact.json"
 CLUSTERS_DIR = "sim/validation/first_contact_clusters/"  # the cluster files written from the sources' hardware
 # the code that makes a prediction: a change here means a new model commit (sim/validation holds data and the
 # corpus tooling; this file only scores)
-PREDICTION_PATHS = ("sim", "birder", "birder_ref", ":(exclude)sim/validation")
+PREDICTION_PATHS = ("sim", "birder", "birder_ref", ":(exclude)sim/validation", ":(exclude,glob)**/*.md")
 REGIMES = ("compute-bound", "communication-bound")
 
 
@@ -203,9 +203,10 @@ def _git(*args: str) -> str:
     return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
 
 
-def model_commit() -> str:
+def model_commit(dry_run: bool = False) -> str:
     """The commit whose prediction code scores now: the fork point from ``main`` if no prediction file differs
-    from it (committed or not), else HEAD (which must then hold every change: refused if one is uncommitted)."""
+    from it (committed or not), else HEAD (which must then hold every change: refused if one is uncommitted, but
+    for a ``dry_run``, which logs nothing: HEAD with "+uncommitted")."""
     head = _git("rev-parse", "HEAD")
     try:
         base = _git("merge-base", "HEAD", "main")
@@ -214,6 +215,8 @@ def model_commit() -> str:
     if not _git("diff", "--name-only", base, "--", *PREDICTION_PATHS):
         return base
     if _git("status", "--porcelain", "--", *PREDICTION_PATHS):
+        if dry_run:
+            return f"{head}+uncommitted"
         raise ValueError("prediction code has uncommitted changes: commit them before scoring")
     return head
 
@@ -250,7 +253,7 @@ def score(rows_path: str | Path = ROWS_PATH, log_path: str | Path = LOG_PATH, pr
         if unknown:
             raise ValueError(f"no rows of {', '.join(sorted(unknown))} in {rows_path}")
         rows = [row for row in rows if row["source"] in only]
-    commit = model_commit()
+    commit = model_commit(dry_run=not log)
     scored = []
     for i, row in enumerate(rows, start=1):
         scored.append(score_row(row, what_if or []))
