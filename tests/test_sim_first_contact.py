@@ -102,6 +102,17 @@ def test_the_readme_leads_the_simulator_with_the_logs_first_contact_figures():
     assert fc.readme_block() in readme
 
 
+def test_the_validation_readme_quotes_batch_8s_first_contact_as_logged():
+    """sim/validation/README.md's sentence on the calibration rule decided after batch 8 quotes that batch's first
+    contact (the entry of model 5c8c205, four new sources) as the log holds it."""
+    entry = next(e for e in fc.read_log() if e["model_commit"].startswith("5c8c205"))
+    comm = entry["pooled"]["all"]["by_measured_regime"]["communication-bound"]
+    text = " ".join((Path(__file__).resolve().parents[1] / "sim" / "validation" / "README.md").read_text().split())
+    assert len(entry["sources"]) == 4 and "Batch 8's four sources" in text
+    assert (f"(first contact: {100 * entry['pooled']['all']['error']['median']:.1f}% median error, but "
+            f"{100 * comm['coverage']:.1f}% of its {comm['rows']} communication-bound rows covered)") in text
+
+
 def test_only_sources_whose_first_contact_is_logged_calibrate_the_intervals(tmp_path):
     """``calibration_rows`` takes the rows of logged sources only (a source not yet scored stays unseen by every
     fit); the stored intervals were calibrated on logged sources only, with residuals the model gives now."""
