@@ -330,13 +330,9 @@ def calibration_rows(log_path: str | Path = LOG_PATH, rows_path: str | Path = RO
     ``independent_of`` names, either way, corpus sources included)."""
     from sim.uncertainty import normalised_residual, regime_of_efficiency
 
-    logged = {r["source"] for r in first_contact_rows(read_log(log_path))}
     sources = load_sources(sources_path)
     out = []
-    for row in load_rows(rows_path, sources):
-        if row["source"] not in logged:
-            continue
-        p = run_cli(predict_argv(row))
+    for row, p in logged_rows_predicted([], log_path=log_path, rows_path=rows_path, sources=sources):
         down, up = p["interval_model_width"]
         linear = row["nodes"] * row["single_node_throughput"]
         out.append({"source": row["source"], "regime": p["interval_regime"],
@@ -344,15 +340,23 @@ def calibration_rows(log_path: str | Path = LOG_PATH, rows_path: str | Path = RO
                     "cap": normalised_residual(math.log(linear / p["throughput"]), down, up),
                     "measured_regime": regime_of_efficiency(row["throughput"] / linear), "down": down, "up": up,
                     "predicted": p["throughput"], "measured": row["throughput"], "linear": linear})
+    logged = logged_sources(log_path)
     return {"sources": sorted(logged), "rows": out, "groups": logged_groups(sources, logged)}
 
 
-def logged_rows_predicted(extra_argv: list[str], progress=None) -> list[tuple[dict, dict]]:
+def logged_sources(log_path: str | Path = LOG_PATH) -> set[str]:
+    """The sources whose first contact is logged."""
+    return {r["source"] for r in first_contact_rows(read_log(log_path))}
+
+
+def logged_rows_predicted(extra_argv: list[str], progress=None, log_path: str | Path = LOG_PATH,
+                          rows_path: str | Path = ROWS_PATH, sources: dict | None = None) -> list[tuple[dict, dict]]:
     """(row, its ``birder predict --json`` with ``extra_argv`` added) for every row of a source whose first contact
-    is logged: what a what-if fit reads (``collective_efficiency``, ``multinode_loss``)."""
-    logged = {r["source"] for r in first_contact_rows(read_log(LOG_PATH))}
+    is logged: what the interval calibration (``calibration_rows``) and a what-if fit (``collective_efficiency``,
+    ``multinode_loss``) read."""
+    logged = logged_sources(log_path)
     out = []
-    for row in load_rows():
+    for row in load_rows(rows_path, sources):
         if row["source"] in logged:
             out.append((row, run_cli(predict_argv(row) + list(extra_argv))))
             if progress is not None:
