@@ -281,13 +281,12 @@ class _LeftOutFits:
                     tally = covered.setdefault(stratum, {}).setdefault(held, [0, 0])
                     tally[0] = tally[0] + np.where(finite, counts, counts_pooled)
                     tally[1] += log_ratios.size
-            self._curves[key] = np.ones(len(LEVEL_GRID))
+            self._curves[key] = np.ones(len(LEVEL_GRID))  # each stratum's mean share is at most 1: the least
             for by_group in covered.values():
                 curve = np.zeros(len(LEVEL_GRID))
                 for inside, total in by_group.values():
                     curve = curve + inside / total
-                self._curves[key] = curve / len(by_group) if len(covered) == 1 else np.minimum(
-                    self._curves[key], curve / len(by_group))
+                self._curves[key] = np.minimum(self._curves[key], curve / len(by_group))
         return self._curves[key]
 
     def quantiles(self, excluded: frozenset[str], levels: float | dict[str, float]) -> dict[str, tuple[float, float]]:
