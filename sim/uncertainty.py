@@ -193,6 +193,7 @@ class _LeftOutFits:
         self._grid_counts: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._curves: dict[tuple, np.ndarray] = {}
         self._levels: dict[tuple, dict[str, float]] = {}
+        self._kept_masks: dict[frozenset[str], np.ndarray] = {}
         # each held-out group's rows of each regime and stratum: log ratios and caps
         self._rows = {(held, reg, stratum): tuple(
             np.array([getattr(e, k) for e in errors if e.source in held and e.regime == reg
@@ -217,12 +218,18 @@ class _LeftOutFits:
         key = (excluded, held, regime, stratum)
         if key not in self._grid_counts:
             log_ratios, caps = self._rows[held, regime, stratum]
-            kept = np.array([source not in excluded for source in self._sources], dtype=bool)
+            kept = self._kept(excluded)
             counts, finite = self._counted(regime, kept, log_ratios, caps)
             # the pooled bounds only where the regime's are not finite (else they are never read)
             pooled = counts if finite.all() else self._counted("all", kept, log_ratios, caps)[0]
             self._grid_counts[key] = counts, finite, pooled
         return self._grid_counts[key]
+
+    def _kept(self, excluded: frozenset[str]) -> np.ndarray:
+        """Whether each source (in ``_sources``' order) is not in ``excluded``, built once per exclusion."""
+        if excluded not in self._kept_masks:
+            self._kept_masks[excluded] = np.array([s not in excluded for s in self._sources], dtype=bool)
+        return self._kept_masks[excluded]
 
     def _counted(self, name: str, kept: np.ndarray, log_ratios: np.ndarray, caps: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
