@@ -3,6 +3,7 @@ log's figures are what re-scoring its rows through `birder predict --json` gives
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -111,6 +112,38 @@ def test_the_validation_readme_quotes_batch_8s_first_contact_as_logged():
     assert len(entry["sources"]) == 4 and "Batch 8's four sources" in text
     assert (f"(first contact: {100 * entry['pooled']['all']['error']['median']:.1f}% median error, but "
             f"{100 * comm['coverage']:.1f}% of its {comm['rows']} communication-bound rows covered)") in text
+
+
+def test_the_validation_readme_quotes_batch_9s_decisions_as_logged():
+    """sim/validation/README.md's two rules decided by batch 9 (the entry of model 6528e2f) quote its first contact
+    and the hypothesis (the lower of the simulator and the no-overlap ring) as the log's rows give them: on the
+    rows first scored before batch 9, and on batch 9's."""
+    entries = fc.read_log()
+    batch = next(e for e in entries if e["model_commit"].startswith("6528e2f"))
+    first = [r for r in fc.first_contact_rows(entries) if r.get("predicted")]
+    before = [r for r in first if r["source"] not in batch["sources"]]
+    new = [r for r in first if r["source"] in batch["sources"]]
+    text = " ".join((Path(__file__).resolve().parents[1] / "sim" / "validation" / "README.md").read_text().split())
+
+    def err(rows, regime=None, lower=False):
+        rows = [r for r in rows if regime in (None, r["measured_regime"])]
+        point = (lambda r: min(r["predicted"], r["alpha_beta"])) if lower else (lambda r: r["predicted"])
+        return f"{100 * statistics.median(abs(point(r) - r['measured']) / r['measured'] for r in rows):.1f}%"
+
+    comm, compute = "communication-bound", "compute-bound"
+    assert len(before) == 705 and len(batch["sources"]) == 4 and len(new) == 60
+    assert (f"gives a median error of {err(before, comm, True)} on the measured communication-bound rows (the "
+            f"simulator {err(before, comm)}") in text
+    assert (f"{err(before, compute, True)} on the compute-bound ones ({err(before, compute)}) and "
+            f"{err(before, None, True)} on all ({err(before)})") in text
+    pooled = batch["pooled"]["all"]
+    assert (f"batch 9 had {100 * pooled['coverage']:.1f}% of all its rows and "
+            f"{100 * pooled['by_measured_regime'][comm]['coverage']:.1f}% of its measured communication-bound rows "
+            f"covered (median half-widths {100 * pooled['median_half_width']:.1f}% and "
+            f"{100 * pooled['by_measured_regime'][comm]['median_half_width']:.1f}%)") in text
+    assert (f"where it was ({err(new, comm, True)}) and raises the compute-bound rows' from {err(new, compute)} to "
+            f"{err(new, compute, True)} and all rows' from {err(new)} to {err(new, None, True)}") in text
+    assert err(new, comm, True) == err(new, comm)
 
 
 def test_only_sources_whose_first_contact_is_logged_calibrate_the_intervals(tmp_path):
