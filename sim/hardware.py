@@ -91,7 +91,8 @@ class Intra:
             raise ValueError(f"intra-node fabric {self.name!r}: kind must be 'nvlink' or 'pci', got {self.kind!r}")
 
 
-FRAMEWORK_PATTERNS = ("allreduce", "summation-servers")  # how a framework's gradients cross the network
+FRAMEWORK_PATTERNS = ("allreduce", "summation-servers", "sharded")  # how a framework's gradients cross the network
+SHARD_GROUPS = ("all", "node")  # a sharded framework's parameters are split over every GPU, or over a node's
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,9 @@ class Framework:
     rpc_bandwidth: float = 0.0  # bytes/s one process's RPC stack (serialise, copy) moves a tensor at
     # (sim.system.rpc_copy_s); 0: no software cost beyond the wire
     unmodelled: tuple[str, ...] = ()  # one sentence each: what the simulator does not model for this framework
+    shard_group: str = "all"  # sharded: the GPUs a unit's parameters are split over ("node": HYBRID_SHARD)
+    gather_in_backward: bool = True  # sharded: a unit's parameters are all-gathered again for its backward
+    # (FULL_SHARD, ZeRO-3); False: kept from the forward (SHARD_GRAD_OP, ZeRO-2)
 
     def __post_init__(self) -> None:
         _non_negative(f"framework {self.name!r}", bucket_cap_bytes=self.bucket_cap_bytes,
@@ -126,6 +130,9 @@ class Framework:
         if self.pattern not in FRAMEWORK_PATTERNS:
             raise ValueError(f"framework {self.name!r}: pattern must be one of {', '.join(FRAMEWORK_PATTERNS)}, "
                              f"got {self.pattern!r}")
+        if self.shard_group not in SHARD_GROUPS:
+            raise ValueError(f"framework {self.name!r}: shard_group must be one of {', '.join(SHARD_GROUPS)}, "
+                             f"got {self.shard_group!r}")
         for model, starts in self.fusion_splits:
             if list(starts) != sorted(set(starts)) or any(not isinstance(i, int) or i < 1 for i in starts):
                 raise ValueError(f"framework {self.name!r}: fusion split of {model!r} must be increasing positive "
@@ -640,7 +647,8 @@ def framework_preset(name: str) -> Framework:
                      spec.get("pattern", "allreduce"), bool(spec.get("servers_on_workers", False)), splits,
                      float(spec.get("partition_bytes", 0)), float(spec.get("host_reduce_gbytes_per_s", 0)) * 1e9,
                      bool(spec.get("whole_variables", False)), float(spec.get("rpc_gbytes_per_s", 0)) * 1e9,
-                     tuple(spec.get("unmodelled", ())))
+                     tuple(spec.get("unmodelled", ())), str(spec.get("shard_group", "all")),
+                     bool(spec.get("gather_in_backward", True)))
 
 
 def default_intra(gpu: str) -> str:

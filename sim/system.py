@@ -764,8 +764,11 @@ class Fabric:
         self.busy_until = 0.0  # when the collective in flight ends (GPU work beside it is slowed: sim.workload)
         self.started = env.event()  # succeeds when a collective starts, then is replaced
 
-    def run(self, schedule: Schedule):
-        seconds, timeouts, _ = _collective(_schedule_key(schedule, self.cluster), schedule, self.cluster)
+    def run(self, schedule: Schedule, cluster: Cluster | None = None):
+        """Run one collective; ``cluster``: the one that times it, where it is not the whole cluster (a
+        collective inside one node: ``sharded_schedules``)."""
+        on = cluster or self.cluster
+        seconds, timeouts, _ = _collective(_schedule_key(schedule, on), schedule, on)
         self.incast_timeouts += timeouts
         self.busy_until = self.env.now + seconds
         started, self.started = self.started, self.env.event()
@@ -1009,14 +1012,39 @@ def unmodelled(cluster: Cluster, accumulation_steps: int = 1) -> list[str]:
 
 
 def check_optimizer_framework(optimizer: str, framework: str) -> None:
-    """Refuse a compressed optimizer (``birder_ref.registry``) with a summation-server framework
-    (presets/frameworks.toml): its 1-bit steps run as a communication hook among the GPUs (Birder's schedule,
-    DeepSpeed's compressed all-reduce), never through the framework's servers, which sum full-precision tensors;
-    no such run exists to predict."""
-    if simulated_spec(optimizer).compressed and framework_preset(framework).pattern == "summation-servers":
+    """Refuse a compressed optimizer (``birder_ref.registry``) with a summation-server or sharded framework
+    (presets/frameworks.toml): its 1-bit steps run as a communication hook among the GPUs on whole gradients
+    (Birder's schedule, DeepSpeed's compressed all-reduce), never through the framework's servers, which sum
+    full-precision tensors, nor through a sharded framework's reduce-scatters; no such run exists to predict."""
+    pattern = framework_preset(framework).pattern
+    if simulated_spec(optimizer).compressed and pattern == "sharded":
+        raise ValueError(f"optimizer {optimizer!r} runs as a DDP communication hook on whole gradients; {framework} "
+                         "shards parameters and reduce-scatters gradients, where no 1-bit hook runs: use an "
+                         "all-reduce framework (e.g. ddp) or an uncompressed optimizer")
+    if simulated_spec(optimizer).compressed and pattern == "summation-servers":
         raise ValueError(f"optimizer {optimizer!r} sends its 1-bit messages through its own hook among the GPUs, "
                          f"not through {framework}'s summation servers: use an all-reduce framework (e.g. ddp) "
                          "or an uncompressed optimizer")
+
+
+def sharded_schedules(cluster: Cluster, dim: int, bits: int = 32) -> tuple[tuple[Schedule, Cluster],
+                                                                             tuple[Schedule, Cluster]]:
+    """The two collectives of one unit of a sharded framework (presets/frameworks.toml, pattern "sharded"), each
+    with the cluster that times it: the all-gather of the unit's ``dim`` parameters and the reduction of its
+    gradients, ``bits`` per element on the wire.
+
+    Sharded over every GPU (FSDP FULL_SHARD and SHARD_GRAD_OP, ZeRO-3): NCCL's ring all-gather and ring
+    reduce-scatter among all ranks, each moving (p-1)/p of the unit per GPU (nccl-tests doc/PERFORMANCE.md).
+    Sharded inside each node (HYBRID_SHARD) on several nodes: the all-gather among the node's GPUs, timed on one
+    node, and the gradients as NCCL's all-reduce over every GPU: its reduce-scatter inside the node and all-reduce
+    across nodes are HYBRID_SHARD's, its closing all-gather inside the node is not (at most twice the intra-node
+    bytes; the inter-node bytes are the same)."""
+    node = framework_preset(cluster.framework).shard_group == "node" and cluster.n_nodes > 1
+    gather_on = cluster.with_nodes(1) if node else cluster
+    gather = (collective_schedule("all-gather", gather_on.layout, dim, bits), gather_on)
+    reduce = (fp32_allreduce(cluster, dim, bits) if node else
+              collective_schedule("reduce-scatter", cluster.layout, dim, bits))
+    return gather, (reduce, cluster)
 
 
 def step_schedule(optimizer: str, cluster: Cluster, dim: int, scheme: str | None = None,

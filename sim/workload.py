@@ -35,6 +35,7 @@ from sim.system import (
     host_staging_s,
     operation_spans,
     rpc_copy_s,
+    sharded_schedules,
     step_schedule,
     traffic,
     whole_variable_servers,
@@ -194,6 +195,11 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
     n_params = model.n_params
     spec = simulated_spec(work.optimizer)
     opt_s = _kernel_seconds(cluster.gpu, n_params, spec.step_bytes_per_element, 4)
+    sharded = framework.pattern == "sharded"
+    if sharded:  # each GPU updates its shard of the parameters
+        shard = cluster.gpus_per_node if framework.shard_group == "node" else cluster.n_gpus
+        opt_s = _kernel_seconds(cluster.gpu, n_params / shard, spec.step_bytes_per_element, 4)
+        schedules = lru_cache(maxsize=None)(lambda elements: sharded_schedules(cluster, elements, work.grad_bits))
     split = framework.split_of(model.name)
     buckets = split_buckets(model, split) if split is not None else \
         ddp_buckets(model, 4, framework.bucket_cap_bytes, framework.first_bucket_bytes)
@@ -226,9 +232,10 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
             if record:
                 record(("gpu", name, start, env.now - start, args))
 
-    def communicate(elements: int):
-        schedule = step_schedule(work.optimizer, cluster, elements, work.scheme, kind.full_precision,
-                                 work.grad_bits)
+    def communicate(elements: int, given: tuple | None = None):
+        # ``given``: (schedule, the cluster that times it), a sharded framework's collective; else the step's own
+        schedule, on = given or (step_schedule(work.optimizer, cluster, elements, work.scheme, kind.full_precision,
+                                               work.grad_bits), cluster)
         t = traffic(schedule, cluster.rails)
         totals["intra"] += t.intra_node_bytes_per_gpu
         totals["inter"] += t.inter_node_bytes_per_gpu
@@ -239,13 +246,13 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
             yield from on_gpu("compress", compress, elements=elements)
         if record:  # the operations one after another, as Fabric.run times them (one timeout: the same sum)
             start = env.now
-            for name, tracks, op in operation_spans(schedule, cluster):
+            for name, tracks, op in operation_spans(schedule, on):
                 for track in tracks:
                     record((track, name, start, op.seconds, {"elements": elements, "algorithm": op.algorithm,
                                                              "protocol": op.protocol}))
                 start += op.seconds
-        yield env.process(fabric.run(schedule))
-        if not spec.compressed or (kind.full_precision and not spec.own_full_precision):
+        yield env.process(fabric.run(schedule, on))
+        if given is None and (not spec.compressed or (kind.full_precision and not spec.own_full_precision)):
             nbytes = elements * work.grad_bits / 8
             for name, staged in (("host staging", host_staging_s(cluster, nbytes)),  # an MPI backend's copies, sums
                                  ("rpc copies", rpc_copy_s(cluster, nbytes))):  # a parameter server's gRPC stack
@@ -281,6 +288,53 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
                     yield env.timeout(max(0.0, start + ticks * framework.cycle - env.now))
                 yield from communicate(bucket.elements)
 
+    def sharded_iteration():
+        # a sharded framework (presets/frameworks.toml; sim.system.sharded_schedules), the model's layers as its
+        # units: each micro-batch all-gathers a unit's parameters before its forward, the next unit's gather
+        # overlapping this one's forward (the first cannot overlap: FSDP notes, implicit forward prefetching);
+        # in backward (unless kept from the forward) the next unit's gather is issued before this unit's
+        # gradients are computed (BackwardPrefetch.BACKWARD_PRE), and each unit's gradients are reduced after
+        # them. The collectives run one at a time in the order issued; the optimizer updates this GPU's shard.
+        issued = simpy.Store(env)
+
+        def collectives():
+            while True:
+                elements, given, done = yield issued.get()
+                yield from communicate(elements, given)
+                done.succeed()
+
+        def issue(index: int, which: int):
+            elements = sum(model.layers[index].tensors)
+            done = env.event()
+            if elements:
+                issued.put((elements, schedules(elements)[which], done))
+            else:
+                done.succeed()
+            return done
+
+        env.process(collectives())
+        units = range(len(model.layers))
+        for _ in range(work.accumulation_steps):
+            gathered = {0: issue(0, 0)}
+            for i in units:
+                yield gathered[i]
+                if i + 1 in units:
+                    gathered[i + 1] = issue(i + 1, 0)
+                yield from on_gpu(f"forward {model.layers[i].name}", forward_s * model.layers[i].flops / total_flops)
+            order = units[::-1]
+            gathered = {order[0]: issue(order[0], 0)} if framework.gather_in_backward else {}
+            reduced = []
+            for j, i in enumerate(order):
+                if framework.gather_in_backward:
+                    yield gathered[i]
+                    if j + 1 < len(order):
+                        gathered[order[j + 1]] = issue(order[j + 1], 0)
+                yield from on_gpu(f"backward {model.layers[i].name}",
+                                  backward_s * model.layers[i].flops / total_flops)
+                reduced.append(issue(i, 1))
+            yield env.all_of(reduced)
+        yield from on_gpu("optimizer step", opt_s)
+
     def iteration():
         if work.accumulation_steps > 1:
             yield from on_gpu("micro-batches under no_sync", (work.accumulation_steps - 1) * compute_s)
@@ -291,7 +345,7 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
             yield from communicate(n_params)
         yield from on_gpu("optimizer step", opt_s)
 
-    env.process(iteration())
+    env.process(sharded_iteration() if sharded else iteration())
     env.run()
     return StepTime(env.now, work.accumulation_steps * compute_s + opt_s, totals["compression"], totals["intra"],
                     totals["inter"], fabric.incast_timeouts, totals["contention"])

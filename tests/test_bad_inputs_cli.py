@@ -248,6 +248,8 @@ ROWS = [
     row("predict-optimizer-empty", ["predict", "--optimizer", ""], "--optimizer"),
     row("predict-compressed-optimizer-on-summation-servers",
         "predict --model bert-large --nodes 2 --optimizer birder --framework byteps", "birder", "byteps"),
+    row("predict-compressed-optimizer-under-sharding",
+        "predict --model bert-large --nodes 2 --optimizer zero-one-adam --framework fsdp", "zero-one-adam", "fsdp"),
     row("predict-scheme-unknown", "predict --optimizer birder --scheme tree", "--scheme"),
     row("predict-gpu-unknown", "predict --gpu z80", "--gpu"),
     row("predict-intra-unknown", "predict --intra tin-cans", "--intra"),
