@@ -323,8 +323,10 @@ def first_contact_summary(path: str | Path = LOG_PATH, rows_path: str | Path = R
     if rows:
         commits = sorted({out["sources"][s]["model_commit"] for s in out["sources"]})
         out["pooled"] = {"model_commits": commits, **summarise(rows)["pooled"]}
-        own = {(r["ref"], tuple(predict_argv(r))) for r in load_rows(rows_path) if r["single_node_measured"]}
-        mine = [r for r in rows if (r["ref"], tuple(normalised_argv(r["argv"]))) in own]
+        # a row is its published figure (its CLI mapping may change after its first contact: sharded_framework)
+        own = {(r["ref"], r["table"], r["nodes"], r["throughput"]) for r in load_rows(rows_path)
+               if r["single_node_measured"]}
+        mine = [r for r in rows if (r["ref"], r["table"], r["nodes"], r["measured"]) in own]
         out["pooled_own_single_node"] = {"model_commits": commits, **summarise(mine)["pooled"]}
         # each batch apart: the rows first scored by one model commit (a later batch meets a changed model)
         batches = {}
