@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from doc_text import prose
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits_ddp.py"
 
@@ -205,7 +206,7 @@ def test_readme_recipe_sentences_hold_for_the_committed_exploration():
     assert abs(rows["base"]["mean"] - study[("ablation", "lm", "birder")]["test_loss"]["mean"]) < 1e-9
     check = recipe._spread([r for r in result["records"] if r["phase"] == "adamw check"])
     assert check["mean"] + check["std"] < min(seeds["mean"], adamw["mean"]) - seeds["std"]  # Birder still behind
-    readme = " ".join((RECIPE.parents[1] / "docs" / "convergence_study.md").read_text().split())
+    readme = prose("docs", "convergence_study.md")
     assert f"the same 10x embedding lr lowers AdamW too, to {check['mean']:.3f} ± {check['std']:.3f}" in readme
     assert (f"from {rows['base']['mean']:.3f} ± {rows['base']['std']:.3f} to about AdamW's held-out loss in the "
             f"study's table ({adamw['mean']:.3f} ± {adamw['std']:.3f})") in readme

@@ -7,6 +7,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+from doc_text import prose
 
 from sim.validation import first_contact as fc
 
@@ -108,7 +109,7 @@ def test_the_validation_readme_quotes_batch_8s_first_contact_as_logged():
     contact (the entry of model 5c8c205, four new sources) as the log holds it."""
     entry = next(e for e in fc.read_log() if e["model_commit"].startswith("5c8c205"))
     comm = entry["pooled"]["all"]["by_measured_regime"]["communication-bound"]
-    text = " ".join((Path(__file__).resolve().parents[1] / "sim" / "validation" / "README.md").read_text().split())
+    text = prose("sim", "validation", "README.md")
     assert len(entry["sources"]) == 4 and "Batch 8's four sources" in text
     assert (f"(first contact: {100 * entry['pooled']['all']['error']['median']:.1f}% median error, but "
             f"{100 * comm['coverage']:.1f}% of its {comm['rows']} communication-bound rows covered)") in text
@@ -123,7 +124,7 @@ def test_the_validation_readme_quotes_batch_9s_decisions_as_logged():
     first = [r for r in fc.first_contact_rows(entries) if r.get("predicted")]
     before = [r for r in first if r["source"] not in batch["sources"]]
     new = [r for r in first if r["source"] in batch["sources"]]
-    text = " ".join((Path(__file__).resolve().parents[1] / "sim" / "validation" / "README.md").read_text().split())
+    text = prose("sim", "validation", "README.md")
 
     def err(rows, regime=None, lower=False):
         rows = [r for r in rows if regime in (None, r["measured_regime"])]

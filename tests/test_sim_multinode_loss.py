@@ -7,6 +7,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from doc_text import prose
 
 from birder.cli import main
 from sim.hardware import MULTINODE_LOSS_FITTED, MULTINODE_LOSS_SCALE, PRESETS
@@ -131,9 +132,6 @@ def _is_logged_first_contact(rows: list[dict], fields: tuple[str, ...]) -> bool:
                for r in rows)
 
 
-def _readme(*parts: str) -> str:
-    """A README's text (``parts``: its path under the repository), whitespace runs joined to one space for prose."""
-    return " ".join(Path(__file__).parents[1].joinpath(*parts).read_text().split())
 
 
 def test_the_prospective_test_is_the_logged_first_contact_and_the_readme_quotes_it():
@@ -151,7 +149,7 @@ def test_the_prospective_test_is_the_logged_first_contact_and_the_readme_quotes_
                 f"{hw:.1%} / {b[name][4]:.1%} |")
         assert line in readme, line
     comm = "communication-bound (measured)"
-    top = _readme("README.md")
+    top = prose("README.md")
     assert (f"({a[comm][1]:.1%} error against {b[comm][1]:.1%} without it) but all rows moved away "
             f"({a['all'][1]:.1%} against {b['all'][1]:.1%})") in top
     kept = a[comm][1] < b[comm][1] and a["all"][1] <= b["all"][1] + 0.01
@@ -175,7 +173,7 @@ def test_the_loss_ranges_test_is_the_logged_first_contact_and_the_readme_quotes_
                 f"| {c[name][1]:.1%} |")
         assert line in readme, line
     comm, compute = "communication-bound (measured)", "compute-bound (measured)"
-    top = _readme("README.md")
+    top = prose("README.md")
     assert (f"it covered {a[comm][3]:.0%} of the rows measured communication-bound against {b[comm][3]:.0%} "
             f"without it") in top
     assert f"error ({a[comm][1]:.1%}) was worse than a plain alpha-beta ring's ({a[comm][2]:.1%})" in top

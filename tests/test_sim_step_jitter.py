@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from doc_text import prose
 
 from sim import uncertainty
 from sim.network import cluster
@@ -120,7 +121,7 @@ def test_shipped_figure_is_the_stored_fit_on_every_source():
     assert len(stored["by_held_out_source"]) == stored["sources"]
     with (ROOT / "sim" / "presets" / "step_jitter.toml").open("rb") as f:
         assert tomllib.load(f)["step_jitter"]["cv"] == STEP_JITTER_CV
-    readme = " ".join((ROOT / "sim" / "README.md").read_text().split())
+    readme = prose("sim", "README.md")
     assert f"The shipped figure, the fit on all sources, is cv_step = {STEP_JITTER_CV:.2f}" in readme
 
 
