@@ -189,7 +189,6 @@ class _LeftOutFits:
                  strata: dict[str, str] | None = None):
         self.errors, self.groups = tuple(errors), groups
         stratum_of = (lambda _: "") if strata is None else strata.__getitem__
-        self._sorted: dict[frozenset[str], dict[str, list[float]]] = {}
         self._grid_counts: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._curves: dict[tuple, np.ndarray] = {}
         self._levels: dict[tuple, dict[str, float]] = {}
@@ -297,11 +296,10 @@ class _LeftOutFits:
         return self._curves[key]
 
     def quantiles(self, excluded: frozenset[str], levels: float | dict[str, float]) -> dict[str, tuple[float, float]]:
-        """``interval_quantiles`` of the errors of the sources not in ``excluded``."""
-        if excluded not in self._sorted:
-            self._sorted[excluded] = _sorted_by_regime([(e.regime, e.log_ratio) for e in self.errors
-                                                        if e.source not in excluded])
-        return _regime_quantiles(self._sorted[excluded], levels)
+        """``interval_quantiles`` of the errors of the sources not in ``excluded`` (the sorted rows, masked)."""
+        kept = self._kept(excluded)
+        rows = self._sorted_rows.items()
+        return _regime_quantiles({name: xs[kept[sources]].tolist() for name, (xs, sources) in rows}, levels)
 
     def coverage(self, levels: float | dict[str, float], regime: str | None, excluded: frozenset[str]) -> float:
         """``source_coverage`` on the errors of the sources not in ``excluded``, which no fit sees either."""
