@@ -138,19 +138,28 @@ def _head() -> str:
                           cwd=Path(__file__).parent).stdout.strip()
 
 
-def main(argv: list[str]) -> int:
+def write_fit_record(argv: list[str], module: str, desc: str, collect, report_of, summary_skips: tuple[str, ...]
+                     ) -> int:
+    """A what-if fit's command line (``python -m MODULE OUT.json``): ``collect(bar)`` predicts its rows under a
+    progress bar on a terminal, ``report_of(rows)`` fits and scores them; the record is written atomically to
+    OUT.json and printed without its ``summary_skips`` keys. Exit 2 with a usage line for any other arguments."""
     if len(argv) != 1:
-        print("usage: python -m sim.validation.collective_efficiency OUT.json", file=sys.stderr)
+        print(f"usage: python -m {module} OUT.json", file=sys.stderr)
         return 2
     from safeio.atomic import write_text
 
-    with tqdm(desc="rows at each share", disable=not sys.stderr.isatty()) as bar:
-        rows = corpus_rows_at_grid(bar) + first_contact_rows_at_grid(bar)
-    out = report(rows)
+    with tqdm(desc=desc, disable=not sys.stderr.isatty()) as bar:
+        rows = collect(bar)
+    out = report_of(rows)
     write_text(argv[0], json.dumps(out, indent=1) + "\n")
-    print(json.dumps({k: v for k, v in out.items() if k != "by_held_out_source"}, indent=1))
+    print(json.dumps({k: v for k, v in out.items() if k not in summary_skips}, indent=1))
     return 0
 
+
+def main(argv: list[str]) -> int:
+    return write_fit_record(argv, "sim.validation.collective_efficiency", "rows at each share",
+                            lambda bar: corpus_rows_at_grid(bar) + first_contact_rows_at_grid(bar), report,
+                            ("by_held_out_source",))
 
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))

@@ -26,12 +26,9 @@ its fit is kept as ``multinode_loss_fit.json``. The same report's ``source_facto
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import sys
-
-from tqdm import tqdm
 
 GRID = tuple(round(1 + 0.1 * k, 1) for k in range(16))
 MIN_SIMULATED_LOSS = 0.05  # rows whose simulated step is at least 5% beyond one node's step fit the scale
@@ -153,18 +150,11 @@ def report(rows: list[dict]) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m sim.validation.multinode_loss OUT.json", file=sys.stderr)
-        return 2
-    from safeio.atomic import write_text
+    from sim.validation.collective_efficiency import write_fit_record
 
-    with tqdm(desc="rows at scale 1", disable=not sys.stderr.isatty()) as bar:
-        rows = corpus_rows(bar) + first_contact_rows(bar)
-    out = report(rows)
-    write_text(argv[0], json.dumps(out, indent=1) + "\n")
-    print(json.dumps({k: v for k, v in out.items() if k not in ("by_held_out_source", "source_factors")}, indent=1))
-    return 0
-
+    return write_fit_record(argv, "sim.validation.multinode_loss", "rows at scale 1",
+                            lambda bar: corpus_rows(bar) + first_contact_rows(bar), report,
+                            ("by_held_out_source", "source_factors"))
 
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))
