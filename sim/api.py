@@ -15,7 +15,15 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from sim.hardware import SITES, Cluster, cluster, load_cluster
+from sim.hardware import (
+    SITES,
+    Cluster,
+    cluster,
+    default_multinode_loss_scale,
+    default_step_jitter,
+    load_cluster,
+    nic_preset,
+)
 from sim.input_ranges import model_uncertainty
 from sim.models import model_profile
 from sim.stragglers import straggler_factor
@@ -164,6 +172,33 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                                                                               + incast_span ** 2)}],
                          key=lambda e: -e["share"])
     reasons = extrapolation(c, model, batch_per_gpu, grad_dtype, accumulation_steps)
+    base = None
+    if site is not None and reasons and c.n_nodes > 1:
+        # a site's fitted constants are identified on what they were fitted on only (its rows trade a slow link
+        # against slow steps, sim.validation.site_fit): elsewhere the interval also spans the hardware it refines,
+        # the generic preset it is based on, with that preset's own interval
+        base_nic = nic_preset(SITES[site]["base"], count=c.nic.count)
+        generic = replace(c, nic=base_nic, name="", provenance=(), step_jitter_cv=default_step_jitter(base_nic)[0],
+                          multinode_loss_scale=default_multinode_loss_scale(base_nic)[0])
+        base = predict_on(generic, optimizer=optimizer, model=model, params=params, batch_per_gpu=batch_per_gpu,
+                          scheme=scheme, single_node_throughput=single_node_throughput,
+                          warmup_fraction=warmup_fraction, marsit_period=marsit_period, grad_dtype=grad_dtype,
+                          accumulation_steps=accumulation_steps, hook_blocks_backward=hook_blocks_backward,
+                          seq_len=seq_len)
+        site_low, site_high = low, high
+        low, high = min(low, base["throughput_low"]), max(high, base["throughput_high"])
+        basis += (f"; widened to span {base_nic.name}'s interval ({base['throughput_low']:.4g} - "
+                  f"{base['throughput_high']:.4g}), the preset the site refines, because the site's constants "
+                  "are extrapolated: " + "; ".join(reasons))
+        site_span, total = math.log(site_high / site_low) / 2, math.log(high / low) / 2
+        drivers = [{**d, "share": d["share"] * (site_span / total) ** 2} for d in drivers] + [
+            {"name": f"site profile {site} extrapolated: the generic {base_nic.name} it refines",
+             "input": "site_profile_extrapolated", "acts_on": "throughput",
+             "range": [base["throughput_low"] / out["throughput"], base["throughput_high"] / out["throughput"]],
+             "throughput_range": [base["throughput_low"], base["throughput_high"]],
+             "share": 1 - (site_span / total) ** 2, "why": "; ".join(reasons),
+             "source": f"birder predict --network {base_nic.name} (its own interval)"}]
+        drivers.sort(key=lambda e: -e["share"])
     if model is not None:
         profile = model_profile(model)
         tokens, tokens_source = profile.tokens, profile.tokens_source
@@ -180,6 +215,9 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                 "relative_error": (high - low) / 2 / out["throughput"], "throughput_low": low,
                 "throughput_high": high, "interval_level": INTERVAL_LEVEL, "interval_basis": basis,
                 "regime": predicted_regime(out["scale_efficiency"]), "extrapolated": bool(reasons),
+                "extrapolation_base": None if base is None else {
+                    "network": base["network"], "throughput": base["throughput"],
+                    "throughput_low": base["throughput_low"], "throughput_high": base["throughput_high"]},
                 "extrapolation_reasons": reasons, "provenance": [f"{k}: {v}" for k, v in c.provenance],
                 "incast_s": incast_s, "incast_basis": incast_basis(c) if incast_s > 0 else "",
                 "switch_buffer_assumed_bytes": c.nic.switch_buffer_bytes if incast_free is not None else None,

@@ -364,6 +364,11 @@ def _options(args) -> dict:
     return out
 
 
+def _bound(samples_per_s: float) -> str:
+    """An interval bound as the text prints it: whole samples/s, three significant figures below 100."""
+    return f"{samples_per_s:.0f}" if samples_per_s >= 100 else f"{samples_per_s:.3g}"
+
+
 def _strict_json(value) -> str:
     """JSON with non-finite numbers as null (strict JSON has no Infinity or NaN)."""
     return json.dumps(finite_json_value(value), allow_nan=False)
@@ -435,8 +440,8 @@ def run_predict(args) -> int:
     for line in describe(c):
         _say("  " + line)
     _say(f"  throughput              {result['throughput']:12.1f} samples/s "
-          f"({result['interval_level']:.0%} interval {result['throughput_low']:.0f} - "
-          f"{result['throughput_high']:.0f}: {result['interval_basis']})")
+          f"({result['interval_level']:.0%} interval {_bound(result['throughput_low'])} - "
+          f"{_bound(result['throughput_high'])}: {result['interval_basis']})")
     if result["interval_drivers"]:
         _say("  interval set mostly by  " + interval_drivers_line(result["interval_drivers"]))
     _say(f"  iteration               {result['iteration_s'] * 1e3:12.2f} ms")

@@ -179,3 +179,20 @@ def test_plot_writes_one_png_of_every_logged_row(tmp_path):
     empty.write_text('{"entries": []}\n')
     with pytest.raises(ValueError, match="no entries"):
         fc.plot(tmp_path / "none.png", log_path=empty)
+
+
+def test_rows_of_sharded_data_parallel_runs_are_scored_with_their_sharded_framework():
+    """A row whose stated framework is PyTorch FSDP or ZeRO-3 (and nothing that splits the model) is scored with
+    the sharded framework a user would type (``fc.sharded_framework``); a row that also runs tensor or pipeline
+    parallelism, or ZeRO stage 1, keeps its own."""
+    assert fc.sharded_framework("PyTorch FSDP HYBRID_SHARD (transformer_auto_wrap_policy)") == "fsdp-hybrid"
+    assert fc.sharded_framework("Composer with PyTorch 1.12.1 FSDP, sharding strategy FULL_SHARD") == "fsdp"
+    assert fc.sharded_framework("torchtitan with PyTorch FSDP2 (fully_shard, 1D)") == "fsdp"
+    assert fc.sharded_framework("DeepSpeed, ZeRO stage 2, fp16") == "fsdp-grad-op"
+    assert fc.sharded_framework("DeepSpeed 3D parallelism with ZeRO stage 3") is None
+    assert fc.sharded_framework("DeepSpeed, ZeRO stage 1") is None
+    rows = fc.load_rows()
+    sharded = [(r["source"], r["framework"], fc.sharded_framework(r["framework_stated"])) for r in rows
+               if fc.sharded_framework(r["framework_stated"])]
+    assert len(sharded) >= 175
+    assert [s for s in sharded if s[1] != s[2]] == []

@@ -117,5 +117,29 @@ def test_a_site_profile_says_when_it_extrapolates(capsys):
     assert not json.loads(capsys.readouterr().out)["extrapolated"]  # a generic preset has nothing fitted
 
 
+def test_an_extrapolated_site_profile_spans_the_generic_preset_it_refines():
+    """The paper's InfiniBand site was fitted on ResNet-50 at 32 samples per GPU, where a slow link and slow steps
+    fit its rows alike (sim.validation.site_fit); for BERT-Base at 3 the two explanations part, so the interval
+    holds both the site's own and that of ``ib-hdr``, the preset it refines, predicted as a user would with the
+    same node count, NIC count and measured node. On the rows it was fitted on, the site's interval stays its own."""
+    from sim import api
+
+    bert = dict(batch_per_gpu=3, optimizer="adam", single_node_throughput=300.0)
+    site = api.predict_config("bert-base", 4, "birder-paper-ib", **bert)
+    generic = api.predict_config("bert-base", 4, "ib-hdr", nics_per_node=1, **bert)
+    assert site["extrapolated"] and site["extrapolation_base"] == {
+        key: generic[key] for key in ("network", "throughput", "throughput_low", "throughput_high")}
+    assert site["throughput_low"] <= min(site["throughput"], generic["throughput_low"])
+    assert site["throughput_high"] == max(generic["throughput_high"], site["throughput_high"])
+    assert generic["throughput_high"] > 2 * site["throughput"]  # the explanations part: the width is real
+    assert "widened to span ib-hdr's interval" in site["interval_basis"]
+    shares = {d["input"]: d["share"] for d in site["interval_drivers"]}
+    assert set(shares) == {"site_profile", "site_profile_extrapolated"} and sum(shares.values()) == pytest.approx(1)
+    assert shares["site_profile_extrapolated"] > 0.5
+    fitted = api.predict_config("resnet50", 4, "birder-paper-ib", single_node_throughput=3693.0)
+    assert not fitted["extrapolated"] and fitted["extrapolation_base"] is None
+    assert [d["input"] for d in fitted["interval_drivers"]] == ["site_profile"]
+
+
 def test_rows_are_checked_as_read():
     assert len(paper.rows()) == 24

@@ -94,6 +94,23 @@ def load_rows(path: str | Path = ROWS_PATH, sources: dict | None = None) -> list
     return rows
 
 
+# a row's stated framework -> the sharded framework a user types (presets/frameworks.toml, pattern "sharded"); the
+# first pattern found wins. Rows that also split the model (tensor or pipeline parallel) are not sharded data
+# parallel and keep their own mapping.
+SHARDED_STATED = (("HYBRID_SHARD", "fsdp-hybrid"), ("SHARD_GRAD_OP", "fsdp-grad-op"), ("ZeRO stage 2", "fsdp-grad-op"),
+                  ("FULL_SHARD", "fsdp"), ("fully_shard", "fsdp"), ("PyTorch FSDP", "fsdp"),
+                  ("ZeRO stage 3", "fsdp"), ("ZeRO-3", "fsdp"))
+MODEL_PARALLEL_STATED = ("tensor parallel", "pipeline", "3D parallel", "model-parallel-size", "tp=2")
+
+
+def sharded_framework(framework_stated: str) -> str | None:
+    """The sharded framework (``fsdp``, ``fsdp-hybrid``, ``fsdp-grad-op``) a row's stated framework names, or None
+    (not sharded data parallel, or sharded beside tensor or pipeline parallelism)."""
+    if any(word in framework_stated for word in MODEL_PARALLEL_STATED):
+        return None
+    return next((cli for word, cli in SHARDED_STATED if word in framework_stated), None)
+
+
 def predict_argv(row: dict) -> list[str]:
     """The ``birder predict`` arguments a user would type for ``row``."""
     argv = ["predict", "--json", "--quiet"]
@@ -306,8 +323,10 @@ def first_contact_summary(path: str | Path = LOG_PATH, rows_path: str | Path = R
     if rows:
         commits = sorted({out["sources"][s]["model_commit"] for s in out["sources"]})
         out["pooled"] = {"model_commits": commits, **summarise(rows)["pooled"]}
-        own = {(r["ref"], tuple(predict_argv(r))) for r in load_rows(rows_path) if r["single_node_measured"]}
-        mine = [r for r in rows if (r["ref"], tuple(normalised_argv(r["argv"]))) in own]
+        # a row is its published figure (its CLI mapping may change after its first contact: sharded_framework)
+        own = {(r["ref"], r["table"], r["nodes"], r["throughput"]) for r in load_rows(rows_path)
+               if r["single_node_measured"]}
+        mine = [r for r in rows if (r["ref"], r["table"], r["nodes"], r["measured"]) in own]
         out["pooled_own_single_node"] = {"model_commits": commits, **summarise(mine)["pooled"]}
         # each batch apart: the rows first scored by one model commit (a later batch meets a changed model)
         batches = {}
