@@ -197,3 +197,28 @@ def test_rows_of_sharded_data_parallel_runs_are_scored_with_their_sharded_framew
                if fc.sharded_framework(r["framework_stated"])]
     assert len(sharded) >= 175
     assert [s for s in sharded if s[1] != s[2]] == []
+
+
+def test_the_validation_readme_quotes_batch_10s_first_contact_as_logged():
+    """sim/validation/README.md's paragraph on batch 10 (the entry of model e4bdac2) quotes its first contact as the
+    log holds it, and batch 10 holds no row the sharded rule maps."""
+    entry = next(e for e in fc.read_log() if e["model_commit"].startswith("e4bdac2"))
+    pooled = entry["pooled"]["all"]
+    comm, compute = (pooled["by_measured_regime"][r] for r in ("communication-bound", "compute-bound"))
+    text = prose("sim", "validation", "README.md")
+
+    def pct(x):
+        return f"{100 * x:.1f}%"
+
+    assert len(entry["sources"]) == 4 and pooled["rows"] == 20 and "What batch 10 said** (4 sources, 20 rows" in text
+    assert (f"batch 10 had {pct(pooled['error']['median'])} median error on all its rows (linear "
+            f"{pct(pooled['linear']['median'])}, alpha-beta {pct(pooled['alpha_beta']['median'])}), "
+            f"{pct(pooled['coverage'])} of them covered at a median half-width of "
+            f"{pct(pooled['median_half_width'])}; its {compute['rows']} measured compute-bound rows "
+            f"{pct(compute['error']['median'])} ({pct(compute['coverage'])} covered), its {comm['rows']} measured "
+            f"communication-bound rows {pct(comm['error']['median'])} (alpha-beta {pct(comm['alpha_beta']['median'])})"
+            ", none covered") in text
+    assert comm["coverage"] == 0
+    rows = {(r["ref"], r["table"], r["nodes"], r["throughput"]): r for r in fc.load_rows()}
+    assert not any(fc.sharded_framework(rows[r["ref"], r["table"], r["nodes"], r["measured"]]["framework_stated"])
+                   for r in entry["rows"])
