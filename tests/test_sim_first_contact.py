@@ -120,9 +120,10 @@ def test_the_validation_readme_quotes_batch_9s_decisions_as_logged():
     and the hypothesis (the lower of the simulator and the no-overlap ring) as the log's rows give them: on the
     rows first scored before batch 9, and on batch 9's."""
     entries = fc.read_log()
-    batch = next(e for e in entries if e["model_commit"].startswith("6528e2f"))
+    at = next(i for i, e in enumerate(entries) if e["model_commit"].startswith("6528e2f"))
+    batch = entries[at]
     first = [r for r in fc.first_contact_rows(entries) if r.get("predicted")]
-    before = [r for r in first if r["source"] not in batch["sources"]]
+    before = [r for r in fc.first_contact_rows(entries[:at]) if r.get("predicted")]
     new = [r for r in first if r["source"] in batch["sources"]]
     text = prose("sim", "validation", "README.md")
 
