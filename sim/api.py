@@ -16,6 +16,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from sim.hardware import (
+    NIC_KEYS,
     SITES,
     Cluster,
     cluster,
@@ -60,6 +61,8 @@ def extrapolation(c: Cluster, model: str | None, batch_per_gpu: int, grad_dtype:
     if "gpus_per_node" in seen and c.gpus_per_node not in seen["gpus_per_node"]:
         reasons.append(f"{nic.name} was fitted with {', '.join(map(str, seen['gpus_per_node']))} GPUs per node, "
                        f"not {c.gpus_per_node}")
+    if "frameworks" in seen and c.framework not in seen["frameworks"]:
+        reasons.append(f"{nic.name} was fitted with {', '.join(seen['frameworks'])}, not {c.framework}")
     if grad_dtype != "fp32" or accumulation_steps != 1:
         reasons.append(f"{nic.name} was fitted with fp32 gradients and no accumulation")
     return reasons
@@ -176,21 +179,30 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
     if site is not None and reasons and c.n_nodes > 1:
         # a site's fitted constants are identified on what they were fitted on only (its rows trade a slow link
         # against slow steps, sim.validation.site_fit): elsewhere the interval also spans the hardware it refines,
-        # the generic preset it is based on, with that preset's own interval
-        base_nic = nic_preset(SITES[site]["base"], count=c.nic.count)
-        generic = replace(c, nic=base_nic, name="", provenance=(), step_jitter_cv=default_step_jitter(base_nic)[0],
-                          multinode_loss_scale=default_multinode_loss_scale(base_nic)[0])
+        # the generic preset it is based on, with that preset's own interval: the site's own constants back to its
+        # base's, whatever else the user set (a measured link, a jitter, a loss scale)
+        preset = nic_preset(SITES[site]["base"], count=c.nic.count)
+        fitted = {NIC_KEYS[k][0] for k in SITES[site] if k in NIC_KEYS}
+        base_nic = replace(c.nic, name=preset.name, fitted=False, fitted_on=(),
+                           **{f: getattr(preset, f) for f in fitted})
+        jitter, loss = c.step_jitter_cv, c.multinode_loss_scale
+        if jitter == default_step_jitter(c.nic)[0]:  # the site's default (0: absorbed by its fit), not the user's
+            jitter = default_step_jitter(base_nic)[0]
+        if loss == default_multinode_loss_scale(c.nic)[0]:
+            loss = default_multinode_loss_scale(base_nic)[0]
+        generic = replace(c, nic=base_nic, name="", provenance=(), step_jitter_cv=jitter, multinode_loss_scale=loss)
         base = predict_on(generic, optimizer=optimizer, model=model, params=params, batch_per_gpu=batch_per_gpu,
                           scheme=scheme, single_node_throughput=single_node_throughput,
                           warmup_fraction=warmup_fraction, marsit_period=marsit_period, grad_dtype=grad_dtype,
                           accumulation_steps=accumulation_steps, hook_blocks_backward=hook_blocks_backward,
                           seq_len=seq_len)
+    if base is not None and (base["throughput_low"] < low or base["throughput_high"] > high):
         site_low, site_high = low, high
         low, high = min(low, base["throughput_low"]), max(high, base["throughput_high"])
         basis += (f"; widened to span {base_nic.name}'s interval ({base['throughput_low']:.4g} - "
                   f"{base['throughput_high']:.4g}), the preset the site refines, because the site's constants "
                   "are extrapolated: " + "; ".join(reasons))
-        site_span, total = math.log(site_high / site_low) / 2, math.log(high / low) / 2
+        site_span, total = math.log(site_high / site_low) / 2, math.log(high / low) / 2  # total > 0: it widened
         drivers = [{**d, "share": d["share"] * (site_span / total) ** 2} for d in drivers] + [
             {"name": f"site profile {site} extrapolated: the generic {base_nic.name} it refines",
              "input": "site_profile_extrapolated", "acts_on": "throughput",

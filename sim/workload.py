@@ -412,10 +412,12 @@ def calibrate_compute_s(cluster: Cluster, work: Workload, kinds: tuple[StepKind,
     """The forward + backward time of one micro-batch at which one node of ``cluster`` reaches
     ``single_node_throughput`` (samples/s).
 
-    The simulated iteration time grows continuously and monotonically with compute time, so a bracketing root finder
-    (Brent's) finds it. One node sends nothing between nodes, so the answer depends on the node (GPUs, intra-node
-    fabric) and the workload only: it is cached under those, whatever the NICs, the switch and the GPUs' spread (the
-    straggler factor of one node is its own GPUs' over its own GPUs': exactly 1 whatever the spread and jitter).
+    The simulated iteration time grows monotonically with compute time, continuously except where a framework's
+    cycle (presets/frameworks.toml ``cycle_ms``) quantizes its launches, so a bracketing root finder (Brent's) finds
+    it; across such a jump no compute time gives the measured node, and bisection stops at the jump. One node sends
+    nothing between nodes, so the answer depends on the node (GPUs, intra-node fabric) and the workload only: it is
+    cached under those, whatever the NICs, the switch and the GPUs' spread (the straggler factor of one node is its
+    own GPUs' over its own GPUs': exactly 1 whatever the spread and jitter).
     """
     one = replace(cluster.with_nodes(1), nic=ONE_NODE_NIC, name="", provenance=(), step_jitter_cv=0.0,
                   gpu_speed_cv=0.0)
@@ -436,7 +438,21 @@ def _calibrated(one: Cluster, work: Workload, kinds: tuple[StepKind, ...], singl
         return hi
     # the iteration time is piecewise linear in the compute time (every GPU event scales with it, every collective
     # does not): Brent's method meets the root in a few steps where bisection took ~30
-    return brentq(lambda x: _average(one, work, kinds, x)[0] - target, 0.0, hi, xtol=1e-12 * hi, rtol=1e-12)
+    root = brentq(lambda x: _average(one, work, kinds, x)[0] - target, 0.0, hi, xtol=1e-12 * hi, rtol=1e-12)
+    if abs(_average(one, work, kinds, root)[0] - target) <= 1e-9 * target:
+        return root
+    # a jump (a framework's cycle quantizes its launches): no compute time gives the measured node; bisect to the
+    # jump as the calibration always has
+    lo = 0.0
+    for _ in range(48):
+        mid = (lo + hi) / 2
+        if _average(one, work, kinds, mid)[0] < target:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-9 * hi:
+            break
+    return (lo + hi) / 2
 
 
 def multinode_loss_added_s(iteration_s: float, one_node_s: float, scale: float) -> float:

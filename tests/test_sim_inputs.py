@@ -139,6 +139,20 @@ def test_an_extrapolated_site_profile_spans_the_generic_preset_it_refines():
     fitted = api.predict_config("resnet50", 4, "birder-paper-ib", single_node_throughput=3693.0)
     assert not fitted["extrapolated"] and fitted["extrapolation_base"] is None
     assert [d["input"] for d in fitted["interval_drivers"]] == ["site_profile"]
+    # what the user set stays set in the generic prediction: only the site's fitted constants go back to ib-hdr's
+    from dataclasses import replace
+
+    from sim.hardware import cluster
+
+    for change in ({"step_jitter_cv": 0.3, "multinode_loss_scale": 1.5}, {}):
+        mine = api.predict_on(replace(cluster("birder-paper-ib", 4), **change), model="bert-base", **bert)
+        theirs = api.predict_on(replace(cluster("ib-hdr", 4, nic_count=1), **change), model="bert-base", **bert)
+        assert mine["extrapolation_base"]["throughput"] == pytest.approx(theirs["throughput"], rel=1e-12)
+    # the sites ran DDP: another framework on the rows they were fitted on is an extrapolation too
+    fsdp = api.predict_on(cluster("birder-paper-ib", 4, framework="fsdp"), model="resnet50",
+                          single_node_throughput=3693.0)
+    assert fsdp["extrapolation_reasons"] == ["birder-paper-ib was fitted with ddp, not fsdp"]
+    assert fsdp["extrapolation_base"] is not None
 
 
 def test_rows_are_checked_as_read():

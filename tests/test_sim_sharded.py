@@ -18,7 +18,8 @@ def test_the_sharded_frameworks_are_fsdps_three_strategies():
 
 
 def test_each_strategy_moves_its_own_multiple_of_ddps_bytes_between_nodes():
-    """Per GPU and step, a ring all-reduce moves 2(p-1)/p of the gradient; FULL_SHARD all-gathers each unit twice
+    """Per GPU and step, a ring all-reduce (DDP's choice here: one NIC per node; with several NCCL may take a tree
+    and the ratios move a few percent) moves 2(p-1)/p of the gradient; FULL_SHARD all-gathers each unit twice
     and reduce-scatters it once, (p-1)/p each: 1.5x; SHARD_GRAD_OP gathers once: 1x; HYBRID_SHARD gathers inside
     the node and all-reduces across nodes: DDP's inter-node bytes, more intra-node ones. With accumulation every
     micro-batch gathers and reduce-scatters again (no no_sync), where DDP all-reduces once."""
