@@ -185,12 +185,14 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
         fitted = {NIC_KEYS[k][0] for k in SITES[site] if k in NIC_KEYS}
         base_nic = replace(c.nic, name=preset.name, fitted=False, fitted_on=(),
                            **{f: getattr(preset, f) for f in fitted})
-        jitter, loss = c.step_jitter_cv, c.multinode_loss_scale
-        if jitter == default_step_jitter(c.nic)[0]:  # the site's default (0: absorbed by its fit), not the user's
-            jitter = default_step_jitter(base_nic)[0]
-        if loss == default_multinode_loss_scale(c.nic)[0]:
-            loss = default_multinode_loss_scale(base_nic)[0]
-        generic = replace(c, nic=base_nic, name="", provenance=(), step_jitter_cv=jitter, multinode_loss_scale=loss)
+        def generic_unless_set(value: float, default) -> float:
+            # the site's default (its fit absorbed jitter and loss) by value and provenance: the base's; else the user's
+            site_value, site_source = default(c.nic)
+            return default(base_nic)[0] if value == site_value and site_source in c.provenance else value
+
+        generic = replace(c, nic=base_nic, name="", provenance=(),
+                          step_jitter_cv=generic_unless_set(c.step_jitter_cv, default_step_jitter),
+                          multinode_loss_scale=generic_unless_set(c.multinode_loss_scale, default_multinode_loss_scale))
         base = predict_on(generic, optimizer=optimizer, model=model, params=params, batch_per_gpu=batch_per_gpu,
                           scheme=scheme, single_node_throughput=single_node_throughput,
                           warmup_fraction=warmup_fraction, marsit_period=marsit_period, grad_dtype=grad_dtype,

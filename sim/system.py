@@ -1016,12 +1016,14 @@ def check_optimizer_framework(optimizer: str, framework: str) -> None:
     (presets/frameworks.toml): its 1-bit steps run as a communication hook among the GPUs on whole gradients
     (Birder's schedule, DeepSpeed's compressed all-reduce), never through the framework's servers, which sum
     full-precision tensors, nor through a sharded framework's reduce-scatters; no such run exists to predict."""
+    if not simulated_spec(optimizer).compressed:
+        return
     pattern = framework_preset(framework).pattern
-    if simulated_spec(optimizer).compressed and pattern == "sharded":
+    if pattern == "sharded":
         raise ValueError(f"optimizer {optimizer!r} runs as a DDP communication hook on whole gradients; {framework} "
                          "shards parameters and reduce-scatters gradients, where no 1-bit hook runs: use an "
                          "all-reduce framework (e.g. ddp) or an uncompressed optimizer")
-    if simulated_spec(optimizer).compressed and pattern == "summation-servers":
+    if pattern == "summation-servers":
         raise ValueError(f"optimizer {optimizer!r} sends its 1-bit messages through its own hook among the GPUs, "
                          f"not through {framework}'s summation servers: use an all-reduce framework (e.g. ddp) "
                          "or an uncompressed optimizer")
