@@ -292,9 +292,10 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
         # a sharded framework (presets/frameworks.toml; sim.system.sharded_schedules), the model's layers as its
         # units: each micro-batch all-gathers a unit's parameters before its forward, the next unit's gather
         # overlapping this one's forward (the first cannot overlap: FSDP notes, implicit forward prefetching);
-        # in backward (unless kept from the forward) the next unit's gather is issued before this unit's
-        # gradients are computed (BackwardPrefetch.BACKWARD_PRE), and each unit's gradients are reduced after
-        # them. The collectives run one at a time in the order issued; the optimizer updates this GPU's shard.
+        # in backward (unless kept from the forward: every unit under SHARD_GRAD_OP, the first to run back under the
+        # others) the next unit's gather is issued before this unit's gradients are computed
+        # (BackwardPrefetch.BACKWARD_PRE), and each unit's gradients are reduced after them. The collectives run one at
+        # a time in the order issued; the optimizer updates this GPU's shard.
         issued = simpy.Store(env)
 
         def collectives():
@@ -322,11 +323,15 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
                     gathered[i + 1] = issue(i + 1, 0)
                 yield from on_gpu(f"forward {model.layers[i].name}", forward_s * model.layers[i].flops / total_flops)
             order = units[::-1]
-            gathered = {order[0]: issue(order[0], 0)} if framework.gather_in_backward else {}
+            # the unit whose backward runs first keeps its parameters from the forward (FSDP does not reshard
+            # the root after forward, as the backward needs it at once: FSDP1's _post_forward_reshard, FSDP2's
+            # reshard_after_forward=None; torchtitan keeps its last block alike), so nothing is gathered for it
+            gathered = {}
             reduced = []
             for j, i in enumerate(order):
                 if framework.gather_in_backward:
-                    yield gathered[i]
+                    if i in gathered:
+                        yield gathered[i]
                     if j + 1 < len(order):
                         gathered[order[j + 1]] = issue(order[j + 1], 0)
                 yield from on_gpu(f"backward {model.layers[i].name}",
