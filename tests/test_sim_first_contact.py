@@ -99,6 +99,22 @@ def test_a_dry_run_scores_without_touching_the_log(tmp_path):
     assert log.read_text() == '{"entries": []}\n'
 
 
+def test_a_what_if_option_takes_the_place_of_the_rows_own():
+    """A what-if ``--framework ddp`` on a sharded row (the rule for the sharded frameworks compares the two) replaces
+    the row's framework: the CLI refuses one option given twice with different values, and that refusal, like every
+    usage error, reaches the caller as the RuntimeError ``run_cli`` promises, not as a silent exit."""
+    argv = ["predict", "--framework", "fsdp", "--nodes", "2"]
+    assert fc.with_options(argv, ["--framework", "ddp", "--placement-group", "--collective-efficiency", "0.5"]) == [
+        "predict", "--framework", "ddp", "--nodes", "2", "--placement-group", "--collective-efficiency", "0.5"]
+    assert argv == ["predict", "--framework", "fsdp", "--nodes", "2"]
+    row = next(r for r in fc.load_rows() if r["framework"] == "fsdp")
+    as_ddp = fc.score_row(row, ["--framework", "ddp"])
+    assert as_ddp["argv"].count("--framework") == 1 and as_ddp["argv"][as_ddp["argv"].index("--framework") + 1] == "ddp"
+    assert as_ddp["predicted"] != fc.score_row(row)["predicted"]
+    with pytest.raises(RuntimeError, match="given twice"):
+        fc.run_cli(fc.predict_argv(row) + ["--framework", "ddp"])
+
+
 def test_the_readme_leads_the_simulator_with_the_logs_first_contact_figures():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert fc.readme_block() in readme

@@ -141,7 +141,10 @@ def run_cli(argv: list[str]) -> dict:
     argv = [str(ROOT / a) if a.startswith(CLUSTERS_DIR) else a for a in argv]
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = main(list(argv))
+        try:
+            status = main(list(argv))
+        except SystemExit as exit_:  # argparse's usage errors exit; their message is in ``err``
+            status = exit_.code if isinstance(exit_.code, int) else 2
     if status:
         raise RuntimeError(f"birder {' '.join(argv)} exited {status}: {err.getvalue().strip()}")
     return json.loads(out.getvalue())
@@ -156,13 +159,29 @@ def model_params(row: dict) -> int:
     return model_profile(row["model"]).n_params
 
 
+def with_options(argv: list[str], options: list[str]) -> list[str]:
+    """``argv`` with ``options`` (``--name value`` pairs and bare ``--flag``s): an option ``argv`` already gives
+    takes the new value in its place (the CLI refuses one given twice with different values), others are added."""
+    argv, i = list(argv), 0
+    while i < len(options):
+        name = options[i]
+        value = options[i + 1:i + 2] if i + 1 < len(options) and not options[i + 1].startswith("--") else []
+        if value and name in argv and argv.index(name) + 1 < len(argv):
+            argv[argv.index(name) + 1] = value[0]
+        elif name not in argv:
+            argv += [name, *value]
+        i += 1 + len(value)
+    return argv
+
+
 def score_row(row: dict, what_if: list[str] = ()) -> dict:
     """One row scored: the CLI's prediction, interval and interval regime (an alpha-beta ring with the simulator's
     incast stalls: ``sim.validation.corpus_setup.row_interval_regime``'s rule, as ``birder predict`` keys its
-    interval), the two baselines and the measured regime; ``what_if``: options added to the row's."""
+    interval), the two baselines and the measured regime; ``what_if``: options put in place of the row's own
+    (``with_options``)."""
     from sim.uncertainty import alpha_beta_throughput, gradient_bits, regime_of_efficiency
 
-    argv = predict_argv(row) + list(what_if)
+    argv = with_options(predict_argv(row), list(what_if))
     out = run_cli(argv)
     linear = row["nodes"] * row["single_node_throughput"]
     samples_per_node = row["gpus_per_node"] * row["batch_per_gpu"] * row["accumulation_steps"]
