@@ -239,3 +239,51 @@ def test_the_validation_readme_quotes_batch_10s_first_contact_as_logged():
     rows = {(r["ref"], r["table"], r["nodes"], r["throughput"]): r for r in fc.load_rows()}
     assert not any(fc.sharded_framework(rows[r["ref"], r["table"], r["nodes"], r["measured"]]["framework_stated"])
                    for r in entry["rows"])
+
+
+def test_the_validation_readme_quotes_batch_11s_first_contact_and_the_sharded_rules_decision():
+    """sim/validation/README.md's paragraph on batch 11 (the entry of model dd22611) quotes its first contact as the
+    log holds it; the sharded rule's comparison is made again here (the logged sharded rows against the same rows
+    with ``--framework ddp`` in place of theirs) and decides as the paragraph says; and the log's other compute-bound
+    rows above 256 GPUs, as last re-scored, have a median prediction within 1% of the measurement."""
+    entry = next(e for e in fc.read_log() if e["model_commit"].startswith("dd22611"))
+    pooled = entry["pooled"]["all"]
+    comm, compute = (pooled["by_measured_regime"][r] for r in ("communication-bound", "compute-bound"))
+    text = prose("sim", "validation", "README.md")
+
+    def pct(x):
+        return f"{100 * x:.1f}%"
+
+    assert len(entry["sources"]) == 12 and pooled["rows"] == 45 and "What batch 11 said** (12 sources, 45 rows" in text
+    assert (f"batch 11 had {pct(pooled['error']['median'])} median error on all its rows (linear "
+            f"{pct(pooled['linear']['median'])}, alpha-beta {pct(pooled['alpha_beta']['median'])}), "
+            f"{pct(pooled['coverage'])} of them covered at a median half-width of "
+            f"{pct(pooled['median_half_width'])}; its {compute['rows']} measured compute-bound rows "
+            f"{pct(compute['error']['median'])} (linear {pct(compute['linear']['median'])}, alpha-beta "
+            f"{pct(compute['alpha_beta']['median'])}; {pct(compute['coverage'])} covered), its {comm['rows']} measured "
+            f"communication-bound rows {pct(comm['error']['median'])} (linear {pct(comm['linear']['median'])}, "
+            f"alpha-beta {pct(comm['alpha_beta']['median'])}; {pct(comm['coverage'])} covered at "
+            f"{pct(comm['median_half_width'])})") in text
+    rows = {(r["ref"], r["table"], r["nodes"], r["throughput"]): r for r in fc.load_rows()}
+    sharded = [r for r in entry["rows"]
+               if fc.sharded_framework(rows[r["ref"], r["table"], r["nodes"], r["measured"]]["framework_stated"])]
+    as_ddp = [fc.score_row(rows[r["ref"], r["table"], r["nodes"], r["measured"]], ["--framework", "ddp"])
+              for r in sharded]
+
+    def median_error(scored, regime):
+        return statistics.median(abs(s["predicted"] / s["measured"] - 1) for s in scored
+                                 if s["measured_regime"] == regime)
+
+    counts = [sum(s["measured_regime"] == r for s in sharded) for r in ("communication-bound", "compute-bound")]
+    figures = [(median_error(sharded, r), median_error(as_ddp, r)) for r in ("communication-bound", "compute-bound")]
+    assert len(sharded) == 15 and counts == [7, 8]
+    assert (f"the 7 measured communication-bound ones had a median error of {pct(figures[0][0])} against "
+            f"{pct(figures[0][1])} with `--what-if --framework ddp` (a dry run, not logged), the 8 compute-bound ones "
+            f"{pct(figures[1][0])} against {pct(figures[1][1])}. Both conditions hold") in text
+    assert figures[0][0] <= figures[0][1] and figures[1][0] <= figures[1][1] + 0.005  # the rule, as written
+    rescored = fc.latest_rescore(fc.read_log())
+    large = [r for r in rescored["rows"] if r["nodes"] * r["gpus_per_node"] > 256
+             and r["measured_regime"] == "compute-bound" and not r["source"].startswith("lambda-deepspeed-chat")]
+    assert (len(large), len({r["source"] for r in large})) == (23, 6)
+    assert "(23 rows of 6 sources, as last re-scored) the median prediction is within 1% of the measurement" in text
+    assert abs(statistics.median(math.log(r["measured"] / r["predicted"]) for r in large)) < 0.01
