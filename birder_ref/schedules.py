@@ -452,6 +452,27 @@ def tree_allreduce(layout: Layout, dim: int, bits: int = 32, name: str = "tree_a
     return Schedule(name, layout, int(dim), D, phases)
 
 
+def hybrid_shard_reduce(layout: Layout, dim: int, bits: int = 32, name: str = "hybrid_shard_reduce") -> Schedule:
+    """PyTorch FSDP HYBRID_SHARD's reduction of one unit's gradients (``bits`` per element): the node's GPUs
+    reduce-scatter it by ring, local rank j keeping the node's sum of shard j (D/g), then the GPUs of local rank j
+    on every node all-reduce that shard by ring (reduce-scatter, then all-gather, chunks of D/p). Every GPU ends
+    with its own shard summed over all GPUs; nothing is gathered back inside the node, as the shard is all the
+    optimizer there updates (torch/distributed/fsdp: reduce-scatter over the shard group, all-reduce over the
+    replicate group)."""
+    check_layout(layout)
+    check_int("dim", dim, 1)
+    p, n, g = layout.n_ranks, layout.n_nodes, layout.gpus_per_node
+    D = padded_dim(dim, p)
+    nodes = tuple(layout.node_ranks(k) for k in range(n))
+    peers = tuple(layout.local_rank_group(j) for j in range(g))
+    phases = (
+        Phase("intra_reduce_scatter", "ring_reduce_scatter", nodes, D // g, (bits,) * (g - 1), "reduce"),
+        Phase("inter_reduce_scatter", "ring_reduce_scatter", peers, D // p, (bits,) * (n - 1), "reduce"),
+        Phase("inter_all_gather", "ring_all_gather", peers, D // p, (bits,) * (n - 1), "copy"),
+    )
+    return Schedule(name, layout, int(dim), D, phases)
+
+
 def paper_bytes_per_gpu(scheme: str, layout: Layout, dim: int) -> dict[str, int]:
     """Closed forms of the bytes one GPU sends in each phase (P = 4 * padded dim bytes of float32).
 

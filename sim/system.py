@@ -43,6 +43,7 @@ from birder_ref.schedules import (
     Phase,
     Schedule,
     allreduce,
+    hybrid_shard_reduce,
     padded_dim,
     tree_allreduce,
 )
@@ -613,6 +614,10 @@ def operations(schedule: Schedule) -> list[tuple[str, tuple[Phase, ...]]]:
         return [("tree_allreduce", phases)] if phases else []
     if schedule.scheme == SUMMATION_SERVERS:
         return [("servers", phases)] if phases else []
+    if schedule.scheme == "hybrid_shard_reduce":  # a reduce-scatter in the node, then one all-reduce across nodes
+        intra, inter = [ph for ph in phases if ph.name.startswith("intra")], [ph for ph in phases
+                                                                               if ph.name.startswith("inter")]
+        return [("ring", tuple(intra))] * bool(intra) + [("ring_allreduce", tuple(inter))] * bool(inter)
     return [("ring" if ph.pattern.is_ring else "p2p", (ph,)) for ph in phases]
 
 
@@ -1038,13 +1043,12 @@ def sharded_schedules(cluster: Cluster, dim: int, bits: int = 32) -> tuple[tuple
     Sharded over every GPU (FSDP FULL_SHARD and SHARD_GRAD_OP, ZeRO-3): NCCL's ring all-gather and ring
     reduce-scatter among all ranks, each moving (p-1)/p of the unit per GPU (nccl-tests doc/PERFORMANCE.md).
     Sharded inside each node (HYBRID_SHARD) on several nodes: the all-gather among the node's GPUs, timed on one
-    node, and the gradients as NCCL's all-reduce over every GPU: its reduce-scatter inside the node and all-reduce
-    across nodes are HYBRID_SHARD's, its closing all-gather inside the node is not (at most twice the intra-node
-    bytes; the inter-node bytes are the same)."""
+    node, and the gradients reduce-scattered inside the node, then each shard all-reduced by ring across the
+    nodes (``birder_ref.schedules.hybrid_shard_reduce``; NCCL may take a tree for it at many nodes)."""
     node = framework_preset(cluster.framework).shard_group == "node" and cluster.n_nodes > 1
     gather_on = cluster.with_nodes(1) if node else cluster
     gather = (collective_schedule("all-gather", gather_on.layout, dim, bits), gather_on)
-    reduce = (fp32_allreduce(cluster, dim, bits) if node else
+    reduce = (hybrid_shard_reduce(cluster.layout, dim, bits) if node else
               collective_schedule("reduce-scatter", cluster.layout, dim, bits))
     return gather, (reduce, cluster)
 

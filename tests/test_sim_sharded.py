@@ -1,8 +1,11 @@
 """Sharded data parallelism (PyTorch FSDP, ZeRO-3; presets/frameworks.toml pattern "sharded"): what each unit's
 collectives move, when they run, and what they refuse (sim.workload ``_step``, sim.system ``sharded_schedules``)."""
 
+import numpy as np
 import pytest
 
+from birder_ref.execute import ByteLog, run_phase
+from birder_ref.schedules import Layout, hybrid_shard_reduce
 from sim.hardware import FRAMEWORKS, cluster
 from sim.system import collective_time, sharded_schedules, unmodelled
 from sim.workload import GRAD_BITS, predict
@@ -22,15 +25,19 @@ def test_each_strategy_moves_its_own_multiple_of_ddps_bytes_between_nodes():
     and the ratios move a few percent) moves 2(p-1)/p of the gradient; FULL_SHARD all-gathers each unit twice
     and reduce-scatters it once, (p-1)/p each, but keeps the unit that runs back first from its forward: 1.5x less
     half that unit's share (a --params model's 12 equal layers: 35/24); SHARD_GRAD_OP gathers once: 1x;
-    HYBRID_SHARD gathers inside the node and all-reduces across nodes: DDP's inter-node bytes, more intra-node
-    ones. With accumulation every
+    HYBRID_SHARD gathers and reduce-scatters inside the node and all-reduces each shard across the nodes:
+    2(n-1)/n of the model per node between nodes against the flat ring's 2(p-1)/p, and inside the node (g-1)/g
+    for the reduce-scatter and each gather. With accumulation every
     micro-batch gathers and reduce-scatters again (no no_sync), where DDP all-reduces once."""
     ddp, full, hybrid, grad_op = (predict(cluster("25gbe", 4, 8, framework=f), **WORK)
                                   for f in ("ddp", "fsdp", "fsdp-hybrid", "fsdp-grad-op"))
     assert full.inter_node_bytes_per_gpu == pytest.approx((1.5 - 1 / 24) * ddp.inter_node_bytes_per_gpu, rel=1e-6)
     assert grad_op.inter_node_bytes_per_gpu == pytest.approx(ddp.inter_node_bytes_per_gpu, rel=1e-6)
-    assert hybrid.inter_node_bytes_per_gpu == pytest.approx(ddp.inter_node_bytes_per_gpu, rel=1e-6)
-    assert hybrid.intra_node_bytes_per_gpu > ddp.intra_node_bytes_per_gpu
+    n, g, p = 4, 8, 32
+    assert hybrid.inter_node_bytes_per_gpu == pytest.approx(
+        ddp.inter_node_bytes_per_gpu * ((n - 1) / n) / ((p - 1) / p), rel=1e-6)
+    model_bytes = ddp.inter_node_bytes_per_gpu * g / (2 * (p - 1) / p)
+    assert hybrid.intra_node_bytes_per_gpu == pytest.approx((1 + 23 / 12) * (g - 1) / g * model_bytes, rel=1e-6)
     assert full.throughput < grad_op.throughput  # comm-bound on 25 GbE: the third collective costs
     four = predict(cluster("25gbe", 4, 8, framework="fsdp"), **{**WORK, "accumulation_steps": 4})
     assert four.inter_node_bytes_per_gpu == pytest.approx(4 * full.inter_node_bytes_per_gpu, rel=1e-9)
@@ -56,7 +63,8 @@ def test_collectives_run_one_at_a_time_and_a_unit_computes_only_once_gathered(fr
         assert later >= start + seconds - 1e-12
     units = 12  # a --params model's layers
     gathers_in_backward = framework != "fsdp-grad-op"
-    assert len(ops) == (3 * units - 1 if gathers_in_backward else 2 * units)
+    reduction_ops = 2 if framework == "fsdp-hybrid" else 1  # HYBRID_SHARD: a reduce-scatter, then an all-reduce
+    assert len(ops) == (2 * units - 1 if gathers_in_backward else units) + reduction_ops * units
     gathers = [start + seconds for start, seconds, name in ops if name == "all_gather"]
     assert len(gathers) == (2 * units - 1 if gathers_in_backward else units)
     forward = sorted((e for e in events if e[1].startswith("forward")), key=lambda e: e[2])
@@ -99,3 +107,26 @@ def test_a_sharded_prediction_says_what_it_does_not_model(framework):
     sentences = unmodelled(cluster("25gbe", 2, framework=framework))
     assert sentences == list(FRAMEWORKS[framework]["unmodelled"]) and any("units" in s for s in sentences)
     assert unmodelled(cluster("25gbe", 1, framework=framework)) == []
+
+
+@pytest.mark.parametrize("n, g", [(2, 4), (3, 8), (4, 1), (1, 4)])
+def test_hybrid_shards_reduction_leaves_each_gpu_its_shard_summed_over_every_gpu(n, g):
+    """HYBRID_SHARD's reduction (birder_ref.schedules.hybrid_shard_reduce), executed: after the node's ring
+    reduce-scatter local rank j holds the node's sum of shard j, and after the ring all-reduce among the GPUs of
+    local rank j it holds the sum over every GPU; each phase sends the bytes its schedule counts."""
+    layout = Layout(n, g)
+    sched = hybrid_shard_reduce(layout, 1000)
+    D, p = sched.padded_dim, layout.n_ranks
+    intra, inter_rs, inter_ag = sched.phases
+    grads = np.random.default_rng(n * 10 + g).integers(-4, 5, (p, D)).astype(np.float32)
+    log = ByteLog()
+    buffers = {r: grads[r].reshape(g, D // g).copy() for r in range(p)}
+    run_phase(intra, buffers, log)
+    shards = {r: buffers[r][layout.local_rank(r)].reshape(n, D // p).copy() for r in range(p)}
+    run_phase(inter_rs, shards, log)
+    run_phase(inter_ag, shards, log)
+    total = grads.sum(axis=0).reshape(g, D // g)
+    for r in range(p):
+        np.testing.assert_array_equal(shards[r].reshape(-1), total[layout.local_rank(r)])
+    for phase in sched.phases:
+        assert log.sent.get(phase.name, {}) == {k: v for k, v in phase.bytes_sent().items() if v}
