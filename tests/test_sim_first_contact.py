@@ -216,25 +216,34 @@ def test_rows_of_sharded_data_parallel_runs_are_scored_with_their_sharded_framew
     assert [s for s in sharded if s[1] != s[2]] == []
 
 
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _batch(commit: str) -> tuple[dict, dict, dict, dict, str]:
+    """The log's entry first scored by model ``commit``, its pooled figures (all, measured compute-bound, measured
+    communication-bound) and the prose of sim/validation/README.md that quotes them."""
+    entry = next(e for e in fc.read_log() if e["model_commit"].startswith(commit))
+    pooled = entry["pooled"]["all"]
+    compute, comm = (pooled["by_measured_regime"][r] for r in ("compute-bound", "communication-bound"))
+    return entry, pooled, compute, comm, prose("sim", "validation", "README.md")
+
+
+def _all_rows_sentence(batch: int, pooled: dict) -> str:
+    return (f"batch {batch} had {_pct(pooled['error']['median'])} median error on all its rows (linear "
+            f"{_pct(pooled['linear']['median'])}, alpha-beta {_pct(pooled['alpha_beta']['median'])}), "
+            f"{_pct(pooled['coverage'])} of them covered at a median half-width of {_pct(pooled['median_half_width'])}")
+
+
 def test_the_validation_readme_quotes_batch_10s_first_contact_as_logged():
     """sim/validation/README.md's paragraph on batch 10 (the entry of model e4bdac2) quotes its first contact as the
     log holds it, and batch 10 holds no row the sharded rule maps."""
-    entry = next(e for e in fc.read_log() if e["model_commit"].startswith("e4bdac2"))
-    pooled = entry["pooled"]["all"]
-    comm, compute = (pooled["by_measured_regime"][r] for r in ("communication-bound", "compute-bound"))
-    text = prose("sim", "validation", "README.md")
-
-    def pct(x):
-        return f"{100 * x:.1f}%"
-
+    entry, pooled, compute, comm, text = _batch("e4bdac2")
     assert len(entry["sources"]) == 4 and pooled["rows"] == 20 and "What batch 10 said** (4 sources, 20 rows" in text
-    assert (f"batch 10 had {pct(pooled['error']['median'])} median error on all its rows (linear "
-            f"{pct(pooled['linear']['median'])}, alpha-beta {pct(pooled['alpha_beta']['median'])}), "
-            f"{pct(pooled['coverage'])} of them covered at a median half-width of "
-            f"{pct(pooled['median_half_width'])}; its {compute['rows']} measured compute-bound rows "
-            f"{pct(compute['error']['median'])} ({pct(compute['coverage'])} covered), its {comm['rows']} measured "
-            f"communication-bound rows {pct(comm['error']['median'])} (alpha-beta {pct(comm['alpha_beta']['median'])})"
-            ", none covered") in text
+    assert (f"{_all_rows_sentence(10, pooled)}; its {compute['rows']} measured compute-bound rows "
+            f"{_pct(compute['error']['median'])} ({_pct(compute['coverage'])} covered), its {comm['rows']} measured "
+            f"communication-bound rows {_pct(comm['error']['median'])} (alpha-beta "
+            f"{_pct(comm['alpha_beta']['median'])}), none covered") in text
     assert comm["coverage"] == 0
     rows = {(r["ref"], r["table"], r["nodes"], r["throughput"]): r for r in fc.load_rows()}
     assert not any(fc.sharded_framework(rows[r["ref"], r["table"], r["nodes"], r["measured"]]["framework_stated"])
@@ -246,24 +255,14 @@ def test_the_validation_readme_quotes_batch_11s_first_contact_and_the_sharded_ru
     log holds it; the sharded rule's comparison is made again here (the logged sharded rows against the same rows
     with ``--framework ddp`` in place of theirs) and decides as the paragraph says; and the log's other compute-bound
     rows above 256 GPUs, as last re-scored, have a median prediction within 1% of the measurement."""
-    entry = next(e for e in fc.read_log() if e["model_commit"].startswith("dd22611"))
-    pooled = entry["pooled"]["all"]
-    comm, compute = (pooled["by_measured_regime"][r] for r in ("communication-bound", "compute-bound"))
-    text = prose("sim", "validation", "README.md")
-
-    def pct(x):
-        return f"{100 * x:.1f}%"
-
+    entry, pooled, compute, comm, text = _batch("dd22611")
     assert len(entry["sources"]) == 12 and pooled["rows"] == 45 and "What batch 11 said** (12 sources, 45 rows" in text
-    assert (f"batch 11 had {pct(pooled['error']['median'])} median error on all its rows (linear "
-            f"{pct(pooled['linear']['median'])}, alpha-beta {pct(pooled['alpha_beta']['median'])}), "
-            f"{pct(pooled['coverage'])} of them covered at a median half-width of "
-            f"{pct(pooled['median_half_width'])}; its {compute['rows']} measured compute-bound rows "
-            f"{pct(compute['error']['median'])} (linear {pct(compute['linear']['median'])}, alpha-beta "
-            f"{pct(compute['alpha_beta']['median'])}; {pct(compute['coverage'])} covered), its {comm['rows']} measured "
-            f"communication-bound rows {pct(comm['error']['median'])} (linear {pct(comm['linear']['median'])}, "
-            f"alpha-beta {pct(comm['alpha_beta']['median'])}; {pct(comm['coverage'])} covered at "
-            f"{pct(comm['median_half_width'])})") in text
+    assert (f"{_all_rows_sentence(11, pooled)}; its {compute['rows']} measured compute-bound rows "
+            f"{_pct(compute['error']['median'])} (linear {_pct(compute['linear']['median'])}, alpha-beta "
+            f"{_pct(compute['alpha_beta']['median'])}; {_pct(compute['coverage'])} covered), its {comm['rows']} "
+            f"measured communication-bound rows {_pct(comm['error']['median'])} (linear "
+            f"{_pct(comm['linear']['median'])}, alpha-beta {_pct(comm['alpha_beta']['median'])}; "
+            f"{_pct(comm['coverage'])} covered at {_pct(comm['median_half_width'])})") in text
     rows = {(r["ref"], r["table"], r["nodes"], r["throughput"]): r for r in fc.load_rows()}
     sharded = [r for r in entry["rows"]
                if fc.sharded_framework(rows[r["ref"], r["table"], r["nodes"], r["measured"]]["framework_stated"])]
@@ -277,9 +276,9 @@ def test_the_validation_readme_quotes_batch_11s_first_contact_and_the_sharded_ru
     counts = [sum(s["measured_regime"] == r for s in sharded) for r in ("communication-bound", "compute-bound")]
     figures = [(median_error(sharded, r), median_error(as_ddp, r)) for r in ("communication-bound", "compute-bound")]
     assert len(sharded) == 15 and counts == [7, 8]
-    assert (f"the 7 measured communication-bound ones had a median error of {pct(figures[0][0])} against "
-            f"{pct(figures[0][1])} with `--what-if --framework ddp` (a dry run, not logged), the 8 compute-bound ones "
-            f"{pct(figures[1][0])} against {pct(figures[1][1])}. Both conditions hold") in text
+    assert (f"the 7 measured communication-bound ones had a median error of {_pct(figures[0][0])} against "
+            f"{_pct(figures[0][1])} with `--what-if --framework ddp` (a dry run, not logged), the 8 compute-bound ones "
+            f"{_pct(figures[1][0])} against {_pct(figures[1][1])}. Both conditions hold") in text
     assert figures[0][0] <= figures[0][1] and figures[1][0] <= figures[1][1] + 0.005  # the rule, as written
     rescored = fc.latest_rescore(fc.read_log())
     large = [r for r in rescored["rows"] if r["nodes"] * r["gpus_per_node"] > 256
