@@ -1,6 +1,7 @@
 """First contact (sim/validation/first_contact.py): every published row carries its source, and the append-only
 log's figures are what re-scoring its rows through `birder predict --json` gives."""
 
+import csv
 import json
 import math
 import statistics
@@ -80,6 +81,29 @@ def test_validate_loader_keeps_each_sources_first_contact_and_lists_re_scores(tm
     with pytest.raises(ValueError, match="no rows of nowhere"):
         fc.score(log_path=log, progress=False, only=["nowhere"])
     assert json.loads(log.read_text())["entries"][1]["model_commit"] == "f" * 40  # nothing appended, nothing lost
+
+
+def test_a_row_is_refused_at_load_when_it_cannot_be_scored_as_written(tmp_path):
+    """A row naming a cluster file that is not one of first_contact_clusters' (a bare name, a path elsewhere, a
+    file that is not there) is refused when the rows load, with its line, not when its batch is first scored (where
+    the score stops part-way through the batch)."""
+    with open(fc.ROWS_PATH, encoding="utf-8", newline="") as handle:
+        reader = csv.DictReader(handle)
+        fields, row = reader.fieldnames, next(r for r in reader if r["cli_cluster"])
+
+    def rows_with(cluster: str) -> Path:
+        out = tmp_path / "rows.csv"
+        with open(out, "w", encoding="utf-8", newline="") as handle:
+            writer = csv.DictWriter(handle, fields)
+            writer.writeheader()
+            writer.writerow({**row, "cli_cluster": cluster})
+        return out
+
+    name = Path(row["cli_cluster"]).name
+    for wrong in (Path(name).stem, f"/tmp/{name}", fc.CLUSTERS_DIR + "missing.toml"):
+        with pytest.raises(ValueError, match=r"rows.csv:2: cli_cluster must be a file under"):
+            fc.load_rows(rows_with(wrong))
+    assert len(fc.load_rows(rows_with(row["cli_cluster"]))) == 1
 
 
 def test_a_dry_run_scores_without_touching_the_log(tmp_path):

@@ -77,6 +77,9 @@ def load_rows(path: str | Path = ROWS_PATH, sources: dict | None = None) -> list
             raise ValueError(f"{where}: expressible must be true, or false with why_not_expressible")
         if bool(row["cli_network"]) == bool(row["cli_cluster"]):
             raise ValueError(f"{where}: give exactly one of cli_network and cli_cluster")
+        if row["cli_cluster"] and not (row["cli_cluster"].startswith(CLUSTERS_DIR)
+                                       and (ROOT / row["cli_cluster"]).is_file()):
+            raise ValueError(f"{where}: cli_cluster must be a file under {CLUSTERS_DIR}, got {row['cli_cluster']!r}")
         parsed = dict(row)
         for key in ("params", "gpus_per_node", "nodes", "nics_per_node", "batch_per_gpu", "accumulation_steps"):
             parsed[key] = int(row[key])
