@@ -310,3 +310,25 @@ def test_the_validation_readme_quotes_batch_11s_first_contact_and_the_sharded_ru
     assert (len(large), len({r["source"] for r in large})) == (23, 6)
     assert "(23 rows of 6 sources, as last re-scored) the median prediction is within 1% of the measurement" in text
     assert abs(statistics.median(math.log(r["measured"] / r["predicted"]) for r in large)) < 0.01
+
+
+def test_the_validation_readme_quotes_batch_12s_first_contact_as_logged():
+    """sim/validation/README.md's paragraph on batch 12 (the entry of model 161e877) quotes its first contact as the
+    log holds it, with its communication-bound rows split into those plain Horovod ran (expressible) and those the
+    clouds' own stacks ran (not expressible)."""
+    entry, pooled, compute, comm, text = _batch("161e877")
+    assert len(entry["sources"]) == 5 and pooled["rows"] == 18 and "What batch 12 said** (5 sources, 18 rows" in text
+    assert (f"{_all_rows_sentence(12, pooled)}; its {comm['rows']} measured communication-bound rows "
+            f"{_pct(comm['error']['median'])} (linear {_pct(comm['linear']['median'])}, alpha-beta "
+            f"{_pct(comm['alpha_beta']['median'])}; {_pct(comm['coverage'])} covered at "
+            f"{_pct(comm['median_half_width'])})") in text
+    split = []
+    for expressible in (True, False):
+        rows = [r for r in entry["rows"] if r["expressible"] == expressible
+                and r["measured_regime"] == "communication-bound"]
+        split += [len(rows), *(_pct(statistics.median(abs(r[k] / r["measured"] - 1) for r in rows))
+                               for k in ("predicted", "alpha_beta")),
+                  _pct(sum(r["low"] <= r["measured"] <= r["high"] for r in rows) / len(rows))]
+    assert (f"the {split[0]} that plain Horovod ran had {split[1]} median error (alpha-beta {split[2]}; {split[3]} "
+            f"covered) and the {split[4]} that the vendors' own stacks ran (not expressible: scored as Horovod over "
+            f"the same link) {split[5]} (alpha-beta {split[6]})") in text
