@@ -615,9 +615,9 @@ def operations(schedule: Schedule) -> list[tuple[str, tuple[Phase, ...]]]:
     if schedule.scheme == SUMMATION_SERVERS:
         return [("servers", phases)] if phases else []
     if schedule.scheme == "hybrid_shard_reduce":  # a reduce-scatter in the node, then one all-reduce across nodes
-        intra, inter = [ph for ph in phases if ph.name.startswith("intra")], [ph for ph in phases
-                                                                               if ph.name.startswith("inter")]
-        return [("ring", tuple(intra))] * bool(intra) + [("ring_allreduce", tuple(inter))] * bool(inter)
+        intra = tuple(ph for ph in phases if ph.name.startswith("intra"))
+        inter = tuple(ph for ph in phases if ph.name.startswith("inter"))
+        return [(kind, part) for kind, part in (("ring", intra), ("ring_allreduce", inter)) if part]
     return [("ring" if ph.pattern.is_ring else "p2p", (ph,)) for ph in phases]
 
 

@@ -169,10 +169,10 @@ def with_options(argv: list[str], options: list[str]) -> list[str]:
     while i < len(options):
         name = options[i]
         value = options[i + 1:i + 2] if i + 1 < len(options) and not options[i + 1].startswith("--") else []
-        if value and name in argv and argv.index(name) + 1 < len(argv):
-            argv[argv.index(name) + 1] = value[0]
-        elif name not in argv:
+        if name not in argv:
             argv += [name, *value]
+        elif value:
+            argv[argv.index(name) + 1] = value[0]
         i += 1 + len(value)
     return argv
 
