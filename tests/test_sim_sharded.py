@@ -21,14 +21,14 @@ def test_the_sharded_frameworks_are_fsdps_three_strategies():
 
 
 def test_each_strategy_moves_its_own_multiple_of_ddps_bytes_between_nodes():
-    """Per GPU and step, a ring all-reduce (DDP's choice here: one NIC per node; with several NCCL may take a tree
-    and the ratios move a few percent) moves 2(p-1)/p of the gradient; FULL_SHARD all-gathers each unit twice
-    and reduce-scatters it once, (p-1)/p each, but keeps the unit that runs back first from its forward: 1.5x less
-    half that unit's share (a --params model's 12 equal layers: 35/24); SHARD_GRAD_OP gathers once: 1x;
-    HYBRID_SHARD gathers and reduce-scatters inside the node and all-reduces each shard across the nodes:
-    2(n-1)/n of the model per node between nodes against the flat ring's 2(p-1)/p, and inside the node (g-1)/g
-    for the reduce-scatter and each gather. With accumulation every
-    micro-batch gathers and reduce-scatters again (no no_sync), where DDP all-reduces once."""
+    """Per GPU and step, a ring all-reduce (DDP's choice here: one NIC per node; with several NCCL may take a tree and
+    the ratios move a few percent) moves 2(p-1)/p of the gradient; FULL_SHARD all-gathers each unit twice and
+    reduce-scatters it once, (p-1)/p each, but keeps the unit that runs back first from its forward: 1.5x less half
+    that unit's share (a --params model's 12 equal layers: 35/24); SHARD_GRAD_OP gathers once: 1x; HYBRID_SHARD
+    gathers and reduce-scatters inside the node and all-reduces each shard across the nodes: 2(n-1)/n of the model
+    per node between nodes against the flat ring's 2(p-1)/p, and inside the node (g-1)/g for the reduce-scatter and
+    each gather. With accumulation every micro-batch gathers and reduce-scatters again (no no_sync), where DDP all-
+    reduces once."""
     ddp, full, hybrid, grad_op = (predict(cluster("25gbe", 4, 8, framework=f), **WORK)
                                   for f in ("ddp", "fsdp", "fsdp-hybrid", "fsdp-grad-op"))
     assert full.inter_node_bytes_per_gpu == pytest.approx((1.5 - 1 / 24) * ddp.inter_node_bytes_per_gpu, rel=1e-6)
