@@ -27,8 +27,8 @@ def test_each_strategy_moves_its_own_multiple_of_ddps_bytes_between_nodes():
     that unit's share (a --params model's 12 equal layers: 35/24); SHARD_GRAD_OP gathers once: 1x; HYBRID_SHARD
     gathers and reduce-scatters inside the node and all-reduces each shard across the nodes: 2(n-1)/n of the model
     per node between nodes against the flat ring's 2(p-1)/p, and inside the node (g-1)/g for the reduce-scatter and
-    each gather. With accumulation every micro-batch gathers and reduce-scatters again (no no_sync), where DDP all-
-    reduces once."""
+    each gather. With accumulation every micro-batch gathers and reduce-scatters again (no no_sync), where DDP
+    all-reduces once."""
     ddp, full, hybrid, grad_op = (predict(cluster("25gbe", 4, 8, framework=f), **WORK)
                                   for f in ("ddp", "fsdp", "fsdp-hybrid", "fsdp-grad-op"))
     assert full.inter_node_bytes_per_gpu == pytest.approx((1.5 - 1 / 24) * ddp.inter_node_bytes_per_gpu, rel=1e-6)
