@@ -332,3 +332,15 @@ def test_the_validation_readme_quotes_batch_12s_first_contact_as_logged():
     assert (f"the {split[0]} that plain Horovod ran had {split[1]} median error (alpha-beta {split[2]}; {split[3]} "
             f"covered) and the {split[4]} that the vendors' own stacks ran (not expressible: scored as Horovod over "
             f"the same link) {split[5]} (alpha-beta {split[6]})") in text
+
+
+def test_the_validation_readme_quotes_batch_13s_first_contact_as_logged():
+    """sim/validation/README.md's paragraph on batch 13 (the entry of model a92f0a1) quotes its first contact as the
+    log holds it, and its communication-bound rows all lie below their predictions, as it says."""
+    entry, pooled, compute, comm, text = _batch("a92f0a1")
+    assert len(entry["sources"]) == 1 and pooled["rows"] == 9 and "What batch 13 said** (1 source, 9 rows" in text
+    assert (f"{_all_rows_sentence(13, pooled)}; its {comm['rows']} measured communication-bound rows "
+            f"{_pct(comm['error']['median'])} (linear {_pct(comm['linear']['median'])}, alpha-beta "
+            f"{_pct(comm['alpha_beta']['median'])}; {_pct(comm['coverage'])} covered at "
+            f"{_pct(comm['median_half_width'])}), every one predicted above its measurement") in text
+    assert all(r["predicted"] > r["measured"] for r in entry["rows"] if r["measured_regime"] == "communication-bound")
