@@ -259,6 +259,18 @@ def _all_rows_sentence(batch: int, pooled: dict) -> str:
             f"{_pct(pooled['coverage'])} of them covered at a median half-width of {_pct(pooled['median_half_width'])}")
 
 
+def _communication_bound_sentence(comm: dict) -> str:
+    return (f"its {comm['rows']} measured communication-bound rows {_pct(comm['error']['median'])} (linear "
+            f"{_pct(comm['linear']['median'])}, alpha-beta {_pct(comm['alpha_beta']['median'])}; "
+            f"{_pct(comm['coverage'])} covered at {_pct(comm['median_half_width'])})")
+
+
+def _transcribed(scored: list[dict]) -> list[dict]:
+    """The transcribed rows (first_contact_rows.csv) of logged rows, matched by their published figure."""
+    rows = {(r["ref"], r["table"], r["nodes"], r["throughput"]): r for r in fc.load_rows()}
+    return [rows[r["ref"], r["table"], r["nodes"], r["measured"]] for r in scored]
+
+
 def test_the_validation_readme_quotes_batch_10s_first_contact_as_logged():
     """sim/validation/README.md's paragraph on batch 10 (the entry of model e4bdac2) quotes its first contact as the
     log holds it, and batch 10 holds no row the sharded rule maps."""
@@ -269,9 +281,7 @@ def test_the_validation_readme_quotes_batch_10s_first_contact_as_logged():
             f"communication-bound rows {_pct(comm['error']['median'])} (alpha-beta "
             f"{_pct(comm['alpha_beta']['median'])}), none covered") in text
     assert comm["coverage"] == 0
-    rows = {(r["ref"], r["table"], r["nodes"], r["throughput"]): r for r in fc.load_rows()}
-    assert not any(fc.sharded_framework(rows[r["ref"], r["table"], r["nodes"], r["measured"]]["framework_stated"])
-                   for r in entry["rows"])
+    assert not any(fc.sharded_framework(r["framework_stated"]) for r in _transcribed(entry["rows"]))
 
 
 def test_the_validation_readme_quotes_batch_11s_first_contact_and_the_sharded_rules_decision():
@@ -283,15 +293,12 @@ def test_the_validation_readme_quotes_batch_11s_first_contact_and_the_sharded_ru
     assert len(entry["sources"]) == 12 and pooled["rows"] == 45 and "What batch 11 said** (12 sources, 45 rows" in text
     assert (f"{_all_rows_sentence(11, pooled)}; its {compute['rows']} measured compute-bound rows "
             f"{_pct(compute['error']['median'])} (linear {_pct(compute['linear']['median'])}, alpha-beta "
-            f"{_pct(compute['alpha_beta']['median'])}; {_pct(compute['coverage'])} covered), its {comm['rows']} "
-            f"measured communication-bound rows {_pct(comm['error']['median'])} (linear "
-            f"{_pct(comm['linear']['median'])}, alpha-beta {_pct(comm['alpha_beta']['median'])}; "
-            f"{_pct(comm['coverage'])} covered at {_pct(comm['median_half_width'])})") in text
-    rows = {(r["ref"], r["table"], r["nodes"], r["throughput"]): r for r in fc.load_rows()}
-    sharded = [r for r in entry["rows"]
-               if fc.sharded_framework(rows[r["ref"], r["table"], r["nodes"], r["measured"]]["framework_stated"])]
-    as_ddp = [fc.score_row(rows[r["ref"], r["table"], r["nodes"], r["measured"]], ["--framework", "ddp"])
-              for r in sharded]
+            f"{_pct(compute['alpha_beta']['median'])}; {_pct(compute['coverage'])} covered), "
+            f"{_communication_bound_sentence(comm)}") in text
+    pairs = [(s, t) for s, t in zip(entry["rows"], _transcribed(entry["rows"]), strict=True)
+             if fc.sharded_framework(t["framework_stated"])]
+    sharded = [s for s, _ in pairs]
+    as_ddp = [fc.score_row(t, ["--framework", "ddp"]) for _, t in pairs]
 
     def median_error(scored, regime):
         return statistics.median(abs(s["predicted"] / s["measured"] - 1) for s in scored
@@ -318,10 +325,7 @@ def test_the_validation_readme_quotes_batch_12s_first_contact_as_logged():
     clouds' own stacks ran (not expressible)."""
     entry, pooled, compute, comm, text = _batch("161e877")
     assert len(entry["sources"]) == 5 and pooled["rows"] == 18 and "What batch 12 said** (5 sources, 18 rows" in text
-    assert (f"{_all_rows_sentence(12, pooled)}; its {comm['rows']} measured communication-bound rows "
-            f"{_pct(comm['error']['median'])} (linear {_pct(comm['linear']['median'])}, alpha-beta "
-            f"{_pct(comm['alpha_beta']['median'])}; {_pct(comm['coverage'])} covered at "
-            f"{_pct(comm['median_half_width'])})") in text
+    assert (f"{_all_rows_sentence(12, pooled)}; {_communication_bound_sentence(comm)}") in text
     split = []
     for expressible in (True, False):
         rows = [r for r in entry["rows"] if r["expressible"] == expressible
@@ -339,8 +343,6 @@ def test_the_validation_readme_quotes_batch_13s_first_contact_as_logged():
     log holds it, and its communication-bound rows all lie below their predictions, as it says."""
     entry, pooled, compute, comm, text = _batch("a92f0a1")
     assert len(entry["sources"]) == 1 and pooled["rows"] == 9 and "What batch 13 said** (1 source, 9 rows" in text
-    assert (f"{_all_rows_sentence(13, pooled)}; its {comm['rows']} measured communication-bound rows "
-            f"{_pct(comm['error']['median'])} (linear {_pct(comm['linear']['median'])}, alpha-beta "
-            f"{_pct(comm['alpha_beta']['median'])}; {_pct(comm['coverage'])} covered at "
-            f"{_pct(comm['median_half_width'])}), every one predicted above its measurement") in text
+    assert (f"{_all_rows_sentence(13, pooled)}; {_communication_bound_sentence(comm)}, every one predicted above "
+            "its measurement") in text
     assert all(r["predicted"] > r["measured"] for r in entry["rows"] if r["measured_regime"] == "communication-bound")
