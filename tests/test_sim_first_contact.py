@@ -100,7 +100,8 @@ def test_a_row_is_refused_at_load_when_it_cannot_be_scored_as_written(tmp_path):
         return out
 
     name = Path(row["cli_cluster"]).name
-    for wrong in (Path(name).stem, f"/tmp/{name}", fc.CLUSTERS_DIR + "missing.toml"):
+    for wrong in (Path(name).stem, f"/tmp/{name}", fc.CLUSTERS_DIR + "missing.toml",
+                  fc.CLUSTERS_DIR + "../../presets/frameworks.toml"):
         with pytest.raises(ValueError, match=r"rows.csv:2: cli_cluster must be a file under"):
             fc.load_rows(rows_with(wrong))
     assert len(fc.load_rows(rows_with(row["cli_cluster"]))) == 1
@@ -131,12 +132,19 @@ def test_a_what_if_option_takes_the_place_of_the_rows_own():
     assert fc.with_options(argv, ["--framework", "ddp", "--placement-group", "--collective-efficiency", "0.5"]) == [
         "predict", "--framework", "ddp", "--nodes", "2", "--placement-group", "--collective-efficiency", "0.5"]
     assert argv == ["predict", "--framework", "fsdp", "--nodes", "2"]
+    for unclear in (["--framework"], ["--framework", "--nodes", "4"], ["--framework=ddp"], ["ddp"]):
+        with pytest.raises(ValueError, match="what-if"):
+            fc.with_options(argv, unclear)
+    with pytest.raises(ValueError, match="takes no value"):
+        fc.with_options(["predict", "--json", "--nodes", "2"], ["--json", "x"])
     row = next(r for r in fc.load_rows() if r["framework"] == "fsdp")
     as_ddp = fc.score_row(row, ["--framework", "ddp"])
     assert as_ddp["argv"].count("--framework") == 1 and as_ddp["argv"][as_ddp["argv"].index("--framework") + 1] == "ddp"
     assert as_ddp["predicted"] != fc.score_row(row)["predicted"]
     with pytest.raises(RuntimeError, match="given twice"):
         fc.run_cli(fc.predict_argv(row) + ["--framework", "ddp"])
+    with pytest.raises(RuntimeError, match="no JSON"):  # --help exits 0 with no prediction
+        fc.run_cli(fc.predict_argv(row) + ["--help"])
 
 
 def test_the_readme_leads_the_simulator_with_the_logs_first_contact_figures():

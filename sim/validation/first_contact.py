@@ -77,7 +77,7 @@ def load_rows(path: str | Path = ROWS_PATH, sources: dict | None = None) -> list
             raise ValueError(f"{where}: expressible must be true, or false with why_not_expressible")
         if bool(row["cli_network"]) == bool(row["cli_cluster"]):
             raise ValueError(f"{where}: give exactly one of cli_network and cli_cluster")
-        if row["cli_cluster"] and not (row["cli_cluster"].startswith(CLUSTERS_DIR)
+        if row["cli_cluster"] and not ((ROOT / row["cli_cluster"]).resolve().parent == (ROOT / CLUSTERS_DIR).resolve()
                                        and (ROOT / row["cli_cluster"]).is_file()):
             raise ValueError(f"{where}: cli_cluster must be a file under {CLUSTERS_DIR}, got {row['cli_cluster']!r}")
         parsed = dict(row)
@@ -150,7 +150,10 @@ def run_cli(argv: list[str]) -> dict:
             status = exit_.code if isinstance(exit_.code, int) else 2
     if status:
         raise RuntimeError(f"birder {' '.join(argv)} exited {status}: {err.getvalue().strip()}")
-    return json.loads(out.getvalue())
+    try:
+        return json.loads(out.getvalue())
+    except json.JSONDecodeError as error:  # such as a what-if's --help, which exits 0
+        raise RuntimeError(f"birder {' '.join(argv)} printed no JSON object: {out.getvalue()[:200]!r}") from error
 
 
 def model_params(row: dict) -> int:
@@ -164,15 +167,23 @@ def model_params(row: dict) -> int:
 
 def with_options(argv: list[str], options: list[str]) -> list[str]:
     """``argv`` with ``options`` (``--name value`` pairs and bare ``--flag``s): an option ``argv`` already gives
-    takes the new value in its place (the CLI refuses one given twice with different values), others are added."""
+    takes the new value in its place (the CLI refuses one given twice with different values), others are added.
+    ValueError for an option not of the form ``--name``, and for one that ``argv`` gives with a value but
+    ``options`` without (or the other way round): it would not say what the what-if changes."""
     argv, i = list(argv), 0
     while i < len(options):
         name = options[i]
+        if not name.startswith("--") or "=" in name:
+            raise ValueError(f"what-if options are given as --name value or --flag, got {name!r}")
         value = options[i + 1:i + 2] if i + 1 < len(options) and not options[i + 1].startswith("--") else []
-        if name not in argv:
+        if name in argv:
+            at = argv.index(name)
+            if (at + 1 < len(argv) and not argv[at + 1].startswith("--")) != bool(value):
+                raise ValueError(f"what-if {name} {'takes no value' if value else 'needs a value'} here")
+            if value:
+                argv[at + 1] = value[0]
+        else:
             argv += [name, *value]
-        elif value:
-            argv[argv.index(name) + 1] = value[0]
         i += 1 + len(value)
     return argv
 
