@@ -323,9 +323,10 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
                     gathered[i + 1] = issue(i + 1, 0)
                 yield from on_gpu(f"forward {model.layers[i].name}", forward_s * model.layers[i].flops / total_flops)
             order = units[::-1]
-            # the unit whose backward runs first keeps its parameters from the forward (FSDP does not reshard
-            # the root after forward, as the backward needs it at once: FSDP1's _post_forward_reshard, FSDP2's
-            # reshard_after_forward=None; torchtitan keeps its last block alike), so nothing is gathered for it
+            # FSDP does not reshard its root unit after forward, as the backward needs it at once (FSDP1's
+            # _post_forward_reshard, FSDP2's reshard_after_forward=None); the units here are the layers, so the
+            # last one, whose backward runs first, stands for the root and is not gathered again (torchtitan keeps
+            # its last block alike; the root's input layer, gathered again here, is in ``unmodelled``)
             gathered = {}
             reduced = []
             for j, i in enumerate(order):
