@@ -275,8 +275,8 @@ def _communication_bound_sentence(comm: dict) -> str:
 
 def _transcribed(scored: list[dict]) -> list[dict]:
     """The transcribed rows (first_contact_rows.csv) of logged rows, matched by their published figure."""
-    rows = {(r["ref"], r["table"], r["nodes"], r["throughput"]): r for r in fc.load_rows()}
-    return [rows[r["ref"], r["table"], r["nodes"], r["measured"]] for r in scored]
+    rows = {fc.published_figure(r): r for r in fc.load_rows()}
+    return [rows[fc.published_figure(r)] for r in scored]
 
 
 def test_the_validation_readme_quotes_batch_10s_first_contact_as_logged():
@@ -309,8 +309,7 @@ def test_the_validation_readme_quotes_batch_11s_first_contact_and_the_sharded_ru
     # the DDP side as the dry run made it then (a test that scored it again would tie this past decision's
     # figures to whatever the model predicts later): the same rows, each with --framework ddp
     as_ddp = json.loads((fc.ROOT / "sim" / "validation" / "sharded_rule_batch11_ddp.json").read_text())["rows"]
-    assert [(r["ref"], r["nodes"], r["measured"]) for r in as_ddp] == [(r["ref"], r["nodes"], r["measured"])
-                                                                      for r in sharded]
+    assert [fc.published_figure(r) for r in as_ddp] == [fc.published_figure(r) for r in sharded]
     assert all(r["argv"][r["argv"].index("--framework") + 1] == "ddp" for r in as_ddp)
 
     def median_error(scored, regime):
@@ -335,8 +334,8 @@ def test_the_validation_readme_quotes_batch_11s_first_contact_and_the_sharded_ru
     assert f"All {comm['rows']} communication-bound rows lie below the simulator's prediction" in text
     rescored = next(e for e in fc.read_log() if e["model_commit"].startswith("6298c49"))
     assert set(rescored["sources"]) >= set(entry["sources"])  # a re-score of every row, batch 11's among them
-    again = {(r["ref"], r["nodes"], r["measured"]) for r in sharded}
-    again = [r for r in rescored["rows"] if (r["ref"], r["nodes"], r["measured"]) in again]
+    again = {fc.published_figure(r) for r in sharded}
+    again = [r for r in rescored["rows"] if fc.published_figure(r) in again]
     now = [median_error(again, r) for r in ("communication-bound", "compute-bound")]
     assert len(again) == 15 and now[0] <= figures[0][1] and now[1] <= figures[1][1] + 0.005
     assert (f"in the re-score of entry 6298c49 those 7 rows have {_pct(now[0])} and the 8 compute-bound ones "

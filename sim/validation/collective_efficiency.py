@@ -161,5 +161,6 @@ def main(argv: list[str]) -> int:
                             lambda bar: corpus_rows_at_grid(bar) + first_contact_rows_at_grid(bar), report,
                             ("by_held_out_source",))
 
+
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))

@@ -77,9 +77,11 @@ def load_rows(path: str | Path = ROWS_PATH, sources: dict | None = None) -> list
             raise ValueError(f"{where}: expressible must be true, or false with why_not_expressible")
         if bool(row["cli_network"]) == bool(row["cli_cluster"]):
             raise ValueError(f"{where}: give exactly one of cli_network and cli_cluster")
-        if row["cli_cluster"] and not ((ROOT / row["cli_cluster"]).resolve().parent == (ROOT / CLUSTERS_DIR).resolve()
-                                       and (ROOT / row["cli_cluster"]).is_file()):
-            raise ValueError(f"{where}: cli_cluster must be a file under {CLUSTERS_DIR}, got {row['cli_cluster']!r}")
+        if row["cli_cluster"]:
+            cluster_file = (ROOT / row["cli_cluster"]).resolve()
+            if not (cluster_file.is_file() and cluster_file.parent == (ROOT / CLUSTERS_DIR).resolve()):
+                raise ValueError(f"{where}: cli_cluster must be a file under {CLUSTERS_DIR}, "
+                                 f"got {row['cli_cluster']!r}")
         parsed = dict(row)
         for key in ("params", "gpus_per_node", "nodes", "nics_per_node", "batch_per_gpu", "accumulation_steps"):
             parsed[key] = int(row[key])
@@ -112,6 +114,13 @@ def sharded_framework(framework_stated: str) -> str | None:
     if any(word in framework_stated for word in MODEL_PARALLEL_STATED):
         return None
     return next((cli for word, cli in SHARDED_STATED if word in framework_stated), None)
+
+
+def published_figure(row: dict) -> tuple:
+    """What identifies a row, transcribed (``load_rows``) or scored (``score_row``): its published figure (the
+    reference, table, node count and throughput), which its CLI mapping may not be (``sharded_framework`` changed
+    some after their first contact)."""
+    return row["ref"], row["table"], row["nodes"], row["throughput"] if "throughput" in row else row["measured"]
 
 
 def predict_argv(row: dict) -> list[str]:
@@ -356,10 +365,8 @@ def first_contact_summary(path: str | Path = LOG_PATH, rows_path: str | Path = R
     if rows:
         commits = sorted({out["sources"][s]["model_commit"] for s in out["sources"]})
         out["pooled"] = {"model_commits": commits, **summarise(rows)["pooled"]}
-        # a row is its published figure (its CLI mapping may change after its first contact: sharded_framework)
-        own = {(r["ref"], r["table"], r["nodes"], r["throughput"]) for r in load_rows(rows_path)
-               if r["single_node_measured"]}
-        mine = [r for r in rows if (r["ref"], r["table"], r["nodes"], r["measured"]) in own]
+        own = {published_figure(r) for r in load_rows(rows_path) if r["single_node_measured"]}
+        mine = [r for r in rows if published_figure(r) in own]
         out["pooled_own_single_node"] = {"model_commits": commits, **summarise(mine)["pooled"]}
         # each batch apart: the rows first scored by one model commit (a later batch meets a changed model)
         batches = {}

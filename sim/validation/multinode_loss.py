@@ -156,5 +156,6 @@ def main(argv: list[str]) -> int:
                             lambda bar: corpus_rows(bar) + first_contact_rows(bar), report,
                             ("by_held_out_source", "source_factors"))
 
+
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))
