@@ -23,14 +23,11 @@ with each source's group left out (nested), and what the held-out rows' errors a
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
-import subprocess
 import sys
-from pathlib import Path
 
-from tqdm import tqdm
+from sim.validation.what_if_fit import groups_of, head_commit, write_fit_record
 
 GRID = tuple(round(0.5 + 0.05 * k, 2) for k in range(11))
 COMM = "communication-bound"
@@ -98,17 +95,6 @@ def first_contact_rows_at_grid(progress=None) -> list[dict]:
     return out
 
 
-def groups_of(rows: list[dict]) -> dict[str, frozenset[str]]:
-    """Per source, the sources held out with it, as the stored run holds them out: the corpus's groups joined with
-    the first-contact sources' (``leave_one_source_out.joined_groups``)."""
-    from sim.validation import first_contact as fc
-    from sim.validation.corpus_setup import corpus_rows
-    from sim.validation.leave_one_source_out import joined_groups, sources_held_out_together
-
-    logged = {r["source"] for r in rows if r["set"] == "first contact"}
-    return joined_groups(sources_held_out_together(corpus_rows()[0]), fc.logged_groups(fc.load_sources(), logged))
-
-
 def report(rows: list[dict]) -> dict:
     """The fit on every row, the nested fits, and the median absolute error of the measured communication-bound
     rows (and the compute-bound ones) at share 1 and at their source's nested share, per set."""
@@ -130,30 +116,7 @@ def report(rows: list[dict]) -> dict:
     return {"criterion": __doc__.split("Criterion, fixed before the fit was computed: ")[1].split("\n\n")[0],
             "grid": list(GRID), "fitted_on_all": shipped, "by_held_out_source": nested,
             "source_bias_at_1": _source_bias(rows, 1.0), "source_bias_at_fit": _source_bias(rows, shipped),
-            "figures": figures, "rows": len(rows), "commit": _head()}
-
-
-def _head() -> str:
-    return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                          cwd=Path(__file__).parent).stdout.strip()
-
-
-def write_fit_record(argv: list[str], module: str, desc: str, collect, report_of, summary_skips: tuple[str, ...]
-                     ) -> int:
-    """A what-if fit's command line (``python -m MODULE OUT.json``): ``collect(bar)`` predicts its rows under a
-    progress bar on a terminal, ``report_of(rows)`` fits and scores them; the record is written atomically to
-    OUT.json and printed without its ``summary_skips`` keys. Exit 2 with a usage line for any other arguments."""
-    if len(argv) != 1:
-        print(f"usage: python -m {module} OUT.json", file=sys.stderr)
-        return 2
-    from safeio.atomic import write_text
-
-    with tqdm(desc=desc, disable=not sys.stderr.isatty()) as bar:
-        rows = collect(bar)
-    out = report_of(rows)
-    write_text(argv[0], json.dumps(out, indent=1) + "\n")
-    print(json.dumps({k: v for k, v in out.items() if k not in summary_skips}, indent=1))
-    return 0
+            "figures": figures, "rows": len(rows), "commit": head_commit()}
 
 
 def main(argv: list[str]) -> int:

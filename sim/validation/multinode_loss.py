@@ -118,7 +118,7 @@ def report(rows: list[dict]) -> dict:
     error of the rows (measured communication-bound, compute-bound, all) at scale 1 and at their source's nested
     scale, per set, beside linear scaling's."""
     from sim.uncertainty import regime_of_efficiency
-    from sim.validation.collective_efficiency import _head, groups_of
+    from sim.validation.what_if_fit import groups_of, head_commit
 
     groups = groups_of(rows)
     shipped = fit(rows)
@@ -146,11 +146,11 @@ def report(rows: list[dict]) -> dict:
             "nested_range": [min(nested.values()), max(nested.values())],
             "source_bias_at_1": _source_bias(rows, 1.0), "source_bias_at_fit": _source_bias(rows, shipped),
             "source_factors": factors, "source_factor_quartiles": quartiles,
-            "figures": figures, "rows": len(rows), "sources": len({r["source"] for r in rows}), "commit": _head()}
+            "figures": figures, "rows": len(rows), "sources": len({r["source"] for r in rows}), "commit": head_commit()}
 
 
 def main(argv: list[str]) -> int:
-    from sim.validation.collective_efficiency import write_fit_record
+    from sim.validation.what_if_fit import write_fit_record
 
     return write_fit_record(argv, "sim.validation.multinode_loss", "rows at scale 1",
                             lambda bar: corpus_rows(bar) + first_contact_rows(bar), report,
