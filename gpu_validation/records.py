@@ -27,7 +27,10 @@ from gpu_validation import comm
 if TYPE_CHECKING:
     from gpu_validation.optimizer import Birder
 
-_FAULT_REPORT_S = 1.0  # how long a rank whose collective failed waits for the others to report
+# How long a rank whose collective failed waits for the others to report theirs (at most a quarter of the timeout).
+# A live rank reports only when its own next collective fails, after whatever compute lies before it: 1 s named a
+# live rank 2 as dead when it had a backward to run on a loaded 2-core machine; the wait costs only the fault path.
+_FAULT_REPORT_S = 5.0
 
 
 # what a rank does when it joins a record all-gather on Birder's group (EVALUATION: a forward in eval mode or
@@ -291,7 +294,7 @@ def fault_message(opt: Birder, phase: str, group, error: Exception) -> str:
         store = dist.distributed_c10d._get_default_store()
         store.set(f"birder/fault/{step}/{rank}", phase)
         keys = {r: f"birder/fault/{step}/{r}" for r in range(dist.get_world_size()) if r != rank}
-        deadline = time.monotonic() + min(_FAULT_REPORT_S, opt.timeout_s / 2)
+        deadline = time.monotonic() + min(_FAULT_REPORT_S, opt.timeout_s / 4)
         while True:
             silent = [r for r, key in keys.items() if not store.check([key])]
             if not silent or time.monotonic() > deadline:

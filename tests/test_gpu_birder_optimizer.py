@@ -355,8 +355,8 @@ _AT_ONCE = _CRASH_TIMEOUT / 10
 
 
 def _within(kind: str, timeout: float) -> float:
-    """The bound on a survivor's seconds to the error: a stall's timeout + 10 s (the 1 s report window and
-    scheduling), a crash's ``_AT_ONCE``."""
+    """The bound on a survivor's seconds to the error: a stall's timeout + 10 s (the report window, a quarter of the
+    timeout, and scheduling), a crash's ``_AT_ONCE``."""
     return timeout + 10.0 if kind == "stall" else _AT_ONCE
 
 
@@ -380,7 +380,7 @@ def test_a_peer_that_fails_before_backward_is_named_by_every_survivor(kind, time
 def test_a_rank_stalled_inside_birders_collectives_ends_every_rank_naming_it(background):
     """Rank 1 hangs before the inter-node all-to-all (a group of ranks 1 and 3, not WORLD). The timeout (10 s) is
     long enough for the healthy collectives of a loaded 2-core machine (2 s timed out healthy ranks at a load of 20);
-    the bound, the timeout + 10 s, covers the 1 s report window and scheduling and still catches a rank that hangs."""
+    the bound, the timeout + 10 s, covers the 2.5 s report window and scheduling and still catches a rank that hangs."""
     timeout = _STALL_TIMEOUT
     outcome = background["inside_all_to_all"].result()
     assert outcome.killed == (1,)
