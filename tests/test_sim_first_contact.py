@@ -375,3 +375,21 @@ def test_the_validation_readme_quotes_batch_13s_first_contact_as_logged():
     assert (f"{_all_rows_sentence(13, pooled)}; {_communication_bound_sentence(comm)}, every one predicted above "
             "its measurement") in text
     assert all(r["predicted"] > r["measured"] for r in entry["rows"] if r["measured_regime"] == "communication-bound")
+
+
+def test_the_validation_readme_quotes_batch_15s_first_contact_as_logged():
+    """sim/validation/README.md's paragraph on batch 15 (the entry of model 2943c02) quotes its first contact as the
+    log holds it: the alpha-beta ring's lower error, how many communication-bound rows lie below each prediction, and
+    nanotron's 32-node rows below their intervals at the ratios it gives."""
+    entry, pooled, _, comm, text = _batch("2943c02")
+    assert len(entry["sources"]) == 8 and pooled["rows"] == 99 and "What batch 15 said** (8 sources, 99 rows" in text
+    assert f"{_all_rows_sentence(15, pooled)}; {_communication_bound_sentence(comm)}" in text
+    assert comm["alpha_beta"]["median"] < comm["error"]["median"]
+    rows = [r for r in entry["rows"] if r["measured_regime"] == "communication-bound"]
+    below = (sum(r["predicted"] > r["measured"] for r in rows), sum(r["alpha_beta"] > r["measured"] for r in rows))
+    assert (f"{below[0]} of the {len(rows)} communication-bound rows lie below the simulator's prediction ({below[1]} "
+            "below the ring's)") in text
+    widest = [r for r in entry["rows"] if r["source"] == "hf-nanotron-ultrascale-bench-2025" and r["nodes"] == 32]
+    ratios = sorted(r["predicted"] / r["measured"] for r in widest)
+    assert len(widest) == 3 and all(r["measured"] < r["low"] for r in widest)
+    assert f"predicted at {ratios[0]:.1f} to {ratios[-1]:.1f} times the measurement, each below its interval" in text
