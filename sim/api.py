@@ -91,11 +91,13 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                batch_per_gpu: int = 32, scheme: str = "hierarchical", single_node_throughput: float | None = None,
                warmup_fraction: float | None = None, marsit_period: int | None = None, grad_dtype: str = "fp32",
                accumulation_steps: int = 1, hook_blocks_backward: bool = True, seq_len: int | None = None,
-               traces: dict | None = None) -> dict:
+               traces: dict | None = None, single_node_accumulation_steps: int | None = None) -> dict:
     """One training configuration on cluster ``c``: ``birder predict --json`` as a dict. A ``params`` model
     takes ``seq_len`` (tokens per sample) unless a measured node (``single_node_throughput``) sets its compute:
     without either its compute is unknown by a factor of its sequence length, and it is refused. ``traces``: a
-    dict that receives, per step kind, the events of the predicted step (``workload.predict``)."""
+    dict that receives, per step kind, the events of the predicted step (``workload.predict``).
+    ``single_node_accumulation_steps``: the measured node's own micro-batches per optimizer step, where they differ
+    from ``accumulation_steps`` (``workload.predict``); its bounds then use the node carried to this run's."""
     _check_bounds(params=params, batch_per_gpu=batch_per_gpu, accumulation_steps=accumulation_steps,
                   marsit_period=marsit_period)
     if isinstance(single_node_throughput, int | float) and 0 < single_node_throughput < MIN_SINGLE_NODE_THROUGHPUT:
@@ -109,7 +111,11 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
     out = predict(c, model=model, params=params, batch_per_gpu=batch_per_gpu, optimizer=optimizer, scheme=scheme,
                   single_node_throughput=single_node_throughput, warmup_fraction=warmup_fraction,
                   marsit_period=marsit_period, grad_dtype=grad_dtype, accumulation_steps=accumulation_steps,
-                  hook_blocks_backward=hook_blocks_backward, seq_len=seq_len, traces=traces).as_dict()
+                  hook_blocks_backward=hook_blocks_backward, seq_len=seq_len, traces=traces,
+                  single_node_accumulation_steps=single_node_accumulation_steps).as_dict()
+    # the measured node at this run's accumulation (the measurement itself unless its own differed: carried)
+    measured = out["single_node_throughput"] if single_node_throughput is not None else None
+    carried = single_node_accumulation_steps not in (None, accumulation_steps)
     site = c.nic.name if c.nic.name in SITES else None
     n_params = params if model is None else model_profile(model).n_params
     samples = c.gpus_per_node * batch_per_gpu * accumulation_steps
@@ -140,9 +146,8 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                     "acts_on": "throughput", "range": [low / out["throughput"], high / out["throughput"]],
                     "throughput_range": [low, high], "share": 1.0, "why": basis,
                     "source": "sim/presets/cross_validation.json (site_profile_by_site)"}]
-    if single_node_throughput is not None:  # a measured node bounds what more of its kind can do
-        low, high, basis = measured_node_bounds(low, high, basis, out["throughput"], c.n_nodes,
-                                                single_node_throughput)
+    if measured is not None and not (c.n_nodes == 1 and carried):  # a measured node bounds more of its kind
+        low, high, basis = measured_node_bounds(low, high, basis, out["throughput"], c.n_nodes, measured)
     incast_free, incast_span = None, 0.0  # incast_span: half the log-width the incast-free end adds
     if incast_s > 0 and switch_buffer_assumed(c):  # a switch the buyer has not chosen: the interval spans it
         deep = replace(c, nic=replace(c.nic, switch_buffer_bytes=math.inf))
@@ -150,7 +155,8 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                               scheme=scheme, single_node_throughput=single_node_throughput,
                               warmup_fraction=warmup_fraction, marsit_period=marsit_period, grad_dtype=grad_dtype,
                               accumulation_steps=accumulation_steps,
-                              hook_blocks_backward=hook_blocks_backward, seq_len=seq_len).throughput
+                              hook_blocks_backward=hook_blocks_backward, seq_len=seq_len,
+                              single_node_accumulation_steps=single_node_accumulation_steps).throughput
         if incast_free > high:
             incast_span = math.log(incast_free / high) / 2
             high = incast_free
@@ -162,10 +168,10 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
          "throughput_range": [out["throughput"], incast_free], "why": incast_basis(c),
          "source": "the upper end raised to the incast-free prediction (a deeper-buffered switch or a lossless "
                    "fabric has none)"}, incast_span),)
-    if c.n_nodes == 1 and single_node_throughput is not None:
+    if c.n_nodes == 1 and measured is not None and not carried:
         drivers = []  # the measurement itself
     elif scales is not None:
-        ceiling = math.inf if single_node_throughput is None else c.n_nodes * single_node_throughput
+        ceiling = math.inf if measured is None else c.n_nodes * measured
         drivers = widths.drivers_json(out["throughput"], *scales, extra=incast_entry, ceiling=ceiling)
     elif incast_entry:
         total = math.log(high / low) / 2
@@ -197,7 +203,7 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                           scheme=scheme, single_node_throughput=single_node_throughput,
                           warmup_fraction=warmup_fraction, marsit_period=marsit_period, grad_dtype=grad_dtype,
                           accumulation_steps=accumulation_steps, hook_blocks_backward=hook_blocks_backward,
-                          seq_len=seq_len)
+                          seq_len=seq_len, single_node_accumulation_steps=single_node_accumulation_steps)
     if base is not None and (base["throughput_low"] < low or base["throughput_high"] > high):
         site_low, site_high = low, high
         low, high = min(low, base["throughput_low"]), max(high, base["throughput_high"])
@@ -226,6 +232,7 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                 "seq_len": tokens, "seq_len_source": tokens_source,
                 "optimizer": optimizer, "nodes": c.n_nodes, "gpus": c.n_gpus, "gpus_per_node": c.gpus_per_node,
                 "nics_per_node": c.nic.count, "grad_dtype": grad_dtype, "accumulation_steps": accumulation_steps,
+                "single_node_accumulation_steps": single_node_accumulation_steps,
                 "relative_error": (high - low) / 2 / out["throughput"], "throughput_low": low,
                 "throughput_high": high, "interval_level": INTERVAL_LEVEL, "interval_basis": basis,
                 "regime": predicted_regime(out["scale_efficiency"]), "extrapolated": bool(reasons),
@@ -249,7 +256,8 @@ def predict_config(model: str, nodes: int, network: str = "10gbe", optimizer: st
                    scheme: str = "hierarchical", single_node_throughput: float | None = None,
                    nics_per_node: int | None = None, cluster_file: str | Path | None = None,
                    grad_dtype: str = "fp32", accumulation_steps: int = 1, hook_blocks_backward: bool = True,
-                   params: int | None = None, seq_len: int | None = None) -> dict:
+                   params: int | None = None, seq_len: int | None = None,
+                   single_node_accumulation_steps: int | None = None) -> dict:
     """One training configuration on a network (any preset or site profile name) or a cluster file; ``params``
     (with ``seq_len``) for a synthetic model instead of ``model`` (None then)."""
     if cluster_file is not None:
@@ -259,7 +267,7 @@ def predict_config(model: str, nodes: int, network: str = "10gbe", optimizer: st
     return predict_on(c, optimizer=optimizer, model=model, params=params, batch_per_gpu=batch_per_gpu,
                       scheme=scheme, single_node_throughput=single_node_throughput, grad_dtype=grad_dtype,
                       accumulation_steps=accumulation_steps, hook_blocks_backward=hook_blocks_backward,
-                      seq_len=seq_len)
+                      seq_len=seq_len, single_node_accumulation_steps=single_node_accumulation_steps)
 
 
 def sweep_grid(model: str, nodes: list[int], networks: list[str] | None, optimizers: list[str], *,

@@ -374,7 +374,8 @@ def _strict_json(value) -> str:
     return json.dumps(finite_json_value(value), allow_nan=False)
 
 
-FLAGS = {"single_node_throughput": "--single-node-throughput", "batch_per_gpu": "--batch-per-gpu",
+FLAGS = {"single_node_throughput": "--single-node-throughput",
+         "single_node_accumulation_steps": "--single-node-accumulation-steps", "batch_per_gpu": "--batch-per-gpu",
          "accumulation_steps": "--accumulation-steps", "grad_dtype": "--grad-dtype", "warmup_fraction":
          "--warmup-fraction", "marsit_period": "--marsit-period", "model or params": "--model or --params",
          "algorithm": "--algorithm", "params": "--params", "seq_len": "--seq-len"}
@@ -429,7 +430,8 @@ def run_predict(args) -> int:
     c = make_cluster(args, args.nodes)
     traces: dict[str, list] | None = {} if args.json or args.trace is not None else None
     result = predict_on(c, optimizer=args.optimizer, single_node_throughput=args.single_node_throughput,
-                        traces=traces, **_options(args))
+                        single_node_accumulation_steps=args.single_node_accumulation_steps, traces=traces,
+                        **_options(args))
     if traces is not None:
         result["link_utilisation"] = _traced_step(args, c, result, traces)
     if args.json:
@@ -935,6 +937,10 @@ def register(subparsers) -> None:
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgdm", help="optimizer (default sgdm)")
     p.add_argument("--single-node-throughput", type=_positive_float, default=None,
                    help="samples/s the same optimizer and batch reached on one node: calibrates compute time")
+    p.add_argument("--single-node-accumulation-steps", type=positive_int, default=None, metavar="K",
+                   help="micro-batches per optimizer step of that one-node run, where they differ from "
+                        "--accumulation-steps (a fixed global batch spread over more nodes): its once-per-step "
+                        "costs are shared by K micro-batches (default: --accumulation-steps)")
     p.add_argument("--trace", default=None, type=_non_empty_path, metavar="FILE.json",
                    help="write the predicted step as a Chrome/Perfetto trace (open it at ui.perfetto.dev)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

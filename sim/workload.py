@@ -425,9 +425,13 @@ def calibrate_compute_s(cluster: Cluster, work: Workload, kinds: tuple[StepKind,
     cached under those, whatever the NICs, the switch and the GPUs' spread (the straggler factor of one node is its
     own GPUs' over its own GPUs': exactly 1 whatever the spread and jitter).
     """
-    one = replace(cluster.with_nodes(1), nic=ONE_NODE_NIC, name="", provenance=(), step_jitter_cv=0.0,
-                  gpu_speed_cv=0.0)
-    return _calibrated(one, work, kinds, single_node_throughput)
+    return _calibrated(_measured_node(cluster), work, kinds, single_node_throughput)
+
+
+def _measured_node(cluster: Cluster) -> Cluster:
+    """One node of ``cluster`` as a calibration sees it: no NIC, no spread, no jitter (``calibrate_compute_s``)."""
+    return replace(cluster.with_nodes(1), nic=ONE_NODE_NIC, name="", provenance=(), step_jitter_cv=0.0,
+                   gpu_speed_cv=0.0)
 
 
 @lru_cache(maxsize=4096)
@@ -473,10 +477,16 @@ def predict(cluster: Cluster, model: str | None = None, params: int | None = Non
             optimizer: str = "sgdm", scheme: str = "hierarchical", single_node_throughput: float | None = None,
             warmup_fraction: float | None = None, marsit_period: int | None = None, grad_dtype: str = "fp32",
             accumulation_steps: int = 1, hook_blocks_backward: bool = HOOK_BLOCKS_BACKWARD,
-            seq_len: int | None = None, traces: dict | None = None) -> Prediction:
+            seq_len: int | None = None, traces: dict | None = None,
+            single_node_accumulation_steps: int | None = None) -> Prediction:
     """Predict one training configuration on ``cluster`` (the library behind ``birder predict``).
 
     Throughput counts every micro-batch: ``n_gpus * batch_per_gpu * accumulation_steps`` samples per step.
+    ``single_node_accumulation_steps``: the micro-batches per optimizer step of the run that measured
+    ``single_node_throughput`` (None: ``accumulation_steps``), as when a fixed global batch is spread over more
+    nodes with less accumulation. Compute is calibrated on that run's step, whose once-per-step costs (the
+    optimizer, one node's reduction) its micro-batches share, and the returned ``single_node_throughput`` is the
+    measured node carried to ``accumulation_steps`` (what linear scaling multiplies).
     ``seq_len``: tokens per sample of a ``params`` model (None: 1); a built-in model has its own, and another
     is refused. ``traces``: a dict that receives, per step kind, the events of its simulated step (``sim.trace``)."""
     if (model is None) == (params is None):
@@ -496,6 +506,13 @@ def predict(cluster: Cluster, model: str | None = None, params: int | None = Non
                                                    and math.isfinite(single_node_throughput)
                                                    and single_node_throughput > 0):
         raise ValueError(f"single_node_throughput must be a positive finite number, got {single_node_throughput}")
+    if single_node_accumulation_steps is not None:
+        if single_node_throughput is None:
+            raise ValueError("single_node_accumulation_steps describes the measured node: give single_node_throughput")
+        if not (isinstance(single_node_accumulation_steps, int) and not isinstance(single_node_accumulation_steps, bool)
+                and single_node_accumulation_steps >= 1):
+            raise ValueError("single_node_accumulation_steps must be a positive integer, got "
+                             f"{single_node_accumulation_steps!r}")
     if scheme not in SCHEMES:
         raise ValueError(f"unknown scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
     if grad_dtype not in GRAD_BITS:
@@ -504,8 +521,10 @@ def predict(cluster: Cluster, model: str | None = None, params: int | None = Non
     work = Workload(profile, batch_per_gpu, optimizer, scheme, GRAD_BITS[grad_dtype], accumulation_steps,
                     bool(hook_blocks_backward))
     kinds = policy(optimizer, profile.name, warmup_fraction, marsit_period)
+    measured_work = work if single_node_accumulation_steps in (None, accumulation_steps) else replace(
+        work, accumulation_steps=single_node_accumulation_steps)
     if single_node_throughput is not None:
-        compute_s = calibrate_compute_s(cluster, work, kinds, single_node_throughput)
+        compute_s = calibrate_compute_s(cluster, measured_work, kinds, single_node_throughput)
     else:
         compute_s = default_compute_s(work, cluster.gpu)
     iteration_s, parts = _average(cluster, work, kinds, compute_s, traces)
@@ -513,6 +532,8 @@ def predict(cluster: Cluster, model: str | None = None, params: int | None = Non
     if single_node_throughput is None:
         one_node_s = _average(cluster.with_nodes(1), work, kinds, compute_s)[0]
         single = cluster.gpus_per_node * samples_per_gpu / one_node_s
+    elif measured_work is not work:  # the measured node at this run's accumulation, as the calibration sees it
+        single = cluster.gpus_per_node * samples_per_gpu / _average(_measured_node(cluster), work, kinds, compute_s)[0]
     else:
         single = single_node_throughput
     added = multinode_loss_added_s(iteration_s, cluster.gpus_per_node * samples_per_gpu / single,

@@ -4,6 +4,7 @@ log's figures are what re-scoring its rows through `birder predict --json` gives
 import csv
 import json
 import math
+import re
 import statistics
 from pathlib import Path
 
@@ -393,3 +394,33 @@ def test_the_validation_readme_quotes_batch_15s_first_contact_as_logged():
     ratios = sorted(r["predicted"] / r["measured"] for r in widest)
     assert len(widest) == 3 and all(r["measured"] < r["low"] for r in widest)
     assert f"predicted at {ratios[0]:.1f} to {ratios[-1]:.1f} times the measurement, each below its interval" in text
+
+
+def test_a_rows_single_node_accumulation_is_read_as_its_notes_state_it(tmp_path):
+    """``single_node_accumulation_steps`` (the 1-node run's micro-batches per optimizer step where they differ from
+    the row's) agrees with every note that states it (the transcription brief's "single-node accumulation K" and
+    the phrasings rows used before the column), reaches the command line, and is refused when it says nothing (the
+    row's own accumulation) or is not a positive integer."""
+    stated = (r"single-node accumulation (\d+)", r"accumulation \d+ here, (\d+) on 1 node",
+              r"against (\d+) on one node", r"\((\d+) on 1 node\)", r"1 node: (\d+) micro-steps per GPU")
+    rows = fc.load_rows()
+    for row in rows:
+        ks = {int(k) for pattern in stated for k in re.findall(pattern, row["notes"])}
+        assert len(ks) <= 1, row["ref"]
+        own = ks.pop() if ks else row["accumulation_steps"]
+        expected = None if own == row["accumulation_steps"] else own
+        assert row["single_node_accumulation_steps"] == expected, (row["ref"], row["nodes"])
+        argv = fc.predict_argv(row)
+        assert ("--single-node-accumulation-steps" in argv) == (expected is not None)
+    assert sum(r["single_node_accumulation_steps"] is not None for r in rows) >= 100
+    with open(fc.ROWS_PATH, encoding="utf-8", newline="") as handle:
+        reader = csv.DictReader(handle)
+        fields, row = reader.fieldnames, next(reader)
+    out = tmp_path / "rows.csv"
+    for wrong in (row["accumulation_steps"], "0", "2.5", "x"):
+        with open(out, "w", encoding="utf-8", newline="") as handle:
+            writer = csv.DictWriter(handle, fields)
+            writer.writeheader()
+            writer.writerow({**row, "single_node_accumulation_steps": wrong})
+        with pytest.raises(ValueError, match=r"rows.csv:2: single_node_accumulation_steps must be empty"):
+            fc.load_rows(out)

@@ -23,6 +23,39 @@ def test_accumulation_pays_one_all_reduce_per_k_micro_batches():
     assert four.single_node_throughput == pytest.approx(3693)
 
 
+def test_a_node_measured_at_other_accumulation_is_carried_to_this_runs():
+    """Strong scaling at a fixed global batch: the node measured with 32 micro-batches per optimizer step, the run
+    with fewer. The calibration reproduces the measurement at the node's own accumulation; carried to K micro-batches
+    one node's step loses exactly the (32 - K) micro-batches' compute (the optimizer step and the node's reduction,
+    once per step, stay); several nodes are predicted slower than from the figure taken as measured at K."""
+    kwargs = dict(model="bert-large", batch_per_gpu=2, optimizer="adam", single_node_throughput=180.0)
+    own = predict(cluster("ib-hdr", 1), accumulation_steps=32, single_node_accumulation_steps=32, **kwargs)
+    assert own.throughput == pytest.approx(180.0, rel=1e-9)
+    per_micro_batch = []
+    for k in (1, 4, 16):
+        carried = predict(cluster("ib-hdr", 1), accumulation_steps=k, single_node_accumulation_steps=32, **kwargs)
+        assert carried.iteration_s == pytest.approx(own.iteration_s - (own.compute_s - carried.compute_s), rel=1e-9)
+        per_micro_batch.append((own.compute_s - carried.compute_s) / (32 - k))
+        assert carried.throughput < 180.0 and carried.single_node_throughput == pytest.approx(carried.throughput)
+        many = predict(cluster("ib-hdr", 8), accumulation_steps=k, single_node_accumulation_steps=32, **kwargs)
+        naive = predict(cluster("ib-hdr", 8), accumulation_steps=k, **kwargs)
+        assert many.throughput < naive.throughput
+        assert many.single_node_throughput == pytest.approx(carried.throughput, rel=1e-9)
+    assert per_micro_batch == pytest.approx([per_micro_batch[0]] * 3, rel=1e-9) and per_micro_batch[0] > 0
+    same = predict(cluster("ib-hdr", 8), accumulation_steps=4, single_node_accumulation_steps=4, **kwargs)
+    assert same == predict(cluster("ib-hdr", 8), accumulation_steps=4, **kwargs)
+
+
+def test_a_carried_node_bounds_the_interval_at_its_own_linear_scaling():
+    """The interval's upper end is held at linear scaling of the node carried to the run's accumulation (what the
+    JSON's single_node_throughput says), not of the figure measured at another."""
+    out = predict_config("resnet50", 8, "ib-hdr", "sgdm", batch_per_gpu=64, single_node_throughput=2500.0,
+                         accumulation_steps=1, single_node_accumulation_steps=8)
+    assert out["single_node_accumulation_steps"] == 8 and out["single_node_throughput"] < 2500.0
+    assert out["throughput_high"] == pytest.approx(8 * out["single_node_throughput"], rel=1e-12)
+    assert "upper end held at linear scaling of the measured node" in out["interval_basis"]
+
+
 @pytest.mark.parametrize("g", [1, 2, 4, 8])
 def test_one_to_eight_gpus_per_node(g):
     out = predict_config("resnet50", 4, "ib-hdr", "birder", gpus_per_node=g, single_node_throughput=400.0 * g)
@@ -41,7 +74,12 @@ def test_a_hook_that_does_not_block_backward_is_never_slower():
 @pytest.mark.parametrize("bad, message", [({"grad_dtype": "fp8"}, "grad_dtype"),
                                           ({"accumulation_steps": 0}, "accumulation_steps"),
                                           ({"batch_per_gpu": 0}, "batch_per_gpu"),
-                                          ({"single_node_throughput": float("nan")}, "single_node_throughput")])
+                                          ({"single_node_throughput": float("nan")}, "single_node_throughput"),
+                                          ({"single_node_accumulation_steps": 4}, "give single_node_throughput"),
+                                          ({"single_node_throughput": 900.0, "single_node_accumulation_steps": 0},
+                                           "single_node_accumulation_steps must be a positive integer"),
+                                          ({"single_node_throughput": 900.0, "single_node_accumulation_steps": True},
+                                           "single_node_accumulation_steps must be a positive integer")])
 def test_library_errors_name_the_parameter(bad, message):
     with pytest.raises(ValueError, match=message):
         predict(cluster("10gbe", 2), model="resnet50", **bad)

@@ -95,6 +95,11 @@ def load_rows(path: str | Path = ROWS_PATH, sources: dict | None = None) -> list
             raise ValueError(f"{where}: single_node_measured must be true (the source's own 1-node figure) or false")
         parsed["expressible"] = row["expressible"] == "true"
         parsed["single_node_measured"] = row["single_node_measured"] == "true"
+        own = row.get("single_node_accumulation_steps") or ""  # a row appended without the column has None
+        if own and not (own.isdigit() and int(own) >= 1 and int(own) != parsed["accumulation_steps"]):
+            raise ValueError(f"{where}: single_node_accumulation_steps must be empty (the 1-node run accumulated as "
+                             f"this row does) or the 1-node run's own micro-batches per step, got {own!r}")
+        parsed["single_node_accumulation_steps"] = int(own) if own else None
         rows.append(parsed)
     return rows
 
@@ -133,6 +138,8 @@ def predict_argv(row: dict) -> list[str]:
              "--optimizer", row["optimizer"], "--grad-dtype", row["grad_dtype"], "--framework", row["framework"],
              "--accumulation-steps", str(row["accumulation_steps"]),
              "--single-node-throughput", repr(row["single_node_throughput"])]
+    if row["single_node_accumulation_steps"] is not None:
+        argv += ["--single-node-accumulation-steps", str(row["single_node_accumulation_steps"])]
     if row["intra"] == "pcie" and not row["cli_cluster"]:
         argv += ["--intra", f"{row['gpu']}-pcie"]
     return argv
