@@ -285,8 +285,8 @@ def finish(opt: Birder, started: Pending | None) -> None:
 
 def fault_message(opt: Birder, phase: str, group, error: Exception) -> str:
     """Birder's one line for a collective that failed in ``phase``: the step, the group's ranks, this rank, the
-    timeout, and which ranks never reported the failure through the default store within ``_FAULT_REPORT_S``
-    (hung or dead), with the cause cut to 200 characters."""
+    timeout, and which ranks never reported the failure through the default store within ``_FAULT_REPORT_S`` (a
+    quarter of the timeout at most: hung or dead), with the cause cut to 200 characters."""
     rank, step = dist.get_rank(), opt.t + 1
     members = dist.get_process_group_ranks(group)
     silent: list[int] | None = None

@@ -394,6 +394,13 @@ def test_the_validation_readme_quotes_batch_15s_first_contact_as_logged():
     ratios = sorted(r["predicted"] / r["measured"] for r in widest)
     assert len(widest) == 3 and all(r["measured"] < r["low"] for r in widest)
     assert f"predicted at {ratios[0]:.1f} to {ratios[-1]:.1f} times the measurement, each below its interval" in text
+    furthest = sorted(entry["rows"], key=lambda r: r["measured"] / r["low"])[:3]
+    assert sorted(map(id, furthest)) == sorted(map(id, widest))
+    doubted = [r for r in entry["rows"] if r["source"] == "hkbu-ddl-benchmarks-2020" and r["measured"] < r["low"]
+               and r["argv"][r["argv"].index("--framework") + 1] == "byteps"
+               and r["argv"][r["argv"].index("--network") + 1] == "100gbe"]
+    ratios = sorted(r["predicted"] / r["measured"] for r in doubted)
+    assert len(doubted) == 3 and f"predicted at {ratios[0]:.1f} to {ratios[-1]:.1f} times theirs" in text
 
 
 def test_a_rows_single_node_accumulation_is_read_as_its_notes_state_it(tmp_path):

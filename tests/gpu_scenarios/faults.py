@@ -16,7 +16,7 @@ from gpu_validation.optimizer import Birder
 from gpu_validation.validate import batch, make_model
 
 SEED = 3
-STALL_S = 15.0  # a stalled rank's silence: past the 10 s timeout the stall tests use, plus the 1 s report window
+STALL_S = 15.0  # a stalled rank's silence: past the 10 s timeout the stall tests use, plus the 2.5 s report window
 
 
 def _step(ddp: nn.Module, opt: Birder, step: int, rank: int) -> None:
