@@ -431,3 +431,17 @@ def test_a_rows_single_node_accumulation_is_read_as_its_notes_state_it(tmp_path)
             writer.writerow({**row, "single_node_accumulation_steps": wrong})
         with pytest.raises(ValueError, match=r"rows.csv:2: single_node_accumulation_steps must be empty"):
             fc.load_rows(out)
+
+
+def test_the_validation_readme_quotes_batch_16s_first_contact_as_logged():
+    """sim/validation/README.md's paragraph on batch 16 (the entry of model cfcec8b) quotes its first contact as the
+    log holds it; its communication-bound rows are all CosmoFlow's and all lie below both predictions, as it says;
+    none of its rows carried a node from another accumulation."""
+    entry, pooled, _, comm, text = _batch("cfcec8b")
+    assert len(entry["sources"]) == 4 and pooled["rows"] == 35 and "What batch 16 said** (4 sources, 35 rows" in text
+    assert (f"{_all_rows_sentence(16, pooled)}; {_communication_bound_sentence(comm)}, all CosmoFlow's, every one "
+            "predicted above its measurement (as the ring predicts them)") in text
+    rows = [r for r in entry["rows"] if r["measured_regime"] == "communication-bound"]
+    assert all(r["source"].startswith("cosmoflow-benchmark-") for r in rows)
+    assert all(r["predicted"] > r["measured"] and r["alpha_beta"] > r["measured"] for r in rows)
+    assert not any("--single-node-accumulation-steps" in r["argv"] for r in entry["rows"])
