@@ -80,7 +80,7 @@ MIN_SINGLE_NODE_THROUGHPUT = 1e-6  # samples/s on one node: one sample per 11.6 
 
 def _check_bounds(**values: int | None) -> None:
     limits = {"params": MAX_PARAMS, "batch_per_gpu": MAX_BATCH_PER_GPU, "accumulation_steps": MAX_ACCUMULATION_STEPS,
-              "marsit_period": MAX_MARSIT_PERIOD}
+              "single_node_accumulation_steps": MAX_ACCUMULATION_STEPS, "marsit_period": MAX_MARSIT_PERIOD}
     for name, value in values.items():
         if isinstance(value, int) and not isinstance(value, bool) and value > limits[name]:
             shown = str(value) if len(str(value)) <= 24 else f"{str(value)[:12]}... ({len(str(value))} digits)"
@@ -99,7 +99,7 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
     ``single_node_accumulation_steps``: the measured node's own micro-batches per optimizer step, where they differ
     from ``accumulation_steps`` (``workload.predict``); its bounds then use the node carried to this run's."""
     _check_bounds(params=params, batch_per_gpu=batch_per_gpu, accumulation_steps=accumulation_steps,
-                  marsit_period=marsit_period)
+                  single_node_accumulation_steps=single_node_accumulation_steps, marsit_period=marsit_period)
     if isinstance(single_node_throughput, int | float) and 0 < single_node_throughput < MIN_SINGLE_NODE_THROUGHPUT:
         raise ValueError(f"single_node_throughput must be at least {MIN_SINGLE_NODE_THROUGHPUT:g} samples/s (one "
                          f"sample per 11.6 days), got {single_node_throughput:g}")

@@ -56,6 +56,14 @@ def test_a_carried_node_bounds_the_interval_at_its_own_linear_scaling():
     assert "upper end held at linear scaling of the measured node" in out["interval_basis"]
 
 
+def test_a_measured_nodes_accumulation_past_the_tools_bound_is_refused_at_once():
+    """A typo of the 1-node run's accumulation (65,537 and up) is refused before anything is simulated, as the run's
+    own accumulation is, not simulated micro-batch by micro-batch."""
+    with pytest.raises(ValueError, match="single_node_accumulation_steps must be at most 65,536, got 10000000000"):
+        predict_config("resnet50", 2, "ib-hdr", single_node_throughput=2500.0,
+                       single_node_accumulation_steps=10**10)
+
+
 @pytest.mark.parametrize("g", [1, 2, 4, 8])
 def test_one_to_eight_gpus_per_node(g):
     out = predict_config("resnet50", 4, "ib-hdr", "birder", gpus_per_node=g, single_node_throughput=400.0 * g)
