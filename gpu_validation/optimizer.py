@@ -35,7 +35,8 @@ micro-batch accumulation without ``no_sync`` sums local gradients into one Birde
 
 Faults: every collective has the process group's timeout (``comm.make_topology``); when one fails, the rank
 waits briefly for the others to report the same iteration through the default store and raises one
-``RuntimeError`` naming the ranks that did not (hung or dead); so does backward when the hook's all-gather fails.
+``RuntimeError`` naming the ranks that did not: dead if their heartbeat (``records.start_heartbeat``) stopped, else
+hung; so does backward when the hook's all-gather fails.
 Before DDP's own collectives in the first forward after construction, step() or load_state_dict() (its bucket
 rebuild, its buffer broadcast) the ranks exchange a record on Birder's group (``guards.register_hooks``): a peer
 that failed is named there, a rank that called state_dict() alone meets it, and an error from inside DDP's collectives
@@ -170,6 +171,8 @@ class Birder(torch.optim.Optimizer):
         if self.length > 2**32:
             raise ValueError(f"element indices must fit in 32 bits; the model has {self.dim} trainable elements")
         self.timeout_s = comm.process_group_timeout().total_seconds()
+        if dist.get_world_size() > 1:
+            records.start_heartbeat()  # lets a rank whose collective fails tell a dead peer from a slow one
         self._gradients_differed = False
         shard = comm.shard_slice(self.topology, self.length)
         chunk = comm.chunk_slice(self.topology, self.length)

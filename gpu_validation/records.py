@@ -6,13 +6,15 @@ all-gathered over Birder's group of all ranks by the DDP hook in backward (``loc
 bucket), by step() (``start``/``finish``) and by state_dict() and the first forward running DDP's own collectives
 (``Birder._exchange_record``). Every rank gathers the same rows, so every rank draws the same conclusion at once
 (``check_records``, ``refuse_reduced_gradients``); a collective that fails gets one message naming the ranks that
-went silent (``fault_message``); ranks whose parameters or settings differ are named by ``drift_message`` and
-``settings_message``. The refusals these feed are in ``guards``.
+went silent (``fault_message``, which tells a dead rank from a live one by the heartbeat each rank's
+``start_heartbeat`` thread keeps in the default store); ranks whose parameters or settings differ are named by
+``drift_message`` and ``settings_message``. The refusals these feed are in ``guards``.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -28,9 +30,12 @@ if TYPE_CHECKING:
     from gpu_validation.optimizer import Birder
 
 # How long a rank whose collective failed waits for the others to report theirs (at most a quarter of the timeout).
-# A live rank reports only when its own next collective fails, after whatever compute lies before it: 1 s named a
-# live rank 2 as dead when it had a backward to run on a loaded 2-core machine; the wait costs only the fault path.
-_FAULT_REPORT_S = 5.0
+# A live rank reports only when its own next collective fails, after whatever compute lies before it, and that
+# collective may itself wait on the rank that is waiting here: so a silent rank is named dead by its heartbeat
+# (``start_heartbeat``), which stopped, and a live one is named only if it stays silent for the whole window.
+_FAULT_REPORT_S = 10.0
+_HEARTBEAT_S = 1.0  # each rank's heartbeat thread counts up its store key this often
+_DEAD_AFTER_S = 5.0  # a heartbeat that has not moved for this long (5 beats missed) belongs to a dead process
 
 
 # what a rank does when it joins a record all-gather on Birder's group (EVALUATION: a forward in eval mode or
@@ -283,28 +288,71 @@ def finish(opt: Birder, started: Pending | None) -> None:
         refuse_reduced_gradients(rows, opt.t + 1)
 
 
+def start_heartbeat() -> None:
+    """Start this process's heartbeat once (a daemon thread): while the default process group exists it adds 1 to
+    ``birder/alive/{rank}`` in the default store every ``_HEARTBEAT_S``, so that a rank whose collective failed can
+    tell a peer that died (its count stopped) from one that is alive and has not reached its own failure yet
+    (``fault_message``). The thread ends with the process group or on any store error."""
+    global _heartbeat
+    with _heartbeat_lock:
+        if _heartbeat is not None and _heartbeat.is_alive():
+            return
+        _heartbeat = threading.Thread(target=_beat, name="birder-heartbeat", daemon=True)
+        _heartbeat.start()
+
+
+_heartbeat: threading.Thread | None = None
+_heartbeat_lock = threading.Lock()
+
+
+def _beat() -> None:
+    try:
+        while dist.is_initialized():
+            dist.distributed_c10d._get_default_store().add(f"birder/alive/{dist.get_rank()}", 1)
+            time.sleep(_HEARTBEAT_S)
+    except Exception:  # the process group went away between the check and the add, or its store did
+        return
+
+
 def fault_message(opt: Birder, phase: str, group, error: Exception) -> str:
     """Birder's one line for a collective that failed in ``phase``: the step, the group's ranks, this rank, the
-    timeout, and which ranks never reported the failure through the default store within ``_FAULT_REPORT_S`` (a
-    quarter of the timeout at most: hung or dead), with the cause cut to 200 characters."""
+    timeout, and the ranks that never reported their own failure through the default store: those whose heartbeat
+    stopped for ``_DEAD_AFTER_S`` (dead; named as soon as one is seen), else those still silent, though alive,
+    after ``_FAULT_REPORT_S`` (hung; a quarter of the timeout at most). The cause is cut to 200 characters."""
     rank, step = dist.get_rank(), opt.t + 1
     members = dist.get_process_group_ranks(group)
-    silent: list[int] | None = None
+    who = "the store could not tell which rank is missing"
     try:  # every rank whose collective failed says so; those that never do are hung or dead
         store = dist.distributed_c10d._get_default_store()
         store.set(f"birder/fault/{step}/{rank}", phase)
-        keys = {r: f"birder/fault/{step}/{r}" for r in range(dist.get_world_size()) if r != rank}
-        deadline = time.monotonic() + min(_FAULT_REPORT_S, opt.timeout_s / 4)
+        others = [r for r in range(dist.get_world_size()) if r != rank]
+        now = time.monotonic()
+        beats = {r: store.add(f"birder/alive/{r}", 0) for r in others}  # add 0: read without blocking
+        moved = dict.fromkeys(others, now)
+        window = min(_FAULT_REPORT_S, opt.timeout_s / 4)
+        deadline = now + window
         while True:
-            silent = [r for r, key in keys.items() if not store.check([key])]
-            if not silent or time.monotonic() > deadline:
+            silent = [r for r in others if not store.check([f"birder/fault/{step}/{r}"])]
+            now = time.monotonic()
+            for r in silent:
+                count = store.add(f"birder/alive/{r}", 0)
+                if count != beats[r]:
+                    beats[r], moved[r] = count, now
+            dead = [r for r in silent if beats[r] > 0 and now - moved[r] >= _DEAD_AFTER_S]
+            if not silent or dead or now > deadline:
                 break
             time.sleep(0.05)
+        if dead:
+            who = f"rank(s) {dead} did not reach it (dead: no heartbeat for {_DEAD_AFTER_S:g} s)"
+        elif silent:
+            alive = all(beats[r] > 0 for r in silent)  # a rank without a heartbeat yet: no telling
+            state = f"hung: alive, silent for {window:g} s" if alive else "hung or dead"
+            who = f"rank(s) {silent} did not reach it ({state})"
+        else:
+            who = "no rank is silent"
     except Exception:  # the store itself may be gone with a dead rank 0
-        silent = None
+        pass
     cause = " ".join(str(error).split())[:200]
-    who = (f"rank(s) {silent} did not reach it (hung or dead)" if silent
-           else "no rank is silent" if silent == [] else "the store could not tell which rank is missing")
     hint = " (state_dict() is collective: every rank must call it)" if phase.startswith("state_dict") else ""
     return (f"Birder step {step}: the {phase} over ranks {members} failed on rank {rank} within the "
             f"{opt.timeout_s:g} s process-group timeout; {who}{hint}. Cause: {cause}")

@@ -17,6 +17,7 @@ from gpu_validation.validate import batch, make_model
 
 SEED = 3
 STALL_S = 15.0  # a stalled rank's silence: past the 10 s timeout the stall tests use, plus the 2.5 s report window
+SLOW_S = records._FAULT_REPORT_S + 2.0  # a slow live rank's pause: past the whole report window of a crash
 
 
 def _step(ddp: nn.Module, opt: Birder, step: int, rank: int) -> None:
@@ -88,14 +89,15 @@ def peer_fault(kind: str, faulty: int, rank: int) -> dict:
     return _timed(lambda: _step(ddp, opt, 3, rank), rank)
 
 
-def ddp_fault(where: str, kind: str, faulty: int, rank: int) -> dict:
+def ddp_fault(where: str, kind: str, faulty: int, rank: int, slow: int | None = None) -> dict:
     """Rank ``faulty`` fails (``_fail``) where the others are about to enter one of DDP's own collectives:
     "init" before DDP(model) (its parameter check and broadcast, before Birder exists), "rebuild" before step 2's
     forward (DDP's bucket-rebuild broadcast), "buffers" before step 3's forward of a BatchNorm model (DDP's buffer
     broadcast), "buffers_inside" inside that forward, after Birder's record exchange and before DDP's broadcast (a
     forward pre-hook of its own, registered after Birder's), "unused" before step 3's forward under
     find_unused_parameters (DDP's bitmap all-reduce in backward), "unused_inside" in step 3's backward right after
-    its last bucket's record all-gather completed, before DDP's bitmap all-reduce."""
+    its last bucket's record all-gather completed, before DDP's bitmap all-reduce. Rank ``slow``, if given, sleeps
+    ``SLOW_S`` after that step's forward: alive, and silent for longer than the others' report window."""
     if where == "init":  # before Birder exists: whatever DDP's constructor raises reaches the caller as it is
         if rank == faulty:
             _fail(kind)
@@ -117,6 +119,8 @@ def ddp_fault(where: str, kind: str, faulty: int, rank: int) -> dict:
     fail_at = 2 if where == "rebuild" else 3
     if where == "buffers_inside" and rank == faulty:
         ddp.register_forward_pre_hook(lambda module, args: _fail(kind) if opt.t + 1 == fail_at else None)
+    if rank == slow:
+        ddp.register_forward_hook(lambda module, args, output: time.sleep(SLOW_S) if opt.t + 1 == fail_at else None)
     for step in range(1, fail_at):
         _step(ddp, opt, step, rank)
     if rank == faulty and where in ("rebuild", "buffers", "unused"):
