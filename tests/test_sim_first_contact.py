@@ -445,3 +445,26 @@ def test_the_validation_readme_quotes_batch_16s_first_contact_as_logged():
     assert all(r["source"].startswith("cosmoflow-benchmark-") for r in rows)
     assert all(r["predicted"] > r["measured"] and r["alpha_beta"] > r["measured"] for r in rows)
     assert not any("--single-node-accumulation-steps" in r["argv"] for r in entry["rows"])
+
+
+def test_the_validation_readme_quotes_batch_17s_first_contact_as_logged():
+    """sim/validation/README.md's paragraph on batch 17 (the entry of model 47f8163) quotes its first contact as the
+    log holds it: Modalities' compute-bound rows all predicted low by 2-10% (the ring 5-20% low), and the two NeMo
+    rows, the first unseen ones carrying a node from another accumulation, predicted 3.9% and 1.9% high."""
+    entry, pooled, _, comm, text = _batch("47f8163")
+    assert len(entry["sources"]) == 3 and pooled["rows"] == 39 and "What batch 17 said** (3 sources, 39 rows" in text
+    assert f"{_all_rows_sentence(17, pooled)}; {_communication_bound_sentence(comm)}" in text
+    assert pooled["linear"]["median"] < pooled["error"]["median"] and "Linear scaling beat the simulator" in text
+    modalities = [r for r in entry["rows"] if r["source"] == "modalities-fsdp-mn5-2024"
+                  and r["measured_regime"] == "compute-bound"]
+    low = [1 - r["predicted"] / r["measured"] for r in modalities]
+    ring_low = [1 - r["alpha_beta"] / r["measured"] for r in modalities]
+    assert len(modalities) == 28 and "on all 28 of Modalities' compute-bound rows" in text
+    assert (round(min(low) * 100), round(max(low) * 100)) == (2, 10) and "(by 2-10%)" in text
+    assert (round(min(ring_low) * 100), round(max(ring_low) * 100)) == (5, 20) and "predicts them 5-20% low" in text
+    nemo = sorted((r for r in entry["rows"] if r["source"] == "nemo-automodel-lora-dgx-h100-2026"),
+                  key=lambda r: -r["predicted"] / r["measured"])
+    assert all("--single-node-accumulation-steps" in r["argv"] for r in nemo)
+    assert [_pct(r["predicted"] / r["measured"] - 1) for r in nemo] == ["3.9%", "1.9%"]
+    assert [_pct(r["linear"] / r["measured"] - 1) for r in nemo] == ["10.9%", "8.6%"]
+    assert "predicted 3.9% and 1.9% high (linear 10.9% and 8.6%)" in text

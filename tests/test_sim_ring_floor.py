@@ -93,3 +93,27 @@ def test_the_validation_readme_quotes_the_rings_floor_before_batch_17_as_logged(
             f"{pct('communication_bound', 'model')} to {pct('communication_bound', 'floor')}, compute-bound "
             f"{pct('compute_bound', 'model')} to {pct('compute_bound', 'floor')}, all rows {pct('all', 'model')} to "
             f"{pct('all', 'floor')}") in text and pool["rule"] == "holds"
+
+
+def test_the_validation_readme_says_what_batch_17_decided_as_logged():
+    """The rule as written says adopt after batch 17 (batch 17 alone too few; the pool holds), batch 17 alone shows
+    the losses the README gives, and the README says that the floor was not adopted regardless."""
+    entries = fc.read_log()
+    last = max(i for i, e in enumerate(entries) if e["model_commit"].startswith("47f8163"))
+    out = ring_floor.report(entries[:last + 1])
+    batch_17, pool = out["batches"][-1], out["pooled_after_batch_9"]
+    assert batch_17["model"] == "47f8163" and batch_17["rule"] == "too few" and out["adopt"]
+    text = " ".join((Path(__file__).parents[1] / "sim" / "validation" / "README.md").read_text().split())
+
+    def pct(x: float) -> str:
+        return f"{x * 100:.1f}%"
+
+    assert (f"the pool of batches 10 to 17 ({pool['all']['rows']} rows), where it holds: measured "
+            f"communication-bound rows {pct(pool['communication_bound']['model'])} to "
+            f"{pct(pool['communication_bound']['floor'])}, compute-bound {pct(pool['compute_bound']['model'])} to "
+            f"{pct(pool['compute_bound']['floor'])}, all rows {pct(pool['all']['model'])} to "
+            f"{pct(pool['all']['floor'])}. The rule says adopt. It is not adopted.") in text
+    assert (f"On batch 17 alone the floor raised all rows' median error from {pct(batch_17['all']['model'])} to "
+            f"{pct(batch_17['all']['floor'])} and the compute-bound rows' from "
+            f"{pct(batch_17['compute_bound']['model'])} to {pct(batch_17['compute_bound']['floor'])}") in text
+    assert f"batch 17 alone has {batch_17['communication_bound']['rows']} communication-bound rows" in text
