@@ -103,6 +103,7 @@ def test_the_validation_readme_says_what_batch_17_decided_as_logged():
     out = ring_floor.report(entries[:last + 1])
     batch_17, pool = out["batches"][-1], out["pooled_after_batch_9"]
     assert batch_17["model"] == "47f8163" and batch_17["rule"] == "too few" and out["adopt"]
+    assert "not adopted after batch 17" in out["decision"]
     text = " ".join((Path(__file__).parents[1] / "sim" / "validation" / "README.md").read_text().split())
 
     def pct(x: float) -> str:

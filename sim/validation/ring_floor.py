@@ -15,6 +15,11 @@ rows first scored after batch 9 pooled (batches 10 to 17) and on batch 17 alone 
 ``predicted`` and ``alpha_beta``, so this reads the log and predicts nothing: ``python -m sim.validation.ring_floor``
 prints each batch since batch 9 and the pool as JSON.
 
+After batch 17 the rule as written said adopt (batch 17 had too few communication-bound rows to be judged alone, and
+the pool held); the floor was not adopted, because on batch 17 alone it raised the compute-bound rows' and all rows'
+median errors by 4.3 and 5.0 points (sim/validation/README.md, "What batch 17 decided about the ring floor"). The
+JSON says so under ``decision``.
+
 What drew it again, on the re-score after batch 16 (model b04731f): of the 350 rows that are communication-bound by
 their own 1-node figure, the simulator predicts 325 above their measurement, and on the 166 rows the ring itself
 calls communication-bound the ring has the lower median error (16.8% against 22.0%).
@@ -32,6 +37,8 @@ from sim.validation.first_contact import read_log
 MIN_ROWS = 10  # communication-bound rows a batch needs to be judged alone
 GAIN = 0.03  # the communication-bound rows' median error must fall by at least 3 points
 MAX_LOSS = 0.005  # the compute-bound rows' and all rows' may rise by at most 0.5 points each
+DECISION = ("not adopted after batch 17, against the rule's letter: sim/validation/README.md, 'What batch 17 "
+            "decided about the ring floor'")
 RULE_FIXED_BEFORE = "6528e2f"  # the model that scored batch 9, the first batch the rule judged
 
 
@@ -87,7 +94,7 @@ def report(entries: list[dict]) -> dict:
     pool = judge([r for _, rows in batches[1:] for r in rows])
     last = judged[-1]
     adopt = len(batches) > 1 and pool["rule"] == "holds" and last["rule"] in ("holds", "too few")
-    return {"batches": judged, "pooled_after_batch_9": pool, "adopt": adopt}
+    return {"batches": judged, "pooled_after_batch_9": pool, "adopt": adopt, "decision": DECISION}
 
 
 def main(argv: list[str] | None = None) -> int:
