@@ -490,12 +490,11 @@ def plot(path: str | Path, log_path: str | Path = LOG_PATH) -> Path:
     ax.set_ylabel("predicted / measured (80% interval); grey dash: alpha-beta ring")
     ax.set_title(f"First contact: {len(rows)} published rows the frozen model never saw (hollow: not expressible)",
                  fontsize=10)
-    # beside the axes: with tens of sources a legend inside would hide the rows near linear scaling
-    labels = len(ax.get_legend_handles_labels()[1])
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), ncol=1 + labels // 24, borderaxespad=0.0)
-    fig.tight_layout()
+    # below the axes, the canvas grown to hold it: with ~100 sources a legend inside would hide the rows near
+    # linear scaling, and one beside them would need more columns than the figure is wide
+    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=4, borderaxespad=0.0)
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
+        fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight")
     plt.close(fig)
     return Path(path)
 
