@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 
 import pytest
+from doc_text import prose
 
 from sim.validation import first_contact as fc
 from sim.validation import ring_floor
 
 COMM, COMPUTE = "communication-bound", "compute-bound"
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.1f}%"
 
 
 def _row(measured: float, predicted: float, ring: float, regime: str, source: str = "s") -> dict:
@@ -81,13 +85,13 @@ def test_the_validation_readme_quotes_the_rings_floor_before_batch_17_as_logged(
     out = ring_floor.report(entries[:last + 1])
     batch = dict(zip(["9", "10", "11", "12", "13", "15", "16"], (b["rule"] for b in out["batches"]), strict=True))
     pool = out["pooled_after_batch_9"]
-    text = " ".join((Path(__file__).parents[1] / "sim" / "validation" / "README.md").read_text().split())
+    text = prose("sim", "validation", "README.md")
     said = {"holds": ["11", "15"], "fails": ["9", "12", "16"], "too few": ["10", "13"]}
     assert {v: sorted(k for k in batch if batch[k] == v) for v in said} == {v: sorted(k) for v, k in said.items()}
     assert "held on batches 11 and 15, failed on 9, 12 and 16, and batches 10 and 13 had too few" in text
 
     def pct(group: str, key: str) -> str:
-        return f"{pool[group][key] * 100:.1f}%"
+        return _pct(pool[group][key])
 
     assert (f"over batches 10 to 16 ({pool['all']['rows']} rows) it held: communication-bound rows "
             f"{pct('communication_bound', 'model')} to {pct('communication_bound', 'floor')}, compute-bound "
@@ -104,17 +108,14 @@ def test_the_validation_readme_says_what_batch_17_decided_as_logged():
     batch_17, pool = out["batches"][-1], out["pooled_after_batch_9"]
     assert batch_17["model"] == "47f8163" and batch_17["rule"] == "too few" and out["adopt"]
     assert "not adopted after batch 17" in out["decision"]
-    text = " ".join((Path(__file__).parents[1] / "sim" / "validation" / "README.md").read_text().split())
-
-    def pct(x: float) -> str:
-        return f"{x * 100:.1f}%"
+    text = prose("sim", "validation", "README.md")
 
     assert (f"the pool of batches 10 to 17 ({pool['all']['rows']} rows), where it holds: measured "
-            f"communication-bound rows {pct(pool['communication_bound']['model'])} to "
-            f"{pct(pool['communication_bound']['floor'])}, compute-bound {pct(pool['compute_bound']['model'])} to "
-            f"{pct(pool['compute_bound']['floor'])}, all rows {pct(pool['all']['model'])} to "
-            f"{pct(pool['all']['floor'])}. The rule says adopt. It is not adopted.") in text
-    assert (f"On batch 17 alone the floor raised all rows' median error from {pct(batch_17['all']['model'])} to "
-            f"{pct(batch_17['all']['floor'])} and the compute-bound rows' from "
-            f"{pct(batch_17['compute_bound']['model'])} to {pct(batch_17['compute_bound']['floor'])}") in text
+            f"communication-bound rows {_pct(pool['communication_bound']['model'])} to "
+            f"{_pct(pool['communication_bound']['floor'])}, compute-bound {_pct(pool['compute_bound']['model'])} to "
+            f"{_pct(pool['compute_bound']['floor'])}, all rows {_pct(pool['all']['model'])} to "
+            f"{_pct(pool['all']['floor'])}. The rule says adopt. It is not adopted.") in text
+    assert (f"On batch 17 alone the floor raised all rows' median error from {_pct(batch_17['all']['model'])} to "
+            f"{_pct(batch_17['all']['floor'])} and the compute-bound rows' from "
+            f"{_pct(batch_17['compute_bound']['model'])} to {_pct(batch_17['compute_bound']['floor'])}") in text
     assert f"batch 17 alone has {batch_17['communication_bound']['rows']} communication-bound rows" in text

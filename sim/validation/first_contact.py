@@ -338,15 +338,22 @@ def score(rows_path: str | Path = ROWS_PATH, log_path: str | Path = LOG_PATH, pr
     return entry
 
 
-def first_contact_rows(entries: list[dict]) -> list[dict]:
-    """Every source's rows as its FIRST entry scored them (later re-scores left out)."""
+def first_contact_batches(entries: list[dict]) -> list[tuple[dict, list[dict]]]:
+    """Each entry that scored sources for the first time, in log order, with those sources' rows (its re-scored
+    rows of sources seen before left out)."""
     seen: set[str] = set()
-    rows = []
+    batches = []
     for entry in entries:
         new = set(entry["sources"]) - seen
-        rows += [r for r in entry["rows"] if r["source"] in new]
         seen |= new
-    return rows
+        if new:
+            batches.append((entry, [r for r in entry["rows"] if r["source"] in new]))
+    return batches
+
+
+def first_contact_rows(entries: list[dict]) -> list[dict]:
+    """Every source's rows as its FIRST entry scored them (later re-scores left out)."""
+    return [r for _, rows in first_contact_batches(entries) for r in rows]
 
 
 def first_contact_summary(path: str | Path = LOG_PATH, rows_path: str | Path = ROWS_PATH) -> dict:

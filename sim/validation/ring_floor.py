@@ -32,7 +32,7 @@ import statistics
 import sys
 
 from sim.uncertainty import REGIMES
-from sim.validation.first_contact import read_log
+from sim.validation.first_contact import _ape, first_contact_batches, read_log
 
 MIN_ROWS = 10  # communication-bound rows a batch needs to be judged alone
 GAIN = 0.03  # the communication-bound rows' median error must fall by at least 3 points
@@ -48,7 +48,7 @@ def floored(row: dict) -> float:
 
 
 def _median_error(rows: list[dict], predict) -> float | None:
-    return statistics.median(abs(predict(r) - r["measured"]) / r["measured"] for r in rows) if rows else None
+    return statistics.median(_ape(predict(r), r["measured"]) for r in rows) if rows else None
 
 
 def judge(rows: list[dict]) -> dict:
@@ -70,17 +70,11 @@ def judge(rows: list[dict]) -> dict:
 
 
 def batches_since_the_rule(entries: list[dict]) -> list[tuple[str, list[dict]]]:
-    """Each logged entry's newly scored sources' rows, from batch 9's on (the first the rule judged)."""
-    seen: set[str] = set()
-    batches, started = [], False
-    for entry in entries:
-        new = set(entry["sources"]) - seen
-        seen |= new
-        started = started or entry["model_commit"].startswith(RULE_FIXED_BEFORE)
-        rows = [r for r in entry["rows"] if r["source"] in new]
-        if started and rows:
-            batches.append((entry["model_commit"][:7], rows))
-    return batches
+    """Each logged batch's first-contact rows (``first_contact.first_contact_batches``), from batch 9's on (the
+    first the rule judged), with its model commit."""
+    batches = [(entry["model_commit"][:7], rows) for entry, rows in first_contact_batches(entries)]
+    start = next((i for i, (commit, _) in enumerate(batches) if commit == RULE_FIXED_BEFORE[:7]), len(batches))
+    return batches[start:]
 
 
 def report(entries: list[dict]) -> dict:

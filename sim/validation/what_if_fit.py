@@ -4,9 +4,7 @@ groups their rows are held out in, the commit a fit record names, and the comman
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-from pathlib import Path
 
 from tqdm import tqdm
 
@@ -24,8 +22,9 @@ def groups_of(rows: list[dict]) -> dict[str, frozenset[str]]:
 
 def head_commit() -> str:
     """The checkout's HEAD, which a fit record names as the code it was fitted with."""
-    return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                          cwd=Path(__file__).parent).stdout.strip()
+    from sim.validation.first_contact import _git
+
+    return _git("rev-parse", "HEAD")
 
 
 def write_fit_record(argv: list[str], module: str, desc: str, collect, report_of, summary_skips: tuple[str, ...]
