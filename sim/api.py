@@ -39,7 +39,7 @@ from sim.uncertainty import (
     predicted_regime,
     prediction_interval,
 )
-from sim.workload import predict
+from sim.workload import carried_node, predict
 
 
 def extrapolation(c: Cluster, model: str | None, batch_per_gpu: int, grad_dtype: str = "fp32",
@@ -115,7 +115,7 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
                   single_node_accumulation_steps=single_node_accumulation_steps).as_dict()
     # the measured node at this run's accumulation (the measurement itself unless its own differed: carried)
     measured = out["single_node_throughput"] if single_node_throughput is not None else None
-    carried = single_node_accumulation_steps not in (None, accumulation_steps)
+    carried = carried_node(single_node_accumulation_steps, accumulation_steps)
     site = c.nic.name if c.nic.name in SITES else None
     n_params = params if model is None else model_profile(model).n_params
     samples = c.gpus_per_node * batch_per_gpu * accumulation_steps

@@ -473,6 +473,12 @@ def multinode_loss_added_s(iteration_s: float, one_node_s: float, scale: float) 
     return (scale - 1) * max(0.0, iteration_s - one_node_s)
 
 
+def carried_node(single_node_accumulation_steps: int | None, accumulation_steps: int) -> bool:
+    """Whether the measured node ran at other micro-batches per optimizer step than the predicted run (its
+    throughput is then carried to this run's accumulation, not taken as it stands)."""
+    return single_node_accumulation_steps not in (None, accumulation_steps)
+
+
 def predict(cluster: Cluster, model: str | None = None, params: int | None = None, batch_per_gpu: int = 32,
             optimizer: str = "sgdm", scheme: str = "hierarchical", single_node_throughput: float | None = None,
             warmup_fraction: float | None = None, marsit_period: int | None = None, grad_dtype: str = "fp32",
@@ -521,8 +527,8 @@ def predict(cluster: Cluster, model: str | None = None, params: int | None = Non
     work = Workload(profile, batch_per_gpu, optimizer, scheme, GRAD_BITS[grad_dtype], accumulation_steps,
                     bool(hook_blocks_backward))
     kinds = policy(optimizer, profile.name, warmup_fraction, marsit_period)
-    measured_work = work if single_node_accumulation_steps in (None, accumulation_steps) else replace(
-        work, accumulation_steps=single_node_accumulation_steps)
+    measured_work = replace(work, accumulation_steps=single_node_accumulation_steps) if carried_node(
+        single_node_accumulation_steps, accumulation_steps) else work
     if single_node_throughput is not None:
         compute_s = calibrate_compute_s(cluster, measured_work, kinds, single_node_throughput)
     else:
