@@ -35,11 +35,13 @@ from sim.hardware import (
     INTRA,
     MAX_GPUS,
     MAX_OVERSUBSCRIPTION,
+    MIN_COLLECTIVE_PACE,
     MULTINODE_LOSS_FITTED,
     MULTINODE_LOSS_SCALE,
     NETWORKS,
     Cluster,
     check_collective_efficiency,
+    check_collective_pace,
     check_measured_rate,
     check_multinode_loss_scale,
     check_nics_per_node,
@@ -217,6 +219,10 @@ def _workload_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     p.add_argument("--collective-efficiency", type=float, default=None, metavar="E",
                    help="share of the inter-node payload rate (what a collective benchmark such as nccl-tests "
                         "reaches) that training's collectives reach, in (0, 1]: a what-if input (default 1)")
+    p.add_argument("--collective-pace", type=float, default=None, metavar="P",
+                   help="share of its own pace a collective keeps while GPU work runs beside it, in "
+                        f"[{MIN_COLLECTIVE_PACE:g}, 1]: a what-if input (default 1, not slowed; "
+                        "sim/validation/overlap_evidence.py)")
     p.add_argument("--multinode-loss-scale", type=float, default=None, metavar="F",
                    help="factor on the simulated step time beyond one node's, 1 to 10: a what-if (default "
                         f"{MULTINODE_LOSS_SCALE:g}, as simulated; {MULTINODE_LOSS_FITTED:g} is its fit on every "
@@ -308,6 +314,12 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
         c = replace(c, collective_efficiency=check_collective_efficiency(efficiency, "--collective-efficiency"),
                     provenance=c.provenance + (("collective efficiency",
                                                 f"{efficiency:g} of the inter-node payload rate (command line)"),))
+    pace = getattr(args, "collective_pace", None)
+    if pace is not None:
+        c = replace(c, collective_pace=check_collective_pace(pace, "--collective-pace"),
+                    provenance=c.provenance + (("collective pace",
+                                                f"{pace:g} of a collective's own pace beside GPU work (command "
+                                                "line)"),))
     loss_scale = getattr(args, "multinode_loss_scale", None)
     if loss_scale is not None:
         c = replace(c, multinode_loss_scale=check_multinode_loss_scale(loss_scale, "--multinode-loss-scale"),

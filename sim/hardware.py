@@ -333,6 +333,10 @@ class Cluster(OnLayout):
     # reach between nodes; 1 (the default): all of it. A what-if input (birder predict --collective-efficiency),
     # not a hardware constant: no published figure gives it
     collective_efficiency: float = 1.0
+    # share of its own pace a collective keeps while GPU work runs beside it (its kernels and copies share the SMs
+    # and memory with the compute); 1 (the default): not slowed. A what-if input (birder predict --collective-pace,
+    # sim/validation/overlap_evidence.py), not shipped
+    collective_pace: float = 1.0
     # factor on the simulated step time beyond one node's (presets/multinode_loss.toml); 1: as simulated
     multinode_loss_scale: float = MULTINODE_LOSS_SCALE
 
@@ -361,6 +365,7 @@ class Cluster(OnLayout):
         check_gpu_speed_cv(self.gpu_speed_cv, "cluster: gpu_speed_cv")
         check_step_jitter_cv(self.step_jitter_cv, "cluster: step_jitter_cv")
         check_collective_efficiency(self.collective_efficiency, "cluster: collective_efficiency")
+        check_collective_pace(self.collective_pace, "cluster: collective_pace")
         check_multinode_loss_scale(self.multinode_loss_scale, "cluster: multinode_loss_scale")
 
     @property
@@ -454,6 +459,18 @@ def check_collective_efficiency(value: Any, owner: str) -> float:
     ValueError naming ``owner`` otherwise."""
     if not (isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 1):
         raise ValueError(f"{owner} must be a number in (0, 1] (a share of the link's payload rate), got {value!r}")
+    return float(value)
+
+
+MIN_COLLECTIVE_PACE = 0.05  # below it a collective beside compute all but stops: a broken set-up, not a what-if
+
+
+def check_collective_pace(value: Any, owner: str) -> float:
+    """A share of its own pace a collective keeps while GPU work runs beside it: a number in [0.05, 1]; one
+    ValueError naming ``owner`` otherwise (below 5% a collective beside compute all but stops)."""
+    if not (isinstance(value, int | float) and not isinstance(value, bool) and MIN_COLLECTIVE_PACE <= value <= 1):
+        raise ValueError(f"{owner} must be a number in [{MIN_COLLECTIVE_PACE:g}, 1] (a share of the collective's own "
+                         f"pace), got {value!r}")
     return float(value)
 
 

@@ -761,13 +761,36 @@ def collective_time(schedule: Schedule, cluster: Cluster) -> float:
 
 class Fabric:
     """The network as the workload layer sees it: a collective takes its time on the communication stream
-    (DDP and the 1-bit hooks run one collective at a time, so each has the network to itself)."""
+    (DDP and the 1-bit hooks run one collective at a time, so each has the network to itself). With a
+    ``collective_pace`` below 1 (a what-if: ``Cluster.collective_pace``), a collective in flight moves at that share
+    of its own pace while the GPU runs work beside it (``gpu_busy``, which the workload sets), so its end moves
+    whenever the GPU starts or stops."""
 
     def __init__(self, env: simpy.Environment, cluster: Cluster):
         self.env, self.cluster = env, cluster
         self.incast_timeouts = 0.0  # expected retransmission timeouts charged so far
         self.busy_until = 0.0  # when the collective in flight ends (GPU work beside it is slowed: sim.workload)
         self.started = env.event()  # succeeds when a collective starts, then is replaced
+        self.pace = cluster.collective_pace
+        self.gpu_busy = False
+        self._left = 0.0  # the collective in flight's time still to go at its own pace
+        self._since = 0.0  # when ``_left`` was last counted
+        self._moved = env.event()  # succeeds when the collective in flight's end moves, then is replaced
+
+    def _rate(self) -> float:
+        return self.pace if self.gpu_busy else 1.0
+
+    def set_gpu_busy(self, busy: bool) -> None:
+        """The GPU starts (``busy``) or stops running work: a collective in flight changes pace from now, and
+        ``busy_until`` moves at once (the GPU work reads it to know how long it is slowed)."""
+        if self.pace < 1 and busy != self.gpu_busy and self.env.now < self.busy_until:
+            self._left -= (self.env.now - self._since) * self._rate()
+            self._since = self.env.now
+            self.gpu_busy = busy
+            self.busy_until = self.env.now + max(self._left, 0.0) / self._rate()
+            moved, self._moved = self._moved, self.env.event()
+            moved.succeed()
+        self.gpu_busy = busy
 
     def run(self, schedule: Schedule, cluster: Cluster | None = None):
         """Run one collective; ``cluster``: the one that times it, where it is not the whole cluster (a
@@ -775,10 +798,19 @@ class Fabric:
         on = cluster or self.cluster
         seconds, timeouts, _ = _collective(_schedule_key(schedule, on), schedule, on)
         self.incast_timeouts += timeouts
-        self.busy_until = self.env.now + seconds
+        self._left, self._since = seconds, self.env.now
+        self.busy_until = self.env.now + seconds / self._rate()
         started, self.started = self.started, self.env.event()
         started.succeed()
-        yield self.env.timeout(seconds)
+        if self.pace >= 1:
+            yield self.env.timeout(seconds)
+            return
+        while True:  # until the end, moved whenever the GPU starts or stops, comes
+            moved = self._moved
+            yield self.env.timeout(max(0.0, self.busy_until - self.env.now)) | moved
+            if not moved.triggered:
+                break
+        self._left = 0.0
 
 
 # ---------------------------------------------------------------------------------------- NCCL's algorithm choice

@@ -213,6 +213,7 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
         # ``seconds`` of GPU work, at 1 / (1 + OVERLAP_COMPUTE_SLOWDOWN) of its pace while a collective is in flight
         with gpu.request() as turn:
             yield turn
+            fabric.set_gpu_busy(True)  # a collective in flight beside it may slow (Cluster.collective_pace)
             start, left = env.now, seconds
             while left > 0:
                 slowed = left * (1 + OVERLAP_COMPUTE_SLOWDOWN)
@@ -229,6 +230,7 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
                     done, begun = env.timeout(left), env.now
                     yield done | fabric.started  # a collective may start before this work ends
                     left = 0.0 if done.processed else left - (env.now - begun)
+            fabric.set_gpu_busy(False)
             if record:
                 record(("gpu", name, start, env.now - start, args))
 
@@ -244,14 +246,18 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
             compress, decompress = compression_kernels(work.optimizer, scheme, cluster, elements)
             totals["compression"] += compress + decompress
             yield from on_gpu("compress", compress, elements=elements)
-        if record:  # the operations one after another, as Fabric.run times them (one timeout: the same sum)
-            start = env.now
-            for name, tracks, op in operation_spans(schedule, on):
-                for track in tracks:
-                    record((track, name, start, op.seconds, {"elements": elements, "algorithm": op.algorithm,
-                                                             "protocol": op.protocol}))
-                start += op.seconds
+        begun = env.now
         yield env.process(fabric.run(schedule, on))
+        if record:  # the operations one after another, as Fabric.run times them (one timeout: the same sum)
+            spans = operation_spans(schedule, on)
+            # a collective slowed beside GPU work (Cluster.collective_pace) stretches each operation alike
+            stretch = 1.0 if fabric.pace >= 1 else (env.now - begun) / max(sum(op.seconds for *_, op in spans), 1e-300)
+            start = begun
+            for name, tracks, op in spans:
+                for track in tracks:
+                    record((track, name, start, op.seconds * stretch, {
+                        "elements": elements, "algorithm": op.algorithm, "protocol": op.protocol}))
+                start += op.seconds * stretch
         if given is None and (not spec.compressed or (kind.full_precision and not spec.own_full_precision)):
             nbytes = elements * work.grad_bits / 8
             for name, staged in (("host staging", host_staging_s(cluster, nbytes)),  # an MPI backend's copies, sums
