@@ -64,6 +64,27 @@ def test_the_validation_readme_quotes_the_log_as_it_stood_before_batch_18():
             f"{oe.MODEL_AT_MOST}") in text
 
 
-def test_the_command_line_takes_no_argument(capsys):
-    assert oe.main(["x"]) == 2
-    assert "usage: python -m sim.validation.overlap_evidence" in capsys.readouterr().err
+def test_the_command_line_takes_no_argument_or_a_corpus_pace(capsys):
+    for argv in (["x"], ["--corpus-pace"], ["--corpus-pace", "0.3", "x"]):
+        assert oe.main(argv) == 2
+        assert "usage: python -m sim.validation.overlap_evidence" in capsys.readouterr().err
+    for bad in ("nan", "0", "2", "fast"):
+        assert oe.main(["--corpus-pace", bad]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("overlap_evidence: ")
+
+
+def test_the_validation_readme_quotes_the_corpus_at_the_pace_tried():
+    at = oe.corpus_at_pace(0.3)
+    text = prose("sim/validation/README.md")
+
+    def pct(x):
+        return f"{x * 100:.1f}%"
+
+    quoted = (f"{at['all']['rows']} rows, predicted as the corpus's left-out generic predictions are), it is worse "
+              f"everywhere: all rows' median error from {pct(at['all']['median_error_at_1'])} to "
+              f"{pct(at['all']['median_error_at_0.3'])}, the compute-bound rows' from "
+              f"{pct(at['compute-bound']['median_error_at_1'])} to {pct(at['compute-bound']['median_error_at_0.3'])}, "
+              f"the communication-bound rows' from {pct(at['communication-bound']['median_error_at_1'])} to "
+              f"{pct(at['communication-bound']['median_error_at_0.3'])}.")
+    assert quoted in text

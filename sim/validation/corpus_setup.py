@@ -148,10 +148,10 @@ def corpus_cluster(row: PublishedRow, fitted: bool) -> Cluster:
 
 def corpus_predict(row: PublishedRow, fitted: bool, measured_node: bool = True,
                    step_jitter_cv: float | None = None, collective_efficiency: float = 1.0,
-                   multinode_loss_scale: float | None = None) -> workload.Prediction:
+                   multinode_loss_scale: float | None = None, collective_pace: float = 1.0) -> workload.Prediction:
     """The simulator's prediction (``sim.workload.Prediction``) for a row, calibrated by its single-node
     throughput (``measured_node``; else compute from the built-in GPU profiles), with per-step jitter
-    ``step_jitter_cv`` (None: the shipped one), ``collective_efficiency`` (``Cluster``'s) and
+    ``step_jitter_cv`` (None: the shipped one), ``collective_efficiency`` and ``collective_pace`` (``Cluster``'s) and
     ``multinode_loss_scale`` (None: the cluster's, the shipped one or a site profile's 1); ValueError if the
     set-up cannot be expressed."""
     optimizer = SIMULATED_AS.get(row.optimizer, row.optimizer)
@@ -162,7 +162,7 @@ def corpus_predict(row: PublishedRow, fitted: bool, measured_node: bool = True,
     c = corpus_cluster(row, fitted)
     if step_jitter_cv is not None:
         c = replace(c, step_jitter_cv=step_jitter_cv)
-    c = replace(c, collective_efficiency=collective_efficiency)
+    c = replace(c, collective_efficiency=collective_efficiency, collective_pace=collective_pace)
     if multinode_loss_scale is not None:
         c = replace(c, multinode_loss_scale=multinode_loss_scale)
     known = row.model in MODELS
