@@ -466,8 +466,8 @@ MIN_COLLECTIVE_PACE = 0.05  # below it a collective beside compute all but stops
 
 
 def check_collective_pace(value: Any, owner: str) -> float:
-    """A share of its own pace a collective keeps while GPU work runs beside it: a number in [0.05, 1]; one
-    ValueError naming ``owner`` otherwise (below 5% a collective beside compute all but stops)."""
+    """A share of its own pace a collective keeps while GPU work runs beside it: a number in
+    [``MIN_COLLECTIVE_PACE``, 1]; one ValueError naming ``owner`` otherwise."""
     if not (isinstance(value, int | float) and not isinstance(value, bool) and MIN_COLLECTIVE_PACE <= value <= 1):
         raise ValueError(f"{owner} must be a number in [{MIN_COLLECTIVE_PACE:g}, 1] (a share of the collective's own "
                          f"pace), got {value!r}")

@@ -785,8 +785,7 @@ class Fabric:
         ``busy_until`` moves at once (the GPU work reads it to know how long it is slowed)."""
         if self.pace < 1 and busy != self.gpu_busy and self.env.now < self.busy_until:
             self._left -= (self.env.now - self._since) * self._rate()
-            self._since = self.env.now
-            self.gpu_busy = busy
+            self._since, self.gpu_busy = self.env.now, busy
             self.busy_until = self.env.now + max(self._left, 0.0) / self._rate()
             moved, self._moved = self._moved, self.env.event()
             moved.succeed()
