@@ -27,7 +27,7 @@ import math
 import statistics
 import sys
 
-from sim.validation.what_if_fit import groups_of, head_commit, write_fit_record
+from sim.validation.what_if_fit import corpus_left_out_predictions, groups_of, head_commit, write_fit_record
 
 GRID = tuple(round(0.5 + 0.05 * k, 2) for k in range(11))
 COMM = "communication-bound"
@@ -55,25 +55,9 @@ def fit(rows: list[dict], excluded: frozenset[str] = frozenset()) -> float:
 def corpus_rows_at_grid(progress=None) -> list[dict]:
     """Every expressible corpus row predicted (generic, measured node, its stored left-out jitter) at each share."""
     from sim.uncertainty import regime_of_efficiency
-    from sim.validation.corpus_setup import corpus_predict, corpus_rows
-    from sim.validation.stored import stored_step_jitter_fits
 
-    jitter = stored_step_jitter_fits()
-    if jitter is None:
-        raise ValueError("no stored per-step jitter fits on this corpus: run python -m sim.validation.stored first")
     out = []
-    for row in corpus_rows()[0]:
-        if row.single_node_throughput is None:
-            continue
-        try:
-            cv = jitter["by_held_out_source"][row.source]
-            predicted = {s: corpus_predict(row, False, step_jitter_cv=cv, collective_efficiency=s).throughput
-                         for s in GRID}
-        except ValueError:
-            continue
-        finally:
-            if progress is not None:
-                progress.update()
+    for row, predicted in corpus_left_out_predictions({s: {"collective_efficiency": s} for s in GRID}, progress):
         linear = row.nodes * float(row.single_node_throughput)
         out.append({"source": row.source, "measured": float(row.throughput), "predicted": predicted,
                     "measured_regime": regime_of_efficiency(float(row.throughput) / linear), "set": "corpus"})

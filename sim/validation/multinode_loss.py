@@ -69,28 +69,11 @@ def fit(rows: list[dict], excluded: frozenset[str] = frozenset()) -> float:
 def corpus_rows(progress=None) -> list[dict]:
     """Every expressible corpus row with a single-node figure, predicted as its left-out generic prediction at
     scale 1."""
-    from sim.validation.corpus_setup import corpus_predict
-    from sim.validation.corpus_setup import corpus_rows as published
-    from sim.validation.stored import stored_step_jitter_fits
+    from sim.validation.what_if_fit import corpus_left_out_predictions
 
-    jitter = stored_step_jitter_fits()
-    if jitter is None:
-        raise ValueError("no stored per-step jitter fits on this corpus: run python -m sim.validation.stored first")
-    out = []
-    for row in published()[0]:
-        if row.single_node_throughput is None:
-            continue
-        try:
-            predicted = corpus_predict(row, False, step_jitter_cv=jitter["by_held_out_source"][row.source],
-                                       multinode_loss_scale=1.0).throughput
-        except ValueError:
-            continue
-        finally:
-            if progress is not None:
-                progress.update()
-        out.append({"source": row.source, "measured": float(row.throughput), "predicted": predicted,
-                    "linear": row.nodes * float(row.single_node_throughput), "set": "corpus"})
-    return out
+    return [{"source": row.source, "measured": float(row.throughput), "predicted": predicted[1.0],
+             "linear": row.nodes * float(row.single_node_throughput), "set": "corpus"}
+            for row, predicted in corpus_left_out_predictions({1.0: {"multinode_loss_scale": 1.0}}, progress)]
 
 
 def first_contact_rows(progress=None) -> list[dict]:

@@ -112,25 +112,12 @@ def corpus_at_pace(pace: float) -> dict:
     simulator was designed on them."""
     from sim.hardware import check_collective_pace
     from sim.uncertainty import REGIMES, regime_of_efficiency
-    from sim.validation.corpus_setup import corpus_predict, corpus_rows
-    from sim.validation.stored import stored_step_jitter_fits
+    from sim.validation.what_if_fit import corpus_left_out_predictions
 
     check_collective_pace(pace, "--corpus-pace")
-    jitter = stored_step_jitter_fits()
-    if jitter is None:
-        raise ValueError("no stored per-step jitter fits on this corpus: run python -m sim.validation.stored first")
-    rows = []
-    for row in corpus_rows()[0]:
-        if row.single_node_throughput is None:
-            continue
-        cv = jitter["by_held_out_source"][row.source]
-        try:
-            at = {p: corpus_predict(row, False, step_jitter_cv=cv, collective_pace=p).throughput for p in (1.0, pace)}
-        except ValueError:  # a set-up the simulator cannot express
-            continue
-        measured = float(row.throughput)
-        rows.append({"source": row.source, "measured": measured, "at": at, "regime": regime_of_efficiency(
-            measured / (row.nodes * float(row.single_node_throughput)))})
+    rows = [{"source": row.source, "measured": float(row.throughput), "at": at, "regime": regime_of_efficiency(
+        float(row.throughput) / (row.nodes * float(row.single_node_throughput)))}
+        for row, at in corpus_left_out_predictions({p: {"collective_pace": p} for p in (1.0, pace)})]
 
     def errors(chosen):
         return {"rows": len(chosen), "sources": len({r["source"] for r in chosen}),

@@ -1,4 +1,5 @@
-"""What the what-if fits share (``sim.validation.collective_efficiency``, ``sim.validation.multinode_loss``): the
+"""What the what-if fits share (``sim.validation.collective_efficiency``, ``sim.validation.multinode_loss``,
+``sim.validation.overlap_evidence``): the corpus's rows predicted as its left-out generic predictions are, the
 groups their rows are held out in, the commit a fit record names, and the command line that writes the record."""
 
 from __future__ import annotations
@@ -7,6 +8,33 @@ import json
 import sys
 
 from tqdm import tqdm
+
+
+def corpus_left_out_predictions(options: dict, progress=None) -> list[tuple]:
+    """Every corpus row with a measured node, predicted as its left-out generic prediction is (generic presets, its
+    measured node, its source's stored per-step jitter fitted without it) once per entry of ``options`` (a key:
+    ``corpus_setup.corpus_predict`` keyword arguments): (row, {key: throughput}). A row the simulator cannot express
+    is left out; ``progress`` (a tqdm bar) counts every row tried."""
+    from sim.validation.corpus_setup import corpus_predict, corpus_rows
+    from sim.validation.stored import stored_step_jitter_fits
+
+    jitter = stored_step_jitter_fits()
+    if jitter is None:
+        raise ValueError("no stored per-step jitter fits on this corpus: run python -m sim.validation.stored first")
+    out = []
+    for row in corpus_rows()[0]:
+        if row.single_node_throughput is None:
+            continue
+        try:
+            cv = jitter["by_held_out_source"][row.source]
+            out.append((row, {key: corpus_predict(row, False, step_jitter_cv=cv, **kwargs).throughput
+                              for key, kwargs in options.items()}))
+        except ValueError:  # a set-up the simulator cannot express
+            continue
+        finally:
+            if progress is not None:
+                progress.update()
+    return out
 
 
 def groups_of(rows: list[dict]) -> dict[str, frozenset[str]]:
