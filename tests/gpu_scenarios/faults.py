@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import timedelta
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from gpu_validation import records
@@ -117,8 +119,8 @@ def ddp_fault(where: str, kind: str, faulty: int, rank: int, slow: int | None = 
         records.local_gradient_hook = hook  # this rank's process only: Birder registers it below
     opt = Birder(ddp, lr=0.01, seed=SEED)
     fail_at = 2 if where == "rebuild" else 3
-    if where == "buffers_inside" and rank == faulty:
-        ddp.register_forward_pre_hook(lambda module, args: _fail(kind) if opt.t + 1 == fail_at else None)
+    if where == "buffers_inside":  # rank 0 broadcasts to each other rank directly (gloo's tree for 3 ranks)
+        _order_buffers_fault(ddp, opt, fail_at, kind, faulty, rank)
     if rank == slow:
         ddp.register_forward_hook(lambda module, args, output: time.sleep(SLOW_S) if opt.t + 1 == fail_at else None)
     for step in range(1, fail_at):
@@ -126,6 +128,26 @@ def ddp_fault(where: str, kind: str, faulty: int, rank: int, slow: int | None = 
     if rank == faulty and where in ("rebuild", "buffers", "unused"):
         _fail(kind)
     return _timed(lambda: _step(ddp, opt, fail_at, rank), rank)
+
+
+def _order_buffers_fault(ddp: nn.Module, opt: Birder, fail_at: int, kind: str, faulty: int, rank: int) -> None:
+    """"buffers_inside": the faulty rank fails in its forward, after Birder's record exchange, once every other
+    non-root rank has its buffers from DDP's broadcast in step ``fail_at`` (each says so through the default store
+    after its forward). Without that order rank 0 sometimes saw the faulty rank gone before it had served the
+    others, which then failed in the broadcast instead of in Birder's hook: a race, once in CI."""
+    store = dist.distributed_c10d._get_default_store()
+    if rank == faulty:
+        others = [f"faults/has_buffers/{r}" for r in range(1, dist.get_world_size()) if r != faulty]
+
+        def fail(module, args):
+            if opt.t + 1 == fail_at:
+                store.wait(others, timedelta(seconds=STALL_S))
+                _fail(kind)
+
+        ddp.register_forward_pre_hook(fail)
+    elif rank != 0:
+        ddp.register_forward_hook(
+            lambda module, args, output: store.set(f"faults/has_buffers/{rank}", "1") if opt.t + 1 == fail_at else None)
 
 
 def rank0_state_dict(rank: int) -> dict:
