@@ -96,7 +96,8 @@ def ddp_fault(where: str, kind: str, faulty: int, rank: int, slow: int | None = 
     "init" before DDP(model) (its parameter check and broadcast, before Birder exists), "rebuild" before step 2's
     forward (DDP's bucket-rebuild broadcast), "buffers" before step 3's forward of a BatchNorm model (DDP's buffer
     broadcast), "buffers_inside" inside that forward, after Birder's record exchange and before DDP's broadcast (a
-    forward pre-hook of its own, registered after Birder's), "unused" before step 3's forward under
+    forward pre-hook of its own, registered after Birder's; once the other non-root ranks have their buffers,
+    ``_order_buffers_fault``), "unused" before step 3's forward under
     find_unused_parameters (DDP's bitmap all-reduce in backward), "unused_inside" in step 3's backward right after
     its last bucket's record all-gather completed, before DDP's bitmap all-reduce. Rank ``slow``, if given, sleeps
     ``SLOW_S`` after that step's forward: alive, and silent for longer than the others' report window."""
@@ -119,7 +120,7 @@ def ddp_fault(where: str, kind: str, faulty: int, rank: int, slow: int | None = 
         records.local_gradient_hook = hook  # this rank's process only: Birder registers it below
     opt = Birder(ddp, lr=0.01, seed=SEED)
     fail_at = 2 if where == "rebuild" else 3
-    if where == "buffers_inside":  # rank 0 broadcasts to each other rank directly (gloo's tree for 3 ranks)
+    if where == "buffers_inside":  # rank 0 serves each rank itself: rank 2 gets its buffers while rank 1 stalls
         _order_buffers_fault(ddp, opt, fail_at, kind, faulty, rank)
     if rank == slow:
         ddp.register_forward_hook(lambda module, args, output: time.sleep(SLOW_S) if opt.t + 1 == fail_at else None)
