@@ -157,9 +157,10 @@ def _regime_quantiles(by_regime: dict[str, list[float]], levels: float | dict[st
 
 
 # the share of the miss budget an interval spends above its upper bound where that end is held at linear scaling
-# (a measured node): none on a compute-bound one, whose prediction lies within 15% of linear scaling
-# (``regime_of_efficiency``) so the cap already bounds the upper side, and the rest at the lower bound; half on a
-# communication-bound one (and on the regimes pooled), whose cap lies far above
+# (a measured node): none on a compute-bound one, whose alpha-beta ring lies within 15% of linear scaling
+# (``interval_regime``) so the cap already bounds the upper side closely, all of it below; half on a
+# communication-bound one (and on the regimes pooled), whose cap lies far above. Adopted by batch 19's rule
+# (sim/validation/README.md)
 CAPPED_UPPER_SHARE = {"compute-bound": 0.0, "communication-bound": 0.5, "all": 0.5}
 EVEN_SHARE = dict.fromkeys((*REGIMES, "all"), 0.5)
 

@@ -101,6 +101,22 @@ def test_conformal_bounds_are_order_statistics():
     assert uncertainty.log_ratio_quantiles(values[:5]) == (-math.inf, math.inf)
 
 
+def test_a_capped_compute_bound_interval_spends_its_whole_miss_budget_below():
+    """n = 99 values 1..99 at 80% where the intervals are capped at linear scaling (a measured node): a
+    compute-bound one puts the whole 20% below, k = floor(100 x 0.2) = 20, and its top is the largest value (the cap
+    bounds it); a communication-bound one and the regimes pooled keep half on each side, as an uncapped fit does.
+    Too few values still bound nothing below."""
+    values = [math.log(x) for x in range(1, 100)]
+    pairs = [(regime, x) for regime in uncertainty.REGIMES for x in values]
+    capped, even = (uncertainty.interval_quantiles(pairs, 0.8, capped=c) for c in (True, False))
+    assert capped["compute-bound"] == (math.log(20), math.log(99))
+    assert capped["communication-bound"] == even["communication-bound"] == even["compute-bound"] == (
+        math.log(10), math.log(90))
+    assert capped["all"] == even["all"]
+    assert uncertainty.interval_quantiles([("compute-bound", x) for x in values[:3]], 0.8, capped=True)[
+        "compute-bound"] == (-math.inf, math.log(3))
+
+
 def test_the_level_is_calibrated_on_whole_sources_left_out():
     """Ten sources of 20 rows each, every source's errors shifted by its own offset (-0.45 .. +0.45 in log units)
     around a spread of +-0.1: the rows' own 80% quantiles, judged source by source, cover 72% (a
@@ -135,7 +151,7 @@ def test_source_coverage_on_the_level_grid_is_the_one_counted_row_by_row():
         shares = {}
         for held in set(groups.values()):
             q = uncertainty.interval_quantiles([(e.regime, e.log_ratio) for e in errors if e.source not in held],
-                                               level)
+                                               level, capped=True)  # some rows' intervals are capped
             rows = [e for e in errors if e.source in held and regime in (None, e.regime)]
             if rows:
                 inside = [min(uncertainty.regime_bounds(q, e.regime)[0], 0) <= e.log_ratio
