@@ -84,27 +84,30 @@ def log_ratio_quantiles(log_ratios: list[float], level: float = INTERVAL_LEVEL) 
     return _sorted_quantiles(sorted(log_ratios), level)
 
 
-def _sorted_quantiles(xs: list[float], level: float) -> tuple[float, float]:
-    """``log_ratio_quantiles`` of ``xs``, already sorted."""
-    k_low, k_high = _quantile_ranks(len(xs), level)
+def _sorted_quantiles(xs: list[float], level: float, upper_share: float = 0.5) -> tuple[float, float]:
+    """``log_ratio_quantiles`` of ``xs``, already sorted, ``upper_share`` of the miss budget above
+    (``_quantile_ranks``)."""
+    k_low, k_high = _quantile_ranks(len(xs), level, upper_share)
     low = xs[k_low - 1] if k_low >= 1 else -math.inf
     high = xs[k_high - 1] if k_high <= len(xs) else math.inf
     return low, high
 
 
 @lru_cache(maxsize=4096)
-def _quantile_ranks(n: int, level: float) -> tuple[int, int]:
+def _quantile_ranks(n: int, level: float, upper_share: float = 0.5) -> tuple[int, int]:
     """The 1-based ranks of ``log_ratio_quantiles``' bounds among ``n`` sorted values: out of 1..n where ``n`` is
-    too small to say."""
-    tail = (1 - level) / 2
-    return (math.floor(round((n + 1) * tail, 9)),  # rounded: (1 - 0.8) / 2 is 0.0999... in binary
-            math.ceil(round((n + 1) * (1 - tail), 9)))
+    too small to say. ``upper_share`` of the miss budget (1 - ``level``) lies above the upper bound and the rest
+    below the lower (half each: ``log_ratio_quantiles``); with none above, the upper bound is the largest value
+    (``CAPPED_UPPER_SHARE``)."""
+    below, above = (1 - level) * (1 - upper_share), (1 - level) * upper_share
+    k_high = math.ceil(round((n + 1) * (1 - above), 9))  # rounded: (1 - 0.8) / 2 is 0.0999... in binary
+    return math.floor(round((n + 1) * below, 9)), (min(k_high, n) if upper_share == 0 else k_high)
 
 
 @lru_cache(maxsize=4096)
-def _grid_ranks(n: int) -> np.ndarray:
+def _grid_ranks(n: int, upper_share: float = 0.5) -> np.ndarray:
     """``_quantile_ranks`` of ``n`` values at each level of ``LEVEL_GRID``, one row per level."""
-    return np.array([_quantile_ranks(n, level) for level in LEVEL_GRID], dtype=int)
+    return np.array([_quantile_ranks(n, level, upper_share) for level in LEVEL_GRID], dtype=int)
 
 
 def normalised_residual(log_ratio: float, down: float, up: float) -> float:
@@ -132,12 +135,14 @@ def linear_ceiling(high: float, predicted: float, linear: float) -> float:
     return min(high, max(predicted, linear))
 
 
-def interval_quantiles(predictions: list[tuple[str, float]], levels: float | dict[str, float] = INTERVAL_LEVEL
-                       ) -> dict[str, tuple[float, float]]:
+def interval_quantiles(predictions: list[tuple[str, float]], levels: float | dict[str, float] = INTERVAL_LEVEL,
+                       capped: bool = False) -> dict[str, tuple[float, float]]:
     """Per interval regime (and ``all``, the regimes pooled), the conformal bounds of log(measured / predicted)
     over (regime, log ratio) pairs, each at its own conformal level (``levels``: per regime and ``all``, as
-    ``source_calibrated_levels`` gives them; one number: the same level for all)."""
-    return _regime_quantiles(_sorted_by_regime(predictions), levels)
+    ``source_calibrated_levels`` gives them; one number: the same level for all). ``capped``: the intervals'
+    upper ends are held at linear scaling (a measured node, ``linear_ceiling``), which splits the miss budget by
+    ``CAPPED_UPPER_SHARE``."""
+    return _regime_quantiles(_sorted_by_regime(predictions), levels, upper_shares(capped))
 
 
 def _sorted_by_regime(predictions) -> dict[str, list[float]]:
@@ -145,10 +150,24 @@ def _sorted_by_regime(predictions) -> dict[str, list[float]]:
     return {reg: sorted(x for r, x in predictions if reg in (r, "all")) for reg in (*REGIMES, "all")}
 
 
-def _regime_quantiles(by_regime: dict[str, list[float]], levels: float | dict[str, float]
-                      ) -> dict[str, tuple[float, float]]:
-    return {reg: _sorted_quantiles(xs, levels if isinstance(levels, float | int) else levels[reg])
+def _regime_quantiles(by_regime: dict[str, list[float]], levels: float | dict[str, float],
+                      shares: dict[str, float]) -> dict[str, tuple[float, float]]:
+    return {reg: _sorted_quantiles(xs, levels if isinstance(levels, float | int) else levels[reg], shares[reg])
             for reg, xs in by_regime.items()}
+
+
+# the share of the miss budget an interval spends above its upper bound where that end is held at linear scaling
+# (a measured node): none on a compute-bound one, whose prediction lies within 15% of linear scaling
+# (``regime_of_efficiency``) so the cap already bounds the upper side, and the rest at the lower bound; half on a
+# communication-bound one (and on the regimes pooled), whose cap lies far above
+CAPPED_UPPER_SHARE = {"compute-bound": 0.0, "communication-bound": 0.5, "all": 0.5}
+EVEN_SHARE = dict.fromkeys((*REGIMES, "all"), 0.5)
+
+
+def upper_shares(capped: bool) -> dict[str, float]:
+    """The miss budget's share above the upper bound per regime (and ``all``): ``CAPPED_UPPER_SHARE`` where the
+    intervals are held at linear scaling, else half."""
+    return CAPPED_UPPER_SHARE if capped else EVEN_SHARE
 
 
 def regime_bounds(q: dict[str, tuple[float, float]], regime: str) -> tuple[float, float]:
@@ -188,6 +207,7 @@ class _LeftOutFits:
     def __init__(self, errors: list[LoggedError], groups: dict[str, frozenset[str]],
                  strata: dict[str, str] | None = None):
         self.errors, self.groups = tuple(errors), groups
+        self._shares = upper_shares(any(math.isfinite(e.cap) for e in errors))
         stratum_of = (lambda _: "") if strata is None else strata.__getitem__
         self._grid_counts: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._curves: dict[tuple, np.ndarray] = {}
@@ -237,7 +257,7 @@ class _LeftOutFits:
         bounds are finite."""
         xs, sources = self._sorted_rows[name]
         xs = xs[kept[sources]]
-        ranks = _grid_ranks(xs.size)
+        ranks = _grid_ranks(xs.size, self._shares[name])
         if xs.size:
             at = np.clip(ranks - 1, 0, xs.size - 1)
             low = np.where(ranks[:, 0] >= 1, xs[at[:, 0]], -np.inf)
@@ -299,7 +319,8 @@ class _LeftOutFits:
         """``interval_quantiles`` of the errors of the sources not in ``excluded`` (the sorted rows, masked)."""
         kept = self._kept(excluded)
         rows = self._sorted_rows.items()
-        return _regime_quantiles({name: xs[kept[sources]].tolist() for name, (xs, sources) in rows}, levels)
+        return _regime_quantiles({name: xs[kept[sources]].tolist() for name, (xs, sources) in rows}, levels,
+                                 self._shares)
 
     def coverage(self, levels: float | dict[str, float], regime: str | None, excluded: frozenset[str]) -> float:
         """``source_coverage`` on the errors of the sources not in ``excluded``, which no fit sees either."""

@@ -508,7 +508,8 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
                            linear_ceiling(high, r["predicted"], r["linear"]), r["measured"]))
 
     def pooled(errs, key):
-        return interval_quantiles([(e.regime, e.log_ratio) for e in errs], levels[key])
+        return interval_quantiles([(e.regime, e.log_ratio) for e in errs], levels[key],
+                                  capped=any(math.isfinite(e.cap) for e in errs))
 
     return CorpusValidation(name or "corpus", tuple(out), tuple(skipped), pooled(errors + extra_errors,
                                                                                   "measured_node"),
