@@ -101,7 +101,7 @@ def _quantile_ranks(n: int, level: float, upper_share: float = 0.5) -> tuple[int
     (``CAPPED_UPPER_SHARE``)."""
     below, above = (1 - level) * (1 - upper_share), (1 - level) * upper_share
     k_high = math.ceil(round((n + 1) * (1 - above), 9))  # rounded: (1 - 0.8) / 2 is 0.0999... in binary
-    return math.floor(round((n + 1) * below, 9)), (min(k_high, n) if upper_share == 0 else k_high)
+    return math.floor(round((n + 1) * below, 9)), (min(k_high, max(n, 1)) if upper_share == 0 else k_high)
 
 
 @lru_cache(maxsize=4096)

@@ -105,7 +105,7 @@ def test_a_capped_compute_bound_interval_spends_its_whole_miss_budget_below():
     """n = 99 values 1..99 at 80% where the intervals are capped at linear scaling (a measured node): a
     compute-bound one puts the whole 20% below, k = floor(100 x 0.2) = 20, and its top is the largest value (the cap
     bounds it); a communication-bound one and the regimes pooled keep half on each side, as an uncapped fit does.
-    Too few values still bound nothing below."""
+    Too few values still bound nothing below, and none nothing at all."""
     values = [math.log(x) for x in range(1, 100)]
     pairs = [(regime, x) for regime in uncertainty.REGIMES for x in values]
     capped, even = (uncertainty.interval_quantiles(pairs, 0.8, capped=c) for c in (True, False))
@@ -115,6 +115,8 @@ def test_a_capped_compute_bound_interval_spends_its_whole_miss_budget_below():
     assert capped["all"] == even["all"]
     assert uncertainty.interval_quantiles([("compute-bound", x) for x in values[:3]], 0.8, capped=True)[
         "compute-bound"] == (-math.inf, math.log(3))
+    assert uncertainty.interval_quantiles([("communication-bound", 0.0)], 0.8, capped=True)["compute-bound"] == (
+        -math.inf, math.inf)  # no value: nothing bounded on either side
 
 
 def test_the_level_is_calibrated_on_whole_sources_left_out():
