@@ -171,6 +171,12 @@ def upper_shares(capped: bool) -> dict[str, float]:
     return CAPPED_UPPER_SHARE if capped else EVEN_SHARE
 
 
+def any_capped(errors) -> bool:
+    """Whether a fit on ``errors`` (``LoggedError``) has intervals held at linear scaling: any of them carries a cap
+    (a measured node's fit), which ``upper_shares`` then splits the miss budget for."""
+    return any(math.isfinite(e.cap) for e in errors)
+
+
 def regime_bounds(q: dict[str, tuple[float, float]], regime: str) -> tuple[float, float]:
     """A regime's bounds from ``interval_quantiles``, or the regimes pooled where its rows are too few to bound."""
     return q[regime] if all(map(math.isfinite, q[regime])) else q["all"]
@@ -208,7 +214,7 @@ class _LeftOutFits:
     def __init__(self, errors: list[LoggedError], groups: dict[str, frozenset[str]],
                  strata: dict[str, str] | None = None):
         self.errors, self.groups = tuple(errors), groups
-        self._shares = upper_shares(any(math.isfinite(e.cap) for e in errors))
+        self._shares = upper_shares(any_capped(errors))
         stratum_of = (lambda _: "") if strata is None else strata.__getitem__
         self._grid_counts: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._curves: dict[tuple, np.ndarray] = {}

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 from sim.uncertainty import (
     INTERVAL_LEVEL,
     LoggedError,
+    any_capped,
     interval_around,
     interval_quantiles,
     left_out_bounds,
@@ -508,8 +509,7 @@ def corpus_validation(corpus: tuple[PublishedRow, ...] | None = None, name: str 
                            linear_ceiling(high, r["predicted"], r["linear"]), r["measured"]))
 
     def pooled(errs, key):
-        return interval_quantiles([(e.regime, e.log_ratio) for e in errs], levels[key],
-                                  capped=any(math.isfinite(e.cap) for e in errs))
+        return interval_quantiles([(e.regime, e.log_ratio) for e in errs], levels[key], capped=any_capped(errs))
 
     return CorpusValidation(name or "corpus", tuple(out), tuple(skipped), pooled(errors + extra_errors,
                                                                                   "measured_node"),
