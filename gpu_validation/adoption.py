@@ -32,8 +32,9 @@ def _layout_of(gpus_per_node, rank: int) -> list[int]:
     return [opt.topology.n_nodes, opt.topology.gpus_per_node]
 
 
-def _own_all_reduce(rank: int) -> None:
-    """The client averages .grad itself after backward (as DDP would have), then calls step()."""
+def _own_all_reduce(rank: int, unscale: float = 1.0) -> None:
+    """The client averages .grad itself after backward (as DDP would have), times ``unscale`` (what a GradScaler's
+    unscale_ does with 1 / its scale), then calls step()."""
     ddp = nn.parallel.DistributedDataParallel(make_model(0))
     opt = Birder(ddp, lr=0.01, seed=SEED)
     x, y = batch(SEED, 1, rank)
@@ -41,6 +42,7 @@ def _own_all_reduce(rank: int) -> None:
     for p in ddp.parameters():
         dist.all_reduce(p.grad)
         p.grad /= dist.get_world_size()
+        p.grad *= unscale
     opt.step()
 
 
@@ -76,6 +78,7 @@ def refusals(rank: int) -> dict:
     out["one_host_given_2"] = _timed(lambda: _layout_of(2, rank))
     out["one_host_default"] = _timed(lambda: _layout_of(None, rank))
     out["own_all_reduce"] = _timed(lambda: _own_all_reduce(rank))
+    out["own_all_reduce_unscaled"] = _timed(lambda: _own_all_reduce(rank, 2.0**-10))
     out["outer_ddp"] = _timed(lambda: _outer_ddp(rank))
     out["subgroup"] = _timed(lambda: _subgroup(rank))
     dist.barrier()

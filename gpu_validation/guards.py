@@ -133,6 +133,7 @@ def check_step(opt: Birder) -> Backward:
     backward = Backward(sorted(hook.nonfinite_ranks), max(hook.largest.values(), default=0.0))
     drifted, settings_differ = bool(hook.drifted), hook.settings_differ
     opt._gradients_differed = hook.gradients_differ  # in backward: then step()'s must differ too
+    opt._backward_sample = hook.backward_sample  # what the sample held in backward (reset() starts a new list)
     hook.reset()
     if settings_differ:  # every rank saw the same records: all raise here, together, before any update
         raise RuntimeError(records.settings_message(opt))

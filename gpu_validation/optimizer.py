@@ -174,6 +174,7 @@ class Birder(torch.optim.Optimizer):
         if dist.get_world_size() > 1:
             records.start_heartbeat()  # lets a rank whose collective fails tell a dead peer from a slow one
         self._gradients_differed = False
+        self._backward_sample: list[torch.Tensor | None] = [None] * len(self._sample)
         shard = comm.shard_slice(self.topology, self.length)
         chunk = comm.chunk_slice(self.topology, self.length)
         n_shard, n_chunk = shard.stop - shard.start, chunk.stop - chunk.start
@@ -188,7 +189,7 @@ class Birder(torch.optim.Optimizer):
         self.overlap_fallbacks = 0  # steps whose .grad changed after backward (clip, unscale_): exchanged again
         self._hook_state = records.HookState(dist.get_world_size(), self.topology.world_group, lambda: self.t + 1,
                                              functools.partial(records.fault_message, self),
-                                             lambda: records.settings_checksum(self.param_groups))
+                                             lambda: records.settings_checksum(self.param_groups), self._sample)
         self._overlap = Overlap(self) if overlap and self.topology.worker_group is not None else None
         if self._overlap is not None:
             self._hook_state.on_bucket = self._overlap.on_bucket

@@ -88,8 +88,12 @@ class HookState:
     """What the comm hook shares with the optimizer: whether a backward ran since the last step, what the ranks'
     records said, and how to name the ranks when the hook's collective fails."""
 
-    def __init__(self, world: int, group, step_of, fault_message, settings_of):
+    def __init__(self, world: int, group, step_of, fault_message, settings_of, sample=()):
         self.world = world
+        # step()'s gradient sample (``gradient_sample``): id(parameter) -> (slot, element indices), and each slot's
+        # elements as backward left them in this rank's bucket (None: not seen since the last step)
+        self.sampled = {id(p): (slot, index) for slot, (p, index) in enumerate(sample)}
+        self.backward_sample: list[torch.Tensor | None] = [None] * len(self.sampled)
         self.group = group  # Birder's own group of all ranks (None: one rank)
         self.step_of = step_of  # () -> the Birder step the next step() computes
         self.settings_of = settings_of  # () -> settings_checksum of the optimizer's groups now
@@ -109,6 +113,7 @@ class HookState:
         self.backward_ran = self.settings_differ = self.gradients_differ = False
         for seen in (self.seen, self.nonfinite_ranks, self.largest, self.drifted):
             seen.clear()
+        self.backward_sample = [None] * len(self.sampled)
 
 
 def check_records(rows: torch.Tensor, doing: int, step: int) -> None:
@@ -155,22 +160,56 @@ def gradient_sample(params: list[torch.Tensor]) -> list[tuple[torch.Tensor, torc
     return picks
 
 
-def refuse_reduced_gradients(rows: torch.Tensor, step: int) -> None:
+def refuse_reduced_gradients(opt: Birder, rows: torch.Tensor, step: int) -> None:
     """Raise one RuntimeError, on every rank alike, when step()'s records (world, RECORD_WORDS) say that every rank's
     gradient sample is the same and not all zero, where the hook's records of the same backward said the ranks'
-    local gradients differed: they were averaged over the ranks after Birder's hook saw them (an outer
-    DistributedDataParallel, as Accelerate's prepare(DDP(model), ...) makes; the client's own all_reduce of
+    local gradients differed, and the sample is a multiple of the ranks' mean backward-time sample
+    (``_averaged_after_backward``): the gradients were averaged over the ranks after Birder's hook saw them (an
+    outer DistributedDataParallel, as Accelerate's prepare(DDP(model), ...) makes; the client's own all_reduce of
     .grad). Birder's 1-bit exchange would average what is already the same everywhere, and an outer DDP pays a
-    full-precision all-reduce on top. (Ranks fed the same batch have the same gradients in backward too: not
-    refused.)"""
+    full-precision all-reduce on top. Ranks fed the same batch have the same gradients in backward too, and
+    gradients clipped by value to the same +-c on every rank are the same in step() without any average:
+    neither is refused."""
     if rows.shape[0] < 2 or not bool((rows[:, 3] == 1).all()) or bool((rows[:, 2] != rows[0, 2]).any()):
         return
+    if not _averaged_after_backward(opt):
+        return
     raise RuntimeError(f"Birder step {step}: the ranks' gradients differed in backward but are the same in step() "
-                       f"(a sample of the largest parameters' .grad, identical on all {rows.shape[0]} ranks): "
-                       "they were all-reduced after backward (a second DistributedDataParallel around Birder's, as "
-                       "Accelerate's prepare(DDP(model), opt) makes; your own all_reduce of .grad), which bypasses "
-                       "the 1-bit exchange. Give Birder the only DDP model (accelerator.prepare(model) first, then "
-                       "Birder(model)) and its ranks' own gradients")
+                       f"(a sample of the largest parameters' .grad, identical on all {rows.shape[0]} ranks and "
+                       "equal to the mean of their backward values): they were all-reduced after backward (a second "
+                       "DistributedDataParallel around Birder's, as Accelerate's prepare(DDP(model), opt) makes; "
+                       "your own all_reduce of .grad), which bypasses the 1-bit exchange. Give Birder the only DDP "
+                       "model (accelerator.prepare(model) first, then Birder(model)) and its ranks' own gradients")
+
+
+_AVERAGE_TOLERANCE = 2.0**-7  # relative residual of the sample from a multiple of the ranks' mean: above bf16's
+
+
+def _step_sample(opt: Birder) -> torch.Tensor:
+    """step()'s gradient sample as float32, each parameter's slot 0 where it has no dense gradient."""
+    return torch.cat([p.grad.reshape(-1)[index].to(torch.float32) if p.grad is not None and not p.grad.is_sparse
+                      else torch.zeros(len(index), dtype=torch.float32, device=index.device)
+                      for p, index in opt._sample]).to(opt.device)
+
+
+def _averaged_after_backward(opt: Birder) -> bool:
+    """Whether this step's gradient sample is a positive multiple of the ranks' mean backward-time sample (the
+    multiple: 1, or 1 / a GradScaler's scale after unscale_), within ``_AVERAGE_TOLERANCE``. Collective (one
+    all-reduce of the sample, a few kB, over Birder's group): called on every rank alike, only when the records
+    already said the step's samples are identical where backward's differed."""
+    backward = [torch.full((len(index),), math.nan, device=opt.device) if got is None else got.to(opt.device)
+                for got, (_, index) in zip(opt._backward_sample, opt._sample, strict=True)]
+    mean = torch.cat(backward) if backward else torch.zeros(0, device=opt.device)
+    opt._collective("gradient sample all-reduce", opt.topology.world_group,
+                    lambda: dist.all_reduce(mean, group=opt.topology.world_group))
+    mean /= dist.get_world_size(opt.topology.world_group)
+    sample = _step_sample(opt)
+    if not bool(torch.isfinite(mean).all()) or not bool(mean.ne(0).any()):
+        return False  # a rank saw no backward value for the sample: nothing proves an average
+    sample, mean = sample.double(), mean.double()
+    multiple = float(sample @ mean) / float(mean @ mean)
+    residual = float(torch.linalg.vector_norm(sample - multiple * mean))
+    return multiple > 0 and residual <= _AVERAGE_TOLERANCE * float(torch.linalg.vector_norm(sample))
 
 
 def local_gradient_hook(state, bucket):  # DDP accepts only real (not string) annotations: none here
@@ -190,6 +229,11 @@ def local_gradient_hook(state, bucket):  # DDP accepts only real (not string) an
     index = bucket.index()
     params = bucket.parameters()
     state.seen.update(map(id, params))
+    if state.sampled:
+        for p, gradient in zip(params, bucket.gradients(), strict=True):
+            if id(p) in state.sampled:
+                slot, index = state.sampled[id(p)]
+                state.backward_sample[slot] = gradient.reshape(-1)[index].to(torch.float32)  # a copy: .grad moves on
     if state.on_bucket is not None:
         state.on_bucket(bucket)
     if buffer.numel():
@@ -264,10 +308,9 @@ def gradient_fingerprint(opt: Birder) -> torch.Tensor:
     """Two int64 words for step()'s record: a checksum of a fixed sample of the local gradient (up to
     ``_SAMPLE`` evenly spaced elements of each of the largest trainable parameters' .grad) and whether that
     sample is finite and holds a nonzero value. Costs a few small index reads per step."""
-    picked = [p.grad.reshape(-1)[index] for p, index in opt._sample if p.grad is not None and not p.grad.is_sparse]
-    if not picked:
+    if not opt._sample:
         return torch.zeros(2, dtype=torch.int64, device=opt.device)
-    sample = torch.cat([x.to(torch.float32) for x in picked])  # exact for every floating dtype it holds
+    sample = _step_sample(opt)  # exact for every floating dtype it holds
     usable = torch.isfinite(sample).all() & sample.ne(0).any()  # a poisoned (NaN) step is skipped anyway
     return torch.stack([sample.view(torch.int32).sum(dtype=torch.int64), usable.to(torch.int64)]).to(opt.device)
 
@@ -285,7 +328,7 @@ def finish(opt: Birder, started: Pending | None) -> None:
     rows = every.view(-1, RECORD_WORDS).cpu()
     check_records(rows, doing, opt.t + 1)
     if doing == STEP and opt._gradients_differed:
-        refuse_reduced_gradients(rows, opt.t + 1)
+        refuse_reduced_gradients(opt, rows, opt.t + 1)
 
 
 def start_heartbeat() -> None:

@@ -32,7 +32,7 @@ def test_the_layout_follows_the_hosts_and_every_bypass_is_refused_at_once():
             assert seen[case]["error"].startswith(f"ValueError: Birder: {says}, but the ranks run on 2 hosts of 2 "
                                                   "(host0: ranks [0, 1]; host1: ranks [2, 3])"), seen[case]
             assert seen[case]["seconds"] < _AT_ONCE
-        for case in ("own_all_reduce", "outer_ddp"):
+        for case in ("own_all_reduce", "own_all_reduce_unscaled", "outer_ddp"):
             assert seen[case]["error"].startswith("RuntimeError: Birder step 1: the ranks' gradients differed in "
                                                   "backward but are the same in step()"), seen[case]
             assert seen[case]["seconds"] < _AT_ONCE

@@ -8,7 +8,7 @@ whether the ranks end with identical parameters) or ``error`` (the exception's t
 ``HABITS`` says what each pattern must give; ``observe`` runs them all, ``verdict`` judges one row,
 ``habits_table`` renders the table docs/habits.md holds; ``tests/test_gpu_habits.py`` checks every row and the table,
 and ``python -m tests.gpu_scenarios.habits`` (from the repository root) prints each row's outcome.
-(Over 600 lines: one short pattern per row of the table, 74 of them, beside the table that names them, so that a
+(Over 600 lines: one short pattern per row of the table, 75 of them, beside the table that names them, so that a
 row's pattern is found by its name in one file.)
 """
 from __future__ import annotations
@@ -672,6 +672,24 @@ def clip_grad_value(at: Place) -> dict:
     return _result(model, ref)
 
 
+def clip_grad_value_saturated(at: Place) -> dict:
+    """clip_grad_value_ clipping every element, with the same sign on every rank (positive weights and inputs,
+    targets far above the outputs): the clipped gradients are equal on every rank, though nothing averaged them."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.abs_()
+    model, ddp, opt, ref = _plain(at, model)
+    for step in range(1, STEPS + 1):
+        x, _ = batch(SEED, step, at.rank)
+        nn.functional.mse_loss(ddp(x.abs()), torch.full((len(x), 3), 100.0)).backward()
+        nn.utils.clip_grad_value_(model.parameters(), 0.01)
+        opt.step()
+        opt.zero_grad()
+    return _result(model, ref)
+
+
 def step_with_closure(at: Place) -> dict:
     """opt.step(closure), the closure zeroing the gradients and running forward and backward (LBFGS-style)."""
     model, ddp, opt, ref = _plain(at)
@@ -1020,6 +1038,8 @@ HABITS: tuple[Habit, ...] = (
     _works(compiled_model, "`torch.compile(ddp, backend='aot_eager')`", "the compiled model's gradients"),
     _works(clip_grad_value, "`clip_grad_value_(model.parameters(), 0.01)` before `step()`",
            "Algorithm 1 on the clipped local gradients"),
+    _works(clip_grad_value_saturated, "`clip_grad_value_` clipping every element to the same value on every rank "
+           "(early training)", "Algorithm 1 on the clipped gradients; not taken for an outer all-reduce"),
     _works(step_with_closure, "`opt.step(closure)`, the closure zeroing, running forward and backward",
            "the gradients the closure leaves; returns its loss"),
     _works(retain_graph_second_backward, "`loss.backward(retain_graph=True)`, then `loss.backward()` again, one "
