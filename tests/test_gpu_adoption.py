@@ -114,6 +114,23 @@ def test_the_lightning_recipe_on_two_hosts_is_bit_exact_with_the_hosts_layout():
     assert [r["layout"] for r in result["ranks"]] == [[2, 1], [2, 1]]
 
 
+@pytest.mark.parametrize("precision", ["16-mixed", "bf16-mixed"])
+def test_lightning_mixed_precision_with_clipping_through_birders_plugin_is_bit_exact(precision):
+    """Lightning's own MixedPrecision refuses gradient_clip_val with Birder (it reads _step_supports_amp_scaling as
+    a fused optimizer's); ``lightning_precision.mixed_precision`` unscales, clips, and every step equals
+    birder_ref's on the gradients step() saw."""
+    result = _client_recipe("lightning_birder.py", "lightning", "--nodes", "2", "--gpus-per-node", "1", "--steps", "3",
+                            "--precision", precision)
+    assert result["passed"] and result["precision"] == precision, result
+
+
+def test_the_mixed_precision_plugin_refuses_another_precision():
+    from gpu_validation.lightning_precision import mixed_precision
+
+    with pytest.raises(ValueError, match="precision must be '16-mixed' or 'bf16-mixed'"):
+        mixed_precision("16-true")
+
+
 def test_the_accelerate_recipe_on_two_hosts_of_two_is_bit_exact():
     """2 simulated hosts x 2 ranks, with accumulation and clipping: every step equal to birder_ref's (the double DDP
     of prepare(DDP(model), Birder(...)) is refused in the test above, as adoption.outer_ddp builds it)."""
