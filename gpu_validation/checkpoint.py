@@ -34,9 +34,10 @@ def config(opt: Birder) -> dict:
 
 
 def param_groups_of(opt: Birder) -> list[dict]:
-    """Each group's lr, weight_decay and parameters (as positions in element order), as torch saves them."""
+    """Each group's settings and parameters (as positions in element order), as torch saves them: lr, weight_decay
+    and whatever keys a scheduler added to the group since (``initial_lr``, OneCycleLR's ``max_lr``, ...)."""
     position = {id(p): i for i, p in enumerate(opt._params)}
-    return [{"lr": g["lr"], "weight_decay": g["weight_decay"], "params": [position[id(p)] for p in g["params"]]}
+    return [{**{k: v for k, v in g.items() if k != "params"}, "params": [position[id(p)] for p in g["params"]]}
             for g in opt.param_groups]
 
 
@@ -157,6 +158,7 @@ def load(opt: Birder, state_dict: dict) -> None:
             getattr(opt, name).copy_(state[name])
     opt.t, opt.skipped_steps, opt.consecutive_skips = t, skipped, consecutive
     for group, saved in zip(opt.param_groups, groups, strict=True):
+        group.update({k: v for k, v in saved.items() if k != "params"})  # a scheduler's keys too, as torch does
         group["lr"], group["weight_decay"] = float(saved["lr"]), float(saved["weight_decay"])
     opt._hook_state.reset()
     opt._forward_record_due = True
@@ -173,8 +175,9 @@ def _check_envelope(opt: Birder, state_dict) -> tuple[dict, list]:
     if not isinstance(groups, list) or not groups or not all(isinstance(g, dict) for g in groups):
         raise ValueError("Birder state_dict['param_groups'] must be a non-empty list of dicts")
     for i, group in enumerate(groups):
-        if set(group) != {"lr", "weight_decay", "params"}:
-            raise ValueError(f"Birder param group keys must be lr, weight_decay, params; got {sorted(group)}")
+        if not {"lr", "weight_decay", "params"} <= set(group) or not all(isinstance(k, str) for k in group):
+            raise ValueError(f"Birder param groups must hold lr, weight_decay and params (and any keys a scheduler "
+                             f"added, by name); got {sorted(map(str, group))}")
         guards.check_real(f"param_groups[{i}]['lr']", group["lr"], 0.0, True)
         guards.check_real(f"param_groups[{i}]['weight_decay']", group["weight_decay"], 0.0, False)
     saved = [g["params"] for g in groups]

@@ -228,7 +228,7 @@ def _mutations():
         ("lr NaN", group("lr", float("nan"))),
         ("weight decay negative", group("weight_decay", -1.0)),
         ("params wrong", group("params", [0, 1])),
-        ("unknown group key", group("momentum", 0.9)),
+        ("group key not a name", group(1, 0.9)),  # a scheduler's named keys (initial_lr) load, as in torch
         ("format", put("format", "birder-ddp-hook-state/1")),
         ("missing m", drop("m")),
         ("missing t", drop("t")),

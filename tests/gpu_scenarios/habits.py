@@ -8,7 +8,7 @@ whether the ranks end with identical parameters) or ``error`` (the exception's t
 ``HABITS`` says what each pattern must give; ``observe`` runs them all, ``verdict`` judges one row,
 ``habits_table`` renders the table docs/habits.md holds; ``tests/test_gpu_habits.py`` checks every row and the table,
 and ``python -m tests.gpu_scenarios.habits`` (from the repository root) prints each row's outcome.
-(Over 600 lines: one short pattern per row of the table, 75 of them, beside the table that names them, so that a
+(Over 600 lines: one short pattern per row of the table, 76 of them, beside the table that names them, so that a
 row's pattern is found by its name in one file.)
 """
 from __future__ import annotations
@@ -325,10 +325,11 @@ def swa_lr(at: Place) -> dict:
     return result
 
 
-def _resume(at: Place, saved: dict, lr: float | None = None) -> dict:
+def _resume(at: Place, saved: dict, lr: float | None = None, schedule=None) -> dict:
     """A fresh model (other starting weights) and Birder (lr 3 x LR) loading ``saved``; with ``lr``, that lr is set
-    on the groups after load_state_dict (which restores the saved lr, as every torch optimizer's does). Trains
-    STEPS more steps against the reference resumed from the saved state."""
+    on the groups after load_state_dict (which restores the saved lr, as every torch optimizer's does); with
+    ``schedule`` (Birder, last step -> an lr scheduler), the scheduler is built after the load and stepped after
+    each step. Trains STEPS more steps against the reference resumed from the saved state."""
     model = make_model(1)
     model.load_state_dict(saved["model"])
     ddp = nn.parallel.DistributedDataParallel(model)
@@ -341,11 +342,14 @@ def _resume(at: Place, saved: dict, lr: float | None = None) -> dict:
     state = saved["optimizer"]["state"]
     ref.state = algorithm1.State(state["m"].numpy(), state["b_hat"].numpy(), state["b_hat"].numpy(),
                                  state["e"].numpy(), state["server_error"].numpy(), state["t"])
+    scheduler = None if schedule is None else schedule(opt, state["t"])
     for step in range(state["t"] + 1, state["t"] + 1 + STEPS):
         x, y = batch(SEED, step, at.rank)
         nn.functional.mse_loss(ddp(x), y).backward()
         opt.step()
         opt.zero_grad()
+        if scheduler is not None:
+            scheduler.step()
     return {**_result(model, ref), "restored_lr": restored}
 
 
@@ -359,6 +363,17 @@ def _trained_checkpoint(at: Place, gpus_per_node: int) -> tuple[dict, dict]:
 
 def resume_with_new_lr(at: Place) -> dict:
     return _resume(at, _trained_checkpoint(at, at.gpus_per_node)[0], lr=LR / 4)
+
+
+def scheduler_built_after_load(at: Place) -> dict:
+    """Two steps under CosineAnnealingLR (which adds ``initial_lr`` to the groups), saved; resumed the usual way:
+    load_state_dict, then CosineAnnealingLR(opt, T_max, last_epoch=2), which needs the saved ``initial_lr``."""
+    model, ddp, opt, _ = _plain(at)
+    cosine = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10)
+    _train(ddp, opt, at.rank, 2, then=lambda step: cosine.step())
+    saved = {"model": model.state_dict(), "optimizer": opt.state_dict()}
+    return _resume(at, saved, schedule=lambda birder, last: torch.optim.lr_scheduler.CosineAnnealingLR(
+        birder, T_max=10, last_epoch=last))
 
 
 def _checkpoint_path(folder: str, workers: int) -> str:
@@ -986,6 +1001,8 @@ HABITS: tuple[Habit, ...] = (
     _works(swa_lr, "SWA: `AveragedModel(model)` + `SWALR`", "the SWA lr; the average identical on every rank"),
     _works(resume_with_new_lr, "resume, then set a new lr on `param_groups` after `load_state_dict`",
            "load_state_dict restores the saved lr (as torch's optimizers do); the new lr from then on"),
+    _works(scheduler_built_after_load, "resume: `load_state_dict`, then `CosineAnnealingLR(opt, T_max, "
+           "last_epoch=k)`", "the saved `initial_lr` restored: the schedule goes on where it stopped"),
     _works(save_for_another_world_size, "rank 0 saves `opt.state_dict()` for a run at another world size",
            "one full checkpoint (every rank calls state_dict())"),
     _works(load_same_workers_on_one_rank, "load it on 1 rank, saved by 4 ranks in one node (1 worker both times)",
