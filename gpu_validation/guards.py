@@ -430,7 +430,8 @@ def _check_trainable_set(opt: Birder) -> None:
     else:
         what, why = ("no backward pass through the DDP model since the last step (its communication hook did "
                      "not run)", "call loss.backward() on the DDP model's output first (not the unwrapped "
-                     f"module's); or, if a parameter was left out of the loss: {unused}")
+                     "module's), and run the last micro-batch before step() outside ddp.no_sync() (under it DDP "
+                     f"skips the hook); or, if a parameter was left out of the loss: {unused}")
     raise RuntimeError(f"Birder.step(): {what}; {why}")
 
 

@@ -228,7 +228,10 @@ class BirderState:
             raise ValueError(f"Birder state format {state['format']!r}, expected {STATE_FORMAT!r}")
         for key, value in self._config().items():
             if state[key] != value or type(state[key]) is not type(value):
-                raise ValueError(f"Birder state was saved with {key}={state[key]!r}, this run has {value!r}")
+                per_rank = ("; each rank's state_dict() holds its own worker's state: save one file per rank "
+                            "(e.g. path = f'birder-rank{dist.get_rank()}.pt') and load each rank's own"
+                            if key == "worker" else "")
+                raise ValueError(f"Birder state was saved with {key}={state[key]!r}, this run has {value!r}{per_rank}")
         counters = {}
         for key in ("t", "skipped_steps"):
             v = state[key]

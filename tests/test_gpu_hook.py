@@ -92,6 +92,8 @@ def test_state_dict_round_trip_keeps_every_piece():
     (lambda s: s.update(b_hat=torch.full_like(s["b"], float("nan"))), "'b_hat' holds a NaN"),
     (lambda s: s.update(e=torch.full_like(s["e"], 3.0)), "'e' holds a value outside"),
     (lambda s: s.update(seed="3"), "seed='3'"),
+    (lambda s: s.update(worker=1), r"saved with worker=1, this run has 0; each rank's state_dict\(\) holds its own "
+                                   r"worker's state: save one file per rank"),
 ])
 def test_load_state_dict_refuses_what_it_would_drop_or_misread(change, message):
     state = BirderState(make_model(0).parameters(), _lone_topology(), seed=3)

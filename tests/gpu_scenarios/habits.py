@@ -8,7 +8,7 @@ whether the ranks end with identical parameters) or ``error`` (the exception's t
 ``HABITS`` says what each pattern must give; ``observe`` runs them all, ``verdict`` judges one row,
 ``habits_table`` renders the table docs/habits.md holds; ``tests/test_gpu_habits.py`` checks every row and the table,
 and ``python -m tests.gpu_scenarios.habits`` (from the repository root) prints each row's outcome.
-(Over 600 lines: one short pattern per row of the table, 76 of them, beside the table that names them, so that a
+(Over 600 lines: one short pattern per row of the table, 77 of them, beside the table that names them, so that a
 row's pattern is found by its name in one file.)
 """
 from __future__ import annotations
@@ -248,6 +248,17 @@ def no_sync_on_some_steps(at: Place) -> dict:
         x, y = batch(SEED, 20, at.rank)
         nn.functional.mse_loss(ddp(x), y).backward()
     _train(ddp, opt, at.rank, 2, 2)
+    return _result(model, ref)
+
+
+def every_micro_batch_under_no_sync(at: Place) -> dict:
+    """Accumulation with the last micro-batch inside ``no_sync()`` too: DDP never runs the hook before step()."""
+    model, ddp, opt, ref = _plain(at)
+    with ddp.no_sync():
+        for k in range(2):
+            x, y = batch(SEED, 30 + k, at.rank)
+            nn.functional.mse_loss(ddp(x), y).backward()
+    opt.step()
     return _result(model, ref)
 
 
@@ -991,6 +1002,8 @@ HABITS: tuple[Habit, ...] = (
     _works(no_sync_accumulation, "accumulation under `ddp.no_sync()`", "one step on the summed local gradients"),
     _works(no_sync_on_some_steps, "`no_sync()` accumulation on one step only, plain steps around it",
            "each step on the local gradients summed since the last"),
+    _refused(every_micro_batch_under_no_sync, "accumulation with the last micro-batch under `no_sync()` too",
+             "RuntimeError", "run the last micro-batch before step() outside ddp.no_sync()"),
     _works(two_backwards_then_step, "two `backward()` calls, then one `step()` (no `no_sync`)",
            "one step on the summed local gradients"),
     _works(checkpoint_non_reentrant, "`torch.utils.checkpoint` (`use_reentrant=False`)", "as without it"),
