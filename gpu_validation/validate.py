@@ -103,6 +103,10 @@ class Config:
                                                  and 0 <= self.overflow_at[1] < self.nodes):
             raise ValueError(f"overflow_at needs a step in [1, {self.steps}] and a node in [0, {self.nodes}), "
                              f"got {self.overflow_at}")
+        if self.overflow_at is not None and (self.scheme != "hierarchical" or self.gpus_per_node < 2):
+            raise ValueError("overflow_at needs the hierarchical scheme and at least 2 GPUs per node: only a node "
+                             f"sum of several GPUs' finite gradients can overflow (got scheme {self.scheme!r}, "
+                             f"{self.gpus_per_node} GPU(s) per node)")
 
     def check_local(self) -> None:
         """What spawning ``world`` ranks on this machine needs: a GPU per rank for nccl, a sane count for gloo (and a
