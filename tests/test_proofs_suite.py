@@ -56,3 +56,30 @@ def test_the_torch_adapter_lives_beside_torch_and_importing_it_neither_imports_t
             "assert 'torch' in sys.modules and a._torch.cache_info().currsize == 1")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_a_failed_warning_passes_with_a_claim_warning_unless_strict():
+    """A check of severity warning that fails (LerpMomentum: contract_float32_extremes) passes in the plugin with a
+    ClaimWarning, as `birder check` exits 0 on it, and fails under strict, as `birder check --strict` does."""
+    import warnings
+
+    import pytest
+
+    from proofs_checks import mutants
+    from proofs_checks.pytest_plugin import ClaimWarning
+
+    class Config:
+        @staticmethod
+        def getoption(name, default=None):
+            return default
+
+    request = type("Request", (), {"config": Config()})()
+    [check] = select(["contract_float32_extremes"])
+    lenient = claim_tests(mutants.MUTANTS["lerp_momentum"][0], names=[check.name])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lenient(check, request)
+    assert [type(w.message) for w in caught] == [ClaimWarning] and check.name in str(caught[0].message)
+    strict = claim_tests(mutants.MUTANTS["lerp_momentum"][0], names=[check.name], strict=True)
+    with pytest.raises(AssertionError, match="contract_float32_extremes"):
+        strict(check, request)
