@@ -175,7 +175,7 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
                              "(FAILED): the run computed wrong results, so its times are not a measurement to fit")
         tokens = _ROW_TIMESTAMP.sub("", line).split()
         if line.startswith("#") or len(tokens) < 3 or not (tokens[0].isdigit() and tokens[1].isdigit()
-                                                            and tokens[2].isalpha()):
+                                                            and tokens[2].isidentifier()):
             continue  # comments, NCCL logs, prompts: only lines of a size, a count and a type are rows
         rest, redop, root = tokens[3:], None, None
         if rest and rest[0] in _REDOPS:

@@ -206,6 +206,17 @@ def test_a_paste_without_its_binary_is_an_all_reduce_when_its_columns_say_so():
     assert calibrate.parse_nccl_tests(half, "paste").rows[0].op == "all-reduce"
 
 
+@pytest.mark.parametrize("type_name", ["bfloat16", "f8e4m3", "int32", "uint8"])
+def test_types_whose_names_hold_digits_are_rows(type_name):
+    """`all_reduce_perf -d bfloat16` (or int32, f8e4m3): a type name with digits is still a row (the trial's bf16
+    table was refused as holding no rows)."""
+    size = 8192
+    count = size // calibrate.TYPE_BYTES[type_name]
+    row = f"   {size}    {count}    {type_name}    sum    -1   27.8  0.29  0.29  0  28.5  0.29  0.29  0\n"
+    parsed = calibrate.parse_nccl_tests("all_reduce_perf\n" + row, "paste")
+    assert [(m.op, m.nbytes) for m in parsed.rows] == [("all-reduce", size)]
+
+
 def _alpha_beta_paste(path: Path, busbw: float) -> Path:
     """An all-reduce table as nccl-tests prints it (no binary name: the columns say all-reduce) for 2 nodes x 8
     GPUs: 40 us plus the bytes at ``busbw`` bytes/s of bus bandwidth, doubling from 8 B to 1 GiB (20 of its 28
