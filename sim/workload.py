@@ -429,15 +429,18 @@ def calibrate_compute_s(cluster: Cluster, work: Workload, kinds: tuple[StepKind,
     it; across such a jump no compute time gives the measured node, and bisection stops at the jump. One node sends
     nothing between nodes, so the answer depends on the node (GPUs, intra-node fabric) and the workload only: it is
     cached under those, whatever the NICs, the switch and the GPUs' spread (the straggler factor of one node is its
-    own GPUs' over its own GPUs': exactly 1 whatever the spread and jitter).
+    own GPUs' over its own GPUs': exactly 1 whatever the spread and jitter). Birder's ``ps`` scheme is the
+    exception: its server is a rank off the node, so even one node's step crosses the NIC, which is kept.
     """
-    return _calibrated(_measured_node(cluster), work, kinds, single_node_throughput)
+    return _calibrated(_measured_node(cluster, work), work, kinds, single_node_throughput)
 
 
-def _measured_node(cluster: Cluster) -> Cluster:
-    """One node of ``cluster`` as a calibration sees it: no NIC, no spread, no jitter (``calibrate_compute_s``)."""
-    return replace(cluster.with_nodes(1), nic=ONE_NODE_NIC, name="", provenance=(), step_jitter_cv=0.0,
-                   gpu_speed_cv=0.0)
+def _measured_node(cluster: Cluster, work: Workload) -> Cluster:
+    """One node of ``cluster`` as a calibration sees it: no spread, no jitter, and no NIC unless the step sends
+    through it on one node (Birder's ``ps`` scheme: the server is off the node) (``calibrate_compute_s``)."""
+    one = replace(cluster.with_nodes(1), name="", provenance=(), step_jitter_cv=0.0, gpu_speed_cv=0.0)
+    server_off_node = simulated_spec(work.optimizer).takes_scheme and work.scheme == "ps"
+    return one if server_off_node else replace(one, nic=ONE_NODE_NIC)
 
 
 @lru_cache(maxsize=4096)
@@ -545,7 +548,8 @@ def predict(cluster: Cluster, model: str | None = None, params: int | None = Non
         one_node_s = _average(cluster.with_nodes(1), work, kinds, compute_s)[0]
         single = cluster.gpus_per_node * samples_per_gpu / one_node_s
     elif measured_work is not work:  # the measured node at this run's accumulation, as the calibration sees it
-        single = cluster.gpus_per_node * samples_per_gpu / _average(_measured_node(cluster), work, kinds, compute_s)[0]
+        single = cluster.gpus_per_node * samples_per_gpu / _average(_measured_node(cluster, work), work, kinds,
+                                                                    compute_s)[0]
     else:
         single = single_node_throughput
     added = multinode_loss_added_s(iteration_s, cluster.gpus_per_node * samples_per_gpu / single,
