@@ -232,8 +232,8 @@ def local_gradient_hook(state, bucket):  # DDP accepts only real (not string) an
     if state.sampled:
         for p, gradient in zip(params, bucket.gradients(), strict=True):
             if id(p) in state.sampled:
-                slot, index = state.sampled[id(p)]
-                state.backward_sample[slot] = gradient.reshape(-1)[index].to(torch.float32)  # a copy: .grad moves on
+                slot, elements = state.sampled[id(p)]
+                state.backward_sample[slot] = gradient.reshape(-1)[elements].to(torch.float32)  # a copy: .grad moves on
     if state.on_bucket is not None:
         state.on_bucket(bucket)
     if buffer.numel():
