@@ -143,6 +143,26 @@ def test_step_without_a_backward_through_ddp_is_refused(one_rank):
         opt.add_param_group({"params": [torch.zeros(2, requires_grad=True)]})
 
 
+def test_the_hook_keys_its_records_by_bucket_and_keeps_the_sample_as_backward_left_it(one_rank):
+    """What step() reads from backward: the largest |gradient| per bucket index (an int: the bucket's number) and
+    each sampled parameter's elements as the bucket held them, untouched by a clip after backward."""
+    model = make_model(0)
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.0005)  # several buckets
+    opt = Birder(ddp, lr=0.01, seed=3)
+    for step in (1, 2):  # DDP rebuilds its buckets to the cap after the first iteration
+        x, y = batch(3, step, 0)
+        nn.functional.mse_loss(ddp(x), y).backward()
+        if step == 1:
+            opt.step()
+            opt.zero_grad()
+    hook = opt._hook_state
+    assert len(hook.largest) > 1 and sorted(hook.largest) == list(range(len(hook.largest)))
+    before = [p.grad.reshape(-1)[index].clone() for p, index in opt._sample]
+    nn.utils.clip_grad_value_(model.parameters(), 1e-6)
+    assert all(torch.equal(kept, seen) for kept, seen in zip(hook.backward_sample, before, strict=True))
+    opt.step()  # not refused: one rank
+
+
 def test_step_advances_the_parameters_autograd_version(one_rank):
     """step() writes the parameters through NumPy views on CPU: a graph that saved a parameter before step() must
     still refuse to backward through it afterwards, as after any in-place update."""
