@@ -50,13 +50,22 @@ def _columns(rows: list[dict]) -> dict[str, np.ndarray]:
     return col
 
 
-def _median_errors(predicted: np.ndarray, col: dict[str, np.ndarray]) -> dict[str, float]:
-    """Median absolute percentage error of ``predicted`` on the measured communication-bound rows, the others,
-    and all; ``predicted`` may hold one prediction per row or a stack of them (one per leading index)."""
-    err = np.abs(predicted - col["measured"]) / col["measured"]
+def _groups(col: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The rows each median error is taken over: measured communication-bound, the others, all."""
     comm = col["measured_comm"]
-    return {"communication_bound": np.median(err[..., comm], axis=-1),
-            "compute_bound": np.median(err[..., ~comm], axis=-1), "all": np.median(err, axis=-1)}
+    return {"communication_bound": comm, "compute_bound": ~comm, "all": np.ones(len(comm), dtype=bool)}
+
+
+def _errors(predicted: np.ndarray, col: dict[str, np.ndarray]) -> np.ndarray:
+    """Absolute percentage errors of ``predicted`` (one prediction per row, or a stack of them)."""
+    return np.abs(predicted - col["measured"]) / col["measured"]
+
+
+def _median_errors(predicted: np.ndarray, col: dict[str, np.ndarray]) -> dict[str, float]:
+    """Median absolute percentage error of ``predicted`` over each of ``_groups``; ``predicted`` may hold one
+    prediction per row or a stack of them (one per leading index)."""
+    err = _errors(predicted, col)
+    return {name: np.median(err[..., chosen], axis=-1) for name, chosen in _groups(col).items()}
 
 
 def _allowed(errors: dict[str, np.ndarray], simulator: dict[str, float]) -> np.ndarray:
@@ -104,7 +113,8 @@ def family_floor(rows: list[dict]) -> dict:
     sim, ab = _median_errors(col["predicted"], col), _median_errors(col["alpha_beta"], col)
     a, b, c = (g.reshape(-1) for g in np.meshgrid(*GRID, indexing="ij"))
     corrected = col["linear"] / (1 + a[:, None] + b[:, None] * ring + c[:, None] * model)
-    errors = _median_errors(corrected, col)
+    err, groups = _errors(corrected, col), _groups(col)
+    errors = {name: np.median(err[:, chosen], axis=1) for name, chosen in groups.items()}
     allowed = _allowed(errors, sim)
 
     def best(mask: np.ndarray) -> dict:
@@ -116,9 +126,6 @@ def family_floor(rows: list[dict]) -> dict:
     # each source's rows predicted by the member chosen (within the allowance) on the other sources' rows
     sources = np.array([r["source"] for r in rows])
     left_out = np.empty(len(rows))
-    err = np.abs(corrected - col["measured"]) / col["measured"]
-    groups = {"communication_bound": col["measured_comm"], "compute_bound": ~col["measured_comm"],
-              "all": np.ones(len(rows), dtype=bool)}
     ordered = {name: _OrderStatistics(err[:, chosen]) for name, chosen in groups.items()}
     for source in np.unique(sources):
         held = sources == source
@@ -149,8 +156,8 @@ def row_choices(rows: list[dict]) -> dict:
                "simulator_predicted": predicted_comm("predicted"), "interval_regime": col["interval_comm"]}
     out = {}
     for name, chosen in choices.items():
-        med = {k: float(np.median(np.abs(col[k][chosen] - col["measured"][chosen]) / col["measured"][chosen]))
-               for k in ("predicted", "alpha_beta", "linear")} if chosen.any() else {}
+        med = {k: float(np.median(_errors(col[k], col)[chosen])) for k in ("predicted", "alpha_beta", "linear")
+               } if chosen.any() else {}
         out[name] = {"rows": int(chosen.sum()), **med,
                      **({"ratio_to_ring": med["predicted"] / med["alpha_beta"]} if med else {})}
     return out
