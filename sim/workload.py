@@ -204,6 +204,7 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
     buckets = split_buckets(model, split) if split is not None else \
         ddp_buckets(model, 4, framework.bucket_cap_bytes, framework.first_bucket_bytes)
     layer_done = [env.event() for _ in layers]
+    ready_at: dict[int, float] = {}  # when each layer's gradients were ready (a framework's cycle counts from them)
     compressed = not kind.full_precision
     scheme = work.scheme if spec.takes_scheme else ""
     totals = {"compression": 0.0, "intra": 0.0, "inter": 0.0, "contention": 0.0}
@@ -279,6 +280,7 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
         # a layer's share of the backward pass is its share of forward FLOPs (no FLOPs: no time)
         for index, layer in enumerate(layers):
             yield from on_gpu(f"backward {layer.name}", backward_s * layer.flops / total_flops)
+            ready_at[index] = env.now
             layer_done[index].succeed()
             if blocking:  # the hook runs on the autograd thread: backward resumes when it returns
                 for bucket in ready.get(index, ()):
@@ -288,9 +290,13 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
         if kind.comm == "bucketed" and not blocking:
             start = env.now  # the backward pass starts; a framework's cycles tick from here
             for bucket in buckets:
-                yield layer_done[bucket.ready_layer if framework.overlaps_backward else -1]
-                if framework.cycle > 0:  # launched at the framework loop's next cycle
-                    ticks = math.ceil((env.now - start) / framework.cycle - 1e-12)
+                layer = bucket.ready_layer if framework.overlaps_backward else -1
+                yield layer_done[layer]
+                if framework.cycle > 0:
+                    # enqueued at the loop's first cycle after the bucket was ready, not after the previous
+                    # collective ended: Horovod's background loop only enqueues (operations.cc RunLoopOnce; the
+                    # GPU's finalizer threads wait), so every bucket ready by a cycle starts as the stream frees
+                    ticks = math.ceil((ready_at[layer % len(layers)] - start) / framework.cycle - 1e-12)
                     yield env.timeout(max(0.0, start + ticks * framework.cycle - env.now))
                 yield from communicate(bucket.elements)
 
@@ -420,13 +426,15 @@ ONE_NODE_NIC = Nic("one-node", "ib", 1e9, 1.0, 0.0)
 
 
 def calibrate_compute_s(cluster: Cluster, work: Workload, kinds: tuple[StepKind, ...],
-                        single_node_throughput: float) -> float:
-    """The forward + backward time of one micro-batch at which one node of ``cluster`` reaches
-    ``single_node_throughput`` (samples/s).
+                        single_node_throughput: float) -> tuple[float, float]:
+    """(compute, residual): the forward + backward time of one micro-batch at which one node of ``cluster``
+    reaches ``single_node_throughput`` (samples/s), and the seconds per step the simulated node still lacks there.
 
     The simulated iteration time grows monotonically with compute time, continuously except where a framework's
     cycle (presets/frameworks.toml ``cycle_ms``) quantizes its launches, so a bracketing root finder (Brent's) finds
-    it; across such a jump no compute time gives the measured node, and bisection stops at the jump. One node sends
+    it (residual 0); across such a jump no compute time gives the measured node: bisection stops at the jump's
+    faster side, and the residual (less than one cycle) is the wait the simulation's phase of the framework's loop
+    misses, carried as a fixed wait per step so that the node is the measurement. One node sends
     nothing between nodes, so the answer depends on the node (GPUs, intra-node fabric) and the workload only: it is
     cached under those, whatever the NICs, the switch and the GPUs' spread (the straggler factor of one node is its
     own GPUs' over its own GPUs': exactly 1 whatever the spread and jitter). Birder's ``ps`` scheme is the
@@ -444,7 +452,8 @@ def _measured_node(cluster: Cluster, work: Workload) -> Cluster:
 
 
 @lru_cache(maxsize=4096)
-def _calibrated(one: Cluster, work: Workload, kinds: tuple[StepKind, ...], single_node_throughput: float) -> float:
+def _calibrated(one: Cluster, work: Workload, kinds: tuple[StepKind, ...], single_node_throughput: float
+                ) -> tuple[float, float]:
     target = one.n_gpus * work.batch_per_gpu * work.accumulation_steps / single_node_throughput
     if _average(one, work, kinds, 0.0)[0] > target:
         raise ValueError(
@@ -453,15 +462,16 @@ def _calibrated(one: Cluster, work: Workload, kinds: tuple[StepKind, ...], singl
     from scipy.optimize import brentq  # here: a prediction without a measured node never imports scipy
 
     hi = target / work.accumulation_steps
-    if _average(one, work, kinds, hi)[0] <= target:  # no time left for communication at all
-        return hi
+    at_hi = _average(one, work, kinds, hi)[0]
+    if at_hi <= target:  # no time left for communication at all
+        return hi, target - at_hi
     # the iteration time is piecewise linear in the compute time (every GPU event scales with it, every collective
     # does not): Brent's method meets the root in a few steps where bisection took ~30
     root = brentq(lambda x: _average(one, work, kinds, x)[0] - target, 0.0, hi, xtol=1e-12 * hi, rtol=1e-12)
     if abs(_average(one, work, kinds, root)[0] - target) <= 1e-9 * target:
-        return root
+        return root, 0.0
     # a jump (a framework's cycle quantizes its launches): no compute time gives the measured node; bisect to the
-    # jump as the calibration always has
+    # jump and keep its faster side
     lo = 0.0
     for _ in range(48):
         mid = (lo + hi) / 2
@@ -471,7 +481,7 @@ def _calibrated(one: Cluster, work: Workload, kinds: tuple[StepKind, ...], singl
             hi = mid
         if hi - lo <= 1e-9 * hi:
             break
-    return (lo + hi) / 2
+    return lo, max(0.0, target - _average(one, work, kinds, lo)[0])
 
 
 def multinode_loss_added_s(iteration_s: float, one_node_s: float, scale: float) -> float:
@@ -538,18 +548,26 @@ def predict(cluster: Cluster, model: str | None = None, params: int | None = Non
     kinds = policy(optimizer, profile.name, warmup_fraction, marsit_period)
     measured_work = replace(work, accumulation_steps=single_node_accumulation_steps) if carried_node(
         single_node_accumulation_steps, accumulation_steps) else work
+    residual_s = 0.0  # the measured node's step beyond the simulated one (a framework cycle's jump)
     if single_node_throughput is not None:
-        compute_s = calibrate_compute_s(cluster, measured_work, kinds, single_node_throughput)
+        compute_s, residual_s = calibrate_compute_s(cluster, measured_work, kinds, single_node_throughput)
     else:
         compute_s = default_compute_s(work, cluster.gpu)
     iteration_s, parts = _average(cluster, work, kinds, compute_s, traces)
+    if residual_s:
+        parts = [(k, replace(t, iteration_s=t.iteration_s + residual_s)) for k, t in parts]
+        iteration_s += residual_s
+        if traces is not None:
+            for k, t in parts:
+                traces[k.name].append(("overhead", "the measured node's step beyond the simulated (the framework "
+                                       "loop's cycle phase)", t.iteration_s - residual_s, residual_s, {}))
     samples_per_gpu = batch_per_gpu * accumulation_steps
     if single_node_throughput is None:
         one_node_s = _average(cluster.with_nodes(1), work, kinds, compute_s)[0]
         single = cluster.gpus_per_node * samples_per_gpu / one_node_s
     elif measured_work is not work:  # the measured node at this run's accumulation, as the calibration sees it
-        single = cluster.gpus_per_node * samples_per_gpu / _average(_measured_node(cluster, work), work, kinds,
-                                                                    compute_s)[0]
+        single = cluster.gpus_per_node * samples_per_gpu / (_average(_measured_node(cluster, work), work, kinds,
+                                                                     compute_s)[0] + residual_s)
     else:
         single = single_node_throughput
     added = multinode_loss_added_s(iteration_s, cluster.gpus_per_node * samples_per_gpu / single,

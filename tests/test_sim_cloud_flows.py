@@ -46,7 +46,7 @@ def test_flows_per_nic_follow_the_nccl_release():
 
 def test_the_p3_16xlarge_thread_rows_sit_on_one_ec2_flow():
     """horovod/horovod#396 (July 2018, so NCCL before 2.4.8; placement group not stated, so EC2's default): each of
-    its 7 rows predicted within 6% of its published figure, where the line rate alone over-predicted them by 71-87%;
+    its 7 rows predicted within 6% of its published figure, where the line rate alone over-predicted them by 62-74%;
     the flow cap is the binding limit of every one."""
     rows = [r for r in load_corpus() if r.source == "horovod-issue-396"]
     assert len(rows) == 7
