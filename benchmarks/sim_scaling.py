@@ -16,13 +16,14 @@ from sim.workload import clear_calibrations, predict
 CASES = [("resnet50", 32, "sgdm", "ddp"), ("resnet50", 32, "birder", "ddp"), ("resnet50", 32, "onebit-adam", "ddp"),
          ("bert-large", 8, "sgdm", "ddp"), ("bert-large", 8, "birder", "ddp"),
          ("resnet50", 32, "sgdm", "byteps"),  # summation servers on machines of their own (one node: all-reduce)
+         ("resnet50", 32, "sgdm", "tf-parameter-server"),  # servers on the worker nodes: every push counted
          ("bert-large", 8, "adam", "fsdp")]  # every unit's all-gathers and reduce-scatter, one at a time
 GPUS = [8, 64, 512, 4096, 65536]
 TARGETS = {4096: 1.0, 65536: 10.0}
 
 
 def main() -> None:
-    print(f"{'model':10} {'optimizer':12} {'framework':12} " + " ".join(f"{g:>8d}" for g in GPUS)
+    print(f"{'model':10} {'optimizer':12} {'framework':20} " + " ".join(f"{g:>8d}" for g in GPUS)
           + "   (CPU seconds per predict, 10gbe)")
     worst = {g: 0.0 for g in GPUS}
     worst_wall = {g: 0.0 for g in GPUS}
@@ -41,7 +42,7 @@ def main() -> None:
             times.append(time.process_time() - started)
             worst[gpus] = max(worst[gpus], times[-1])
             worst_wall[gpus] = max(worst_wall[gpus], time.perf_counter() - wall)
-        print(f"{model:10} {optimizer:12} {framework:12} " + " ".join(f"{t:8.3f}" for t in times)
+        print(f"{model:10} {optimizer:12} {framework:20} " + " ".join(f"{t:8.3f}" for t in times)
               + f"   65536/64 GPUs: {times[-1] / times[1]:.1f}x for 1024x the GPUs")
     print("of which the interval's propagated width (sim.input_ranges.model_uncertainty), slowest case: "
           + ", ".join(f"{g} GPUs {propagation[g] * 1e3:.2f} ms" for g in GPUS))

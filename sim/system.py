@@ -35,6 +35,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+import numpy as np
 import simpy
 
 from birder_ref.registry import simulated_spec
@@ -219,6 +220,53 @@ class _Counts:
             self.gpu_net_rx[ep] += remote
             self.inter_total += remote
 
+    def stars(self, groups, inward: bool, weight: float = 1.0) -> None:
+        """Every group's members each send one message to its root (its last member; ``inward``) or receive one
+        from it: what ``send`` counts message by message, counted with arrays (the same keys and, added in the
+        same order, the same sums) for a parameter server's push and pull, whose groups span every node."""
+        sizes = np.fromiter((len(grp) - 1 for grp in groups), dtype=np.int64)
+        if not sizes.sum():
+            return
+        members = np.fromiter((ep for grp in groups for ep in grp[:-1]), dtype=np.int64, count=int(sizes.sum()))
+        roots = np.repeat(np.fromiter((grp[-1] for grp in groups), dtype=np.int64, count=len(sizes)), sizes)
+        src, dst = (members, roots) if inward else (roots, members)
+        g, ranks = self.layout.gpus_per_node, self.layout.n_ranks
+        src_node, dst_node = src // g, dst // g
+
+        def add(counter: Counter, keys: np.ndarray, weights: float | np.ndarray = weight) -> None:
+            if not keys.size:
+                return
+            unique, index = np.unique(keys, return_inverse=True)
+            sums = np.bincount(index, weights=np.broadcast_to(np.asarray(weights, dtype=float), keys.shape))
+            for key, value in zip(unique.tolist(), sums.tolist(), strict=True):
+                counter[key] += value
+
+        def add_pairs(counter: Counter, first: np.ndarray, second: np.ndarray) -> None:
+            width = int(second.max()) + 1 if second.size else 1
+            keys = first * width + second
+            before = Counter()
+            add(before, keys)
+            for key, value in before.items():
+                counter[divmod(key, width)] += value
+
+        add(self.pcie_tx, src)
+        add(self.pcie_rx, dst)
+        local = src_node == dst_node
+        add(self.gpu_tx, src[local])
+        add(self.gpu_rx, dst[local])
+        add(self.fabric, src_node[local])
+        self.intra_total += int(local.sum())
+        far = ~local
+        s, d, sn, dn = src[far], dst[far], src_node[far], dst_node[far]
+        add_pairs(self.nic_tx, sn, (s % g) * self.nic_count // g)
+        add_pairs(self.nic_rx, dn, (d % g) * self.nic_count // g)
+        spine = sn // self.leaf != dn // self.leaf
+        add(self.node_tx, sn[spine] // self.leaf)
+        add(self.node_rx, dn[spine] // self.leaf)
+        add(self.gpu_net_tx, s, 1)
+        add(self.gpu_net_rx, d, 1)
+        self.inter_total += int((s < ranks).sum())
+
     def load(self) -> RoundLoad:
         def top(c: Counter) -> float:
             return max(c.values(), default=0)
@@ -240,6 +288,9 @@ def messages(phase: Phase, layout: Layout, group: tuple[int, ...]):
 
 
 def _count_into(counts: _Counts, phase: Phase, layout: Layout, weight: float = 1.0) -> None:
+    if phase.pattern.name in ("push", "pull"):
+        counts.stars([grp for grp in phase.groups if len(grp) >= 2], phase.pattern.name == "push", weight)
+        return
     for group in phase.groups:
         if len(group) < 2:
             continue
