@@ -35,6 +35,7 @@ from sim.uncertainty import (
     gradient_bits,
     incast_slowed,
     interval_regime,
+    line_rate_ceiling,
     measured_node_bounds,
     predicted_regime,
     prediction_interval,
@@ -119,7 +120,8 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
     site = c.nic.name if c.nic.name in SITES else None
     n_params = params if model is None else model_profile(model).n_params
     samples = c.gpus_per_node * batch_per_gpu * accumulation_steps
-    naive = alpha_beta_throughput(n_params, gradient_bits(optimizer, grad_dtype), c.n_nodes, samples,
+    naive = alpha_beta_throughput(n_params, gradient_bits(optimizer, grad_dtype, model or "",
+                                                           warmup_fraction, marsit_period), c.n_nodes, samples,
                                   out["single_node_throughput"], c.nic.link_rate * c.nic.count / 8)
     incast_s = out["incast_timeouts"] * c.nic.retransmission_timeout
     # the interval's regime sees the simulator's incast stalls: an alpha-beta ring's step plus them
@@ -219,6 +221,26 @@ def predict_on(c: Cluster, *, optimizer: str = "sgdm", model: str | None = None,
              "share": 1 - (site_span / total) ** 2, "why": "; ".join(reasons),
              "source": f"birder predict --network {base_nic.name} (its own interval)"}]
         drivers.sort(key=lambda e: -e["share"])
+    if measured is not None and carried and c.n_nodes == 1:
+        # the node measured at other micro-batches per step: fewer add the same once-per-step costs (all-reduce,
+        # optimizer) to fewer samples, so they are no faster than the measurement, and more no slower
+        if accumulation_steps < single_node_accumulation_steps and high > max(out["throughput"],
+                                                                              single_node_throughput):
+            high = max(out["throughput"], single_node_throughput)
+            basis += (f"; upper end held at the measured node ({single_node_throughput:.4g} samples/s at "
+                      f"{single_node_accumulation_steps} micro-batches per step: fewer are no faster)")
+        elif accumulation_steps > single_node_accumulation_steps and low < min(out["throughput"],
+                                                                               single_node_throughput):
+            low = min(out["throughput"], single_node_throughput)
+            basis += (f"; lower end held at the measured node ({single_node_throughput:.4g} samples/s at "
+                      f"{single_node_accumulation_steps} micro-batches per step: more are no slower)")
+    ceiling = line_rate_ceiling(c.n_gpus * batch_per_gpu * accumulation_steps,
+                                out["inter_node_bytes_per_gpu"] * c.gpus_per_node, c.nic.link_rate * c.nic.count / 8)
+    if high > max(out["throughput"], ceiling):
+        high = max(out["throughput"], ceiling)
+        basis += (f"; upper end held at the line-rate bound ({ceiling:.4g} samples/s: "
+                  f"{out['inter_node_bytes_per_gpu'] * c.gpus_per_node / 1e9:.4g} GB per node per step between "
+                  f"nodes through {c.nic.count} x {c.nic.link_rate / 1e9:g} Gb/s)")
     if model is not None:
         profile = model_profile(model)
         tokens, tokens_source = profile.tokens, profile.tokens_source

@@ -49,13 +49,18 @@ ALPHA_BETA_LATENCY_S = 22.4e-6
 predicted_regime = regime_of_efficiency  # the same line, drawn on a prediction (known before measuring)
 
 
-def alpha_beta_throughput(params: int, bits: int, nodes: int, samples_per_node: int, single_node_throughput: float,
-                          bandwidth: float) -> float:
+def alpha_beta_throughput(params: int, bits: int | tuple[tuple[float, int], ...], nodes: int, samples_per_node: int,
+                          single_node_throughput: float, bandwidth: float) -> float:
     """Naive baseline: one node's step (``samples_per_node`` at its measured throughput) plus a ring all-reduce
     of ``params`` x ``bits`` among ``nodes`` at ``bandwidth`` bytes/s per node, 2(n-1) messages of
-    ``ALPHA_BETA_LATENCY_S`` each, no overlap with compute (Thakur et al. 2005's ring)."""
+    ``ALPHA_BETA_LATENCY_S`` each, no overlap with compute (Thakur et al. 2005's ring). ``bits``: per element, or
+    (share, bits) of each kind of step (``gradient_bits``), the all-reduce's time averaged over them (0 bits: a
+    step that sends nothing)."""
     one_node_s = samples_per_node / single_node_throughput
-    allreduce_s = 2 * (nodes - 1) * ALPHA_BETA_LATENCY_S + 2 * (nodes - 1) / nodes * params * bits / 8 / bandwidth
+    steps = ((1.0, bits),) if isinstance(bits, int) else bits
+    allreduce_s = sum(share * (2 * (nodes - 1) * ALPHA_BETA_LATENCY_S
+                               + 2 * (nodes - 1) / nodes * params * b / 8 / bandwidth)
+                      for share, b in steps if b > 0)
     return nodes * samples_per_node / (one_node_s + allreduce_s)
 
 
@@ -65,9 +70,17 @@ def incast_slowed(throughput: float, samples_per_step: int, incast_s: float) -> 
     return samples_per_step / (samples_per_step / throughput + incast_s)
 
 
-def gradient_bits(optimizer: str, grad_dtype: str) -> int:
-    """Bits per gradient element a step sends: 1 for an optimizer that compresses, else the gradient dtype's."""
-    return 1 if registry.get(optimizer).compressed else GRAD_BITS[grad_dtype]
+def gradient_bits(optimizer: str, grad_dtype: str, model_name: str = "", warmup_fraction: float | None = None,
+                  marsit_period: int | None = None) -> tuple[tuple[float, int], ...]:
+    """(share, bits per gradient element) of each kind of step ``optimizer`` takes (its step kinds,
+    ``birder_ref.registry``, with the options the simulator takes): the gradient dtype's on a full-precision step,
+    1 on a compressed one, 0 on one that sends nothing. An optimizer the simulator does not run: every step
+    compressed or not as its spec says."""
+    spec = registry.get(optimizer)
+    if spec.step_kinds is None:
+        return ((1.0, 1 if spec.compressed else GRAD_BITS[grad_dtype]),)
+    return tuple((k.share, 0 if k.comm == "none" else GRAD_BITS[grad_dtype] if k.full_precision else 1)
+                 for k in spec.step_kinds(model_name, warmup_fraction, marsit_period) if k.share > 0)
 
 
 def interval_regime(alpha_beta_efficiency: float) -> str:
@@ -611,6 +624,13 @@ def speedup_interval(a: dict, b: dict) -> dict:
                  f"out ({q['corpus']})")
     verdict = "faster" if low > 1 else "slower" if high < 1 else "within the uncertainty"
     return {"ratio": ratio, "low": low, "high": high, "basis": basis, "verdict": verdict}
+
+
+def line_rate_ceiling(samples_per_step: float, node_bytes_per_step: float, node_bandwidth: float) -> float:
+    """The most samples/s a step of ``samples_per_step`` can reach when each node sends ``node_bytes_per_step``
+    between nodes through NICs of ``node_bandwidth`` bytes/s in all (their line rate: no protocol, no latency,
+    no compute): a physical bound no interval crosses (infinite where nothing crosses a node)."""
+    return math.inf if node_bytes_per_step <= 0 else samples_per_step * node_bandwidth / node_bytes_per_step
 
 
 def measured_node_bounds(low: float, high: float, basis: str, throughput: float, nodes: int,

@@ -65,7 +65,7 @@ def alpha_beta(row: PublishedRow) -> float:
     """``alpha_beta_throughput`` of a corpus row: its link rate (``link_rate_gbps``) on all its NICs, once per
     optimizer step (``grad_accum`` micro-batches)."""
     bits = gradient_bits(SIMULATED_AS.get(row.optimizer, row.optimizer),
-                         GRAD_DTYPE_OF_PRECISION.get(row.precision, "fp32"))
+                         GRAD_DTYPE_OF_PRECISION.get(row.precision, "fp32"), row.model, row.warmup_fraction)
     return alpha_beta_throughput(row.params, bits, row.nodes, row.gpus_per_node * row.batch_per_gpu * row.grad_accum,
                                  row.single_node_throughput, link_rate_gbps(row) * 1e9 * row.nics_per_node / 8)
 
