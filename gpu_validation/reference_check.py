@@ -40,8 +40,12 @@ class Reference:
         opt.register_step_post_hook(self._after)
 
     def _flat_grads(self) -> torch.Tensor:
-        return torch.cat([torch.zeros(p.numel()) if p.grad is None or not p.requires_grad
+        """Every rank's g_t as step() takes it: ``.grad`` divided by the scale a ``GradScaler`` still left in it
+        (``grad_scale``, set by its step(): Birder divides in float32, so does this)."""
+        flat = torch.cat([torch.zeros(p.numel()) if p.grad is None or not p.requires_grad
                           else p.grad.detach().reshape(-1).float() for p in self.opt._params])
+        scale = getattr(self.opt, "grad_scale", None)
+        return flat if scale is None else flat / scale.to(dtype=torch.float32, device=flat.device)
 
     def _flat_params(self) -> torch.Tensor:
         return torch.cat([p.detach().reshape(-1).double() for p in self.opt._params])
@@ -49,7 +53,7 @@ class Reference:
     def _before(self, opt, args, kwargs):
         """Keep the parameters; gather the gradients now, or, for ``step(closure)``, once the closure has run
         (step() sees what it leaves in ``.grad``)."""
-        self.before = self._flat_params().numpy()
+        self.before, self.t_before = self._flat_params().numpy(), opt.t
         closure = args[1] if len(args) > 1 else kwargs.get("closure")  # args[0]: the optimizer
         if closure is None:
             self.grads = _gather(self._flat_grads())
@@ -64,6 +68,10 @@ class Reference:
 
     def _after(self, opt, args, kwargs) -> None:
         after = _gather(self._flat_params())
+        if opt.t == self.t_before:  # a skipped step (non-finite gradients, a scaler's back-off): nothing moves
+            self.mismatched += int((after != self.before).any(axis=0).sum())
+            self.steps += 1
+            return
         topo, t = opt.topology, self.state.t + 1
         world = dist.get_world_size()
         by_node = self.grads.reshape(topo.n_nodes if topo.scheme == "hierarchical" else world, -1, opt.dim)

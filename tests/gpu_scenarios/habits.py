@@ -14,6 +14,7 @@ row's pattern is found by its name in one file.)
 from __future__ import annotations
 
 import copy
+import math
 import os
 import sys
 import tempfile
@@ -309,6 +310,21 @@ def autocast_bf16(at: Place) -> dict:
             out = ddp(x)
         nn.functional.mse_loss(out.float(), y).backward()
         opt.step()
+        opt.zero_grad()
+    return _result(model, ref)
+
+
+def grad_scaler_growing(at: Place) -> dict:
+    """A GradScaler whose scale doubles every step, left in ``.grad`` for step() to divide (no unscale_), and a
+    step of non-finite gradients it backs off from: the reference must take ``.grad`` as step() does."""
+    model, ddp, opt, ref = _plain(at)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**4, growth_interval=1)
+    for step in range(1, STEPS + 2):
+        x, y = batch(SEED, step, at.rank)
+        loss = nn.functional.mse_loss(ddp(x), y)
+        scaler.scale(loss * (math.inf if step == 2 else 1.0)).backward()
+        scaler.step(opt)
+        scaler.update()
         opt.zero_grad()
     return _result(model, ref)
 
@@ -1009,6 +1025,8 @@ HABITS: tuple[Habit, ...] = (
     _works(checkpoint_non_reentrant, "`torch.utils.checkpoint` (`use_reentrant=False`)", "as without it"),
     _works(checkpoint_reentrant, "`torch.utils.checkpoint` (`use_reentrant=True`)", "as without it"),
     _works(autocast_bf16, "`torch.autocast('cpu', dtype=torch.bfloat16)`", "Algorithm 1 on the bf16-made gradients"),
+    _works(grad_scaler_growing, "`GradScaler(growth_interval=1)`, no `unscale_`, one step of `inf` gradients",
+           "step() divides by the scale left in `.grad`; the `inf` step is skipped and the scale backs off"),
     _works(ema_averaged_model, "EMA copy: `AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.9))`",
            "the EMA reads parameters only; identical on every rank"),
     _works(swa_lr, "SWA: `AveragedModel(model)` + `SWALR`", "the SWA lr; the average identical on every rank"),
