@@ -106,11 +106,15 @@ def eps_convention(ctx: Context) -> dict:
                     first = (f"first at {rec.setting.name} step {rec.new.t}, worker {i}, element {j}: m = "
                              f"{rec.new.m[i, j]:.9g}, b = {rec.new.b[i, j]:.9g}, eps = {rec.setting.eps:g}")
                 m, b, eps = rec.new.m.astype(np.float64), rec.new.b.astype(np.float64), rec.setting.eps
+                # a convention explains an element only from a finite m and b: where the implementation's own m or b
+                # overflowed, every convention gives NaN as its error does, and none of them is the cause
+                finite = np.isfinite(m) & np.isfinite(b)
                 for name, ratio in ALTERNATIVE_CONVENTIONS.items():
                     with np.errstate(all="ignore"):
                         y = ratio(m, b, eps) + rec.prev.e
                         predicted = y - np.where(y - rec.new.e >= 0, 1.0, -1.0)
-                        fit = (np.abs(rec.new.e - predicted) <= TOL_ERROR) | (np.isnan(rec.new.e) & np.isnan(predicted))
+                        fit = finite & ((np.abs(rec.new.e - predicted) <= TOL_ERROR)
+                                        | (np.isnan(rec.new.e) & np.isnan(predicted)))
                     fits[name] += int((bad & fit).sum())
                     fits_all[name] += int((broken & fit).sum())
         return {"plain": plain, "sensitive": sensitive, "sensitive_total": sensitive_total, "fits": fits,

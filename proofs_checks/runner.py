@@ -139,8 +139,9 @@ class Report:
 
     @property
     def warnings(self) -> list[str]:
-        """The checks of severity "warning" that fail: the interface's robustness, not the algorithm."""
-        return [r.name for r in self.results if r.severity == "warning" and not r.passed]
+        """The checks of severity "warning" that fail: the interface's robustness, not the algorithm (one not
+        judged, resting on a failure, is counted with those, not as a warning)."""
+        return [r.name for r in self.results if r.severity == "warning" and r.status == "fail"]
 
     @property
     def interface_broken(self) -> str | None:

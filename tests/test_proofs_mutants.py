@@ -60,3 +60,43 @@ def test_lerp_momentum_is_only_warned_where_g_minus_m_overflows():
     assert not extremes.passed and extremes.severity == "warning" and "first wrong at float32_max" in extremes.detail
     assert "-inf" in extremes.detail or " inf" in extremes.detail
     assert not replace(report, strict=True).passed
+
+
+SUM_THEN_DIVIDE = '''
+import numpy as np
+F = np.float32
+def quantize(y, u):
+    return np.where(u < (np.clip(y, -1, 1) + F(1)) / F(2), F(1), F(-1))
+def init(n, d):
+    z = lambda: np.zeros((n, d), F)
+    return dict(m=z(), b_hat=z(), b=z(), e=z(), server_e=np.zeros(d, F), t=0)
+def step(state, grads, beta=0.95, eps=1e-8, u_worker=None, u_server=None, T0=None):
+    g = np.broadcast_to(grads.sum(axis=0) / F(grads.shape[0]), grads.shape)  # the sum overflows at huge |g|
+    t = state["t"] + 1
+    m = beta * state["m"] + (1 - beta) * g
+    b_hat = beta * state["b_hat"] + (1 - beta) * np.abs(g)
+    b = np.maximum(state["b"], b_hat) if T0 is not None and t > T0 else b_hat
+    y = m / (b + F(eps)) + state["e"]
+    u = quantize(y, u_worker)
+    z = u.sum(axis=0) / F(u.shape[0]) + state["server_e"]
+    ub = quantize(z, u_server)
+    return ub, dict(m=m, b_hat=b_hat, b=b, e=y - u, server_e=z - ub, t=t)
+'''
+
+
+def test_an_overflow_upstream_is_not_blamed_on_the_eps_convention(tmp_path):
+    """Gradients summed over the workers before dividing (a DDP habit) overflow float32 where the interface's
+    lines are finite: m and b are inf or NaN there, every convention of r then gives NaN as the error does, and a
+    trial found contract_eps_convention blaming r = m / max(b, eps), which the implementation does not use. The
+    cause is line 5-6's (which fails); the eps clause is not judged, and the warning resting on it is counted
+    as not judged, not as a warning."""
+    path = tmp_path / "sum_then_divide.py"
+    path.write_text(SUM_THEN_DIVIDE)
+    names = ["line5_6_moments", "line9_worker_error", "contract_eps_convention", "contract_float32_extremes"]
+    report = run_checks(load_target(str(path)), names=names, progress=False)
+    by_name = {r.name: r for r in report.results}
+    assert by_name["line5_6_moments"].status == "fail"
+    assert by_name["contract_eps_convention"].status == "blocked", by_name["contract_eps_convention"].detail
+    assert "max(b, eps)" not in by_name["contract_eps_convention"].detail
+    assert by_name["contract_float32_extremes"].status == "blocked"
+    assert report.warnings == []
