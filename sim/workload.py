@@ -456,9 +456,12 @@ def _calibrated(one: Cluster, work: Workload, kinds: tuple[StepKind, ...], singl
                 ) -> tuple[float, float]:
     target = one.n_gpus * work.batch_per_gpu * work.accumulation_steps / single_node_throughput
     if _average(one, work, kinds, 0.0)[0] > target:
+        path = ("the number, the intra-node fabric or the network to the parameter server (Birder's ps scheme "
+                "reaches it through a NIC even on one node)" if one.nic is not ONE_NODE_NIC
+                else "the number or the intra-node fabric")
         raise ValueError(
             f"single_node_throughput {single_node_throughput:g} is faster than this cluster's communication "
-            "alone allows on one node; check the number or the intra-node fabric")
+            f"alone allows on one node; check {path}")
     from scipy.optimize import brentq  # here: a prediction without a measured node never imports scipy
 
     hi = target / work.accumulation_steps

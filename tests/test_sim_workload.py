@@ -52,6 +52,17 @@ def test_each_birder_scheme_reproduces_the_measured_node_and_stays_below_linear(
         assert four.throughput <= 4 * measured * (1 + 1e-9)
 
 
+@pytest.mark.parametrize("scheme, names_the_network", [("ps", True), ("hierarchical", False)])
+def test_a_node_faster_than_its_own_communication_is_refused_naming_the_path_it_takes(scheme, names_the_network):
+    """The ps scheme's one node reaches its server through a NIC: a refusal names the network as well as the
+    intra-node fabric (the trial's refusal blamed the fabric alone); the other schemes' one node never leaves it."""
+    with pytest.raises(ValueError, match="faster than this cluster's communication alone allows") as refused:
+        predict(cluster("10gbe", 1), model="resnet50", optimizer="birder", scheme=scheme,
+                single_node_throughput=1e6)
+    assert ("network to the parameter server" in str(refused.value)) is names_the_network
+    assert "intra-node fabric" in str(refused.value)
+
+
 def test_predictions_are_deterministic():
     kwargs = dict(model="bert-base", batch_per_gpu=3, optimizer="onebit-adam")
     assert predict(cluster("10gbe", 4), **kwargs) == predict(cluster("10gbe", 4), **kwargs)
