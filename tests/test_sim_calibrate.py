@@ -263,3 +263,18 @@ def test_an_efficiency_the_table_cannot_pin_is_reported_as_such(tmp_path, capsys
     printed = capsys.readouterr()
     text = printed.out + printed.err
     assert "NOT IDENTIFIED: the host-staged" in text and "large, >= 64 MiB    5 rows" in text
+
+
+@pytest.mark.parametrize("network, busbw, binding", [("ib-ndr", 200e9, "the GPU-NIC PCIe link binds"),
+                                                     ("100gbe", 40e9, "host-staged socket path binds")])
+def test_a_table_past_the_limit_that_binds_is_refused_not_fitted(tmp_path, network, busbw, binding):
+    """A table faster than the named hardware allows through whichever limit of the NIC's path binds: the trial's
+    paste of 320 GB/s on 2 x 8 GPUs with one NDR NIC, whose GPU's PCIe link binds so that the efficiency is not
+    pinned, was written with errors up to 1,235%; it is refused, naming the limit, and nothing is written."""
+    paste = _alpha_beta_paste(tmp_path / "ar.txt", busbw)
+    out = tmp_path / "c.toml"
+    run = subprocess.run([sys.executable, "-m", "birder.cli", "calibrate", str(paste), "--network", network,
+                          "--nodes", "2", "--gpus-per-node", "8", "--out", str(out)], capture_output=True, text=True)
+    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "the table is faster than 1 x" in run.stderr and binding in run.stderr
+    assert not out.exists()
