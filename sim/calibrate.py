@@ -177,6 +177,11 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
         if line.startswith("#") or len(tokens) < 3 or not (tokens[0].isdigit() and tokens[1].isdigit()
                                                             and tokens[2].isidentifier()):
             continue  # comments, NCCL logs, prompts: only lines of a size, a count and a type are rows
+        if rows and len(tokens) < columns and columns - len(tokens) != side:  # a row cut before its in-place
+            # columns still has its out-of-place ones whole (read as such); cut anywhere else, it is no row
+            raise ValueError(f"{source}, line {lineno}: {len(tokens)} columns where the rows above have {columns}: "
+                             f"the row is cut short (does the paste end mid-row?): {' '.join(tokens)[:80]!r}")
+        columns = len(tokens)
         rest, redop, root = tokens[3:], None, None
         if rest and rest[0] in _REDOPS:
             redop, rest = rest[0], rest[1:]

@@ -79,6 +79,22 @@ def _second_run(text: str, hosts: tuple[str, str]) -> str:
     return text + "\n".join(header + [row]) + "\n"
 
 
+def _cut_last_row(text: str, keep: int) -> str:
+    """The paste ending inside its last row, after ``keep`` of its columns."""
+    lines = text.splitlines()
+    last = max(i for i, x in enumerate(lines) if x.strip()[:1].isdigit())
+    return "\n".join(lines[:last] + [" ".join(lines[last].split()[:keep])]) + "\n"
+
+
+def test_a_row_cut_before_its_in_place_columns_is_read_and_one_cut_inside_them_refused():
+    whole = calibrate.parse_nccl_tests(GB10_SMALL.read_text(), "paste")
+    cut = calibrate.parse_nccl_tests(_cut_last_row(GB10_SMALL.read_text(), 9), "paste")  # out-of-place whole
+    assert [m.time_s for m in cut.rows] == [m.time_s for m in whole.rows]
+    for keep in (8, 6):  # the trial's paste: cut inside busbw read "-1" (the root) as a time of -1.0 us
+        with pytest.raises(ValueError, match=f"{keep} columns where the rows above have 13: the row is cut short"):
+            calibrate.parse_nccl_tests(_cut_last_row(GB10_SMALL.read_text(), keep), "paste")
+
+
 @pytest.mark.parametrize("edit, message", [
     # two runs one after the other whose sizes do not repeat: on other hosts (the Rank lines would count 4 hosts of
     # 1 GPU), or on the same ones (rows of two measurements in one fit)
