@@ -140,6 +140,7 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
     rows, ranks, gpus, evidence, names, counts_wrong, seen = [], {}, set(), [], {}, False, {}
     sweep = None  # (maxBytes, step, "factor" or "bytes") from the run's header
     side = 4  # columns per side: time, algbw, busbw, #wrong (-I 1 adds i_min, i_max, i_p99, i_cv% after them)
+    columns = 0  # tokens of the table's first row: every row prints as many
     run_started, rank_line, second_run = None, {}, None  # line of the run's header; rank -> its Rank line's
     run_hosts: list[set[str]] = []  # the hosts of each run's Rank lines
     for lineno, raw in enumerate(text.splitlines(), 1):
