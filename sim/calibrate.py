@@ -461,6 +461,14 @@ def layout(outputs: list[NcclTestsOutput], nodes: int | None, gpus_per_node: int
     return nodes, gpus_per_node
 
 
+def check_gpu(outputs: list[NcclTestsOutput], given: str | None) -> None:
+    """ValueError where ``--gpu`` names another GPU than the one the output's Rank lines name (as ``layout``
+    refuses a --nodes the Rank lines contradict): the GPU sets the PCIe link the NICs sit behind."""
+    for o in outputs:
+        if given is not None and o.gpu is not None and o.gpu != given:
+            raise ValueError(f"--gpu {given} but the output's Rank lines name {', '.join(o.device_names)} ({o.gpu})")
+
+
 def layout_sources(outputs: list[NcclTestsOutput], gpu_given: bool, gpu: str) -> dict[str, str]:
     """Where a calibrated cluster's ``nodes``, ``gpus_per_node`` and ``gpu`` came from (``layout`` and the GPU
     the Rank lines name): the log, the command line, or the default, and why the log could not say."""

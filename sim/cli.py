@@ -847,6 +847,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     if nodes < 2:
         raise ValueError(f"the output was measured on one node ({per_node} GPUs): it never crosses the network, so it "
                          "cannot fit one; run nccl-tests across two or more nodes (birder doctor judges a single node)")
+    calibrate.check_gpu(outputs, args.gpu)
     shown = {o.gpu for o in outputs if o.gpu}
     if len(shown) > 1:
         raise ValueError(f"the outputs were measured on different GPUs ({', '.join(sorted(shown))}): they are two "
@@ -908,6 +909,7 @@ def run_doctor(args: argparse.Namespace) -> int:
     if nodes > 1 and not (args.network or args.cluster):
         raise ValueError(f"the output spans {nodes} nodes: name the network it ran on (--network PRESET, e.g. ib-hdr "
                          "or 100gbe, or --cluster FILE.toml) so that doctor knows what the hardware gives")
+    calibrate.check_gpu([output], args.gpu)
     gpu = args.gpu or output.gpu
     if gpu is None and not args.cluster:
         shown = ", ".join(output.device_names) or "none printed"

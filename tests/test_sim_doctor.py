@@ -137,3 +137,16 @@ def test_layouts_a_network_fit_cannot_use_are_refused(tmp_path, capsys):
     single.write_text(_with_ranks([8]))
     assert main(["calibrate", str(single), "--network", "roce-200gbe", "--out", str(tmp_path / "c.toml")]) == 2
     assert "measured on one node" in capsys.readouterr().err and not (tmp_path / "c.toml").exists()
+
+
+@pytest.mark.parametrize("command", ["doctor", "calibrate"])
+def test_a_gpu_the_rank_lines_contradict_is_refused(tmp_path, capsys, command):
+    """--gpu a100 on a log whose Rank lines name an H100: the GPU sets the PCIe link behind the NICs, so both
+    commands refuse it as they refuse a --nodes the Rank lines contradict (the trial's doctor judged it silently)."""
+    log = tmp_path / "h100.txt"
+    log.write_text(GB10_SMALL.read_text().replace("NVIDIA GB10", "NVIDIA H100 80GB HBM3"))
+    out = ["--out", str(tmp_path / "c.toml")] if command == "calibrate" else []
+    assert main([command, str(log), "--network", "roce-200gbe", "--gpu", "a100", *out]) == 2
+    err = capsys.readouterr().err
+    assert "--gpu a100 but the output's Rank lines name NVIDIA H100 80GB HBM3 (h100)" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "c.toml").exists()
