@@ -230,24 +230,19 @@ class _Counts:
         members = np.fromiter((ep for grp in groups for ep in grp[:-1]), dtype=np.int64, count=int(sizes.sum()))
         roots = np.repeat(np.fromiter((grp[-1] for grp in groups), dtype=np.int64, count=len(sizes)), sizes)
         src, dst = (members, roots) if inward else (roots, members)
-        g, ranks = self.layout.gpus_per_node, self.layout.n_ranks
-        src_node, dst_node = src // g, dst // g
+        layout, ranks = self.layout, self.layout.n_ranks
+        src_node, dst_node = layout.node_of(src), layout.node_of(dst)  # both take arrays as they take endpoints
 
-        def add(counter: Counter, keys: np.ndarray, weights: float | np.ndarray = weight) -> None:
-            if not keys.size:
-                return
+        def add(counter: Counter, keys: np.ndarray, weights: float = weight, key_of=lambda key: key) -> None:
             unique, index = np.unique(keys, return_inverse=True)
-            sums = np.bincount(index, weights=np.broadcast_to(np.asarray(weights, dtype=float), keys.shape))
+            sums = np.bincount(index, weights=np.full(keys.shape, weights, dtype=float))
             for key, value in zip(unique.tolist(), sums.tolist(), strict=True):
-                counter[key] += value
+                counter[key_of(key)] += value
 
-        def add_pairs(counter: Counter, first: np.ndarray, second: np.ndarray) -> None:
-            width = int(second.max()) + 1 if second.size else 1
-            keys = first * width + second
-            before = Counter()
-            add(before, keys)
-            for key, value in before.items():
-                counter[divmod(key, width)] += value
+        def add_nics(counter: Counter, nodes: np.ndarray, endpoints: np.ndarray) -> None:
+            # (node, rail) keys as one integer each, node x nic_count + rail (``_Counts.nic``)
+            add(counter, nodes * self.nic_count + rail(layout, endpoints, self.nic_count),
+                key_of=lambda key: divmod(key, self.nic_count))
 
         add(self.pcie_tx, src)
         add(self.pcie_rx, dst)
@@ -258,8 +253,8 @@ class _Counts:
         self.intra_total += int(local.sum())
         far = ~local
         s, d, sn, dn = src[far], dst[far], src_node[far], dst_node[far]
-        add_pairs(self.nic_tx, sn, (s % g) * self.nic_count // g)
-        add_pairs(self.nic_rx, dn, (d % g) * self.nic_count // g)
+        add_nics(self.nic_tx, sn, s)
+        add_nics(self.nic_rx, dn, d)
         spine = sn // self.leaf != dn // self.leaf
         add(self.node_tx, sn[spine] // self.leaf)
         add(self.node_rx, dn[spine] // self.leaf)

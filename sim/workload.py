@@ -204,7 +204,7 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
     buckets = split_buckets(model, split) if split is not None else \
         ddp_buckets(model, 4, framework.bucket_cap_bytes, framework.first_bucket_bytes)
     layer_done = [env.event() for _ in layers]
-    ready_at: dict[int, float] = {}  # when each layer's gradients were ready (a framework's cycle counts from them)
+    ready_at = [math.nan] * len(layers)  # when each layer's gradients were ready (a framework's cycle counts from)
     compressed = not kind.full_precision
     scheme = work.scheme if spec.takes_scheme else ""
     totals = {"compression": 0.0, "intra": 0.0, "inter": 0.0, "contention": 0.0}
@@ -296,7 +296,7 @@ def _step(cluster: Cluster, work: Workload, kind: StepKind, compute_s: float, tr
                     # enqueued at the loop's first cycle after the bucket was ready, not after the previous
                     # collective ended: Horovod's background loop only enqueues (operations.cc RunLoopOnce; the
                     # GPU's finalizer threads wait), so every bucket ready by a cycle starts as the stream frees
-                    ticks = math.ceil((ready_at[layer % len(layers)] - start) / framework.cycle - 1e-12)
+                    ticks = math.ceil((ready_at[layer] - start) / framework.cycle - 1e-12)
                     yield env.timeout(max(0.0, start + ticks * framework.cycle - env.now))
                 yield from communicate(bucket.elements)
 
