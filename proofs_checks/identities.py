@@ -322,6 +322,79 @@ def server_error(ctx: Context) -> Outcome:
     return _per_step(ctx, residual, TOL_ERROR, "2^-20 (or u_bar not +-1)", column_mask)
 
 
+# The stored value of each line against the float32 result of the interface's operations on the implementation's own
+# stored inputs of that line: (line, stored, recomputed, the magnitude of the line's largest operand, for ulps).
+def _line_results(rec: Record, d: Derived) -> tuple[tuple[str, np.ndarray, np.ndarray, np.ndarray], ...]:
+    beta = float(rec.setting.beta)
+    moments = contract_moments(rec.prev, rec.grads, beta)
+    g = np.abs(np.asarray(rec.grads, np.float64))
+    with np.errstate(all="ignore"):
+        e = d.y.astype(np.float32) - d.u.astype(np.float32)
+        server_e = d.z.astype(np.float32) - np.asarray(rec.u_bar, np.float32)
+        m_scale = np.maximum(beta * np.abs(rec.prev.m.astype(np.float64)), (1 - beta) * g)
+        b_scale = np.maximum(beta * np.abs(rec.prev.b_hat.astype(np.float64)), (1 - beta) * g)
+    return (("line 5 (m)", rec.new.m, moments["m"], m_scale),
+            ("line 6 (b_hat)", rec.new.b_hat, moments["b_hat"], b_scale),
+            ("line 9 (e)", rec.new.e, e, np.abs(d.y)),
+            ("line 13 (server_e)", rec.new.server_e, server_e, np.abs(d.z)))
+
+
+def order_differences(ctx: Context) -> dict:
+    """Per line, the finite stored elements that differ from the interface's float32 result computed from the
+    implementation's own inputs of that line (so each line is judged alone), the largest difference in ulp of
+    the line's largest operand and the first place; non-finite values are the extremes' and error checks' to judge."""
+
+    def compute():
+        found = {}
+        for rec in all_records(ctx):
+            d = derive(rec)
+            for line, got, expected, scale in _line_results(rec, d):
+                got = np.asarray(got, np.float32)
+                with np.errstate(all="ignore"):
+                    differ = np.isfinite(got) & np.isfinite(expected) & (got != expected)
+                entry = found.setdefault(line, {"count": 0, "total": 0, "ulps": 0.0, "first": ""})
+                entry["total"] += got.size
+                if differ.any():
+                    largest = np.maximum(np.abs(expected[differ]), scale[differ]).astype(np.float32)
+                    ulps = np.abs(got[differ].astype(np.float64) - expected[differ]) / np.spacing(largest)
+                    entry["count"] += int(differ.sum())
+                    entry["ulps"] = max(entry["ulps"], float(ulps.max()))
+                    if not entry["first"]:
+                        index = tuple(int(i) for i in np.argwhere(differ)[0])
+                        entry["first"] = (f"{rec.setting.name} step {rec.new.t}, element {index}: "
+                                          f"{got[index]:.9g}, the interface's order gives {expected[index]:.9g}")
+        return found
+
+    return ctx.shared("order_differences", compute)
+
+
+@check(
+    "contract_operation_order",
+    "Interface (robustness): each stored m, b_hat, e and server_e is the float32 result of the interface's "
+    "operations in its order, so two implementations fed the same draws agree bit for bit",
+    "every recorded step: lines 5-6, 9 and 13 recomputed in float32 in the interface's order (m / (b + float32(eps)), "
+    "sum(u) / float32(n), NumPy 2 promotion) from the implementation's own stored inputs of each line, compared bit "
+    "for bit; a warning: another order (a reciprocal, a float64 intermediate, a lerp, an FMA) moves a last ulp, "
+    "within the error checks' tolerance, yet can flip a sign where y or z lies within an ulp of a draw's threshold",
+    kind="contract",
+    after=("line5_6_moments", "line9_worker_error", "line13_server_error", "contract_eps_convention"),
+    severity="warning",
+)
+def operation_order(ctx: Context) -> Outcome:
+    found = order_differences(ctx)
+    lines = [(line, entry) for line, entry in found.items() if entry["count"]]
+    total = sum(entry["total"] for entry in found.values())
+    if not lines:
+        return verdict(True, f"all {total} stored elements of lines 5, 6, 9 and 13 are bit for bit the interface's "
+                             "float32 order", "bit for bit")
+    parts = [f"{line}: {entry['count']} of {entry['total']} elements, up to {entry['ulps']:.2g} ulp of its largest "
+             f"operand, first at "
+             f"{entry['first']}" for line, entry in lines]
+    worst = max(entry["ulps"] for _, entry in lines)
+    return verdict(False, "another operation order than the interface's: " + "; ".join(parts),
+                   f"{sum(entry['count'] for _, entry in lines)} elements, <= {worst:.2g} ulp")
+
+
 @check(
     "telescoping_sums",
     "Lines 9 and 13 summed over t (e_0 = e_bar_0 = 0): sum_t u_t = sum_t m_t/b_t - e_T per worker; "

@@ -3,7 +3,8 @@
 It differs from the reference wherever the paper leaves room: the state is a dict, the arithmetic is float64 (the
 stored state is rounded to float32 once per step), and the quantizer sends +1 when u >= 1 - p rather than when
 u < p: the same law P(+1) = p (Eq. 5) with other draws mapped to +1, so it is not bit-identical to the reference
-(``birder check --parity`` tells them apart) while keeping every property of the paper.
+(``birder check --parity`` tells them apart) while keeping every property of the paper. Its float64 arithmetic
+moves last ulps of m, b_hat, e and server_e: the warning ``contract_operation_order`` says so (exit 0).
 
 ``Birder`` splits the step into the paper's lines, one method each, so that ``proofs_checks.mutants`` can break
 one line at a time.

@@ -60,7 +60,8 @@ def interface(ctx: Context) -> Outcome:
         return verdict(False, f"the implementation has no callable {', '.join(missing)}")
     keywords = _keyword_problem(ctx.target.step)
     if keywords:
-        return verdict(False, f"step does not take the keyword argument(s) {keywords}: the signature is "
+        return verdict(False, f"step does not take the keyword argument(s) {keywords}: yours is "
+                              f"step{inspect.signature(ctx.target.step)}; the interface requires "
                               "step(state, grads, beta, eps, u_worker, u_server, T0=None)")
     return verdict(True, "quantize, init and step are callable; step takes beta, eps, u_worker, u_server, T0",
                    "quantize, init, step")

@@ -65,18 +65,31 @@ HISTORY = (
 
 def per_step_on(ctx: Context, settings: tuple[Setting, ...], what: str) -> Outcome:
     """The per-step checks (``PER_STEP``) on ``settings`` instead of the suite's own: pass when all pass; else
-    fail naming each failing check and its detail."""
+    fail naming each failing check and its detail. A per-step check that already failed (or was not judged) on the
+    suite's own settings is not run again: its root cause is reported once, by that check, as is an implementation
+    error it already reported; if nothing else fails, this check is not judged."""
     from proofs_checks.runner import run_one, select  # the runner imports this module
 
-    sub = Context(ctx.target, settings=settings)
-    failed = []
-    for chk in select(list(PER_STEP)):
+    reported = [name for name in PER_STEP if name in ctx.failed]
+    sub = Context(ctx.target, settings=settings, failed=set(reported), errors=dict(ctx.errors))
+    remaining = [name for name in PER_STEP if name not in reported]
+    failed, unjudged = [], 0
+    for chk in select(remaining) if remaining else []:  # select([]) would mean every check
         result = run_one(sub, chk)
         if result.status == "fail":
             failed.append(f"{chk.name}: {result.detail}")
+        unjudged += result.status == "blocked"
     steps = sum(s.T for s in settings)
+    elsewhere = (f"; not run again: {', '.join(reported)}, which fail on the suite's own settings (reported there)"
+                 if reported else "")
     if failed:
-        return verdict(False, f"on {what}: " + " | ".join(failed), f"{len(failed)} of {len(PER_STEP)} checks fail")
+        return verdict(False, f"on {what}: " + " | ".join(failed) + elsewhere,
+                       f"{len(failed)} of {len(PER_STEP)} checks fail")
+    if reported or unjudged:
+        held = len(PER_STEP) - len(reported) - unjudged
+        return Outcome("blocked", f"not judged: {held} of {len(PER_STEP)} per-step checks hold over {len(settings)} "
+                                  f"{what} ({steps} steps), the others rest on a failure{elsewhere}",
+                       f"{held} of {len(PER_STEP)} hold")
     return verdict(True, f"{len(PER_STEP)} per-step checks hold over {len(settings)} {what} ({steps} steps)",
                    f"{len(settings)} settings")
 
@@ -92,7 +105,7 @@ def _names(settings) -> str:
     after=("contract_shapes",),
 )
 def structure_shapes(ctx: Context) -> Outcome:
-    return per_step_on(ctx, SHAPES, "the boundary shapes")
+    return per_step_on(ctx, SHAPES, "boundary shapes")
 
 
 @check(

@@ -83,3 +83,11 @@ def test_a_failed_warning_passes_with_a_claim_warning_unless_strict():
     strict = claim_tests(mutants.MUTANTS["lerp_momentum"][0], names=[check.name], strict=True)
     with pytest.raises(AssertionError, match="contract_float32_extremes"):
         strict(check, request)
+
+
+def test_the_float64_implementation_is_accepted_with_the_operation_order_warning_alone():
+    names = ["interface", "line5_6_moments", "line9_worker_error", "line13_server_error", "contract_eps_convention",
+             "contract_operation_order"]
+    report = run_checks(load_target("proofs_checks.independent"), names=names, progress=False)
+    assert report.passed and report.warnings == ["contract_operation_order"]
+    assert "line 5 (m)" in report.results[-1].detail and "line 13 (server_e)" in report.results[-1].detail
