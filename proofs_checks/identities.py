@@ -377,7 +377,8 @@ def order_differences(ctx: Context) -> dict:
     "for bit; a warning: another order (a reciprocal, a float64 intermediate, a lerp, an FMA) moves a last ulp, "
     "within the error checks' tolerance, yet can flip a sign where y or z lies within an ulp of a draw's threshold",
     kind="contract",
-    after=("line5_6_moments", "line9_worker_error", "line13_server_error", "contract_eps_convention"),
+    after=("contract_dtypes", "line5_6_moments", "line9_worker_error", "line13_server_error",
+           "contract_eps_convention"),
     severity="warning",
 )
 def operation_order(ctx: Context) -> Outcome:
