@@ -138,8 +138,12 @@ def run(args: argparse.Namespace) -> int:
 
     quiet = getattr(args, "quiet", False)
     # a bad price file or question fails here, before anything is built
-    report_prices.use_prices(report_prices.load_prices(args.prices) if args.prices else None)
-    report_grid.use_question(question(args))
+    prices = report_prices.load_prices(args.prices) if args.prices else None
+    asked = question(args)
+    if prices is not None:
+        _refuse_prices_that_price_nothing(prices, asked, args.prices)
+    report_prices.use_prices(prices)
+    report_grid.use_question(asked)
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         report = write_report(Path(args.out), quick=args.quick, progress=show_progress(quiet))
@@ -162,6 +166,27 @@ def run(args: argparse.Namespace) -> int:
 
 
 MAX_NODES = 4096  # the largest node count a question may ask (the simulator's grid reaches 512)
+
+
+def _refuse_prices_that_price_nothing(prices, asked, path: str) -> None:
+    """ValueError where the price file prices (NIC and switch port) none of the networks the report compares: it
+    would otherwise rank by throughput under a heading that says by cost, and name an unpriced network to buy."""
+    from birder.report_grid import buying_networks, cluster_network_name
+    from birder.report_verdict import price_network
+
+    if asked.cluster:
+        name = cluster_network_name(asked.cluster)
+        compared = [price_network(asked.cluster)(name)]
+    else:
+        compared = buying_networks()
+    if any(prices.cluster_cost(net, 1, 1) is not None for net in compared):
+        return
+    if asked.cluster and compared == [name]:
+        raise ValueError(f"--prices {path}: the cluster file {asked.cluster} names no network preset, so no "
+                         "price applies to it; add `preset = NAME` under its [network] (the preset whose NIC and "
+                         "switch port it buys) or leave out --prices")
+    raise ValueError(f"--prices {path}: prices both a NIC and a switch port for none of the networks compared "
+                     f"({', '.join(compared)}); add [nic] and [switch_port] entries for them")
 
 
 def question(args: argparse.Namespace):

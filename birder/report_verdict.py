@@ -166,10 +166,12 @@ def price_network(cluster: str | None):
 
 def shown_rows(v: Verdict, limit: int) -> tuple[Row, ...]:
     """The networks a question's table and figure show: all when they fit, else the ones the verdict rests on (the
-    network to buy, those not ruled out, where Birder's case is), then the cheapest and the fastest."""
+    network to buy, those not ruled out, closest to it first, where Birder's case is), then the cheapest and the
+    fastest."""
     if len(v.rows) <= limit:
         return v.rows
-    keep = [v.buy, *(r for r, _ in v.rivals)]
+    closest_first = sorted(v.rivals, key=lambda rp: -(v.value(rp[1]) if v.by == "value" else rp[1]["throughput"]))
+    keep = [v.buy, *(r for r, _ in closest_first)]
     if v.birder_case:
         keep += [r for r in v.rows if r.network in {p["network"] for p in v.birder_case}]
     keep += [v.rows[0], next(r for r in v.rows if v.fastest in (r.baseline, r.birder, r.other))]

@@ -364,3 +364,41 @@ def test_with_a_price_file_the_verdict_is_the_best_value_among_the_priced_networ
     assert dear.buy.network == "25gbe" and sentence(dear).count("buy") == 1
 
 
+
+
+def test_a_table_too_small_for_every_rival_keeps_the_closest_ones():
+    """A trial's table of 5 networks showed the four cheapest rivals and dropped ib-hdr, the one closest to the
+    network to buy, which the sentence below it named. The rivals now enter closest first."""
+    networks = ("10gbe", "25gbe", "40gbe", "100gbe", "ib-edr", "ib-hdr", "ib-ndr")
+    speeds = dict(zip(networks, (8000.0, 8200.0, 8400.0, 8600.0, 8800.0, 9400.0, 10000.0), strict=True))
+    preds = tuple(prediction(n, "sgdm", 16, speeds[n]) for n in networks)
+    g = ModelGrid(Setting("m", "M", 32, "built-in"), "built-in", ("sgdm",), networks, (16,), preds)
+    v = verdict(g, 16)
+    assert v.buy.network == "ib-ndr" and len(v.rivals) == 6
+    shown = [r.network for r in report_verdict.shown_rows(v, 5)]
+    assert shown == ["40gbe", "100gbe", "ib-edr", "ib-hdr", "ib-ndr"], shown
+
+
+@pytest.mark.parametrize("prices, cluster, message", [
+    ("currency = 'USD'\nnode = 265000\n[nic]\nib-ndr = 2500\n", None,
+     "prices both a NIC and a switch port for none of the networks compared (10gbe, "),
+    ("currency = 'USD'\nnode = 265000\n[nic]\nib-ndr = 2500\n[switch_port]\nib-ndr = 1500\n",
+     "name = 'mine'\nnodes = 8\ngpus_per_node = 8\ngpu = 'h100'\n[network]\ntransport = 'ib'\nline_rate_gbps = 400\n",
+     "names no network preset, so no price applies to it; add `preset = NAME` under its [network]"),
+])
+def test_a_price_file_that_prices_none_of_the_compared_networks_is_refused_before_any_work(tmp_path, capsys, prices,
+                                                                                           cluster, message):
+    """A trial got "buy: the most samples/s per unit of cost" over a table of "not priced" networks, and a network
+    to buy chosen by throughput. Now one error line, exit 2, and no report directory."""
+    from birder.cli import main
+
+    (tmp_path / "prices.toml").write_text(prices)
+    argv = ["report", "--model", "bert-large", "--nodes", "8", "--prices", str(tmp_path / "prices.toml"),
+            "--out", str(tmp_path / "out"), "--quiet"]
+    if cluster:
+        (tmp_path / "mine.toml").write_text(cluster)
+        argv += ["--cluster", str(tmp_path / "mine.toml")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "out").exists()
