@@ -86,7 +86,7 @@ def _both_ways(state) -> list[str]:
     "off, on and switching between calls) x 4 steps: u_bar and state bit for bit; every field of every state "
     "read both ways; keyword-only signatures are accepted",
     kind="contract",
-    after=("contract_shapes",),
+    after=("contract_shapes", "determinism"),  # a step that keeps state between calls differs from itself anyway
 )
 def calls(ctx: Context) -> Outcome:
     target = ctx.target
@@ -214,7 +214,7 @@ def input_layouts(ctx: Context) -> Outcome:
     "gradients and draws give bit for bit the u_bar and state (and quantize the output) of C-contiguous ones",
     "the calls of contract_input_layouts that were not refused, each against the call with C-contiguous copies",
     kind="contract",
-    after=("contract_shapes", "contract_purity"),
+    after=("contract_shapes", "contract_purity", "determinism"),
 )
 def layouts_same_result(ctx: Context) -> Outcome:
     found = layouts_run(ctx)

@@ -15,14 +15,24 @@ import numpy as np
 
 from proofs_checks.registry import Context, Outcome, check, verdict
 from proofs_checks.target import StateView
-from proofs_checks.trajectories import FLOAT32_EXTREME, Record, all_records, judged_trajectories, trajectories
+from proofs_checks.trajectories import (
+    FLOAT32_EXTREME,
+    SMALLEST_NORMAL,
+    Record,
+    all_records,
+    judged_trajectories,
+    trajectories,
+)
 
 # |impl - exact| for line 9 and line 13: r = m / (b + eps) rounds twice (<= 2^-23 as |r| <= 1), y = r + e once
 # (|y| <= 3: <= 2^-23), e = y - u once (<= 2^-24): 2^-20 leaves a factor 2.5 (and covers float64 internals).
 TOL_ERROR = 2.0**-20
 # lines 5-6: two products and a sum, each within half an ulp; 2^-21 relative to beta |m| + (1 - beta) |g|.
 TOL_MOMENT = 2.0**-21
-TINY = 2.0**-126  # slack for subnormal products
+TINY = 2.0**-126  # a floor for relative residuals, and slack for subnormal products in Eq. 9
+# lines 5-6 in the subnormal range: each rounding (two products and a sum; a lerp's three) is off by at most half of
+# the subnormal spacing 2^-149, whatever the order
+SUBNORMAL_ROUNDING = 2.0**-147
 # |m| <= b (Eq. 4) up to the rounding of lines 5-6 in another operation order (a lerp, an FMA): measured up to
 # 57 ulp (2^-17) for a lerp m beside an EMA b over the ratio sweep's 14 betas; a wrong denominator is off by far more.
 RATIO_SLACK = 2.0**-16
@@ -188,10 +198,12 @@ ORDER_ROUNDING = 2.0**-22
 def moment_breaks(ctx: Context) -> dict:
     """Lines 5-6 on every recorded step against the float32 recomputation in the interface's order: overflows
     (non-finite m or b_hat) counted apart where |m_{t-1}| + |g| (or |b_hat_{t-1}| + |g|) reaches
-    ``FLOAT32_EXTREME``, with the rest of their trajectory (what follows is not judged)."""
+    ``FLOAT32_EXTREME``, with the rest of their trajectory (what follows is not judged), and so are subnormal
+    results flushed to zero (``flushed``: both values below the smallest normal float32)."""
 
     def compute():
         found = {part: {"m": 0, "b_hat": 0, "first_m": "", "first_b_hat": ""} for part in ("ordinary", "extreme")}
+        found["flushed"] = 0
         total, worst = 0, 0.0
         for trajectory in trajectories(ctx):
             overflowed = False  # once m or b_hat overflowed at an extreme, the rest of the trajectory follows it
@@ -208,10 +220,14 @@ def moment_breaks(ctx: Context) -> dict:
                         exact = beta * prev + (1 - beta) * drive  # where the float32 recomputation overflows
                         residual = np.where(got == expected, 0.0, got - expected)
                         slack = TOL_MOMENT * scale + ORDER_ROUNDING * (np.abs(prev) + np.abs(drive))
-                        broken = ~(np.abs(residual) <= slack + TINY) & ~(np.abs(got - exact) <= slack)
+                        broken = ~(np.abs(residual) <= slack + SUBNORMAL_ROUNDING) & ~(np.abs(got - exact) <= slack)
                         extreme = (~(np.abs(prev) + np.abs(drive) < FLOAT32_EXTREME) & ~np.isfinite(got)) | overflowed
+                        # a subnormal result stored as another subnormal or 0: flushed to zero (a GPU's -ftz)
+                        flushed = broken & (np.abs(expected) < SMALLEST_NORMAL) & (np.abs(got) < SMALLEST_NORMAL)
                     extremes[name] = broken & extreme
-                    for part, mask in (("ordinary", broken & ~extreme), ("extreme", broken & extreme)):
+                    found["flushed"] += int((flushed & ~extreme).sum())
+                    parts = (("ordinary", broken & ~extreme & ~flushed), ("extreme", broken & (extreme | flushed)))
+                    for part, mask in parts:
                         if mask.any() and not found[part][f"first_{name}"]:
                             i, j = np.argwhere(mask)[0]
                             found[part][f"first_{name}"] = (
@@ -220,7 +236,8 @@ def moment_breaks(ctx: Context) -> dict:
                         found[part][name] += int(mask.sum())
                     total += residual.size
                     with np.errstate(all="ignore"):
-                        worst = max(worst, largest_abs(np.where(extreme, 0.0, residual) / np.maximum(scale, TINY)))
+                        worst = max(worst, largest_abs(np.where(extreme | flushed, 0.0, residual) /
+                                                       np.maximum(scale, TINY)))
                 overflowed = overflowed or any(bool(np.any(e)) for e in extremes.values())
         return {**found, "total": total, "worst": worst}
 
@@ -239,10 +256,10 @@ def _moments_detail(part: dict, total: int) -> tuple[str, str]:
     "Algorithm 1 lines 5-6: m = beta m + (1 - beta) g, b_hat = beta b_hat + (1 - beta) |g|",
     "every step of every regime and of the sampled settings (beta 1e-6 .. 1 - 2^-24, up to 4099 workers, d = "
     "70001, 1010 steps, magnitudes 1e-45 up to the largest finite float32, idle workers) against the float32 "
-    "recomputation in the interface's order; relative tolerance 2^-21 (+ 2^-126 for subnormals, + 2^-22 (|m| + "
+    "recomputation in the interface's order; relative tolerance 2^-21 (+ 2^-147 for subnormals, + 2^-22 (|m| + "
     "|g|) for another order's rounding: a lerp); where that "
     "recomputation overflows, the exact value is also accepted; an overflow where it is finite fails (where "
-    "|m| + |g| reaches 2^127, contract_float32_extremes judges instead)",
+    "|m| + |g| reaches 2^127, and where a subnormal result is flushed, contract_float32_extremes judges instead)",
 )
 def moments(ctx: Context) -> Outcome:
     found = moment_breaks(ctx)
@@ -254,10 +271,12 @@ def moments(ctx: Context) -> Outcome:
 
 @check(
     "contract_float32_extremes",
-    "Interface (robustness): lines 5-6 stay finite where beta m + (1 - beta) g is, also where |m| + |g| reaches "
-    "2^127 (half the largest float32)",
+    "Interface (robustness): lines 5-6 hold at float32's extremes: finite where beta m + (1 - beta) g is, also where "
+    "|m| + |g| reaches 2^127 (half the largest float32), and subnormal where it is (no flush to zero)",
     "the elements line5_6_moments leaves out (the float32_max regime and sampled magnitudes up to the largest "
-    "float32); a warning: another operation order (a lerp's g - m) overflows only there",
+    "float32; subnormal results stored as 0 or another subnormal); a warning: another operation order (a lerp's "
+    "g - m) overflows only there, and a flush to zero (a GPU's -ftz) moves only values below 2^-126, yet where eps "
+    "is as small r = m / (b + eps) moves with them",
     kind="contract",
     after=("line5_6_moments",),
     severity="warning",
@@ -266,7 +285,8 @@ def float32_extremes(ctx: Context) -> Outcome:
     found = moment_breaks(ctx)
     part = found["extreme"]
     lines, detail = _moments_detail(part, found["total"])
-    return verdict(not (part["m"] or part["b_hat"]), lines + detail, f"{part['m'] + part['b_hat']} elements")
+    flushed = f"; {found['flushed']} subnormal results flushed to zero or off" if found["flushed"] else ""
+    return verdict(not (part["m"] or part["b_hat"]), lines + detail + flushed, f"{part['m'] + part['b_hat']} elements")
 
 
 def _per_step(ctx: Context, residual_of, tolerance: float, tolerance_text: str, mask_of=None) -> Outcome:

@@ -163,6 +163,7 @@ def long_run(ctx: Context) -> dict:
     f"{LONG_T:,} steps on {LONG_N} x {LONG_D} elements, T0 = {LONG_T0:,} (as int and numpy.int64 in turn): t after "
     f"every step (a counter in 16 bits or in float16 wraps or stops); line 7 bit for bit against the "
     f"implementation's own b_hat over the first {LONG_READ} steps and the {LONG_READ} before T0 to the end",
+    after=("line2_step_counter", "line7_amsgrad"),  # what fails in a short run is reported there
 )
 def long_run_check(ctx: Context) -> Outcome:
     run = long_run(ctx)
@@ -417,7 +418,8 @@ def relation_failures(ctx: Context, shapes=RELATION_SHAPES) -> list[str]:
     + " ".join(f"{name}: {proof}" for name, proof in RELATIONS.items()),
     f"{RELATION_T} steps at n x d = {', '.join(f'{n} x {d}' for n, d in RELATION_SHAPES)}: each transformed run "
     "against the original run transformed, u_bar bit for bit, the state within 2^-20 relative",
-    after=("contract_shapes",),
+    after=("contract_shapes", "line5_6_moments", "line9_worker_error", "line13_server_error",
+           "line8_worker_quantizer", "line12_server_quantizer"),  # a wrong line breaks the relations too
 )
 def metamorphic(ctx: Context) -> Outcome:
     failures = relation_failures(ctx)

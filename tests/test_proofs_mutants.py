@@ -185,3 +185,17 @@ def test_a_signature_without_the_keywords_is_shown_as_the_users_beside_the_one_r
         "step does not take the keyword argument(s) beta, u_worker, u_server: yours is "
         "step(state, grads, b1, eps, uw, us, T0=None); the interface requires "
         "step(state, grads, beta, eps, u_worker, u_server, T0=None)")
+
+
+def test_a_flush_to_zero_of_subnormal_moments_is_a_warning_at_float32s_extremes(tmp_path):
+    """A trial's GPU habit (-ftz: subnormal results stored as 0) passed every check: lines 5-6 allowed 2^-126
+    absolute. Where eps is as small as the smallest normal float32 (which the interface allows), r = m / (b + eps)
+    moves with those values. Now the slack is the subnormal rounding (2^-147), and a flush is reported by the
+    float32 extremes' warning, not as a wrong line 5 (exit 0; 1 under --strict)."""
+    flush = 'np.where(np.abs(x := beta * state["m"] + (1 - beta) * g) < np.finfo(F).tiny, F(0), x)'
+    names = ["line5_6_moments", "contract_float32_extremes"]
+    report = run_checks(port(tmp_path, "flush_to_zero", MOMENT=flush), names=names, progress=False)
+    moments, extremes = report.results
+    assert moments.status == "pass" and report.passed and report.warnings == ["contract_float32_extremes"]
+    assert "subnormal results flushed to zero or off" in extremes.detail and "line 5 (m) broken" in extremes.detail
+    assert not replace(report, strict=True).passed
