@@ -409,8 +409,7 @@ def operation_order(ctx: Context) -> Outcome:
         return verdict(True, f"all {total} stored elements of lines 5, 6, 9 and 13 are bit for bit the interface's "
                              "float32 order", "bit for bit")
     parts = [f"{line}: {entry['count']} of {entry['total']} elements, up to {entry['ulps']:.2g} ulp of its largest "
-             f"operand, first at "
-             f"{entry['first']}" for line, entry in lines]
+             f"operand, first at {entry['first']}" for line, entry in lines]
     worst = max(entry["ulps"] for _, entry in lines)
     return verdict(False, "another operation order than the interface's: " + "; ".join(parts),
                    f"{sum(entry['count'] for _, entry in lines)} elements, <= {worst:.2g} ulp")
