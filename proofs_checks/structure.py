@@ -115,7 +115,7 @@ def structure_shapes(ctx: Context) -> Outcome:
     "again, NumPy scalars and T0 in and past the int16/int32 ranges",
     f"the per-step checks on {', '.join(s.name for s in HISTORY)}",
     kind="contract",
-    after=("contract_shapes",),
+    after=("contract_shapes", "determinism"),  # a step that is not a function of its arguments is reported there
 )
 def contract_history(ctx: Context) -> Outcome:
     return per_step_on(ctx, HISTORY, "call histories")

@@ -199,3 +199,16 @@ def test_a_flush_to_zero_of_subnormal_moments_is_a_warning_at_float32s_extremes(
     assert moments.status == "pass" and report.passed and report.warnings == ["contract_float32_extremes"]
     assert "subnormal results flushed to zero or off" in extremes.detail and "line 5 (m) broken" in extremes.detail
     assert not replace(report, strict=True).passed
+
+
+def test_a_step_that_updates_the_callers_state_is_reported_once_by_purity():
+    """A trial's ports that kept state between calls (a returned buffer reused, a held state) failed purity or
+    determinism and again contract_history (and contract_calls), each naming another cause. Those now rest on
+    determinism, which rests on purity."""
+    from proofs_checks.structure import PER_STEP
+
+    names = [*PER_STEP, "determinism", "contract_calls", "contract_layouts_same_result", "contract_history"]
+    report = run_checks(load_target(MUTANTS["mutating_step"][0]), names=names, progress=False)
+    assert [r.name for r in report.results if r.status == "fail"] == ["contract_purity"]
+    blocked = {r.name for r in report.results if r.status == "blocked"}
+    assert {"determinism", "contract_calls", "contract_layouts_same_result", "contract_history"} <= blocked
