@@ -26,13 +26,10 @@ allowance, on the other sources' rows alone.
 
 from __future__ import annotations
 
-import json
-import sys
-
 import numpy as np
 
 from sim.uncertainty import regime_of_efficiency
-from sim.validation.first_contact import REGIMES, latest_rescore, read_log
+from sim.validation.first_contact import REGIMES, latest_rescore, print_log_report
 from sim.validation.ring_floor import MAX_LOSS
 
 TARGET_ERROR = 0.20  # issue 27: communication-bound median error at most 20% ...
@@ -175,11 +172,7 @@ def report(entries: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if (sys.argv[1:] if argv is None else argv):
-        print("usage: python -m sim.validation.error_floor", file=sys.stderr)
-        return 2
-    print(json.dumps(report(read_log()), indent=1))
-    return 0
+    return print_log_report("sim.validation.error_floor", report, argv)
 
 
 if __name__ == "__main__":

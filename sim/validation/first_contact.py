@@ -298,6 +298,16 @@ def read_log(path: str | Path = LOG_PATH) -> list[dict]:
     return entries
 
 
+def print_log_report(module: str, report, argv: list[str] | None = None) -> int:
+    """The command line of a module that reads the log and predicts nothing: no argument, ``report(read_log())``
+    printed as JSON (exit 0); with any argument, its usage on stderr (exit 2)."""
+    if (sys.argv[1:] if argv is None else argv):
+        print(f"usage: python -m {module}", file=sys.stderr)
+        return 2
+    print(json.dumps(report(read_log()), indent=1))
+    return 0
+
+
 def append_entry(entry: dict, path: str | Path = LOG_PATH) -> None:
     """Append ``entry`` to the log, written atomically; earlier entries are kept byte for byte in content."""
     from safeio.atomic import write_text

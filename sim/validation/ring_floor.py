@@ -27,12 +27,10 @@ calls communication-bound the ring has the lower median error (16.8% against 22.
 
 from __future__ import annotations
 
-import json
 import statistics
-import sys
 
 from sim.uncertainty import REGIMES
-from sim.validation.first_contact import _ape, first_contact_batches, read_log
+from sim.validation.first_contact import _ape, first_contact_batches, print_log_report
 
 MIN_ROWS = 10  # communication-bound rows a batch needs to be judged alone
 GAIN = 0.03  # the communication-bound rows' median error must fall by at least 3 points
@@ -92,11 +90,7 @@ def report(entries: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if (sys.argv[1:] if argv is None else argv):
-        print("usage: python -m sim.validation.ring_floor", file=sys.stderr)
-        return 2
-    print(json.dumps(report(read_log()), indent=1))
-    return 0
+    return print_log_report("sim.validation.ring_floor", report, argv)
 
 
 if __name__ == "__main__":
