@@ -11,7 +11,8 @@ The propagation is one input at a time on the predicted step's own breakdown, no
   most it can: none of it hidden), faster removes at most the exposed communication, ``min(E, (1 - f) B)``;
 - exposed communication or compression by f: ``T + (f - 1)`` times that part;
 - the multi-node loss (the step beyond one node's, as the multi-node loss scale left it) by f: ``T + (f - 1)``
-  times it.
+  times it;
+- the whole step by f: ``f T`` (a loss the simulator does not see at all, ``multinode_unseen``).
 
 Each input gives log(T / T') at its range's two ends; the interval's lower and upper log-widths are the root sum of
 squares of the inputs' moves down and up (independent inputs, each range an 80% range), and an input's share of
@@ -31,8 +32,11 @@ from sim.hardware import PRESETS, Cluster, framework_preset
 from sim.stragglers import step_cv, straggler_factor
 
 INPUT_RANGES_FILE = PRESETS / "input_ranges.toml"
-COMPONENTS = ("compute", "inter", "intra", "exposed", "compression", "multinode")
+COMPONENTS = ("compute", "inter", "intra", "exposed", "compression", "multinode", "step")
 MIN_LOG_WIDTH = 0.01  # a width's floor (1%): the normalised residual divides by it
+# a simulated multi-node loss (the step beyond one node's, over one node's) under 5%: the simulator sees almost none,
+# and the sources' spread beyond it is an input of its own (``multinode_unseen``; sim/validation/multinode_loss.py)
+MIN_SIMULATED_LOSS = 0.05
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,11 @@ class StepParts:
     intra_busy_s: float
     multinode_s: float = 0.0
 
+    @property
+    def simulated_loss(self) -> float:
+        """The step beyond one node's over one node's step: 0 on one node."""
+        return self.multinode_s / (self.iteration_s - self.multinode_s)
+
 
 def step_parts(c: Cluster, p: Mapping) -> StepParts:
     """The breakdown of prediction ``p`` (``birder predict --json``'s keys) on ``c``: a link class's busy time is
@@ -110,6 +119,8 @@ def step_parts(c: Cluster, p: Mapping) -> StepParts:
 def step_time_at(parts: StepParts, on: str, factor: float) -> float:
     """The step time with component ``on`` scaled by ``factor`` (the module's rules)."""
     t = parts.iteration_s
+    if on == "step":
+        return t * factor
     if on == "compute":
         return max(t + (factor - 1) * parts.compute_s, parts.inter_busy_s, parts.intra_busy_s, 1e-12)
     if on in ("inter", "intra"):
@@ -119,12 +130,14 @@ def step_time_at(parts: StepParts, on: str, factor: float) -> float:
     return max(t + (factor - 1) * part, 1e-12)
 
 
-def uncertain_inputs(c: Cluster, measured_node: bool, unmodelled: list[str] | tuple[str, ...] = ()
-                     ) -> list[tuple[InputRange, str]]:
+def uncertain_inputs(c: Cluster, measured_node: bool, simulated_loss: float,
+                     unmodelled: list[str] | tuple[str, ...] = ()) -> list[tuple[InputRange, str]]:
     """The inputs of a prediction on ``c`` that are uncertain, each ``(its range, why it applies)``: the
     single-node throughput (measured or from the built-in profiles), and with more than one node the links, the
     cloud's per-flow cap, NCCL's sockets, the framework, summation servers or MPI staging, the per-step jitter,
-    the compression kernels, and every ``unmodelled`` sentence not covered by one of these."""
+    the multi-node loss, where the prediction's own (``simulated_loss``, ``StepParts.simulated_loss``) is under
+    ``MIN_SIMULATED_LOSS`` the loss it does not see, and every ``unmodelled`` sentence not covered by one of
+    these."""
     r = input_ranges()
     out = [(r["single_node.measured"], "--single-node-throughput given") if measured_node else
            (r["single_node.profile"], f"compute from the built-in {c.gpu} profile")]
@@ -156,6 +169,9 @@ def uncertain_inputs(c: Cluster, measured_node: bool, unmodelled: list[str] | tu
     out.append((r["framework.cycle" if framework.cycle > 0 else "framework.allreduce"], f"framework {c.framework}"))
     out.append((r["step_jitter"], f"per-step jitter cv {c.step_jitter_cv:g}"))
     out.append((r["multinode_loss"], "sources seen lost more or less to scaling than simulated"))
+    if simulated_loss < MIN_SIMULATED_LOSS:
+        out.append((r["multinode_unseen"], f"simulated multi-node loss {simulated_loss:.1%}, under "
+                                           f"{MIN_SIMULATED_LOSS:.0%}: sources seen lost more or less than that"))
     for sentence in unmodelled:
         if sentence in covered or (
                 "placement group" in sentence and "placement group" in covered):
@@ -217,7 +233,7 @@ def model_uncertainty(c: Cluster, p: Mapping, measured_node: bool,
     jitter averages over the step's ``accumulation_steps`` micro-batches, as in the prediction."""
     parts = step_parts(c, p)
     drivers = []
-    for spec, why in uncertain_inputs(c, measured_node, unmodelled):
+    for spec, why in uncertain_inputs(c, measured_node, parts.simulated_loss, unmodelled):
         if spec.key == "step_jitter":
             base = straggler_factor(c.n_gpus, c.gpus_per_node, c.straggler_cv(accumulation_steps))
             factors = [straggler_factor(c.n_gpus, c.gpus_per_node,

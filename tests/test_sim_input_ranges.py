@@ -10,7 +10,7 @@ import pytest
 from birder.cli import main
 from sim import api
 from sim.hardware import cluster
-from sim.input_ranges import StepParts, input_ranges, step_time_at
+from sim.input_ranges import MIN_SIMULATED_LOSS, StepParts, input_ranges, step_time_at
 
 
 def test_every_input_has_a_source_and_a_range_around_one():
@@ -36,6 +36,29 @@ def test_one_at_a_time_rules_on_the_step_breakdown():
     exposed = replace(hidden, iteration_s=1.3, exposed_s=0.3)
     assert step_time_at(exposed, "inter", 0.5) == pytest.approx(1.0)
     assert step_time_at(exposed, "exposed", 2.0) == pytest.approx(1.6)
+
+
+def test_the_unseen_loss_widens_only_where_the_simulated_loss_is_small():
+    """Under 5% simulated multi-node loss the step itself carries the sources' unseen loss (its factor moves the
+    throughput by exactly its log); at 5% or more the multi-node loss's own range speaks for it; one node has
+    neither."""
+    parts = StepParts(iteration_s=1.0, compute_s=0.9, exposed_s=0.1, compression_s=0.0, inter_busy_s=0.5,
+                      intra_busy_s=0.1, multinode_s=0.02)
+    assert parts.simulated_loss == pytest.approx(0.02 / 0.98)
+    assert step_time_at(parts, "step", 1.05) == pytest.approx(1.05)
+
+    def inputs(**kw):
+        p = api.predict_config("resnet50", single_node_throughput=2400, **kw)
+        loss = p["nodes"] * 2400 / p["throughput"] - 1
+        return loss, {d["input"]: d for d in p["interval_drivers"]}
+
+    loss, near = inputs(nodes=2, network="ib-hdr", batch_per_gpu=128)
+    assert loss < MIN_SIMULATED_LOSS and "multinode_unseen" in near
+    unseen = near["multinode_unseen"]
+    assert unseen["acts_on"] == "step" and unseen["range"] == [0.98, 1.05]
+    loss, far = inputs(nodes=8, network="10gbe", batch_per_gpu=32)
+    assert loss >= MIN_SIMULATED_LOSS and "multinode_unseen" not in far and "multinode_loss" in far
+    assert inputs(nodes=1, network="ib-hdr")[1] == {}
 
 
 def _width(p: dict) -> float:

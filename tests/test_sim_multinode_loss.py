@@ -11,7 +11,7 @@ from doc_text import prose
 
 from birder.cli import main
 from sim.hardware import MULTINODE_LOSS_FITTED, MULTINODE_LOSS_SCALE, PRESETS
-from sim.validation.multinode_loss import GRID, MIN_SIMULATED_LOSS, at_scale, fit
+from sim.validation.multinode_loss import GRID, MIN_SIMULATED_LOSS, at_scale, fit, unseen_loss_quartiles
 
 ARGS = ["predict", "--json", "--quiet", "--model", "resnet101", "--gpus-per-node", "8", "--single-node-throughput",
         "2000"]
@@ -92,6 +92,27 @@ def test_the_loss_range_is_the_recorded_sources_quartiles_rounded_out():
     spread = json.loads((FIT_RECORD.parent / "multinode_loss_spread.json").read_text())["source_factor_quartiles"]
     r = input_ranges()["multinode_loss"]
     assert (r.low, r.high) == (math.floor(spread[0] * 10) / 10, math.ceil(spread[2] * 10) / 10)
+
+
+def test_the_unseen_loss_is_measured_on_rows_the_prediction_says_lose_little_each_source_once():
+    low = MIN_SIMULATED_LOSS / 2
+    rows = _rows({"a": -0.1, "b": 0.0, "c": 0.0, "d": 0.05, "e": 0.1}, loss=low)
+    assert unseen_loss_quartiles(rows) == pytest.approx([-0.05, 0.0, 0.075])
+    # rows the simulator sees losing 5% or more are the multi-node loss's, however far off; a source with many
+    # rows counts once
+    assert unseen_loss_quartiles(rows + _rows({"x": -2.0, "y": -2.0}, loss=MIN_SIMULATED_LOSS)) == \
+        unseen_loss_quartiles(rows) == unseen_loss_quartiles(rows + _rows({"e": 0.1}, loss=low) * 30)
+
+
+def test_the_unseen_loss_range_is_the_recorded_sources_quartiles_on_the_step_rounded_out():
+    from sim.input_ranges import input_ranges
+
+    record = json.loads((FIT_RECORD.parent / "unseen_loss_spread.json").read_text())
+    q = record["unseen_loss_quartiles"]
+    r = input_ranges()["multinode_unseen"]
+    # measured below the prediction (a negative log ratio) is a longer step: the factor is exp(-log ratio)
+    assert (r.low, r.high) == (math.floor(math.exp(-q[2]) * 100) / 100, math.ceil(math.exp(-q[0]) * 100) / 100)
+    assert r.on == "step" and f"{record['unseen_loss_sources']} sources" in r.source
 
 
 def test_recorded_fit_is_the_stored_one_and_its_criterion_is_the_modules():

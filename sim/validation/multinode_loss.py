@@ -19,7 +19,9 @@ same fit with each source's group left out (nested), and the held-out rows' erro
 
 The scale failed its prospective test (batch 6; sim/README.md, "Multi-node loss scale"), so the shipped scale is 1;
 its fit is kept as ``multinode_loss_fit.json``. The same report's ``source_factor_quartiles`` at the shipped model
-(``multinode_loss_spread.json``) set the multi-node loss's interval input (presets/input_ranges.toml).
+(``multinode_loss_spread.json``) set the multi-node loss's interval input (presets/input_ranges.toml). Its
+``unseen_loss_quartiles``, from the rows the scale never sees (a simulated loss under ``MIN_SIMULATED_LOSS``), set
+the input for the loss the simulator does not see at all (``multinode_unseen``).
 
     python -m sim.validation.multinode_loss OUT.json
 """
@@ -30,8 +32,9 @@ import math
 import statistics
 import sys
 
+from sim.input_ranges import MIN_SIMULATED_LOSS  # rows with at least this simulated loss fit the scale
+
 GRID = tuple(round(1 + 0.1 * k, 1) for k in range(16))
-MIN_SIMULATED_LOSS = 0.05  # rows whose simulated step is at least 5% beyond one node's step fit the scale
 COMM = "communication-bound"
 
 
@@ -96,6 +99,17 @@ def source_factors(rows: list[dict]) -> list[float]:
     return sorted(math.exp(statistics.median(v)) for v in per_source.values())
 
 
+def unseen_loss_quartiles(rows: list[dict]) -> list[float]:
+    """Quartiles over sources (each once) of each source's median log(measured / predicted) over its rows whose
+    simulated multi-node loss is under ``MIN_SIMULATED_LOSS``: where the simulator sees almost no loss to scaling,
+    how far the sources' own rows lie from it. Chosen by the prediction, never by the measurement."""
+    per_source: dict[str, list[float]] = {}
+    for r in rows:
+        if simulated_loss(r) < MIN_SIMULATED_LOSS:
+            per_source.setdefault(r["source"], []).append(math.log(r["measured"] / r["predicted"]))
+    return statistics.quantiles([statistics.median(v) for v in per_source.values()], n=4)
+
+
 def report(rows: list[dict]) -> dict:
     """The fit on every row, the nested fits, the spread of the sources' own factors, and the median absolute
     error of the rows (measured communication-bound, compute-bound, all) at scale 1 and at their source's nested
@@ -129,6 +143,8 @@ def report(rows: list[dict]) -> dict:
             "nested_range": [min(nested.values()), max(nested.values())],
             "source_bias_at_1": _source_bias(rows, 1.0), "source_bias_at_fit": _source_bias(rows, shipped),
             "source_factors": factors, "source_factor_quartiles": quartiles,
+            "unseen_loss_quartiles": unseen_loss_quartiles(rows),
+            "unseen_loss_sources": len({r["source"] for r in rows if simulated_loss(r) < MIN_SIMULATED_LOSS}),
             "figures": figures, "rows": len(rows), "sources": len({r["source"] for r in rows}), "commit": head_commit()}
 
 
