@@ -74,6 +74,14 @@ def test_validate_loader_keeps_each_sources_first_contact_and_lists_re_scores(tm
     assert fc.latest_rescore([first, later]) is later and fc.latest_rescore([first]) is None
     newcomer = dict(later, sources={"somewhere-new": first["sources"][next(iter(first["sources"]))]})
     assert fc.latest_rescore([first, later, newcomer]) is later  # a new source's first contact is no re-score
+    # an entry that meets a new source and re-scores the others is their re-score, without the newcomer's rows
+    new_row = dict(first["rows"][0], source="elsewhere-new", measured=1.0)
+    mixed = dict(later, model_commit="e" * 40, rows=[*later["rows"], new_row],
+                 sources={**later["sources"], "elsewhere-new": newcomer["sources"]["somewhere-new"]})
+    seen_again = fc.latest_rescore([first, later, newcomer, mixed])
+    assert seen_again["model_commit"] == "e" * 40 and seen_again["rows"] == later["rows"]
+    assert set(seen_again["sources"]) == set(first["sources"])
+    assert seen_again["pooled"]["all"] == fc.summarise(later["rows"])["pooled"]["all"]
     every = fc.first_contact_summary()  # the shipped log: every source once, each row at its first contact
     rows = fc.load_rows()
     assert every["pooled"]["all"]["rows"] == len(rows) == sum(s["all"]["rows"] for s in every["sources"].values())

@@ -458,11 +458,17 @@ def logged_groups(sources: dict, logged: set[str]) -> dict[str, list[str]]:
 
 
 def latest_rescore(entries: list[dict]) -> dict | None:
-    """The log's last entry that scores no source for the first time (a re-score of rows already seen), or None."""
+    """The log's latest re-score of rows already seen: the last entry that scores a source seen before it, with
+    only those sources' rows and figures where it also met a new source (that source's first contact, no
+    re-score), or None."""
     seen, latest = set(), None
     for entry in entries:
-        if entry["sources"] and set(entry["sources"]) <= seen:
+        again = set(entry["sources"]) & seen
+        if again == set(entry["sources"]) and again:
             latest = entry
+        elif again:
+            rows = [r for r in entry["rows"] if r["source"] in again]
+            latest = {**entry, **summarise(rows), "rows": rows}
         seen |= set(entry["sources"])
     return latest
 
