@@ -464,7 +464,7 @@ def latest_rescore(entries: list[dict]) -> dict | None:
     seen, latest = set(), None
     for entry in entries:
         again = set(entry["sources"]) & seen
-        if again == set(entry["sources"]) and again:
+        if again and again == set(entry["sources"]):
             latest = entry
         elif again:
             rows = [r for r in entry["rows"] if r["source"] in again]
