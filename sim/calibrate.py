@@ -49,12 +49,16 @@ TOO_FAST = 0.05  # a table 5% faster than the line rate allows is another networ
 SIZE_BANDS = (("small, < 1 MiB", 0, 1 << 20), ("medium, 1-64 MiB", 1 << 20, 64 << 20),
               ("large, >= 64 MiB", 64 << 20, math.inf))
 IDENTIFY_STEP = {"efficiency": 0.8, "latency_us": 0.5, "peer_overhead_us": 0.5}  # the fitted value x this, and /
+# a row taking at least twice the smallest messages' time (the table's fastest row, or the simulated time of 8
+# bytes where that is shorter) spends at least half of it moving bytes: a table with none says nothing of the link
+BANDWIDTH_BOUND = 2.0
 PLATEAU_BYTES = 256 << 20  # busbw on InfiniBand and RoCE flattens by a few hundred MB (nccl-tests issues 119, 290)
 # What launchers and log collectors put before each line, in any order and repeated: mpirun --tag-output's
 # "[1,0]<stdout>:", srun --label's "12: ", kubectl logs --timestamps' and docker logs -t's RFC 3339 time
 _PREFIX = re.compile(r"^\s*(?:(?:\[[^\]]*\](?:<\w+>)?:?|\d{1,6}:(?=\s)"
                      r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s*)+")
 _FAILED_FOOTER = re.compile(r"#\s*Out of bounds values\s*:\s*(\d+)\s+FAILED")
+_PASSED_FOOTER = re.compile(r"#\s*Out of bounds values\s*:\s*0\s+OK")
 _RANK = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s*(.*)")
 _ROW_TIMESTAMP = re.compile(r"\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$")  # nccl-tests -S 1, after a row's columns
 _RUN_HEADER = re.compile(r"#\s*nThread\s+\d+\s+nGpus\s+\d+")  # printed once at the start of each run
@@ -109,16 +113,36 @@ def all_reduce_row(nbytes: int, count: int, type_name: str, redop: str | None, r
             and count * element == nbytes)
 
 
-def wrong_count(token: str) -> bool:
-    """Whether a #wrong/error cell read without its column header is a count of wrong values above 0. nccl-tests
-    2.13 and later print the count with ``%g`` (src/util.cu: a plain integer, or an exponent from 1e+06); older
-    ones printed the largest error with ``%.0e`` (``2e-06``), which passed their check only below 1e-2 x (ranks
-    - 1) (src/common.cu, DeltaMaxValue of half), far below 1e+06."""
+# the largest error per element older nccl-tests (before 2.13) let pass, times (ranks - 1): src/common.cu
+# DeltaMaxValue (half 1e-2 in most releases, 5e-2 in some: the larger is taken; integer types exact)
+OLD_CHECK_TOLERANCE = {"half": 5e-2, "bfloat16": 1e-2, "float": 1e-5, "double": 1e-12}
+MAX_RANKS = 1 << 16  # where no Rank line says how many ranks ran: the most the simulator takes
+
+
+def not_all_reduce_row(nbytes: int, count: int, type_name: str, redop: str | None) -> bool:
+    """Whether a row's columns rule out an all-reduce: redop ``none`` (all_gather_perf, alltoall_perf), or a count
+    per rank (count x element size below the size: all_gather_perf, reduce_scatter_perf)."""
+    element = TYPE_BYTES.get(type_name)
+    return redop == "none" or (element is not None and count * element < nbytes)
+
+
+def old_check_tolerance(type_name: str, ranks: int) -> float:
+    """The largest error older nccl-tests let pass for ``type_name`` on ``ranks`` ranks (``OLD_CHECK_TOLERANCE``
+    times ranks - 1; ``ranks`` 0: unknown, the most there can be)."""
+    return OLD_CHECK_TOLERANCE.get(type_name, 0.0) * ((ranks or MAX_RANKS) - 1)
+
+
+def wrong_count(token: str, tolerance: float = math.inf) -> bool:
+    """Whether a #wrong/error cell read without its column header is a failed check. nccl-tests 2.13 and later
+    print the count of wrong values with ``%g`` (src/util.cu: a plain integer, or an exponent from 1e+06); older
+    ones printed the largest error with ``%.0e`` (``2e-06``), which failed their check above ``tolerance``
+    (``old_check_tolerance``; infinite where the run's own footer says it passed: old alltoall_perf printed
+    1e+00 in its in-place columns and "Out of bounds values : 0 OK")."""
     try:
         value = float(token)
     except ValueError:
         return False
-    return value != 0 and (token.isdigit() or value >= 1e6)
+    return value != 0 and (token.isdigit() or value >= 1e6 or value > tolerance)
 
 
 def _more_than_one_run(run_hosts: list[set[str]]) -> str:
@@ -137,7 +161,9 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
     when the paste does not name its binary (all_reduce_perf, all_gather_perf, alltoall_perf) and its columns do
     not show an all-reduce (``all_reduce_row``, every row). ValueError if
     there is no row, the op is unknown or ambiguous, or a row cannot be read."""
-    rows, ranks, gpus, evidence, names, counts_wrong, seen = [], {}, set(), [], {}, False, {}
+    rows, ranks, gpus, evidence, names, counts_wrong, seen, seen_type = [], {}, set(), [], {}, False, {}, {}
+    against = []  # per row: its columns show a collective other than all-reduce (not_all_reduce_row)
+    passed = bool(_PASSED_FOOTER.search(text))  # the run's own check: no out-of-bounds value
     sweep = None  # (maxBytes, step, "factor" or "bytes") from the run's header
     side = 4  # columns per side: time, algbw, busbw, #wrong (-I 1 adds i_min, i_max, i_p99, i_cv% after them)
     columns = 0  # tokens of the table's first row: every row prints as many
@@ -201,19 +227,28 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
             continue  # nccl-tests' empty sizes time only the launch
         if time_us <= 0:
             raise ValueError(f"{source}, line {lineno}: a time of {time_us} us is not a measurement")
-        wrong = [w for w in rest[3::side] if w not in ("0", "N/A") and (counts_wrong or wrong_count(w))]
+        tolerance = math.inf if passed else old_check_tolerance(tokens[2], len(rank_line))
+        wrong = [w for w in rest[3::side] if w not in ("0", "N/A") and (counts_wrong or wrong_count(w, tolerance))]
         if wrong:
-            raise ValueError(f"{source}, line {lineno}: nccl-tests counted {wrong[0]} wrong values at {nbytes:,} "
-                             "bytes: the run computed wrong results, so its times are not a measurement to fit")
+            raise ValueError(f"{source}, line {lineno}: nccl-tests "
+                             + (f"counted {wrong[0]} wrong values" if counts_wrong or wrong[0].isdigit() else
+                                f"found an error of {wrong[0]} ({tokens[2]}, past its check's tolerance)")
+                             + f" at {nbytes:,} bytes: the run computed wrong results, so its times are not a "
+                             "measurement to fit")
+        if nbytes in seen and seen_type[nbytes] != tokens[2]:
+            raise ValueError(f"{source}: size {nbytes:,} is measured in {seen_type[nbytes]} (line {seen[nbytes]}) and "
+                             f"in {tokens[2]} (line {lineno}): the paste holds a table per data type (nccl-tests -d "
+                             "all); give one type's table (-d float)")
         if nbytes in seen:
             raise ValueError(f"{source}: size {nbytes:,} appears on lines {seen[nbytes]} and {lineno}: "
                              + _more_than_one_run(run_hosts))
         if rows and nbytes < rows[-1][0]:
             raise ValueError(f"{source}, line {lineno}: size {nbytes:,} after {rows[-1][0]:,}: a second run starts "
                              "inside the paste; give each run as its own file")
-        seen[nbytes] = lineno
+        seen[nbytes], seen_type[nbytes] = lineno, tokens[2]
         rows.append((nbytes, time_us * 1e-6, busbw, lineno))
         evidence.append(all_reduce_row(nbytes, int(tokens[1]), tokens[2], redop, root))
+        against.append(not_all_reduce_row(nbytes, int(tokens[1]), tokens[2], redop))
     if second_run:  # rows of two measurements in one fit, Rank lines of two layouts counted as one
         raise ValueError(f"{source}: lines {second_run[0]} and {second_run[1]} each start a run (a header or Rank line "
                          f"printed twice): {_more_than_one_run(run_hosts)}")
@@ -230,10 +265,19 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
         if len(named) != 1:
             found = ", ".join(sorted(named)) or "none"
             raise ValueError(f"{source}: cannot tell which collective the table measures (binaries named: {found}); "
-                             "pass --op all-reduce|all-gather|all-to-all")
+                             f"pass --op {'|'.join(OPS.values())}")
         op = named.pop()
     elif named and named != {op}:
         raise ValueError(f"{source}: --op {op} but the output is of {', '.join(sorted(named))}")
+    elif op != "all-reduce" and all(evidence):
+        raise ValueError(f"{source}: --op {op} but every row's columns show an all-reduce (a reduction, no root, "
+                         "count x element size = size): pass --op all-reduce, or the right table")
+    elif op == "all-reduce" and not any(evidence) and any(against):
+        raise ValueError(f"{source}: --op all-reduce but the rows' columns show another collective (redop none, or "
+                         "a count per rank: count x element size below the size): pass the table's own --op")
+    if len(gpus - {None}) > 1:
+        raise ValueError(f"{source}: the Rank lines name GPUs of different kinds ({', '.join(sorted(gpus - {None}))}): "
+                         "a table of one cluster has one kind; give each cluster's run as its own file")
     hosts = tuple(dict.fromkeys(h for h, _, _ in ranks))
     gpu = next(iter(gpus)) if len(gpus) == 1 else None
     per_host = tuple(len({r for h, _, r in ranks if h == host}) for host in hosts)
@@ -300,6 +344,15 @@ def fit_network(base: Cluster, rows: tuple[Measurement, ...]) -> Fit:
              "peer_overhead_us": start["peer_overhead_us"] + 10}
     floor = {"efficiency": 1e-4, "latency_us": 1.0, "peer_overhead_us": 1.0}  # log space needs a positive start
     reference = _log_errors(base, rows)
+    # the link's rate is what training's gradient buckets need: a table of latency-bound rows only cannot say it
+    fixed_s = min(min(m.time_s for m in rows), *(predict_collective(op, 8, base)["time_s"] for op in
+                                                   {m.op for m in rows}))
+    if max(m.time_s for m in rows) < BANDWIDTH_BOUND * fixed_s:
+        raise ValueError(f"no row of the table spends most of its time moving bytes (the largest, "
+                         f"{max(m.nbytes for m in rows):,} bytes, takes {max(m.time_s for m in rows) * 1e6:.1f} us, "
+                         f"under {BANDWIDTH_BOUND:g} x the {fixed_s * 1e6:.1f} us of the smallest messages): it cannot "
+                         "say what the link carries; measure up to "
+                         f"{PLATEAU_BYTES >> 20} MB (nccl-tests -e {PLATEAU_BYTES >> 20}M)")
     constrained = []
     for name in names:
         moved = _log_errors(_with(base, start | {name: probe[name]}), rows)
@@ -364,7 +417,10 @@ def unidentified(fitted: Cluster, values: dict[str, float], names: tuple[str, ..
         step = IDENTIFY_STEP[name]
         moves = [max(abs(a - b) for a, b in zip(_log_errors(_with(fitted, values | {name: values[name] * f}), rows),
                                                 errors, strict=True)) for f in (step, 1 / step)]
-        if max(moves) <= math.log1p(UNCONSTRAINED):
+        if values[name] <= GRID_RANGE[name][0] * (1 + 1e-6):  # at the floor, within the optimiser's tolerance
+            out.append((name, f"at {GRID_RANGE[name][0]:g} us, the least the fit takes: the table's smallest messages "
+                              "are as fast as the simulator's other fixed costs allow with none of it"))
+        elif max(moves) <= math.log1p(UNCONSTRAINED):
             out.append((name, f"no row's time moves by {UNCONSTRAINED:.0%} with it x{step:g} or /{step:g}"))
     return tuple(out)
 
@@ -386,8 +442,10 @@ def _fit(base: Cluster, start: dict[str, float], names: list[str], rows: tuple[M
     if not names:
         return start
 
-    def values_of(x) -> dict[str, float]:
-        return start | {n: math.exp(v) for n, v in zip(names, x, strict=True)}
+    def values_of(x) -> dict[str, float]:  # held inside GRID_RANGE: beyond it no row's time moves (the latency of
+        # a table faster than the simulator's fixed costs would run to 1e-20 us, which no cluster file may hold)
+        return start | {n: min(max(math.exp(v), GRID_RANGE[n][0]), GRID_RANGE[n][1]) for n, v in zip(names, x,
+                                                                                                     strict=True)}
 
     def loss(x) -> float:
         values = values_of(x)

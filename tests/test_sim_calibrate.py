@@ -3,6 +3,7 @@ paste them, the network fitted, and the cluster TOML it writes reproducing the m
 `birder collective --cluster`."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -233,15 +234,15 @@ def test_types_whose_names_hold_digits_are_rows(type_name):
     assert [(m.op, m.nbytes) for m in parsed.rows] == [("all-reduce", size)]
 
 
-def _alpha_beta_paste(path: Path, busbw: float) -> Path:
+def _alpha_beta_paste(path: Path, busbw: float, latency_s: float = 40e-6, largest: int = 30) -> Path:
     """An all-reduce table as nccl-tests prints it (no binary name: the columns say all-reduce) for 2 nodes x 8
-    GPUs: 40 us plus the bytes at ``busbw`` bytes/s of bus bandwidth, doubling from 8 B to 1 GiB (20 of its 28
-    rows under 4 MB, as in the trial's paste)."""
+    GPUs: ``latency_s`` plus the bytes at ``busbw`` bytes/s of bus bandwidth, doubling from 8 B to 2^``largest``
+    bytes (1 GiB: 20 of its 28 rows under 4 MB, as in the trial's paste)."""
     lines = ["#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw"
              "   busbw  #wrong"]
-    for k in range(3, 31):
+    for k in range(3, largest + 1):
         size = 1 << k
-        seconds = 40e-6 + 2 * 15 / 16 * size / busbw
+        seconds = latency_s + 2 * 15 / 16 * size / busbw
         algbw = size / seconds / 1e9
         cells = f"{seconds * 1e6:.2f} {algbw:.2f} {algbw * 2 * 15 / 16:.2f} 0"
         lines.append(f"{size} {size // 4} float sum -1 {cells} {cells}")
@@ -294,3 +295,91 @@ def test_a_table_past_the_limit_that_binds_is_refused_not_fitted(tmp_path, netwo
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert "the table is faster than 1 x" in run.stderr and binding in run.stderr
     assert not out.exists()
+
+
+def test_a_table_faster_than_the_simulators_fixed_costs_writes_a_latency_every_command_reads(tmp_path, capsys):
+    """Small messages at 5 us on ib-hdr, faster than the simulator's other fixed costs allow with no latency at
+    all: the latency stops at the least the fit takes (it ran to 7e-21 us, which `predict --cluster` refused), is
+    NOT IDENTIFIED with that reason, and the file loads."""
+    paste = _alpha_beta_paste(tmp_path / "ar.txt", 20e9, latency_s=5e-6)
+    fit = _calibrate(tmp_path, capsys, paste, "--network", "ib-hdr", "--nodes", 2, "--gpus-per-node", 8)
+    assert fit["constants"]["latency_us"] == pytest.approx(calibrate.GRID_RANGE["latency_us"][0])
+    assert "the least the fit takes" in fit["unidentified"]["latency_us"]
+    assert load_cluster(fit["path"]).nic.latency == pytest.approx(0.1e-6)
+
+
+def test_a_table_of_latency_bound_rows_only_is_refused_for_a_network_fit(tmp_path):
+    """nccl-tests -b 8 -e 1K: no row spends most of its time moving bytes, so the table cannot say what the link
+    carries (its efficiency was written FITTED at 0.998, and predict narrowed its interval on it as a measured
+    link); refused, naming the sweep to run. The same cluster's sweep to 1 GiB is fitted."""
+    out = tmp_path / "c.toml"
+    for largest, refused in ((10, True), (30, False)):
+        paste = _alpha_beta_paste(tmp_path / "ar.txt", 8e9, largest=largest)
+        run = subprocess.run([sys.executable, "-m", "birder.cli", "calibrate", str(paste), "--network", "ib-hdr",
+                              "--nodes", "2", "--gpus-per-node", "8", "--out", str(out)], capture_output=True,
+                             text=True)
+        assert (run.returncode == 2) == refused and out.exists() != refused, run.stderr
+        if refused:
+            assert "cannot say what the link carries" in run.stderr and "-e 256M" in run.stderr
+            assert len(run.stderr.strip().splitlines()) == 1
+
+
+ALL_REDUCE_ROW = "   8192    2048    float    sum    -1   27.8  0.29  0.29  0  28.5  0.29  0.29  0\n"
+ALL_GATHER_ROW = "   8192     128    float   none    -1   27.8  0.29  0.27  0  28.5  0.29  0.27  0\n"  # 16 ranks
+
+
+@pytest.mark.parametrize("row, op, message", [
+    (ALL_REDUCE_ROW, "all-gather", "every row's columns show an all-reduce"),
+    (ALL_REDUCE_ROW, "reduce-scatter", "every row's columns show an all-reduce"),
+    (ALL_GATHER_ROW, "all-reduce", "show another collective"),
+])
+def test_an_op_the_rows_columns_contradict_is_refused(row, op, message):
+    """--op names the collective where the paste does not; where its rows' columns say otherwise it is refused (an
+    all-gather table fitted as an all-reduce had twice its efficiency, silently)."""
+    with pytest.raises(ValueError, match=message):
+        calibrate.parse_nccl_tests(row, "paste", op)
+    agreeing = {ALL_REDUCE_ROW: "all-reduce", ALL_GATHER_ROW: "all-gather"}[row]
+    assert calibrate.parse_nccl_tests(row, "paste", agreeing).rows[0].op == agreeing
+
+
+def test_reduce_scatter_is_an_op_calibrate_takes_and_names(tmp_path, capsys):
+    with pytest.raises(ValueError, match="pass --op all-reduce.all-gather.reduce-scatter.all-to-all"):
+        calibrate.parse_nccl_tests(ALL_GATHER_ROW.replace("none", "sum"), "paste")
+    paste = tmp_path / "rs.txt"
+    paste.write_text(ALL_GATHER_ROW.replace("none", "sum"))
+    # one 8 KB row: taken as a reduce-scatter, then refused by the fit, not by the option's choices
+    assert main(["calibrate", str(paste), "--op", "reduce-scatter", "--network", "ib-hdr", "--nodes", "2",
+                 "--gpus-per-node", "8", "--out", str(tmp_path / "c.toml")]) == 2
+    assert "cannot say what the link carries" in capsys.readouterr().err
+
+
+OLD_FORMAT = ("#       size         count      type   redop     time   algbw   busbw  error     time   algbw   busbw  "
+              "error\n   1073741824   268435456     float     sum   106014   10.13   18.99  {error}   106202   10.11   "
+              "18.96  {error}\n")
+
+
+@pytest.mark.parametrize("error, footer, refused", [
+    ("4e+00", "", True),  # nccl-tests before 2.13: the largest error, far past float's 1e-5 x (ranks - 1)
+    ("2e-06", "", False),  # within it: the check passed
+    ("4e+00", "# Out of bounds values : 0 OK\n", False),  # the run's own footer says it passed
+])
+def test_an_old_error_column_past_its_types_tolerance_is_a_failed_run(error, footer, refused):
+    text = "all_reduce_perf\n" + OLD_FORMAT.format(error=error) + footer
+    if refused:
+        with pytest.raises(ValueError, match=re.escape(f"an error of {error} (float, past its check's tolerance)")):
+            calibrate.parse_nccl_tests(text, "paste")
+    else:
+        assert len(calibrate.parse_nccl_tests(text, "paste").rows) == 1
+
+
+def test_one_paste_of_two_gpu_kinds_or_two_data_types_is_refused_saying_so():
+    text = GB10_SMALL.read_text()
+    mixed = text.replace("spark-d708 device  0 [000f:01:00] NVIDIA GB10",
+                         "spark-d708 device  0 [000f:01:00] NVIDIA A100-SXM4-80GB").replace(
+        "NVIDIA GB10", "NVIDIA H100 80GB HBM3")
+    with pytest.raises(ValueError, match=r"GPUs of different kinds \(a100, h100\)"):
+        calibrate.parse_nccl_tests(mixed, "paste")
+    rows = [x for x in text.splitlines() if x.strip()[:1].isdigit()]
+    every_type = text + "\n".join(x.replace(" float ", "double").replace(" 2048 ", " 1024 ") for x in rows) + "\n"
+    with pytest.raises(ValueError, match="in float .* and in double .*: the paste holds a table per data type"):
+        calibrate.parse_nccl_tests(every_type, "paste")
