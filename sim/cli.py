@@ -1009,8 +1009,8 @@ def register(subparsers) -> None:
     k = subparsers.add_parser("calibrate", help="fit a cluster's network to your nccl-tests output; write a cluster "
                                                 "TOML for predict --cluster")
     k.add_argument("outputs", nargs="+", type=_non_empty_path, metavar="FILE",
-                   help="nccl-tests output as printed (all_reduce_perf, all_gather_perf, reduce_scatter_perf, alltoall_perf "
-                        "tables)")
+                   help="nccl-tests output as printed (all_reduce_perf, all_gather_perf, reduce_scatter_perf, "
+                        "alltoall_perf tables)")
     k.add_argument("--out", required=True, type=_non_empty_path, help="the cluster TOML to write")
     k.add_argument("--op", choices=("all-reduce", "all-gather", "reduce-scatter", "all-to-all"), default=None,
                    action="append",
