@@ -383,3 +383,24 @@ def test_one_paste_of_two_gpu_kinds_or_two_data_types_is_refused_saying_so():
     every_type = text + "\n".join(x.replace(" float ", "double").replace(" 2048 ", " 1024 ") for x in rows) + "\n"
     with pytest.raises(ValueError, match="in float .* and in double .*: the paste holds a table per data type"):
         calibrate.parse_nccl_tests(every_type, "paste")
+
+
+def test_a_socket_table_past_the_generic_share_but_within_the_wire_is_fitted_with_the_whole_wire(tmp_path, capsys):
+    """2 x 8 GPUs on 10 GbE at 1.17 GB/s busbw, 94% of the wire (the paper's own 10 GbE site, whose fit keeps the
+    whole wire): past the generic share 8 GPUs' sockets keep of a 32 Gb/s link (0.64), so it was refused as
+    faster than the hardware. The share is written as the whole wire, the table reproduced, and doctor calls it
+    normal; a table past the wire itself is still refused."""
+    paste = _alpha_beta_paste(tmp_path / "ar.txt", 1.17e9)
+    args = ("--network", "10gbe", "--nodes", 2, "--gpus-per-node", 8)
+    fit = _calibrate(tmp_path, capsys, paste, *args)
+    assert "share_at_8_gpus = 1" in fit["warnings"][0]
+    assert "share_at_8_gpus = 1.0  # the table is faster than the generic share" in fit["path"].read_text()
+    assert load_cluster(fit["path"]).nic.share_at_8_gpus == 1.0
+    large = next(b for b in fit["band_errors"] if b["band"].startswith("large"))
+    assert large["max_relative_error"] < 0.02
+    assert main(["doctor", str(paste), "--gpu", "a100", *map(str, args), "--json"]) == 0
+    assert "normal for this hardware, its GPUs' sockets keeping the whole wire" in json.loads(
+        capsys.readouterr().out)["verdict"]
+    past = _alpha_beta_paste(tmp_path / "past.txt", 1.40e9)
+    assert main(["calibrate", str(past), *map(str, args), "--out", str(tmp_path / "past.toml")]) == 2
+    assert "the wire binds" in capsys.readouterr().err
