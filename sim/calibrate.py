@@ -335,7 +335,9 @@ def fit_network(base: Cluster, rows: tuple[Measurement, ...]) -> Fit:
     """Fit the network constants of ``base`` (a cluster of the measured layout) to the rows: the efficiency on the
     largest size band measured (``SIZE_BANDS``), the latency and per-peer cost on the small band, then the
     efficiency again; the error is reported per band and each fitted constant the table does not pin is named
-    (``unidentified``)."""
+    (``unidentified``). ValueError for a table of latency-bound rows only (``BANDWIDTH_BOUND``) or one faster than
+    the named hardware can carry; a socket table past the generic share of the wire its GPUs' sockets keep, but
+    within the wire, is fitted with them keeping the whole wire (``Fit.raised_socket_share``)."""
     start = {"efficiency": base.nic.efficiency, "latency_us": base.nic.latency * 1e6,
              "peer_overhead_us": base.nic.peer_overhead * 1e6}
     names = ["efficiency", "latency_us"] + (["peer_overhead_us"] if any(m.op == "all-to-all" for m in rows) else [])
