@@ -161,7 +161,8 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
     when the paste does not name its binary (all_reduce_perf, all_gather_perf, alltoall_perf) and its columns do
     not show an all-reduce (``all_reduce_row``, every row). ValueError if
     there is no row, the op is unknown or ambiguous, or a row cannot be read."""
-    rows, ranks, gpus, evidence, names, counts_wrong, seen, seen_type = [], {}, set(), [], {}, False, {}, {}
+    rows, ranks, gpus, evidence, names, counts_wrong = [], {}, set(), [], {}, False
+    seen: dict[int, tuple[int, str]] = {}  # size -> the line and data type of its row
     against = []  # per row: its columns show a collective other than all-reduce (not_all_reduce_row)
     passed = bool(_PASSED_FOOTER.search(text))  # the run's own check: no out-of-bounds value
     sweep = None  # (maxBytes, step, "factor" or "bytes") from the run's header
@@ -235,17 +236,17 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
                                 f"found an error of {wrong[0]} ({tokens[2]}, past its check's tolerance)")
                              + f" at {nbytes:,} bytes: the run computed wrong results, so its times are not a "
                              "measurement to fit")
-        if nbytes in seen and seen_type[nbytes] != tokens[2]:
-            raise ValueError(f"{source}: size {nbytes:,} is measured in {seen_type[nbytes]} (line {seen[nbytes]}) and "
+        if nbytes in seen and seen[nbytes][1] != tokens[2]:
+            raise ValueError(f"{source}: size {nbytes:,} is measured in {seen[nbytes][1]} (line {seen[nbytes][0]}) and "
                              f"in {tokens[2]} (line {lineno}): the paste holds a table per data type (nccl-tests -d "
                              "all); give one type's table (-d float)")
         if nbytes in seen:
-            raise ValueError(f"{source}: size {nbytes:,} appears on lines {seen[nbytes]} and {lineno}: "
+            raise ValueError(f"{source}: size {nbytes:,} appears on lines {seen[nbytes][0]} and {lineno}: "
                              + _more_than_one_run(run_hosts))
         if rows and nbytes < rows[-1][0]:
             raise ValueError(f"{source}, line {lineno}: size {nbytes:,} after {rows[-1][0]:,}: a second run starts "
                              "inside the paste; give each run as its own file")
-        seen[nbytes], seen_type[nbytes] = lineno, tokens[2]
+        seen[nbytes] = lineno, tokens[2]
         rows.append((nbytes, time_us * 1e-6, busbw, lineno))
         evidence.append(all_reduce_row(nbytes, int(tokens[1]), tokens[2], redop, root))
         against.append(not_all_reduce_row(nbytes, int(tokens[1]), tokens[2], redop))
@@ -350,9 +351,10 @@ def fit_network(base: Cluster, rows: tuple[Measurement, ...]) -> Fit:
     # the link's rate is what training's gradient buckets need: a table of latency-bound rows only cannot say it
     fixed_s = min(min(m.time_s for m in rows), *(predict_collective(op, 8, base)["time_s"] for op in
                                                    {m.op for m in rows}))
-    if max(m.time_s for m in rows) < BANDWIDTH_BOUND * fixed_s:
+    largest, slowest_s = max(m.nbytes for m in rows), max(m.time_s for m in rows)
+    if slowest_s < BANDWIDTH_BOUND * fixed_s:
         raise ValueError(f"no row of the table spends most of its time moving bytes (the largest, "
-                         f"{max(m.nbytes for m in rows):,} bytes, takes {max(m.time_s for m in rows) * 1e6:.1f} us, "
+                         f"{largest:,} bytes, takes {slowest_s * 1e6:.1f} us, "
                          f"under {BANDWIDTH_BOUND:g} x the {fixed_s * 1e6:.1f} us of the smallest messages): it cannot "
                          "say what the link carries; measure up to "
                          f"{PLATEAU_BYTES >> 20} MB (nccl-tests -e {PLATEAU_BYTES >> 20}M)")
@@ -383,7 +385,7 @@ def fit_network(base: Cluster, rows: tuple[Measurement, ...]) -> Fit:
             base.nic.share_at_8_gpus < 1:
         # the generic share of the wire 8 GPUs' sockets keep is of a 32 Gb/s link (presets/networks.toml); on a
         # slower one they can fill it (birder-paper-10gbe's fit: the whole 10 Gb/s): the table says which
-        raised = fit_network(replace(base, nic=replace(base.nic, share_at_8_gpus=1.0)), rows)
+        raised = fit_network(whole_wire(base), rows)
         return replace(raised, raised_socket_share=True, warnings=(
             f"the table is faster than the generic share of the wire its GPUs' sockets keep "
             f"({base.nic.share_at_8_gpus:g} at 8 GPUs) allows: written as the whole wire (share_at_8_gpus = 1, as "
@@ -394,7 +396,6 @@ def fit_network(base: Cluster, rows: tuple[Measurement, ...]) -> Fit:
                          f"largest sizes are still up to {math.expm1(slowest_at_best):.0%} longer): check --network or "
                          "--line-rate-gbps, --nics-per-node, --nodes and --gpus-per-node")
     warnings = []
-    largest = max(m.nbytes for m in rows)
     if "efficiency" in constrained and largest < PLATEAU_BYTES:
         warnings.append(f"the largest size measured is {largest:,} bytes: the efficiency fitted is that of mid-size "
                         f"messages, below the large-message plateau; measure up to {PLATEAU_BYTES >> 20} MB or more")
@@ -405,6 +406,12 @@ def fit_network(base: Cluster, rows: tuple[Measurement, ...]) -> Fit:
     return Fit(fitted, {n: best[n] for n in ("efficiency", "latency_us", "peer_overhead_us")}, tuple(constrained),
                math.sqrt(sum(e * e for e in errors) / len(errors)), max(abs(math.expm1(e)) for e in errors),
                tuple(warnings), band_errors, unidentified(fitted, best, tuple(constrained), rows, errors))
+
+
+def whole_wire(c: Cluster) -> Cluster:
+    """``c`` with its GPUs' sockets keeping the whole wire (``share_at_8_gpus`` 1): where a table is past the generic
+    share (of a 32 Gb/s link) but within the wire, as birder-paper-10gbe's fit keeps it."""
+    return replace(c, nic=replace(c.nic, share_at_8_gpus=1.0))
 
 
 def unidentified(fitted: Cluster, values: dict[str, float], names: tuple[str, ...], rows: tuple[Measurement, ...],

@@ -25,7 +25,7 @@ import re
 import statistics
 from dataclasses import dataclass, field, replace
 
-from sim.calibrate import PLATEAU_BYTES, NcclTestsOutput, efficiency_limit
+from sim.calibrate import PLATEAU_BYTES, NcclTestsOutput, efficiency_limit, whole_wire
 from sim.collective import predict_collective
 from sim.hardware import INTRA, TRANSPORTS, Cluster, intra_preset, make_nic, nccl_channels
 
@@ -205,8 +205,8 @@ def diagnose(output: NcclTestsOutput, stated: Cluster, ev: LogEvidence) -> Diagn
     at = "on the plateau" if reached else f"at its largest sizes (up to {rows[-1]['size']:,} bytes)"
     expected = measured / share
     head = f"{op} on {where}: {measured:.3g} GB/s busbw {at}, {share:.0%} of the {expected:.3g} GB/s the model gives"
-    raised = replace(stated, nic=replace(stated.nic, share_at_8_gpus=1.0))
-    if share > FASTER_SHARE and stated.nic.share_at_8_gpus < 1 and measured / distance(raised)[0] <= FASTER_SHARE:
+    if share > FASTER_SHARE and stated.nic.share_at_8_gpus < 1 and \
+            measured / distance(whole_wire(stated))[0] <= FASTER_SHARE:
         # the generic share of the wire 8 GPUs' sockets keep is of a 32 Gb/s link; on this one they fill it, as
         # birder calibrate then writes (share_at_8_gpus = 1)
         verdict = (f"{head}: normal for this hardware, its GPUs' sockets keeping the whole wire (the model's generic "

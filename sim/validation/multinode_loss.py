@@ -99,15 +99,20 @@ def source_factors(rows: list[dict]) -> list[float]:
     return sorted(math.exp(statistics.median(v)) for v in per_source.values())
 
 
-def unseen_loss_quartiles(rows: list[dict]) -> list[float]:
-    """Quartiles over sources (each once) of each source's median log(measured / predicted) over its rows whose
-    simulated multi-node loss is under ``MIN_SIMULATED_LOSS``: where the simulator sees almost no loss to scaling,
-    how far the sources' own rows lie from it. Chosen by the prediction, never by the measurement."""
+def unseen_loss_medians(rows: list[dict]) -> dict[str, float]:
+    """Per source, the median log(measured / predicted) over its rows whose simulated multi-node loss is under
+    ``MIN_SIMULATED_LOSS``: where the simulator sees almost no loss to scaling, how far the source's own rows lie
+    from it. Chosen by the prediction, never by the measurement."""
     per_source: dict[str, list[float]] = {}
     for r in rows:
         if simulated_loss(r) < MIN_SIMULATED_LOSS:
             per_source.setdefault(r["source"], []).append(math.log(r["measured"] / r["predicted"]))
-    return statistics.quantiles([statistics.median(v) for v in per_source.values()], n=4)
+    return {source: statistics.median(v) for source, v in per_source.items()}
+
+
+def unseen_loss_quartiles(rows: list[dict]) -> list[float]:
+    """The quartiles of ``unseen_loss_medians`` over sources, each source once."""
+    return statistics.quantiles(unseen_loss_medians(rows).values(), n=4)
 
 
 def report(rows: list[dict]) -> dict:
@@ -143,8 +148,7 @@ def report(rows: list[dict]) -> dict:
             "nested_range": [min(nested.values()), max(nested.values())],
             "source_bias_at_1": _source_bias(rows, 1.0), "source_bias_at_fit": _source_bias(rows, shipped),
             "source_factors": factors, "source_factor_quartiles": quartiles,
-            "unseen_loss_quartiles": unseen_loss_quartiles(rows),
-            "unseen_loss_sources": len({r["source"] for r in rows if simulated_loss(r) < MIN_SIMULATED_LOSS}),
+            "unseen_loss_quartiles": unseen_loss_quartiles(rows), "unseen_loss_sources": len(unseen_loss_medians(rows)),
             "figures": figures, "rows": len(rows), "sources": len({r["source"] for r in rows}), "commit": head_commit()}
 
 
