@@ -12,7 +12,8 @@ read. What would make a fit silently wrong is refused, never skipped: a table ro
 failed nccl-tests' own check (``#wrong`` values, ``FAILED`` in its footer), a size that appears twice (two runs, or
 interleaved output, in one paste), a run's header or Rank line printed twice (two runs whose sizes do not repeat),
 Rank lines that do not number every rank from 0 (a paste that lost its first lines), ranks spread unevenly over the
-hosts, time columns of CPU time (``-C 1``).
+hosts, time columns of CPU time (``-C 1``). Machines that share a host name (containers all called ``localhost``) are
+told apart by their GPUs' bus ids (``machines``).
 
 ``fit_network`` fits what the simulator's collective model takes from the network (``sim.system``): the payload
 share of the line rate (``efficiency``: the bandwidth term), the transport's own latency per inter-node hop
@@ -59,7 +60,8 @@ _PREFIX = re.compile(r"^\s*(?:(?:\[[^\]]*\](?:<\w+>)?:?|\d{1,6}:(?=\s)"
                      r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s*)+")
 _FAILED_FOOTER = re.compile(r"#\s*Out of bounds values\s*:\s*(\d+)\s+FAILED")
 _PASSED_FOOTER = re.compile(r"#\s*Out of bounds values\s*:\s*0\s+OK")
-_RANK = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s*(.*)")
+_RANK = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+"
+                   r"\[([^\]]*)\]\s*(.*)")  # rank, host, device, bus id, GPU name
 _ROW_TIMESTAMP = re.compile(r"\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$")  # nccl-tests -S 1, after a row's columns
 _RUN_HEADER = re.compile(r"#\s*nThread\s+\d+\s+nGpus\s+\d+")  # printed once at the start of each run
 # the sweep the run's header announces (src/util.cu writeDeviceReport), and where memory cut it short (src/common.cu)
@@ -145,6 +147,28 @@ def wrong_count(token: str, tolerance: float = math.inf) -> bool:
     return value != 0 and (token.isdigit() or value >= 1e6 or value > tolerance)
 
 
+def machines(ranks: list[tuple[str, str, int]]) -> tuple[list[tuple[str, int]], list[str]]:
+    """Each rank's machine, from its Rank line's (host, GPU, rank), the GPU written ``DEVICE [BUS ID]``, and a
+    warning where host names are shared. NCCL refuses two ranks of one host (host name and boot id) on one bus id
+    unless NCCL_MULTI_RANK_GPU_ENABLE is set (src/init.cc, "Multiple Ranks are using the same GPU"), so a host name
+    whose ranks repeat a GPU names several machines (containers that all call themselves ``localhost``): the k-th
+    rank on a GPU, in rank order, runs on that name's k-th machine, written ``NAME #k``. Both the device number and
+    the bus id must repeat (ranks that each see one GPU all print device 0). Returns (machine, rank) per rank."""
+    seen: dict[tuple[str, str], int] = {}
+    placed = []
+    for host, gpu, rank in sorted(set(ranks), key=lambda x: x[2]):
+        seen[host, gpu] = seen.get((host, gpu), 0) + 1
+        placed.append((host, gpu, rank, seen[host, gpu]))
+    count: dict[str, int] = {}  # machines per shared host name
+    for (host, _), k in seen.items():
+        if k > 1:
+            count[host] = max(count.get(host, 0), k)
+    return ([(f"{host} #{k}" if host in count else host, rank) for host, _, rank, k in placed],
+            [f"the Rank lines put two ranks on one GPU (device and bus id) of host {host}, which NCCL refuses on one "
+             f"machine: read as {n} machines of that name, {host} #1 to #{n} (the k-th rank on each GPU on the k-th)"
+             for host, n in count.items()])
+
+
 def _more_than_one_run(run_hosts: list[set[str]]) -> str:
     """Why a paste of several runs is refused, in words: where each run's Rank lines show one host of its own, the
     habit of launching nccl-tests built without MPI under srun or mpirun (each task a single-node test)."""
@@ -181,9 +205,9 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
         if rank:
             run_hosts[-1].add(rank.group(2))
             rank_line[int(rank.group(1))] = lineno
-            ranks[(rank.group(2), int(rank.group(3)), int(rank.group(1)))] = True
-            gpus.add(next((v for k, v in GPU_NAMES.items() if k in rank.group(4)), None))
-            names[rank.group(4).strip()] = True
+            ranks[(rank.group(2), f"{rank.group(3)} [{rank.group(4).strip()}]", int(rank.group(1)))] = True
+            gpus.add(next((v for k, v in GPU_NAMES.items() if k in rank.group(5)), None))
+            names[rank.group(5).strip()] = True
             continue
         if header:
             run_started = lineno
@@ -279,14 +303,15 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
     if len(gpus - {None}) > 1:
         raise ValueError(f"{source}: the Rank lines name GPUs of different kinds ({', '.join(sorted(gpus - {None}))}): "
                          "a table of one cluster has one kind; give each cluster's run as its own file")
-    hosts = tuple(dict.fromkeys(h for h, _, _ in ranks))
+    placed, warnings = machines(list(ranks))
+    hosts = tuple(dict.fromkeys(h for h, _ in placed))
     gpu = next(iter(gpus)) if len(gpus) == 1 else None
-    per_host = tuple(len({r for h, _, r in ranks if h == host}) for host in hosts)
-    largest, warnings = rows[-1][0], []
+    per_host = tuple(sum(h == host for h, _ in placed) for host in hosts)
+    largest = rows[-1][0]
     if sweep and (largest * sweep[1] if sweep[2] == "factor" else largest + sweep[1]) <= sweep[0]:
         warnings.append(f"the paste stops at {largest:,} bytes but its header's sweep runs to maxBytes {sweep[0]:,}: "
                         "the rest of the table is not in the paste (paste the whole table to fit the larger sizes)")
-    return NcclTestsOutput(tuple(Measurement(op, *row) for row in rows), hosts, len({r for _, _, r in ranks}), gpu,
+    return NcclTestsOutput(tuple(Measurement(op, *row) for row in rows), hosts, len(placed), gpu,
                            per_host, tuple(names), tuple(warnings))
 
 

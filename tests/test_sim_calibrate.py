@@ -404,3 +404,26 @@ def test_a_socket_table_past_the_generic_share_but_within_the_wire_is_fitted_wit
     past = _alpha_beta_paste(tmp_path / "past.txt", 1.40e9)
     assert main(["calibrate", str(past), *map(str, args), "--out", str(tmp_path / "past.toml")]) == 2
     assert "the wire binds" in capsys.readouterr().err
+
+
+def test_machines_that_share_a_host_name_are_told_apart_by_their_gpus_bus_ids(tmp_path, capsys):
+    # the GB10 thread's two hosts each run rank on bus id 000f:01:00; containers that all call themselves localhost
+    # print one name for both, and two ranks of one machine on one bus id are what NCCL refuses
+    text = re.sub(r"on spark-\w+ ", "on localhost ", GB10_SMALL.read_text())
+    shared = calibrate.parse_nccl_tests(text, "shared")
+    assert shared.hosts == ("localhost #1", "localhost #2") and shared.ranks_per_host == (1, 1)
+    assert calibrate.layout([shared], None, None) == (2, 1)
+    assert any("two ranks on one GPU (device and bus id) of host localhost" in w for w in shared.warnings)
+    # one name on distinct GPUs is one machine, as before (a single-node paste), and so is one bus id printed
+    # under two device numbers
+    one = calibrate.parse_nccl_tests(text.replace("device  0 [000f:01:00]", "device  1 [0010:01:00]", 1), "one")
+    assert one.hosts == ("localhost",) and calibrate.layout([one], None, None) == (1, 2)
+    assert calibrate.parse_nccl_tests(text.replace("device  0", "device  1", 1), "one").hosts == ("localhost",)
+    # srun --gpus-per-task=1: every rank is device 0 of its own host, bus ids decide nothing across hosts
+    distinct = calibrate.parse_nccl_tests(GB10_SMALL.read_text(), "distinct")
+    assert distinct.hosts == ("spark-d708", "spark-dbf4") and not any("bus id" in w for w in distinct.warnings)
+    paste = tmp_path / "localhost.txt"
+    paste.write_text(text)
+    assert main(["calibrate", str(paste), "--network", "roce-200gbe", "--gpus-per-node", "1", "--nodes", "2",
+                 "--out", str(tmp_path / "c.toml"), "--quiet"]) == 0
+    assert "2 machines of that name" in capsys.readouterr().out
