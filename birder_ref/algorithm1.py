@@ -19,7 +19,9 @@ __all__ = ["State", "init", "step", "quantize", "worker_step", "server_step", "m
 
 @dataclass(frozen=True)
 class State:
-    """Per-worker m, b_hat, b, e of shape (n, d); the server's error (d,); the step count t."""
+    """Per-worker m, b_hat, b, e of shape (n, d); the server's error (d,); the step count t. Where line 7 makes b
+    equal to b_hat (no T0, or t <= T0) a step returns one array for both: ``b is b_hat``, so writing into one
+    writes into the other (a step never writes into a state's arrays)."""
 
     m: np.ndarray
     b_hat: np.ndarray
@@ -95,7 +97,8 @@ def check_state(state) -> State:
                                  "|g| cannot be negative)")
         elif not _finite_sum(x):
             check_array(f"state.{name}", x, (n, d), worker_axes=1)  # names the first non-finite element
-    if type(state.server_e) is not np.ndarray or state.server_e.shape != (d,) or not _finite_sum(state.server_e):
+    if (type(state.server_e) is not np.ndarray or state.server_e.dtype != np.float32 or state.server_e.shape != (d,)
+            or not _finite_sum(state.server_e)):
         check_array("state.server_e", state.server_e, (d,))
     return state
 

@@ -12,7 +12,9 @@ from birder_ref.validation import check_int
 
 
 def init(n_nodes: int, gpus_per_node: int, dim: int) -> State:
-    """Algorithm 1's state with one worker per node (each node's GPUs hold its shards)."""
+    """Algorithm 1's state with one worker per node (each node's GPUs hold its shards). It holds nothing per GPU,
+    so ``gpus_per_node`` is only checked (>= 1): a step takes any number of GPUs per node, whose node means are
+    what Algorithm 1 sees."""
     check_int("gpus_per_node", gpus_per_node, 1)
     return algorithm1.init(n_nodes, dim)
 

@@ -23,9 +23,9 @@ def quantize_unchecked(y: np.ndarray, u: np.ndarray, out: np.ndarray | None = No
     The clip is skipped: for y > 1, fl(y + 1) / 2 >= 1 > u, and for y < -1, fl(y + 1) / 2 < 0 <= u, so every
     decision equals the clipped one (at y = 1 + 2**-23, y + 1 rounds to 2; at y = -1 - 2**-23 it is -2**-23).
     """
-    out = np.add(y, np.float32(1.0), out=out)
+    out = np.add(y, np.float32(1.0), out=np.empty(y.shape, np.float32) if out is None else out)  # 0-d: an array
     out /= np.float32(2.0)
-    plus = np.less(u, out)
+    plus = np.less(u, out, out=np.empty(out.shape, bool))
     np.multiply(plus, np.float32(2.0), out=out)  # 2 * [u < threshold] - 1, exactly +-1
     out -= np.float32(1.0)
     return out

@@ -32,9 +32,16 @@ class StepLog:
 def worker_gradients(scheme: str, grads: np.ndarray) -> np.ndarray:
     """The (n_workers, d) gradients Algorithm 1 sees under ``scheme``: node means, or every GPU's own."""
     n, g, d = grads.shape
-    if scheme == "hierarchical":
-        return grads.sum(axis=1, dtype=np.float32) / np.float32(g)
-    return grads.reshape(n * g, d)
+    if scheme != "hierarchical":
+        return grads.reshape(n * g, d)
+    with np.errstate(over="ignore"):
+        sums = grads.sum(axis=1, dtype=np.float32)
+    if not np.isfinite(sums).all():  # finite gradients (checked) whose float32 node sum is not
+        node, element = (int(i) for i in np.argwhere(~np.isfinite(sums))[0])
+        raise ValueError(f"grads: node {node}, element ({element},): the sum over the node's {g} GPUs overflows "
+                         "float32 (the intra-node reduce-scatter sums in float32 before dividing by gpus_per_node, "
+                         "as NCCL does), so no node mean is exact; scale the gradients down")
+    return sums / np.float32(g)
 
 
 def _pad(x: np.ndarray, length: int, value: float = 0.0) -> np.ndarray:

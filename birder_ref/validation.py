@@ -18,6 +18,9 @@ def _where(name: str, index: tuple[int, ...], worker_axes: int) -> str:
 
 def check_array(name: str, x, shape: tuple[int, ...] | None = None, worker_axes: int = 0) -> np.ndarray:
     """A float32 array of the given shape with finite values, or a ValueError saying what is wrong."""
+    if isinstance(x, np.generic):
+        raise ValueError(f"{name} must be a NumPy float32 array, got a NumPy {x.dtype} scalar (np.asarray makes it a "
+                         "0-d array)")
     if not isinstance(x, np.ndarray):
         raise ValueError(f"{name} must be a NumPy float32 array, got {type(x).__name__}")
     _refuse_subclass(name, x)
@@ -69,8 +72,8 @@ def check_real(name: str, value, low: float | None = None, high: float | None = 
                high_open: bool = False, float32: bool = False) -> float:
     """A finite real number (Python or NumPy, not bool) within the bounds, returned as float; else a ValueError.
 
-    ``float32``: the value must also be finite (and non-zero where ``low`` is 0 and open) once rounded to float32,
-    because the reference computes with it in float32.
+    ``float32``: the value must also be finite, and within open bounds, once rounded to float32 (beta = 1 - 1e-9
+    is 1.0 there, eps = 1e-50 is 0), because the reference computes with it in float32.
     """
     if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.integer | np.floating):
         raise ValueError(f"{name} must be a real number, got {_shown(value)}")
@@ -80,20 +83,24 @@ def check_real(name: str, value, low: float | None = None, high: float | None = 
         number = float("inf") if value > 0 else float("-inf")
     if not np.isfinite(number):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
-    below = low is not None and (number <= low if low_open else number < low)
-    above = high is not None and (number >= high if high_open else number > high)
-    if below or above:
-        if high is None:
-            bounds = f"be {'>' if low_open else '>='} {low:g}"
-        elif low is None:
-            bounds = f"be {'<' if high_open else '<='} {high:g}"
-        else:
-            bounds = f"lie in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    if high is None:
+        bounds = f"be {'>' if low_open else '>='} {low:g}" if low is not None else "be finite"
+    elif low is None:
+        bounds = f"be {'<' if high_open else '<='} {high:g}"
+    else:
+        bounds = f"lie in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+
+    def outside(x: float) -> bool:
+        return ((low is not None and (x <= low if low_open else x < low))
+                or (high is not None and (x >= high if high_open else x > high)))
+
+    if outside(number):
         raise ValueError(f"{name} must {bounds}, got {value!r}")
     if float32:
         single = np.float32(number) if abs(number) <= float(np.finfo(np.float32).max) else np.float32(np.inf)
-        if not np.isfinite(single) or (low == 0 and low_open and single == 0):
-            raise ValueError(f"{name}={number!r} is not representable in float32 (the reference computes in float32)")
+        if not np.isfinite(single) or outside(float(single)):
+            raise ValueError(f"{name}={number!r} is {single} in float32, where the reference computes with it; it "
+                             + (f"must {bounds} there too" if np.isfinite(single) else "must be finite there"))
     return number
 
 
@@ -103,8 +110,9 @@ def _shown(value) -> str:
 
 
 def check_coefficients(beta: float, eps: float, T0: int | None = None) -> None:
-    """Algorithm 1's coefficients: beta in (0, 1), eps > 0 (finite and non-zero in float32), T0 None or >= 0."""
-    check_real("beta", beta, 0.0, 1.0, low_open=True, high_open=True)
+    """Algorithm 1's coefficients: beta in (0, 1) and eps > 0, both also in float32 (where lines 5-9 compute with
+    them), T0 None or >= 0."""
+    check_real("beta", beta, 0.0, 1.0, low_open=True, high_open=True, float32=True)
     check_real("eps", eps, 0.0, low_open=True, float32=True)
     if T0 is not None:
         check_int("T0", T0, 0)

@@ -34,6 +34,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from birder_ref import validation
 from birder_ref.draws import MASK32
 from gpu_validation import comm, records
 
@@ -69,8 +70,8 @@ def check_arguments(ddp_model: nn.Module, *, lr: float, weight_decay: float, bet
     _refuse_other_process_group(ddp_model)
     lr = check_real("lr", lr, 0.0, True)
     weight_decay = check_real("weight_decay", weight_decay, 0.0, False)
-    beta = check_real("beta", beta, 0.0, True, 1.0)
-    eps = check_real("eps", eps, 0.0, True)
+    beta = check_real("beta", beta, 0.0, True, 1.0, float32=True)
+    eps = check_real("eps", eps, 0.0, True, float32=True)
     checked_seed = check_count("seed", seed)
     if checked_seed > MASK32:
         raise ValueError(f"seed must be below 2**32, got {seed}")
@@ -194,15 +195,19 @@ def count_skip(opt: Birder, bad_ranks: list[int], why: str = "a non-finite gradi
 # ---- the checks behind the entry points ----
 
 
-def check_real(name: str, value, low: float, low_open: bool, high: float | None = None) -> float:
+def check_real(name: str, value, low: float, low_open: bool, high: float | None = None, float32: bool = False
+               ) -> float:
     """``value`` as a float if it is a finite real number above ``low`` (or at it, unless ``low_open``) and below
-    ``high``; else one ValueError naming ``name``."""
+    ``high``, and with ``float32`` still so once rounded to float32, as the update computes with it (beta = 1 - 1e-9
+    is 1.0 there, eps = 1e-50 is 0: the reference's rule); else one ValueError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
         raise ValueError(f"{name} must be a finite real number, got {value!r}")
     v = float(value)
     if (v <= low if low_open else v < low) or (high is not None and not v < high):
         bound = f"{'>' if low_open else '>='} {low}" + (f" and < {high}" if high is not None else "")
         raise ValueError(f"{name} must be {bound}, got {value!r}")
+    if float32:
+        validation.check_real(name, v, low, high, low_open=low_open, high_open=high is not None, float32=True)
     return v
 
 

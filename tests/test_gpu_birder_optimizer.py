@@ -197,6 +197,9 @@ def test_an_error_of_the_models_own_in_forward_keeps_torchs_message(one_rank):
     ({"weight_decay": -1.0}, "weight_decay must be >= 0"),
     ({"beta": 1.0}, "beta must be > 0.0 and < 1.0"),
     ({"eps": 0.0}, "eps must be > 0"),
+    # within bounds as a Python float, not once rounded to float32, where the update computes with it
+    ({"beta": 1 - 1e-9}, "beta=0.999999999 is 1.0 in float32.*must lie in \\(0, 1\\) there too"),
+    ({"eps": 1e-50}, "eps=1e-50 is 0.0 in float32.*must be > 0 there too"),
     ({"seed": 1.5}, "seed must be an integer"),
     ({"seed": -1}, "seed must be an integer >= 0"),
     ({"seed": True}, "seed must be an integer"),

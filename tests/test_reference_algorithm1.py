@@ -1,6 +1,8 @@
 """algorithm1.step against a plain line-by-line float32 transcription of the paper's Algorithm 1, lines 5-13
 (``contract_step``, the oracle), and its input checks."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -98,11 +100,34 @@ def test_bad_input_is_one_clear_error_and_the_state_is_untouched(mutate, message
 
 
 @pytest.mark.parametrize("beta, eps", [(0.0, 1e-8), (1.0, 1e-8), (-0.5, 1e-8), (0.9, 0.0), (0.9, -1e-8),
-                                       (0.9, float("nan")), (float("nan"), 1e-8)])
+                                       (0.9, float("nan")), (float("nan"), 1e-8),
+                                       # inside the bounds, outside once float32, where lines 5-9 compute
+                                       (1 - 1e-9, 1e-8), (1e-50, 1e-8), (0.9, 1e-50), (0.9, 1e39)])
 def test_coefficients_outside_their_ranges_are_rejected(beta, eps):
     state, g, U, V = _good()
-    with pytest.raises(ValueError, match="beta must|eps must be"):
+    with pytest.raises(ValueError, match="beta must|eps must be|(beta|eps)=.* in float32"):
         algorithm1.step(state, g, beta, eps, u_worker=U, u_server=V)
+    # the most extreme values float32 holds inside the bounds are taken
+    algorithm1.step(state, g, 1 - 2**-24, 1e-45, u_worker=U, u_server=V)
+    algorithm1.step(state, g, 2**-149, 1e-8, u_worker=U, u_server=V)
+
+
+def test_a_server_error_of_another_dtype_is_refused_not_computed_in_it():
+    """Trial t9: a float64 server error (np.zeros(d) without a dtype) moved the server stage to float64, where a
+    decision can differ from float32's."""
+    state = algorithm1.init(3, 1)
+    server_e = np.array([0.012954925], np.float32)
+    g, U, V = np.zeros((3, 1), np.float32), np.zeros((3, 1), np.float32), np.array([0.6731441], np.float32)
+    for dtype in (np.float64, np.float16):
+        with pytest.raises(ValueError, match=f"state.server_e must be float32, got {np.dtype(dtype)}"):
+            algorithm1.step(dataclasses.replace(state, server_e=server_e.astype(dtype)), g, u_worker=U, u_server=V)
+
+
+def test_a_numpy_scalar_is_named_and_a_0_d_array_is_quantized():
+    with pytest.raises(ValueError, match="got a NumPy float32 scalar"):
+        quantize(np.float32(0.3), np.float32(0.5))
+    got = quantize(np.asarray(np.float32(0.3)), np.asarray(np.float32(0.5)))
+    assert got.shape == () and got.dtype == np.float32 and got == 1.0
 
 
 @pytest.mark.parametrize("T0", [-1, 1.5, "3", True])

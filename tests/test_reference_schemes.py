@@ -1,5 +1,7 @@
 """Every scheme equals Algorithm 1 bit for bit, and every byte log equals its closed form."""
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -135,4 +137,19 @@ def test_scheme_rejects_a_nan_gradient_naming_the_gpu_and_keeps_the_state():
     U, V = draws.worker_uniforms(0, 1, 2, 5), draws.server_uniforms(0, 1, 5)
     with pytest.raises(ValueError, match=r"grads: worker \(0, 1\), element \(3,\) is nan"):
         schemes.step("flat", state, grads, u_worker=U, u_server=V)
+    assert state.t == 0 and not state.m.any()
+
+
+def test_a_node_sum_that_overflows_float32_is_refused_naming_it_not_called_inf():
+    """Trial t9: two GPUs of one node both at 3e38, whose float32 sum (the reduce-scatter's) is inf, were told
+    their gradient 'is inf', with a NumPy overflow warning first."""
+    state = hierarchical.init(2, 2, 4)
+    grads = np.ones((2, 2, 4), np.float32)
+    grads[1, :, 2] = 3e38
+    U, V = draws.worker_uniforms(0, 1, 2, 4), draws.server_uniforms(0, 1, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RuntimeWarning before the error
+        with pytest.raises(ValueError, match=r"grads: node 1, element \(2,\): the sum over the node's 2 GPUs "
+                                             "overflows float32"):
+            hierarchical.step(state, grads, u_worker=U, u_server=V)
     assert state.t == 0 and not state.m.any()
