@@ -50,5 +50,9 @@ def unpack_signs(bits: np.ndarray, d: int) -> np.ndarray:
     d = check_int("d", d, 0)
     if bits.size != -(-d // 8):
         raise ValueError(f"{bits.size} bytes cannot hold exactly d={d} signs (need {-(-d // 8)})")
+    pad = (8 - d % 8) % 8
+    if pad and int(bits[-1]) & ((1 << pad) - 1):  # pack_signs writes them 0: a set one is a corrupt message
+        raise ValueError(f"the last byte's pad bits (its low {pad}) are not 0 (byte {int(bits[-1]):#04x} for "
+                         f"d={d}): not pack_signs output")
     plus = np.unpackbits(bits, count=d, bitorder="big").astype(bool)
     return np.where(plus, np.float32(1.0), np.float32(-1.0))
