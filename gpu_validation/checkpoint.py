@@ -6,6 +6,7 @@ before anything changes. ``Birder.state_dict``, ``sharded_state_dict``, ``to_ada
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import torch
@@ -79,10 +80,17 @@ def shard_state(opt: Birder) -> dict:
 
 
 def adamw_state(opt: Birder, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> dict:
-    """``Birder.to_adamw_state_dict()`` (collective, through ``opt.state_dict()``): exp_avg the
-    workers' mean m, exp_avg_sq the square of their mean b, step t, each group's lr and weight decay."""
+    """``Birder.to_adamw_state_dict()`` (collective, through ``opt.state_dict()``): step t, each group's lr and
+    weight decay, and moments that AdamW's bias correction turns into Birder's: Birder's m and b are moving
+    averages from 0 with beta, so their estimates are m / (1 - beta^t) and b / (1 - beta^t) (the workers' means);
+    AdamW divides exp_avg by 1 - beta1^t and exp_avg_sq by 1 - beta2^t, so exp_avg = m (1 - beta1^t) / (1 - beta^t)
+    and exp_avg_sq = b^2 (1 - beta2^t) / (1 - beta^t)^2. Without the factors AdamW's first steps were 0.17x, 0.34x
+    and 0.88x of Birder's estimates after 10, 100 and 1000 steps (trial t8)."""
     full = opt.state_dict()["state"]
-    m, b = full["m"].mean(dim=0), full["b_hat"].mean(dim=0)
+    t, (beta1, beta2) = opt.t, betas
+    birder_bias = 1 - opt.beta**t if t else 1.0  # at t = 0, m and b are 0
+    m = full["m"].mean(dim=0) * ((1 - beta1**t) / birder_bias)
+    b = full["b_hat"].mean(dim=0) * (math.sqrt(1 - beta2**t) / birder_bias)
     adamw = torch.optim.AdamW([{"params": g["params"], "lr": g["lr"], "weight_decay": g["weight_decay"]}
                                for g in opt.param_groups], betas=betas, eps=eps)
     layout = adamw.state_dict()  # torch's own group format, numbering the parameters group by group

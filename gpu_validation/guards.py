@@ -20,6 +20,7 @@ What the ranks tell each other, and the messages naming a failed or drifting ran
 
 from __future__ import annotations
 
+import itertools
 import linecache
 import logging
 import math
@@ -91,8 +92,14 @@ def check_arguments(ddp_model: nn.Module, *, lr: float, weight_decay: float, bet
     return Arguments(lr, weight_decay, beta, eps, checked_seed, max_consecutive_skips, named, groups)
 
 
+_BIRDERS_BUILT = itertools.count()  # each Birder's place in the order of construction (``_built``)
+
+
 def refuse_other_optimizers(opt: Birder) -> None:
-    """For as long as ``opt`` lives, any other torch optimizer's step() on its parameters raises, naming them."""
+    """For as long as ``opt`` lives, any other torch optimizer's step() on its parameters raises, naming them,
+    except a Birder built after it: a newer Birder on the same parameters (a new DDP wrapper of the same module, as
+    Lightning's lr_find then fit builds) supersedes ``opt``, whose own step() then raises."""
+    opt._built = next(_BIRDERS_BUILT)
     handle = register_optimizer_step_pre_hook(_other_optimizers_refused(weakref.ref(opt)))
     weakref.finalize(opt, handle.remove)
 
@@ -307,6 +314,13 @@ def _other_optimizers_refused(birder_ref):
             return None
         mine = birder._name_of_id
         shared = [mine[id(p)] for g in optimizer.param_groups for p in g["params"] if id(p) in mine]
+        built = getattr(optimizer, "_built", None)  # set on Birders only
+        if shared and built is not None and built > birder._built:
+            return None  # a newer Birder: it supersedes this one
+        if shared and built is not None:
+            raise ValueError(f"Birder.step(): a newer Birder was built on {len(shared)} of its parameter(s) "
+                             f"({_names(shared)}), which supersedes this one (each Birder follows its own DDP "
+                             "wrapper and state); step the newer one (or delete it to go on with this one)")
         if shared:
             raise ValueError(f"{type(optimizer).__name__}.step(): it holds {len(shared)} parameter(s) that Birder "
                              f"also updates ({_names(shared)}); under "

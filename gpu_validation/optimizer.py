@@ -373,7 +373,8 @@ class Birder(torch.optim.Optimizer):
         ``param_groups``, ``[p for p in model.parameters() if p.requires_grad]``): each group keeps its lr and
         weight decay (line 16's decay is AdamW's decoupled one), ``step`` is Birder's t, ``exp_avg`` the workers'
         mean m (both are moving averages of the gradient) and ``exp_avg_sq`` the square of the workers' mean b
-        (Birder tracks the mean of |g|, AdamW of g^2: an estimate, low by the gradient's variance)."""
+        (Birder tracks the mean of |g|, AdamW of g^2: an estimate, low by the gradient's variance), each scaled so
+        that AdamW's bias correction gives Birder's bias-corrected estimates (``checkpoint.adamw_state``)."""
         return checkpoint.adamw_state(self, betas, eps)
 
     def load_state_dict(self, state_dict: dict) -> None:

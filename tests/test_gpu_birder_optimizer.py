@@ -509,6 +509,28 @@ def test_a_second_optimizer_on_birders_parameters_is_refused_naming_them(one_ran
     assert torch.equal(model[-1].weight, before)  # refused before it moved anything
 
 
+def test_a_newer_birder_on_a_new_ddp_wrapper_supersedes_a_live_one(one_rank):
+    """Trial t8: Lightning's lr_find then fit (or a plain rebuild whose old Birder a scheduler keeps alive) wraps the
+    same module in a new DDP and builds a new Birder; the old one's guard refused the new one's step, telling the
+    user to give the parameters to Birder."""
+    model = make_model(0)
+    old = Birder(nn.parallel.DistributedDataParallel(model), lr=0.01, seed=3)
+    keeps_it_alive = torch.optim.lr_scheduler.StepLR(old, step_size=10)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    new = Birder(ddp, lr=0.01, seed=3)
+    x, y = batch(3, 1, 0)
+    nn.functional.mse_loss(ddp(x), y).backward()
+    new.step()
+    assert new.t == 1
+    before = model[-1].weight.detach().clone()
+    with pytest.raises(ValueError, match=r"Birder.step\(\): a newer Birder was built on 6 of its parameter\(s\) "
+                                         r"\(0.weight, .*\), which supersedes this one"):
+        old.step()
+    assert torch.equal(model[-1].weight, before) and keeps_it_alive.last_epoch == 0
+    with pytest.raises(ValueError, match=r"AdamW.step\(\): it holds 2 parameter\(s\) that Birder also updates"):
+        torch.optim.AdamW(model[-1].parameters(), lr=1e-3).step()  # any other optimizer still refused
+
+
 def _expert(clip: float | None = None, scaler: bool = False, steps: int = 2):
     from gpu_validation.comm import make_topology
     from gpu_validation.hook import BirderState, BirderUpdate, birder_hook

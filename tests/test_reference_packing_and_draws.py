@@ -32,7 +32,8 @@ def test_unpack_inverts_pack(d, seed):
     (lambda: unpack_signs(np.zeros(2, np.uint8), 17), "cannot hold exactly d=17"),
     (lambda: unpack_signs(np.zeros(2, np.int32), 16), "uint8"),
     # the contract's pad bits are 0: a set one is a corrupt message, not a sign (trial t9)
-    (lambda: unpack_signs(np.array([0xFF, 0x81], np.uint8), 9), "pad bits \\(its low 7\\) are not 0 \\(byte 0x81 for d=9\\)"),
+    (lambda: unpack_signs(np.array([0xFF, 0x81], np.uint8), 9),
+     "pad bits \\(its low 7\\) are not 0 \\(byte 0x81 for d=9\\)"),
     (lambda: unpack_signs(np.array([0x01], np.uint8), 7), "its low 1\\) are not 0"),
 ])
 def test_packing_rejects_bad_input(call, message):

@@ -701,6 +701,20 @@ def second_birder_on_one_ddp(at: Place) -> dict:
     return _result(model, None)
 
 
+def new_ddp_while_old_birder_lives(at: Place) -> dict:
+    """Lightning's lr_find then fit, or a rebuild whose old Birder a scheduler keeps alive: the same module wrapped
+    in a new DDP with a new Birder, the old Birder still alive."""
+    model, ddp, opt, _ = _plain(at)
+    keeps_it_alive = torch.optim.lr_scheduler.StepLR(opt, step_size=10)
+    _train(ddp, opt, at.rank, 1)
+    again = nn.parallel.DistributedDataParallel(model)
+    new = Birder(again, lr=LR, weight_decay=DECAY, seed=SEED, gpus_per_node=at.gpus_per_node)
+    ref = Reference(new)
+    _train(again, new, at.rank, STEPS - 1, 2)
+    assert keeps_it_alive.optimizer is opt
+    return _result(model, ref)
+
+
 def compiled_model(at: Place) -> dict:
     model, ddp, opt, ref = _plain(at)
     compiled = torch.compile(ddp, backend="aot_eager")
@@ -1083,6 +1097,9 @@ HABITS: tuple[Habit, ...] = (
              "this DDP model already has a communication hook"),
     _refused(second_birder_on_one_ddp, "a second `Birder` on the same DDP model (to restart with new settings)",
              "ValueError", "wrap the model in a new DistributedDataParallel for a new Birder"),
+    _works(new_ddp_while_old_birder_lives, "a new DDP wrapper of the same model and a new `Birder`, the old one "
+           "still alive (Lightning's `lr_find`, then `fit`)", "Algorithm 1 from a fresh state; the old Birder's "
+           "`step()` is refused"),
     _works(compiled_model, "`torch.compile(ddp, backend='aot_eager')`", "the compiled model's gradients"),
     _works(clip_grad_value, "`clip_grad_value_(model.parameters(), 0.01)` before `step()`",
            "Algorithm 1 on the clipped local gradients"),
