@@ -26,6 +26,7 @@ import logging
 import math
 import numbers
 import sys
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -298,10 +299,20 @@ def _refuse_what_cannot_be_stepped(ddp_model: nn.parallel.DistributedDataParalle
         raise ValueError(f"parameter(s) {_names(ignored)} are trainable but DDP ignores them: Birder steps every "
                          "trainable parameter and needs its gradient in DDP's buckets; freeze them "
                          "(requires_grad_(False)) or stop ignoring them")
+    padded = []
     for name, child in ddp_model.module.named_modules():
         if isinstance(child, (nn.Embedding, nn.EmbeddingBag)) and child.sparse and child.weight.requires_grad:
             raise ValueError(f"module {name!r} is {type(child).__name__}(sparse=True): its gradient is sparse and "
                              "Birder takes dense gradients; build it with sparse=False")
+        if (isinstance(child, (nn.Embedding, nn.EmbeddingBag)) and child.padding_idx is not None
+                and child.weight.requires_grad):
+            padded.append(f"{name or 'the model'} (padding_idx={child.padding_idx})")
+    if padded:  # Algorithm 1 as it is, said aloud: PyTorch documents the padding row as not updated
+        warnings.warn(f"Birder moves every element of a trainable parameter by lr each step, the padding rows of "
+                      f"{', '.join(padded)} too: line 16 steps by the 1-bit signs, and the sign of a zero gradient "
+                      "is a fair coin (Eq. 5), so a padding row jitters by +-lr where AdamW leaves it. Mask the "
+                      "padding positions (as attention masks do), or restore the row after step() (docs/habits.md)",
+                      UserWarning, stacklevel=4)
 
 
 def _other_optimizers_refused(birder_ref):

@@ -8,6 +8,7 @@ checkpoint forms); one-rank cases (argument checks, the state-dict refusals) run
 import copy
 import functools
 import tempfile
+import warnings
 
 import numpy as np
 import pytest
@@ -529,6 +530,24 @@ def test_a_newer_birder_on_a_new_ddp_wrapper_supersedes_a_live_one(one_rank):
     assert torch.equal(model[-1].weight, before) and keeps_it_alive.last_epoch == 0
     with pytest.raises(ValueError, match=r"AdamW.step\(\): it holds 2 parameter\(s\) that Birder also updates"):
         torch.optim.AdamW(model[-1].parameters(), lr=1e-3).step()  # any other optimizer still refused
+
+
+def test_a_padding_row_is_said_to_move_and_moves_by_lr(one_rank):
+    """Trial t8: nn.Embedding(padding_idx=...)'s row, never given a gradient, moved by +-lr with no word (the sign
+    of a zero gradient is a fair coin): Algorithm 1 as it is, now said when Birder is built."""
+    model = nn.Sequential(nn.Embedding(6, 4, padding_idx=0), nn.Flatten(), nn.Linear(8, 1))
+    ddp = nn.parallel.DistributedDataParallel(model)
+    with pytest.warns(UserWarning, match=r"the padding rows of 0 \(padding_idx=0\) too.*jitters by \+-lr") as seen:
+        opt = Birder(ddp, lr=0.01, seed=3)
+    assert seen[0].filename == __file__  # it points at the user's line
+    before = model[0].weight.detach().clone()
+    nn.functional.mse_loss(ddp(torch.tensor([[0, 3], [0, 5]])), torch.ones(2, 1)).backward()
+    assert not model[0].weight.grad[0].any()
+    opt.step()
+    assert torch.allclose((model[0].weight[0] - before[0]).abs(), torch.full((4,), 0.01))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no padding_idx: no warning
+        Birder(nn.parallel.DistributedDataParallel(nn.Sequential(nn.Embedding(6, 4), nn.Flatten())), lr=0.01)
 
 
 def _expert(clip: float | None = None, scaler: bool = False, steps: int = 2):
