@@ -512,6 +512,10 @@ def _load(name: str) -> dict[str, dict[str, Any]]:
 GENERIC_NETWORKS = _load("networks.toml")
 SITES = _load("sites.toml")
 TRANSPORTS = _load("transports.toml")
+# what a preset holds for its transport, not for its wire: replaced when a cluster file names another transport
+# (the payload share, the socket path's limits, the TCP flows' caps and the NIC maker NCCL's socket transport reads)
+TRANSPORT_DEPENDENT_KEYS = frozenset(k for t in TRANSPORTS.values() for k in t) | {
+    "per_flow_gbps", "per_flow_gbps_placement_group", "nic_vendor"}
 INTRA = _load("intra.toml")
 GPUS = _load("gpus.toml")
 FRAMEWORKS = _load("frameworks.toml")
@@ -750,7 +754,16 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
     if preset is not None:
         if not isinstance(preset, str):
             raise ValueError(f"[network] preset must be a network name, got {preset!r}")
-        spec = network_spec(preset) | net
+        spec = network_spec(preset)
+        if net.get("transport", spec["transport"]) != spec["transport"]:  # NCCL fell back to TCP on IB, say
+            if net["transport"] not in TRANSPORTS:
+                raise ValueError(f"[network] transport must be 'socket' or 'ib', got {net['transport']!r}")
+            dropped = sorted(k for k in spec if k in TRANSPORT_DEPENDENT_KEYS)
+            spec = TRANSPORTS[net["transport"]] | {k: v for k, v in spec.items() if k not in TRANSPORT_DEPENDENT_KEYS}
+            prov.append(("transport", f"{net['transport']} in place of {preset}'s {network_spec(preset)['transport']}: "
+                                      f"the {net['transport']} transport's constants, not the preset's "
+                                      f"({', '.join(dropped)})"))
+        spec = spec | net
         prov.append(("network", f"preset {preset}" + (f", overridden in the file: {', '.join(sorted(net))}"
                                                       if net else "") + ("" if "network" in data else " (default)")))
     else:

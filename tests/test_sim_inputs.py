@@ -1,5 +1,6 @@
 """Bad input to the simulator's commands (issue 12): one line on stderr, exit 2, nothing hangs, strict JSON."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -157,3 +158,24 @@ def test_an_extrapolated_site_profile_spans_the_generic_preset_it_refines():
 
 def test_rows_are_checked_as_read():
     assert len(paper.rows()) == 24
+
+
+@pytest.mark.parametrize("preset, transport, same_as", [
+    ("ib-hdr", "socket", 'transport = "socket"\nline_rate_gbps = 200'),  # NCCL fell back to TCP on IB
+    ("roce-200gbe", "socket", 'transport = "socket"\nline_rate_gbps = 200'),
+    ("100gbe", "ib", 'transport = "ib"\nline_rate_gbps = 100'),  # the same wire under verbs (RoCE)
+])
+def test_a_file_that_names_another_transport_than_its_presets_gets_that_transports_constants(
+        tmp_path, preset, transport, same_as):
+    """Trial t7: [network] preset = "ib-hdr" with transport = "socket" kept InfiniBand's payload share and none of
+    the socket path's limits (24 GB/s per NIC, not 5); the same NIC written without a preset had them."""
+    over = tmp_path / "over.toml"
+    over.write_text(f'name = "x"\nnodes = 2\n[network]\npreset = "{preset}"\ntransport = "{transport}"\n')
+    plain = tmp_path / "plain.toml"
+    plain.write_text(f'name = "x"\nnodes = 2\n[network]\n{same_as}\n')
+    got, expected = load_cluster(over).nic, load_cluster(plain).nic
+    kept = ("name", "source", "switch_buffer_bytes")  # the wire's switch stays the preset's
+    assert got.transport == transport and {k: v for k, v in dataclasses.asdict(got).items() if k not in kept} == {
+        k: v for k, v in dataclasses.asdict(expected).items() if k not in kept}
+    assert any(where == "transport" and f"in place of {preset}'s" in text
+               for where, text in load_cluster(over).provenance)
