@@ -225,9 +225,11 @@ def collective_timings(cfg: BenchConfig, topology: comm.Topology, device: torch.
             x = torch.ones(n, device=device)
             for op in COLLECTIVES:
                 seconds = _median_seconds(_collective(op, group, members, x), device, cfg.repeats)
-                algbw = 4 * n / seconds
+                # nccl-tests' size: all-gather's total output (AllGatherGetCollByteCount), every other op's input
+                nbytes = 4 * n * (members if op == "all_gather" else 1)
+                algbw = nbytes / seconds
                 factor = 2 * (members - 1) / members if op == "all_reduce" else (members - 1) / members
-                rows.append({"group": name, "ranks": members, "op": op, "bytes": 4 * n, "time_s": seconds,
+                rows.append({"group": name, "ranks": members, "op": op, "bytes": nbytes, "time_s": seconds,
                              "seconds": seconds, "algbw_gbytes_per_s": algbw / 1e9,
                              "busbw_gbytes_per_s": algbw * factor / 1e9})
     return rows

@@ -26,6 +26,10 @@ def test_bench_command_measures_and_writes_a_profile_predict_reads(tmp_path, cap
     result = json.loads(capsys.readouterr().out)
     assert {r["op"] for r in result["collectives"]} == set(COLLECTIVES)
     assert all(r["seconds"] > 0 and r["group"] == "inter" for r in result["collectives"])
+    # nccl-tests' size column: all-gather's total output, n x its input (trial t7: bench gave the input)
+    sizes = {op: sorted(r["bytes"] for r in result["collectives"] if r["op"] == op) for op in COLLECTIVES}
+    assert sizes["all_reduce"] == [256, 16384] and sizes["all_gather"] == [512, 32768]
+    assert sizes["reduce_scatter"] == sizes["all_to_all"] == sizes["all_reduce"]
     for r in result["collectives"]:  # nccl-tests' columns: busbw = algbw x (n-1)/n (x 2 for all-reduce), n = 2
         assert r["time_s"] > 0 and r["algbw_gbytes_per_s"] == pytest.approx(r["bytes"] / r["time_s"] / 1e9)
         assert r["busbw_gbytes_per_s"] == pytest.approx(r["algbw_gbytes_per_s"] * (1.0 if r["op"] == "all_reduce"
