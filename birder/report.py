@@ -127,10 +127,22 @@ def _build(outdir: Path, quick: bool, sections: tuple, progress: bool, timings: 
             if written.is_file():
                 check_written(written)
         write_manifest(tmp, "birder report")
+        _exit_if_terminated()  # before the swap: an interrupted run publishes nothing
+
+
+_TERMINATED: list[int] = []  # the signals ``_terminate`` received in this run
 
 
 def _terminate(signum, frame):  # SIGTERM unwinds like Ctrl-C, so the temporary directory is removed
+    _TERMINATED.append(signum)
     raise SystemExit(128 + signum)
+
+
+def _exit_if_terminated() -> None:
+    """Raise the exit ``_terminate`` raised, where Python swallowed it: a signal that lands in a garbage-collector
+    or weakref callback only prints "Exception ignored" and the run goes on (trial t7), so the swap must not."""
+    if _TERMINATED:
+        raise SystemExit(128 + _TERMINATED[0])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -144,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
         _refuse_prices_that_price_nothing(prices, asked, args.prices)
     report_prices.use_prices(prices)
     report_grid.use_question(asked)
+    _TERMINATED.clear()
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         report = write_report(Path(args.out), quick=args.quick, progress=show_progress(quiet))

@@ -168,6 +168,28 @@ def test_an_interrupted_report_run_leaves_the_old_report_whole(tmp_path):
     assert "old" in (out / "report.md").read_text()
 
 
+def test_a_sigterm_python_swallowed_still_stops_the_swap(tmp_path):
+    """Trial t7: SIGTERM landing in a gc or weakref callback printed 'Exception ignored ... SystemExit: 143', the run
+    went on and replaced the old report, exit 0. A section that swallows the exit stands in for that callback."""
+    out = tmp_path / "report"
+    before = _earlier_report(out)
+
+    def swallowed(tmp, quick):
+        try:
+            report._terminate(signal.SIGTERM, None)
+        except SystemExit:
+            pass  # what Python does with an exception raised in a gc callback
+        return "## a section"
+
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            report.write_report(out, quick=True, sections=(swallowed,))
+    finally:
+        report._TERMINATED.clear()
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert sorted(os.listdir(tmp_path)) == ["report"] and sorted(os.listdir(out)) == before
+
+
 def test_the_report_process_never_imports_torch_and_ends_with_a_summary(quick_report):
     """The whole ``report --quick`` in a fresh process (conftest's ``quick_report``, which the sections' own tests
     read too)."""
