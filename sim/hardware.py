@@ -755,14 +755,14 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
         if not isinstance(preset, str):
             raise ValueError(f"[network] preset must be a network name, got {preset!r}")
         spec = network_spec(preset)
-        if net.get("transport", spec["transport"]) != spec["transport"]:  # NCCL fell back to TCP on IB, say
-            if net["transport"] not in TRANSPORTS:
-                raise ValueError(f"[network] transport must be 'socket' or 'ib', got {net['transport']!r}")
+        old, new = spec["transport"], net.get("transport", spec["transport"])
+        if new != old:  # NCCL fell back to TCP on InfiniBand, say
+            if new not in TRANSPORTS:
+                raise ValueError(f"[network] transport must be 'socket' or 'ib', got {new!r}")
             dropped = sorted(k for k in spec if k in TRANSPORT_DEPENDENT_KEYS)
-            spec = TRANSPORTS[net["transport"]] | {k: v for k, v in spec.items() if k not in TRANSPORT_DEPENDENT_KEYS}
-            prov.append(("transport", f"{net['transport']} in place of {preset}'s {network_spec(preset)['transport']}: "
-                                      f"the {net['transport']} transport's constants, not the preset's "
-                                      f"({', '.join(dropped)})"))
+            spec = TRANSPORTS[new] | {k: v for k, v in spec.items() if k not in TRANSPORT_DEPENDENT_KEYS}
+            prov.append(("transport", f"{new} in place of {preset}'s {old}: the {new} transport's constants, not "
+                                      f"the preset's ({', '.join(dropped)})"))
         spec = spec | net
         prov.append(("network", f"preset {preset}" + (f", overridden in the file: {', '.join(sorted(net))}"
                                                       if net else "") + ("" if "network" in data else " (default)")))
