@@ -34,14 +34,18 @@ def worker_gradients(scheme: str, grads: np.ndarray) -> np.ndarray:
     n, g, d = grads.shape
     if scheme != "hierarchical":
         return grads.reshape(n * g, d)
-    with np.errstate(over="ignore"):
-        sums = grads.sum(axis=1, dtype=np.float32)
-    if not np.isfinite(sums).all():  # finite gradients (checked) whose float32 node sum is not
-        node, element = (int(i) for i in np.argwhere(~np.isfinite(sums))[0])
-        raise ValueError(f"grads: node {node}, element ({element},): the sum over the node's {g} GPUs overflows "
-                         "float32 (the intra-node reduce-scatter sums in float32 before dividing by gpus_per_node, "
-                         "as NCCL does), so no node mean is exact; scale the gradients down")
-    return sums / np.float32(g)
+    with np.errstate(over="ignore"):  # a node sum past float32 is inf, which ``step`` names
+        return grads.sum(axis=1, dtype=np.float32) / np.float32(g)
+
+
+def _refuse_overflowed_node_sums(grads: np.ndarray, worker_grads: np.ndarray) -> None:
+    """One ValueError where finite gradients (checked) have a node mean that is not: their float32 node sum
+    overflowed, which the user's gradients alone would not show."""
+    if not np.isfinite(worker_grads).all():
+        node, element = (int(i) for i in np.argwhere(~np.isfinite(worker_grads))[0])
+        raise ValueError(f"grads: node {node}, element ({element},): the sum over the node's {grads.shape[1]} GPUs "
+                         "overflows float32 (the intra-node reduce-scatter sums in float32 before dividing by "
+                         "gpus_per_node, as NCCL does), so no node mean is exact; scale the gradients down")
 
 
 def _pad(x: np.ndarray, length: int, value: float = 0.0) -> np.ndarray:
@@ -110,6 +114,7 @@ def step(
         raise ValueError(f"grads of shape {grads.shape} give {workers} workers under {scheme!r}, but the state has "
                          f"{state.n_workers}")
     worker_grads = worker_gradients(scheme, grads)
+    _refuse_overflowed_node_sums(grads, worker_grads)
     algorithm1.check_step_inputs(state, worker_grads, u_worker, u_server, beta, eps, T0, state_checked=True)
     with algorithm1.overflow_guard():
         return _step(scheme, layout, state, grads, worker_grads, beta, eps, u_worker, u_server, T0)
