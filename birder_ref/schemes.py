@@ -41,7 +41,7 @@ def worker_gradients(scheme: str, grads: np.ndarray) -> np.ndarray:
 def _refuse_overflowed_node_sums(grads: np.ndarray, worker_grads: np.ndarray) -> None:
     """One ValueError where finite gradients (checked) have a node mean that is not: their float32 node sum
     overflowed, which the user's gradients alone would not show."""
-    if not np.isfinite(worker_grads).all():
+    if not algorithm1._finite_sum(worker_grads):  # one pass, no temporary, in the usual all-finite case
         node, element = (int(i) for i in np.argwhere(~np.isfinite(worker_grads))[0])
         raise ValueError(f"grads: node {node}, element ({element},): the sum over the node's {grads.shape[1]} GPUs "
                          "overflows float32 (the intra-node reduce-scatter sums in float32 before dividing by "
@@ -114,7 +114,8 @@ def step(
         raise ValueError(f"grads of shape {grads.shape} give {workers} workers under {scheme!r}, but the state has "
                          f"{state.n_workers}")
     worker_grads = worker_gradients(scheme, grads)
-    _refuse_overflowed_node_sums(grads, worker_grads)
+    if scheme == "hierarchical":  # the other schemes' workers see the (checked) gradients themselves
+        _refuse_overflowed_node_sums(grads, worker_grads)
     algorithm1.check_step_inputs(state, worker_grads, u_worker, u_server, beta, eps, T0, state_checked=True)
     with algorithm1.overflow_guard():
         return _step(scheme, layout, state, grads, worker_grads, beta, eps, u_worker, u_server, T0)

@@ -83,24 +83,24 @@ def check_real(name: str, value, low: float | None = None, high: float | None = 
         number = float("inf") if value > 0 else float("-inf")
     if not np.isfinite(number):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
-    if high is None:
-        bounds = f"be {'>' if low_open else '>='} {low:g}" if low is not None else "be finite"
-    elif low is None:
-        bounds = f"be {'<' if high_open else '<='} {high:g}"
-    else:
-        bounds = f"lie in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-
     def outside(x: float) -> bool:
         return ((low is not None and (x <= low if low_open else x < low))
                 or (high is not None and (x >= high if high_open else x > high)))
 
+    def bounds() -> str:  # in words, for the error only (the check runs every reference step)
+        if high is None:
+            return f"be {'>' if low_open else '>='} {low:g}" if low is not None else "be finite"
+        if low is None:
+            return f"be {'<' if high_open else '<='} {high:g}"
+        return f"lie in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+
     if outside(number):
-        raise ValueError(f"{name} must {bounds}, got {value!r}")
+        raise ValueError(f"{name} must {bounds()}, got {value!r}")
     if float32:
         single = np.float32(number) if abs(number) <= float(np.finfo(np.float32).max) else np.float32(np.inf)
         if not np.isfinite(single) or outside(float(single)):
             raise ValueError(f"{name}={number!r} is {single} in float32, where the reference computes with it; it "
-                             + (f"must {bounds} there too" if np.isfinite(single) else "must be finite there"))
+                             + (f"must {bounds()} there too" if np.isfinite(single) else "must be finite there"))
     return number
 
 

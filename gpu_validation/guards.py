@@ -288,7 +288,8 @@ def _refuse_what_cannot_be_stepped(ddp_model: nn.parallel.DistributedDataParalle
                                    named: list[tuple[str, torch.Tensor]]) -> None:
     """One ValueError for trainable parameters Birder cannot step: complex ones (the signs of a complex number are
     undefined; the imaginary part would be dropped), sparse embeddings, and ones DDP was told to ignore (their
-    gradients never pass Birder's hook, which checks them for NaN and across ranks)."""
+    gradients never pass Birder's hook, which checks them for NaN and across ranks); and a warning for embeddings'
+    padding rows, which line 16 moves though their gradient is always 0."""
     complex_ = [name for name, p in named if p.is_complex()]
     if complex_:
         raise ValueError(f"parameter(s) {_names(complex_)} are complex: Birder's signs are defined for real tensors "
@@ -301,11 +302,12 @@ def _refuse_what_cannot_be_stepped(ddp_model: nn.parallel.DistributedDataParalle
                          "(requires_grad_(False)) or stop ignoring them")
     padded = []
     for name, child in ddp_model.module.named_modules():
-        if isinstance(child, (nn.Embedding, nn.EmbeddingBag)) and child.sparse and child.weight.requires_grad:
+        if not isinstance(child, (nn.Embedding, nn.EmbeddingBag)) or not child.weight.requires_grad:
+            continue
+        if child.sparse:
             raise ValueError(f"module {name!r} is {type(child).__name__}(sparse=True): its gradient is sparse and "
                              "Birder takes dense gradients; build it with sparse=False")
-        if (isinstance(child, (nn.Embedding, nn.EmbeddingBag)) and child.padding_idx is not None
-                and child.weight.requires_grad):
+        if child.padding_idx is not None:
             padded.append(f"{name or 'the model'} (padding_idx={child.padding_idx})")
     if padded:  # Algorithm 1 as it is, said aloud: PyTorch documents the padding row as not updated
         warnings.warn(f"Birder moves every element of a trainable parameter by lr each step, the padding rows of "
@@ -325,20 +327,20 @@ def _other_optimizers_refused(birder_ref):
             return None
         mine = birder._name_of_id
         shared = [mine[id(p)] for g in optimizer.param_groups for p in g["params"] if id(p) in mine]
+        if not shared:
+            return None
         built = getattr(optimizer, "_built", None)  # set on Birders only
-        if shared and built is not None and built > birder._built:
+        if built is not None and built > birder._built:
             return None  # a newer Birder: it supersedes this one
-        if shared and built is not None:
+        if built is not None:
             raise ValueError(f"Birder.step(): a newer Birder was built on {len(shared)} of its parameter(s) "
                              f"({_names(shared)}), which supersedes this one (each Birder follows its own DDP "
                              "wrapper and state); step the newer one (or delete it to go on with this one)")
-        if shared:
-            raise ValueError(f"{type(optimizer).__name__}.step(): it holds {len(shared)} parameter(s) that Birder "
-                             f"also updates ({_names(shared)}); under "
-                             "Birder .grad holds each rank's LOCAL gradient, so this step would make the ranks "
-                             "drift apart. Give those parameters to Birder (param_groups=[...] for their own lr), "
-                             "or wrap them in a separate DDP model for the other optimizer")
-        return None
+        raise ValueError(f"{type(optimizer).__name__}.step(): it holds {len(shared)} parameter(s) that Birder "
+                         f"also updates ({_names(shared)}); under "
+                         "Birder .grad holds each rank's LOCAL gradient, so this step would make the ranks "
+                         "drift apart. Give those parameters to Birder (param_groups=[...] for their own lr), "
+                         "or wrap them in a separate DDP model for the other optimizer")
 
     return pre_step
 
