@@ -539,9 +539,9 @@ def _csv(rows: list[dict], fields: list[str]) -> str:
 
 # --------------------------------------------------------------------------------------------------- sweep
 SWEEP_FIELDS = ("model", "batch_per_gpu", "network", "optimizer", "nodes", "gpus", "throughput", "throughput_low",
-                "throughput_high", "iteration_s", "compute_s", "compression_s", "exposed_communication_s",
-                "inter_node_bytes_per_gpu", "intra_node_bytes_per_gpu", "scale_efficiency", "extrapolated",
-                "measured_node", "interval_regime", "incast_s")
+                "throughput_high", "iteration_s", "compute_s", "compression_s", "contention_s",
+                "exposed_communication_s", "inter_node_bytes_per_gpu", "intra_node_bytes_per_gpu", "scale_efficiency",
+                "extrapolated", "measured_node", "interval_regime", "incast_s")
 
 
 def sweep_speedups(results: list[dict], baseline: str) -> list[dict]:

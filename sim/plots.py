@@ -23,7 +23,9 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 LINESTYLES = ("-", "--", "-.", ":")
 HATCHES = ("", "//", "..", "xx", "\\\\", "oo")
+# the parts an iteration's time is made of (they sum to ``iteration_s``, ``sim.workload``)
 COMPONENTS = (("compute_s", "compute", "#4c72b0"), ("compression_s", "compression/decompression", "#dd8452"),
+              ("contention_s", "GPU work slowed beside collectives", "#8172b3"),
               ("exposed_communication_s", "exposed communication", "#c44e52"))
 
 

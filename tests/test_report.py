@@ -28,8 +28,9 @@ def prediction(network, optimizer, nodes, throughput, comm=0.5):
     return {"network": network, "optimizer": optimizer, "nodes": nodes, "gpus": 8 * nodes, "model": "m",
             "batch_per_gpu": 32, "throughput": throughput, "throughput_low": 0.8 * throughput,
             "throughput_high": 1.2 * throughput, "iteration_s": 1.0, "compute_s": 1 - comm, "compression_s": 0.0,
-            "exposed_communication_s": comm, "inter_node_bytes_per_gpu": 1e6 if optimizer == "birder" else 32e6,
-            "measured_node": False, "interval_regime": "communication-bound"}
+            "contention_s": 0.0, "exposed_communication_s": comm,
+            "inter_node_bytes_per_gpu": 1e6 if optimizer == "birder" else 32e6, "measured_node": False,
+            "interval_regime": "communication-bound"}
 
 
 def toy_grid(birder_on_10gbe: float, birder_elsewhere: float = 1.0) -> ModelGrid:

@@ -17,7 +17,7 @@ def sweep_results() -> list[dict]:
                 rows.append({"network": net, "optimizer": opt, "nodes": nodes, "gpus": 8 * nodes, "model": "m",
                              "batch_per_gpu": 32, "throughput": throughput, "throughput_low": 0.8 * throughput,
                              "throughput_high": 1.2 * throughput, "scale_efficiency": efficiency, "iteration_s": 1.0,
-                             "compute_s": efficiency, "compression_s": 0.01,
+                             "compute_s": efficiency, "compression_s": 0.01, "contention_s": 0.0,
                              "exposed_communication_s": 0.99 - efficiency})
     return rows
 
