@@ -45,13 +45,13 @@ from sim.hardware import (
     check_measured_rate,
     check_multinode_loss_scale,
     check_nics_per_node,
-    check_sockets_per_connection,
     cluster,
     default_step_jitter,
     describe,
     intra_preset,
     load_cluster,
     nic_preset,
+    sockets_setting,
 )
 from sim.stragglers import GPU_SPEED_CV, STEP_JITTER_CV, check_gpu_speed_cv, check_step_jitter_cv
 from sim.uncertainty import finite_json_value
@@ -179,7 +179,8 @@ def _cluster_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
                         "(sim/presets/comm_libraries.toml; default nccl, 2.4.8 and later, or the TOML's)")
     p.add_argument("--sockets-per-connection", type=positive_int, default=None, metavar="N",
                    help="TCP sockets NCCL opens per connection, NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS as "
-                        "you set them (default: the library's for the NIC's vendor, or the TOML's)")
+                        "you set them; socket transport only (default: the library's for the NIC's vendor, or the "
+                        "TOML's)")
 
 
 def _workload_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
@@ -296,9 +297,9 @@ def make_cluster(args, nodes: int | None, network: str | None = None) -> Cluster
         c = replace(c, comm_library=library, provenance=c.provenance + (("comm library", f"{library} (command line)"),))
     sockets = getattr(args, "sockets_per_connection", None)
     if sockets is not None:
-        check_sockets_per_connection(sockets, "--sockets-per-connection")
+        sockets, entry = sockets_setting(sockets, c.nic, "--sockets-per-connection", "command line")
         c = replace(c, sockets_per_connection=sockets,
-                    provenance=c.provenance + (("sockets", f"{sockets} per connection (command line)"),))
+                    provenance=tuple(p for p in c.provenance if p[0] != "sockets") + (entry,))
     speed_cv = getattr(args, "gpu_speed_cv", None)
     if speed_cv is not None:
         c = replace(c, gpu_speed_cv=check_gpu_speed_cv(speed_cv, "--gpu-speed-cv"), provenance=tuple(

@@ -486,6 +486,22 @@ def check_sockets_per_connection(value: Any, owner: str) -> int:
     return value
 
 
+def sockets_setting(value: Any, nic: Nic, owner: str, origin: str) -> tuple[int, tuple[str, str]]:
+    """A sockets-per-connection setting checked against the network it would act on, and its provenance entry.
+    NCCL opens TCP sockets per connection only on its socket transport (src/transport/net_socket.cc; the IB
+    plugin moves data over verbs), so on any other transport the setting is refused; on a socket network without
+    a cloud's cap per TCP flow the model has nothing it acts on (``Cluster.nic_limits``), and the entry says so
+    (the socket path's own uncertainty stays in the interval, ``input_ranges``)."""
+    sockets = check_sockets_per_connection(value, owner)
+    if nic.transport != "socket":
+        raise ValueError(f"{owner}: NCCL opens TCP sockets per connection only on its socket transport; network "
+                         f"{nic.name!r} runs over {nic.transport}, where NCCL_NSOCKS_PERTHREAD and "
+                         "NCCL_SOCKET_NTHREADS do not act")
+    note = "" if math.isfinite(nic.per_flow_rate) else (
+        f"; not modelled here: only a cloud's cap per TCP flow depends on it, and {nic.name} has none")
+    return sockets, ("sockets", f"{sockets} per connection ({origin}){note}")
+
+
 def _positive(owner: str, **values: float) -> None:
     for key, value in values.items():
         if not (isinstance(value, int | float) and not isinstance(value, bool) and value > 0):
@@ -849,11 +865,11 @@ def _cluster_from(data: dict, path: Path, n_nodes, gpus_per_node, gpu, oversubsc
     if not isinstance(library, str) or library not in COMM_LIBRARIES:
         raise ValueError(f"comm_library must be one of {', '.join(COMM_LIBRARIES)}, got {library!r}")
     sockets = data.get("sockets_per_connection")
+    if "comm_library" in data:
+        prov.append(("comm library", f"{library} (file)"))
     if sockets is not None:
-        check_sockets_per_connection(sockets, "sockets_per_connection")
-    if "comm_library" in data or sockets is not None:
-        prov.append(("comm library", f"{library} (file)" + (f", {sockets} sockets per connection (file)"
-                                                             if sockets is not None else "")))
+        sockets, entry = sockets_setting(sockets, nic, "sockets_per_connection", "file")
+        prov.append(entry)
     speed_cv = check_gpu_speed_cv(data.get("gpu_speed_cv", GPU_SPEED_CV), "gpu_speed_cv")
     prov.append(("gpu speed spread", f"{speed_cv:.4f} of the median per GPU (file)") if "gpu_speed_cv" in data
                 else GPU_SPEED_DEFAULT)

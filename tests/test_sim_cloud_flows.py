@@ -2,6 +2,7 @@
 TCP flows NCCL's socket transport opens through a NIC (one before NCCL 2.4.8; 16 per connection on AWS NICs
 since): presets/networks.toml ec2-*, presets/comm_libraries.toml, Cluster.nic_limits "flows"."""
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -90,3 +91,31 @@ def test_cluster_file_and_command_line_state_the_set_up(tmp_path, capsys):
         assert main(["predict", "--nodes", "2", *argv]) == 2
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_sockets_per_connection_is_refused_off_the_socket_transport_and_said_idle_without_a_flow_cap(tmp_path,
+                                                                                                      capsys):
+    """NCCL opens TCP sockets per connection only on its socket transport: on InfiniBand or RoCE the setting is
+    refused (command line and cluster file alike), not taken silently; on a socket network with no cap per TCP flow
+    it changes nothing in the model, and the set-up says so; on EC2 it moves the flows' limit."""
+    for network in ("ib-hdr", "roce-200gbe"):
+        assert main(["predict", "--nodes", "2", "--network", network, "--sockets-per-connection", "4"]) == 2
+        err = capsys.readouterr().err
+        assert "only on its socket transport" in err and len(err.strip().splitlines()) == 1
+    path = tmp_path / "ib.toml"
+    path.write_text('sockets_per_connection = 4\n[network]\npreset = "ib-hdr"\n')
+    with pytest.raises(ValueError, match="sockets_per_connection: NCCL opens TCP sockets per connection only on"):
+        load_cluster(path, 2)
+    path.write_text('sockets_per_connection = 4\n[network]\npreset = "ib-hdr"\ntransport = "socket"\n')
+    assert dict(load_cluster(path, 2).provenance)["sockets"].startswith("4 per connection (file); not modelled here")
+    assert main(["predict", "--nodes", "2", "--network", "100gbe", "--sockets-per-connection", "4", "--json"]) == 0
+    assert any(p.startswith("sockets: 4 per connection (command line); not modelled here")
+               for p in json.loads(capsys.readouterr().out)["provenance"])
+    flows = {}
+    for sockets in ("1", "16"):
+        assert main(["predict", "--nodes", "2", "--network", "ec2-25gbe", "--gpu", "v100", "--comm-library",
+                     "nccl-before-2.4.8", "--sockets-per-connection", sockets, "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert not any("not modelled" in p for p in out["provenance"])
+        flows[sockets] = out["throughput"]
+    assert flows["16"] > 1.2 * flows["1"]
