@@ -222,7 +222,11 @@ def question(args: argparse.Namespace):
         except ValueError:
             raise ValueError(f"--nodes: expected node counts such as 64 or 16,64, got {args.nodes!r}") from None
         if not all(1 <= n <= MAX_NODES for n in nodes):
-            raise ValueError(f"--nodes: each count must be 1 to {MAX_NODES}, got {args.nodes!r}")
+            raise ValueError(f"--nodes: each count must be 2 to {MAX_NODES}, got {args.nodes!r}")
+        if 1 in nodes:
+            raise ValueError(f"--nodes: one node has no inter-node network to decide on (its throughput is the "
+                             f"baseline every count is compared with); give counts from 2 to {MAX_NODES}, got "
+                             f"{args.nodes!r}")
     if args.gpu:
         from sim.hardware import GPUS
 
@@ -236,6 +240,9 @@ def question(args: argparse.Namespace):
         cluster = str(args.cluster)
         if nodes is None:
             nodes = (load_cluster(args.cluster).n_nodes,)
+            if nodes == (1,):
+                raise ValueError(f"--cluster {args.cluster}: the file has one node, which has no inter-node network "
+                                 "to decide on; give --nodes with counts of 2 or more")
     return Question(models, nodes, args.gpu, cluster)
 
 
@@ -247,7 +254,7 @@ def register(subparsers) -> None:
                    help="your model(s) (e.g. bert-large; default: the overview's ResNet-50, BERT-base, BERT-large, "
                         "GPT-2)")
     p.add_argument("--nodes", default=None, metavar="N[,N]",
-                   help="node counts to decide for (default 16,64; with --cluster, the file's nodes)")
+                   help="node counts to decide for, 2 or more (default 16,64; with --cluster, the file's nodes)")
     p.add_argument("--gpu", default=None, metavar="NAME",
                    help="GPU (a100, h100, v100, h200, ...; default a100 with the published single-node figures)")
     p.add_argument("--cluster", default=None, metavar="FILE.toml",

@@ -425,3 +425,25 @@ def test_a_price_file_that_prices_none_of_the_compared_networks_is_refused_befor
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("argv, cluster, message", [
+    (["--nodes", "1"], None, "--nodes: one node has no inter-node network to decide on"),
+    (["--nodes", "1,16"], None, "--nodes: one node has no inter-node network to decide on"),
+    (["--nodes", "0"], None, "--nodes: each count must be 2 to"),
+    ([], "name = 'one'\nnodes = 1\n[network]\npreset = 'ib-hdr'\n", "the file has one node, which has no inter-node"),
+])
+def test_a_report_for_one_node_is_refused_not_a_network_bought_for_it(tmp_path, capsys, argv, cluster, message):
+    """A trial's `report --nodes 1` bought 10gbe for a single node (every network gave the measured node's 472
+    samples/s, intervals of zero width, a title of "1 nodes"): one node crosses no network. Now one line, exit 2,
+    no report directory."""
+    from birder.cli import main
+
+    argv = ["report", "--model", "bert-large", *argv, "--out", str(tmp_path / "out"), "--quiet"]
+    if cluster:
+        (tmp_path / "one.toml").write_text(cluster)
+        argv += ["--cluster", str(tmp_path / "one.toml")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "out").exists()
