@@ -25,6 +25,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from birder.report_core import PROGRESS, Section, show_progress  # noqa: F401 - show_progress: the sections' own
+from safeio.argtypes import non_empty_path
 from safeio.atomic import atomic_path
 from safeio.inputs import read_text_bounded
 from safeio.outputs import check_replaceable_dir, check_written, write_manifest
@@ -248,7 +249,8 @@ def question(args: argparse.Namespace):
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("report", help="the main job: which network and optimizer, checks, plots")
-    p.add_argument("--out", default="report", help="directory to write report.md and plots into (default: report)")
+    p.add_argument("--out", default="report", type=non_empty_path,
+                   help="directory to write report.md and plots into (default: report)")
     p.add_argument("--quick", action="store_true", help="fewer nodes and steps, for tests")
     p.add_argument("--model", default=None, metavar="NAME[,NAME]",
                    help="your model(s) (e.g. bert-large; default: the overview's ResNet-50, BERT-base, BERT-large, "

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from safeio.argtypes import number_between, positive_int
+from safeio.argtypes import non_empty_path, number_between, positive_int
 from safeio.outputs import check_output_file, check_owned
 from safeio.text import printable_lines
 
@@ -67,8 +67,7 @@ def _seed(text: str) -> int:
 
 def _profile_path(text: str) -> str:
     """--out is checked before the benchmark runs: a failure after minutes of timing would lose them."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("expected a file path for the cluster profile, got ''")
+    non_empty_path(text)
     try:  # the profile and its plot beside it (same name, .png)
         for path in (text, Path(text).with_suffix(".png")):
             check_owned(check_output_file(path, flag=""), flag="")  # never over a file birder did not write

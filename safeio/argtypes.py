@@ -8,6 +8,13 @@ import math
 from collections.abc import Callable
 
 
+def non_empty_path(text: str) -> str:
+    """A path that is not empty or blank (an empty ``--out`` would otherwise mean the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a path, got {text!r}")
+    return text
+
+
 def positive_int(text: str) -> int:
     """An integer >= 1."""
     try:

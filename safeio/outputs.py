@@ -64,6 +64,9 @@ def check_output_file(path: str | Path, flag: str = "--out", inputs: tuple[str |
     if resolved.exists() and not resolved.is_file():
         raise ValueError(f"{flag} {path} is not a regular file (a device, a pipe or a socket): refusing to replace it")
     if not resolved.parent.is_dir():
+        existing = _nearest_existing(resolved.parent)
+        if not existing.is_dir():
+            raise ValueError(f"{flag} {path}: {existing} is not a directory")
         raise ValueError(f"{flag} {path}: the folder {resolved.parent} does not exist")
     _check_writable(resolved.parent, path, flag)
     return resolved
@@ -76,13 +79,17 @@ def check_output_dir(path: str | Path, flag: str = "--out") -> Path:
     resolved = resolve_output(path, flag)
     if resolved.exists() and not resolved.is_dir():
         raise ValueError(f"{flag} {path} exists and is not a directory")
-    existing = resolved
-    while not existing.exists():
-        existing = existing.parent
+    existing = _nearest_existing(resolved)
     if not existing.is_dir():
         raise ValueError(f"{flag} {path}: {existing} is not a directory")
     _check_writable(existing, path, flag)
     return resolved
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists():
+        path = path.parent
+    return path
 
 
 def _check_writable(folder: Path, path: str | Path, flag: str) -> None:

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from birder_ref.registry import simulated_spec
 from birder_ref.schedules import SCHEMES, Layout
-from safeio.argtypes import positive_int, positive_number
+from safeio.argtypes import non_empty_path, positive_int, positive_number
 from safeio.inputs import read_text_bounded
 from safeio.outputs import check_output_file, check_outputs, check_owned, output_files, write_output_file
 from safeio.serialise import csv_text
@@ -95,12 +95,6 @@ def _cluster_name(text: str) -> str:
     return text
 
 
-def _non_empty_path(text: str) -> str:
-    if not text.strip():
-        raise argparse.ArgumentTypeError("expected a path, got ''")
-    return text
-
-
 _positive_float = positive_number()
 
 
@@ -153,7 +147,7 @@ def _cluster_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
         net.add_argument("--network", choices=list(NETWORKS),
                          help="inter-node network: a generic preset (hardware values) or a site profile "
                               "(birder-paper-10gbe, birder-paper-ib: fitted); default 10gbe")
-    net.add_argument("--cluster", metavar="FILE.toml", type=_non_empty_path,
+    net.add_argument("--cluster", metavar="FILE.toml", type=non_empty_path,
                      help="a cluster described in TOML (sim/presets/example_cluster.toml)")
     p.add_argument("--gpus-per-node", type=positive_int, default=None, help="GPUs per node (default 8)")
     p.add_argument("--nics-per-node", type=positive_int, default=None,
@@ -956,7 +950,7 @@ def register(subparsers) -> None:
                    help="micro-batches per optimizer step of that one-node run, where they differ from "
                         "--accumulation-steps (a fixed global batch spread over more nodes): its once-per-step "
                         "costs are shared by K micro-batches (default: --accumulation-steps)")
-    p.add_argument("--trace", default=None, type=_non_empty_path, metavar="FILE.json",
+    p.add_argument("--trace", default=None, type=non_empty_path, metavar="FILE.json",
                    help="write the predicted step as a Chrome/Perfetto trace (open it at ui.perfetto.dev)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_flags(run_predict))
@@ -971,7 +965,7 @@ def register(subparsers) -> None:
                    help=f"number of nodes (default 1, or the TOML's); at most {MAX_GPUS:,} GPUs in all")
     _cluster_args(c)
     c.add_argument("--algorithm", choices=ALGORITHMS, default="auto", help="ring, tree or NCCL's choice (auto)")
-    c.add_argument("--out", default=None, type=_non_empty_path,
+    c.add_argument("--out", default=None, type=non_empty_path,
                    help="directory for the size sweep's table (CSV) and plot (PNG)")
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(func=_flags(run_collective))
@@ -989,18 +983,18 @@ def register(subparsers) -> None:
     s.add_argument("--single-node-throughput", type=_throughputs, default=None, metavar="X|OPT=X,...",
                    help="samples/s measured on one node, for every optimizer (X) or per optimizer "
                         "(sgdm=3693,birder=3462): calibrates compute time (default: built-in compute profiles)")
-    s.add_argument("--out", default="sweep", type=_non_empty_path,
+    s.add_argument("--out", default="sweep", type=non_empty_path,
                    help="directory for sweep.csv and the plots (default sweep/)")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(func=_flags(run_sweep))
 
     v = subparsers.add_parser("validate", help="predictions against the published throughputs, with errors")
-    v.add_argument("--csv", default=None, type=_non_empty_path,
+    v.add_argument("--csv", default=None, type=non_empty_path,
                    help="measurements file (default: the paper's rows, sim/presets/birder_public.csv)")
-    v.add_argument("--out", default=None, type=_non_empty_path, help="directory for the predicted-vs-published plot")
+    v.add_argument("--out", default=None, type=non_empty_path, help="directory for the predicted-vs-published plot")
     v.add_argument("--no-cross-validation", action="store_true",
                    help="skip the group cross-validation (it refits the site profiles once per group left out)")
-    v.add_argument("--claims", default=None, type=_non_empty_path,
+    v.add_argument("--claims", default=None, type=non_empty_path,
                    help="claims file checked against the predictions (default: the Birder paper's stated claims, "
                         "sim/validation/birder_paper_claims.toml)")
     v.add_argument("--json", action="store_true", help="print one JSON object")
@@ -1009,10 +1003,10 @@ def register(subparsers) -> None:
 
     k = subparsers.add_parser("calibrate", help="fit a cluster's network to your nccl-tests output; write a cluster "
                                                 "TOML for predict --cluster")
-    k.add_argument("outputs", nargs="+", type=_non_empty_path, metavar="FILE",
+    k.add_argument("outputs", nargs="+", type=non_empty_path, metavar="FILE",
                    help="nccl-tests output as printed (all_reduce_perf, all_gather_perf, reduce_scatter_perf, "
                         "alltoall_perf tables)")
-    k.add_argument("--out", required=True, type=_non_empty_path, help="the cluster TOML to write")
+    k.add_argument("--out", required=True, type=non_empty_path, help="the cluster TOML to write")
     k.add_argument("--op", choices=("all-reduce", "all-gather", "reduce-scatter", "all-to-all"), default=None,
                    action="append",
                    help="the collective, where the output does not name its binary: once for all files, or once per "
@@ -1036,7 +1030,7 @@ def register(subparsers) -> None:
 
     d = subparsers.add_parser("doctor", help="a verdict on your nccl-tests output: the share of the stated hardware's "
                                              "bandwidth reached, and why")
-    d.add_argument("log", type=_non_empty_path, metavar="LOG",
+    d.add_argument("log", type=non_empty_path, metavar="LOG",
                    help="nccl-tests output as printed (all_reduce_perf, all_gather_perf, reduce_scatter_perf, "
                         "alltoall_perf), NCCL INFO lines and the command line included if you have them")
     d.add_argument("--op", choices=("all-reduce", "all-gather", "reduce-scatter", "all-to-all"), default=None,

@@ -170,3 +170,29 @@ def test_write_errors_on_stdout_are_one_line_and_exit_2(tmp_path):
     ascii_run = subprocess.run([birder, "predict", "--cluster", "c.toml"], capture_output=True, cwd=tmp_path,
                                env={**env, "PYTHONIOENCODING": "ascii", "LC_ALL": "C"}, timeout=120)
     assert ascii_run.returncode == 0 and b"caf\\xe9" in ascii_run.stdout, ascii_run.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ["report", "--quick"], ["sweep", "--model", "resnet50"], ["collective", "--op", "all-reduce", "--bytes", "8"],
+    ["validate"], ["calibrate", "log.txt"], ["bench"],
+])
+def test_every_out_refuses_an_empty_path_and_a_file_as_its_folder_in_the_same_words(tmp_path, monkeypatch, capsys,
+                                                                                  argv):
+    """A trial found `report --out ""` writing into the current folder while `sweep` refused it, and `calibrate`
+    and `bench` calling an existing file "a folder that does not exist". Now each subcommand refuses both in one
+    line, exit 2, in the same words, and writes nothing."""
+    from birder.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "log.txt").write_text("")
+    (tmp_path / "afile").write_text("kept")
+    for out, words in (("", "expected a path, got ''"), ("afile/sub", f"{tmp_path / 'afile'} is not a directory")):
+        try:
+            code = main([*argv, "--out", out, "--quiet"])
+        except SystemExit as exit_:  # argparse's own refusal
+            code = exit_.code
+        assert code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "log.txt"]
+    assert (tmp_path / "afile").read_text() == "kept"
