@@ -555,8 +555,9 @@ def sweep_speedups(results: list[dict], baseline: str) -> list[dict]:
 
 
 def sweep(args, nodes: list[int], networks: list[str], optimizers: list[str], progress: bool = True) -> list[dict]:
-    """A grid of predictions from command-line style ``args`` (kept for callers of the earlier layout; the
-    library form is ``sim.api.sweep_grid``)."""
+    """A grid of predictions from command-line style ``args``, each whole (``predict_on``'s dict: the speed-ups
+    need what the table leaves out, such as ``incast_free_throughput``); the library form is
+    ``sim.api.sweep_grid``."""
     from sim.api import predict_on
 
     single = getattr(args, "single_node_throughput", None)
@@ -575,7 +576,7 @@ def sweep(args, nodes: list[int], networks: list[str], optimizers: list[str], pr
                        **_options(args))
         if getattr(args, "cluster", None):
             r["network"] = printable(c.name or net)  # a label in the CSV and the plots
-        out.append({k: r[k] for k in SWEEP_FIELDS})
+        out.append(r)
     return out
 
 
@@ -588,7 +589,8 @@ def run_sweep(args) -> int:
     if args.measured_gbps is not None and len(networks) > 1:
         raise ValueError(f"--measured-gbps is one set-up's measured link rate: give it with one network (--networks "
                          f"NAME or --cluster FILE), not {len(networks)} ({', '.join(networks)})")
-    results = sweep(args, args.nodes, networks, args.optimizers)
+    predictions = sweep(args, args.nodes, networks, args.optimizers)
+    results = [{k: r[k] for k in SWEEP_FIELDS} for r in predictions]
     from sim import plots  # matplotlib only when plotting: keeps `birder predict` fast
 
     out = Path(args.out)
@@ -599,7 +601,7 @@ def run_sweep(args) -> int:
         with staged.writing("time_breakdown.png"):
             drawn += plots.time_breakdown(results, staged.dir)
     figures = [str(out / Path(path).name) for path in drawn]
-    speedups = sweep_speedups(results, args.optimizers[0])
+    speedups = sweep_speedups(predictions, args.optimizers[0])
     if args.json:
         print(_strict_json({"csv": str(out / "sweep.csv"), "plots": figures, "results": results,
                             "speedups": speedups}))

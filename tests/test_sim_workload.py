@@ -288,6 +288,24 @@ def test_sweep_writes_csv_and_plots(tmp_path, capsys):
     assert all((tmp_path / name).stat().st_size > 0 for name in ("throughput_vs_gpus.png", "time_breakdown.png"))
 
 
+def test_a_sweeps_speed_up_never_rests_on_the_switch_buffer_assumed(tmp_path, capsys):
+    """A trial's `sweep` called Birder at 32 nodes of 10gbe "slower beyond the uncertainty" (0.31 to 0.63) where
+    predict showed the row stalled by TCP incast on an assumed switch buffer: the table it took the speed-ups from
+    had lost incast_free_throughput. Now the sweep's speed-up is predict's: the two intervals divided end by end."""
+    from sim.api import predict_on
+    from sim.uncertainty import speedup_interval
+
+    assert main(["sweep", "--model", "bert-large", "--nodes", "32", "--networks", "10gbe", "--optimizers",
+                 "sgdm,birder", "--out", str(tmp_path), "--json", "--quiet"]) == 0
+    (speedup,) = json.loads(capsys.readouterr().out)["speedups"]
+    c = cluster("10gbe", 32)
+    birder, sgdm = (predict_on(c, model="bert-large", optimizer=opt) for opt in ("birder", "sgdm"))
+    assert birder["incast_free_throughput"] is not None
+    expected = speedup_interval(birder, sgdm)
+    assert expected["verdict"] == "within the uncertainty" and "TCP incast" in expected["basis"]
+    assert {k: speedup[k] for k in expected} == pytest.approx(expected)
+
+
 def test_sweeps_time_columns_and_breakdown_bars_add_up_to_the_iteration(tmp_path, capsys, monkeypatch):
     """sweep.csv's parts of an iteration (contention included) sum to iteration_s, and each stacked bar of the time
     breakdown reaches 1: a 2-node resnet50 on 100gbe spends 7% of its step on GPU work slowed beside collectives,
