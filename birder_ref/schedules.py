@@ -13,7 +13,7 @@ server of ``ps`` is the extra endpoint ``n_ranks``, on a node of its own.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from math import ceil
 
 from birder_ref.validation import check_int
@@ -296,6 +296,21 @@ class Phase:
     @property
     def n_rounds(self) -> int:
         return self.pattern.n_rounds(self.group_size)
+
+    def __hash__(self) -> int:
+        # ``groups`` holds every rank (65,536 at the simulator's largest): hashed once per phase, not on every
+        # lookup of a cache keyed by it; equality stays the dataclass's, field by field
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.name, self.pattern, self.groups, self.chunk_elements, self.bits_per_element,
+                           self.op, self.header_bytes))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    def __getstate__(self) -> dict:
+        # the fields only: a cached hash (and what users of a phase keep on it) stays behind, since a str's hash
+        # differs from one process to the next
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def message_bytes(self, round_index: int) -> int:
         return self.chunk_elements * self.bits_per_element[round_index] // 8 + self.header_bytes

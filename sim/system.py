@@ -314,18 +314,31 @@ def _link_counters(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) 
     return {kind: getattr(counts, kind) for kind in LINK_KINDS}
 
 
+@lru_cache(maxsize=256)
+def _joint_counts(phases: tuple[Phase, ...], layout: Layout, nic_count: int, leaf: int = 1) -> dict[str, np.ndarray]:
+    """Per link kind, the messages each phase (structure only) puts on each link (a share where NICs split them):
+    a links x phases matrix, rows over the links any phase uses (counted once per structure; buckets of every size
+    read it)."""
+    counters = [_link_counters(ph, layout, nic_count, leaf) for ph in phases]
+    out = {}
+    for kind in LINK_KINDS:
+        links = list(dict.fromkeys(key for counter in counters for key in counter[kind]))
+        out[kind] = np.array([[counter[kind].get(key, 0) for counter in counters] for key in links],
+                             dtype=np.float64).reshape(len(links), len(phases))
+    return out
+
+
 def _joint_bytes(phases: tuple[Phase, ...], weights: tuple[int, ...], layout: Layout, nic_count: int,
                  leaf: int = 1) -> RoundLoad:
     """Bytes on the busiest link of each kind when the phases stream at once (one pipelined operation): summed
-    link by link, so that the busiest place is busiest for the sum of the phases, not for each one apart."""
-    counters = [_link_counters(ph, layout, nic_count, leaf) for ph in phases]
+    link by link, so that the busiest place is busiest for the sum of the phases, not for each one apart. The sum
+    runs phase by phase in order, as one float per link would (a matrix product may round otherwise)."""
     busiest = {}
-    for kind in LINK_KINDS:
-        total: Counter = Counter()
-        for counter, weight in zip(counters, weights, strict=True):
-            for key, count in counter[kind].items():
-                total[key] += count * weight
-        busiest[kind] = max(total.values(), default=0)
+    for kind, counts in _joint_counts(phases, layout, nic_count, leaf).items():
+        total = np.zeros(len(counts))
+        for column, weight in enumerate(weights):
+            total += counts[:, column] * weight
+        busiest[kind] = float(total.max()) if len(total) else 0
     return RoundLoad(**busiest)
 
 
@@ -423,8 +436,13 @@ def _phase_load(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> 
 
 
 def _structure_key(phase: Phase) -> Phase:
-    """The phase with its byte sizes normalised, so buckets of different sizes share one count."""
-    return Phase(phase.name, phase.pattern, phase.groups, 8, (8,) * phase.n_rounds, phase.op, 0)
+    """The phase with its byte sizes normalised, so buckets of different sizes share one count: made once per
+    phase and kept on it, so that its hash (over every rank) is computed once too."""
+    key = phase.__dict__.get("_structure")
+    if key is None:
+        key = Phase(phase.name, phase.pattern, phase.groups, 8, (8,) * phase.n_rounds, phase.op, 0)
+        object.__setattr__(phase, "_structure", key)
+    return key
 
 
 def phase_load(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> RoundLoad:

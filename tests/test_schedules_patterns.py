@@ -98,3 +98,24 @@ def test_the_layout_places_every_rank_once():
     assert sorted(places) == [(k, j) for k in range(3) for j in range(4)]
     assert all(layout.node_ranks(k)[j] == k * 4 + j == layout.local_rank_group(j)[k] for k, j in places)
     assert layout.nodes_spanned(layout.node_ranks(1)) == 1 and layout.nodes_spanned(layout.local_rank_group(2)) == 3
+
+
+def test_a_phases_cached_hash_agrees_with_equality_and_never_travels_to_another_process():
+    """A phase keeps its hash (its groups hold every rank: hashing them on every cache lookup cost a 65,536-GPU
+    prediction seconds), so equal phases built apart must hash alike; and since a str's hash differs between
+    processes, a pickled phase carries its fields only, and another process hashes it afresh."""
+    import pickle
+    import subprocess
+
+    a, b = phase_of("ring_reduce_scatter", 4, "reduce"), phase_of("ring_reduce_scatter", 4, "reduce")
+    assert a is not b and a == b and hash(a) == hash(b) and {a: 1}[b] == 1
+    assert hash(a) == hash(a) and "_hash" in a.__dict__
+    assert a != phase_of("ring_reduce_scatter", 5, "reduce")
+    blob = pickle.dumps(a)
+    assert "_hash" not in pickle.loads(blob).__dict__ and pickle.loads(blob) == a
+    code = ("import pickle, sys; from tests.test_schedules_patterns import phase_of; "
+            "p = pickle.loads(sys.stdin.buffer.read()); "
+            "print(hash(p) == hash(phase_of('ring_reduce_scatter', 4, 'reduce')))")
+    out = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True, timeout=120, check=True,
+                         cwd=Path(__file__).resolve().parents[1], env={"PYTHONHASHSEED": "random", "PATH": ""})
+    assert out.stdout.strip() == b"True"
