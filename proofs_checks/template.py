@@ -33,6 +33,7 @@ def init(n_workers, dim):
 
 
 def step(state, grads, beta=0.95, eps=1e-8, u_worker=None, u_server=None, T0=None):
+    beta, eps = float(beta), float(eps)  # a NumPy float64 beta would make float32 arrays float64 (NumPy 2 promotion)
     t = state.t + 1
     m = beta * state.m + (1 - beta) * grads  # line 5
     b_hat = beta * state.b_hat + (1 - beta) * np.abs(grads)  # line 6: same operations, same order as line 5

@@ -60,3 +60,13 @@ def test_the_template_passes_every_check_from_its_file_path():
 
     report = run_checks(load_target(str(TEMPLATE)), names=EVERY, progress=False)
     assert report.passed, [(r.name, r.detail) for r in report.results if not r.passed]
+
+
+def test_the_template_keeps_float32_under_numpy_scalar_coefficients():
+    """A trial's `birder check --impl` of the printed template failed contract_history: a NumPy float64 beta (the
+    interface allows NumPy floats) made its float32 arrays float64 under NumPy 2's promotion. The template is "a
+    minimal correct implementation to start from", so it takes beta and eps as Python floats."""
+    from proofs_checks.cli import TEMPLATE
+
+    report = run_checks(load_target(str(TEMPLATE)), names=["contract_history"], progress=False)
+    assert report.passed, [(r.name, r.detail) for r in report.results if not r.passed]
