@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from proofs_checks.identities import RATIO_SLACK, derive, largest_abs
+from proofs_checks.identities import ORDER_ROUNDING, RATIO_SLACK, derive, largest_abs
 from proofs_checks.registry import Context, Outcome, check, verdict
 from proofs_checks.target import ImplError, Target, read_state
 from proofs_checks.theorem import theorem_run
@@ -31,6 +31,11 @@ SWEEP_STEPS = 40
 SWEEP_MAGNITUDES = (3.0, 1.0, 0.1, 7.0, 1e-3, 1e30, 1e-30, 1e-45, 123.456, 2.0**-20, 0.3, 5.0, 9.99, 1e7, 6e-8,
                     65504.0)
 HUNT_EXAMPLES = 120
+ALIKE_COLUMNS = len(SWEEP_MAGNITUDES)  # the sweep's first family: each column one constant positive gradient
+# Lines 5 and 6 fed alike (g = |g| > 0 from the zero state) in two float32 orders of the one formula: each step's
+# result within 4 ulps (ORDER_ROUNDING) on either line, positive terms (no cancellation), the earlier steps' gaps
+# carried by a weighted mean (never grown): at most 2 x 4 ulps a step over the sweep's steps
+ALIKE_SLACK = 2 * ORDER_ROUNDING * SWEEP_STEPS
 
 
 def sweep_gradients(rng: np.random.Generator, t: int, d: int) -> np.ndarray:
@@ -80,11 +85,23 @@ def run_sequence(target: Target, grads: np.ndarray, beta: float, T0, eps: float 
     return views
 
 
+def alike_gap(view, columns: int) -> float:
+    """The largest relative gap between |m| and b_hat over the first ``columns`` columns (where b_hat is a normal
+    float32; below, both are rounding of nothing)."""
+    m, b = np.abs(view.m[:, :columns]).astype(np.float64), view.b_hat[:, :columns].astype(np.float64)
+    normal = b >= np.finfo(np.float32).tiny
+    with np.errstate(all="ignore"):
+        gap = np.where(normal, np.abs(m - b) / np.where(normal, b, 1.0), 0.0)
+    return float("inf") if np.isnan(gap).any() else float(gap.max(initial=0.0))
+
+
 def sweep(ctx: Context) -> dict:
-    """The seeded sweep, once per context: worst ratio excess, worst |e| and |e_bar|, and where."""
+    """The seeded sweep, once per context: worst ratio excess, worst |e| and |e_bar|, the widest gap between |m|
+    and b_hat on the columns of one constant positive gradient (``ALIKE_COLUMNS``), and where."""
 
     def compute():
         worst, where, e_max, server_max, count, ulps = -np.inf, "", 0.0, 0.0, 0, 0.0
+        gap, gap_where = 0.0, ""
         d = 4 * len(SWEEP_MAGNITUDES) + 1
         for i, beta in enumerate(SWEEP_BETAS):
             rng = np.random.default_rng(100 + i)
@@ -98,7 +115,11 @@ def sweep(ctx: Context) -> dict:
                     worst, where = excess, f"beta={beta:.9g}, T0={T0}, step {t}"
                 e_max = max(e_max, largest_abs(view.e))
                 server_max = max(server_max, largest_abs(view.server_e))
-        return {"excess": worst, "where": where, "e": e_max, "server_e": server_max, "count": count, "ulps": ulps}
+                view_gap = alike_gap(view, ALIKE_COLUMNS)
+                if view_gap > gap:
+                    gap, gap_where = view_gap, f"beta={beta:.9g}, step {t}"
+        return {"excess": worst, "where": where, "e": e_max, "server_e": server_max, "count": count, "ulps": ulps,
+                "gap": gap, "gap_where": gap_where}
 
     return ctx.shared("ratio_sweep", compute)
 
@@ -168,6 +189,27 @@ def ratio_bound(ctx: Context) -> Outcome:
         return verdict(False, f"Hypothesis found |m| > b (1 + {RATIO_SLACK:.3g}): {found}", "violation found")
     return verdict(True, f"|m| <= b (1 + {RATIO_SLACK:.3g}) everywhere (largest (|m| - b)/b = {worst:.3g}) {searched}",
                    "|m| <= b")
+
+
+@check(
+    "line5_6_one_average",
+    "Algorithm 1 lines 5-6 take one exponential average, of g and of |g|: where every gradient is positive, b_hat = m "
+    "(in exact arithmetic), so that r = m / (b + eps) is the paper's ratio and not a ratio of two averages",
+    "the ratio sweep's columns of one constant positive gradient (14 betas up to 0.999999 x 40 steps x 16 "
+    "magnitudes 1e-45..1e30) from the zero state: |m - b_hat| / b_hat within what two float32 orders of one formula "
+    f"can part by over 40 steps ({ALIKE_SLACK:.3g}; 1 - float32(beta) on one line is 1.3% off at beta = 0.999999)",
+    after=("line5_6_moments",),
+)
+def one_average(ctx: Context) -> Outcome:
+    swept = sweep(ctx)
+    gap, where = swept["gap"], swept["gap_where"]
+    if not gap <= ALIKE_SLACK:
+        return verdict(False, f"line 6 does not average |g| as line 5 averages g: for one constant positive gradient "
+                              f"b_hat and m part by {gap:.3g} relative at {where} (rounding allows {ALIKE_SLACK:.3g}): "
+                              "the two lines use other coefficients (e.g. 1 - float32(beta) on one, float32(1 - beta) "
+                              "on the other), which biases r = m / (b + eps)", f"gap {gap:.3g}")
+    return verdict(True, f"b_hat = m within {gap:.3g} relative for every constant positive gradient (allowed "
+                         f"{ALIKE_SLACK:.3g})", f"gap {gap:.3g}")
 
 
 ERROR_BOUND = 2 + 2.0**-14  # 2, plus the rounding a last-ulp |m| > b may add over many saturated steps

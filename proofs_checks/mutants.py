@@ -132,6 +132,18 @@ class LerpMomentum(Birder):
         return m.astype(np.float32), b_hat.astype(np.float32)
 
 
+class Float32BetaOnLine6(Birder):
+    """Line 6 as a kernel given beta as a float32 argument computes it, with 1 - float32(beta) in float32 (1.3% above
+    1 - beta at beta = 0.999999), beside line 5's 1 - beta: every step within lines 5-6's tolerance, yet b_hat
+    averages |g| 1.3% higher than m averages g, and r = m / (b + eps) is that much smaller."""
+
+    def moments(self, state, g, beta):
+        m, _ = super().moments(state, g, beta)
+        beta32 = np.float32(beta)
+        b_hat = beta32 * state["b_hat"] + (np.float32(1) - beta32) * np.abs(g.astype(np.float32))
+        return m, b_hat.astype(np.float32)
+
+
 class InternalRandom(Birder):
     """Ignores the injected worker draws and draws its own."""
 
@@ -222,6 +234,7 @@ MUTANTS = {
     "stale_momentum": (StaleMomentum(), ("line9_worker_error",)),
     "ascent_step": (AscentStep(), ("line12_server_quantizer",)),
     "lerp_momentum": (LerpMomentum(), ("contract_float32_extremes",)),
+    "float32_beta_on_line6": (Float32BetaOnLine6(), ("line5_6_one_average",)),
     "missing_quantize": (_without_quantize(), ("interface",)),
 }
 
