@@ -514,8 +514,8 @@ def eq14(ctx: Context) -> Outcome:
         worst_ratio = max(worst_ratio, largest_abs(ratio))
         worst_delta = max(worst_delta, largest_abs(q["delta"]))
     ok = bad_update == bad_eq9 == bad_facts == 0
-    return verdict(ok, f"over {total} elements: {bad_update} break the update, {bad_eq9} break Eq. 9, {bad_facts} "
-                       f"break |m/b| <= 1 or |delta| <= 2; max |m/b| = {worst_ratio:.9g}, max |delta| = "
+    return verdict(ok, f"over {total} elements: {bad_update} break the update, {bad_eq9} break Eq. 9 (line 5), "
+                       f"{bad_facts} break |m/b| <= 1 or |delta| <= 2; max |m/b| = {worst_ratio:.9g}, max |delta| = "
                        f"{worst_delta:.3g}", f"max |delta| {worst_delta:.3g}")
 
 

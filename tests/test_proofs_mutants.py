@@ -212,3 +212,11 @@ def test_a_step_that_updates_the_callers_state_is_reported_once_by_purity():
     assert [r.name for r in report.results if r.status == "fail"] == ["contract_purity"]
     blocked = {r.name for r in report.results if r.status == "blocked"}
     assert {"determinism", "contract_calls", "contract_layouts_same_result", "contract_history"} <= blocked
+
+
+def test_eq9_broken_names_line_5(tmp_path):
+    """A trial's port took beta as float32 on both lines (1 - float32(beta), 1.3% above 1 - beta at beta =
+    0.999999): Eq. 14's check failed with "break Eq. 9", naming no line of Algorithm 1. Now it says line 5."""
+    report = run_checks(port(tmp_path, "float32_beta", BETA="F(beta)"), names=["eq14_decomposition"],
+                        progress=False)
+    assert not report.results[0].passed and "break Eq. 9 (line 5)" in report.results[0].detail
