@@ -308,8 +308,7 @@ class Phase:
         return cached
 
     def __getstate__(self) -> dict:
-        # the fields only: a cached hash (and what users of a phase keep on it) stays behind, since a str's hash
-        # differs from one process to the next
+        # the fields only: the cached hash stays behind, since a str's hash differs from one process to the next
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def message_bytes(self, round_index: int) -> int:

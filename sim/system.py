@@ -435,14 +435,12 @@ def _phase_load(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> 
     return _phase_counts(phase, layout, nic_count, leaf).load() if phase.n_rounds else RoundLoad()
 
 
+@lru_cache(maxsize=4096)
 def _structure_key(phase: Phase) -> Phase:
     """The phase with its byte sizes normalised, so buckets of different sizes share one count: made once per
-    phase and kept on it, so that its hash (over every rank) is computed once too."""
-    key = phase.__dict__.get("_structure")
-    if key is None:
-        key = Phase(phase.name, phase.pattern, phase.groups, 8, (8,) * phase.n_rounds, phase.op, 0)
-        object.__setattr__(phase, "_structure", key)
-    return key
+    phase (a phase hashes its every-rank groups once, ``Phase.__hash__``), so that the key's hash is computed once
+    too."""
+    return Phase(phase.name, phase.pattern, phase.groups, 8, (8,) * phase.n_rounds, phase.op, 0)
 
 
 def phase_load(phase: Phase, layout: Layout, nic_count: int, leaf: int = 1) -> RoundLoad:
