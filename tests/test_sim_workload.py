@@ -1,6 +1,5 @@
 """The simulator's workload layer and command line: calibration, determinism, monotonicity, validation, bad input."""
 
-import csv
 import json
 import math
 from dataclasses import replace
@@ -304,25 +303,6 @@ def test_a_sweeps_speed_up_never_rests_on_the_switch_buffer_assumed(tmp_path, ca
     expected = speedup_interval(birder, sgdm)
     assert expected["verdict"] == "within the uncertainty" and "TCP incast" in expected["basis"]
     assert {k: speedup[k] for k in expected} == pytest.approx(expected)
-
-
-def test_sweeps_time_columns_and_breakdown_bars_add_up_to_the_iteration(tmp_path, capsys, monkeypatch):
-    """sweep.csv's parts of an iteration (contention included) sum to iteration_s, and each stacked bar of the time
-    breakdown reaches 1: a 2-node resnet50 on 100gbe spends 7% of its step on GPU work slowed beside collectives,
-    which the CSV and the bars had left out (they stopped at 0.93)."""
-    from sim import plots
-    drawn = []
-    save = plots._save
-    monkeypatch.setattr(plots, "_save", lambda fig, path: (drawn.append(fig), save(fig, path))[1])
-    assert main(["sweep", "--model", "resnet50", "--nodes", "2", "--networks", "100gbe", "--optimizers", "sgdm",
-                 "--out", str(tmp_path), "--quiet"]) == 0
-    row = next(csv.DictReader((tmp_path / "sweep.csv").open()))
-    parts = ("compute_s", "compression_s", "contention_s", "exposed_communication_s")
-    assert float(row["contention_s"]) > 0.02 * float(row["iteration_s"])
-    assert math.isclose(sum(float(row[k]) for k in parts), float(row["iteration_s"]), rel_tol=1e-6)
-    breakdown = next(f for f in drawn if "time goes" in f._suptitle.get_text())
-    tops = [patch.get_y() + patch.get_height() for patch in breakdown.axes[0].patches]
-    assert math.isclose(max(tops), 1.0, rel_tol=1e-9)
 
 
 def test_every_framework_is_sourced_data_and_ddp_keeps_torchs_buckets():
