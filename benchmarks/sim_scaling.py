@@ -5,9 +5,11 @@ Prints a table of CPU seconds of this process (what the prediction costs; wall t
 work adds their share), the ratio to 64 GPUs, the wall time of the slowest case beside the load average, and
 whether each target holds, measured in this run. Then the same targets for the command users run, `birder
 predict --json`, each in a fresh process (parsing, the prediction, the step's trace for the links' busy shares and the
-JSON; the interpreter's start-up and imports, about 1 s, apart), on each framework's case at 4,096 and 65,536 GPUs."""
+JSON), on each framework's case at 4,096 and 65,536 GPUs: the whole process's CPU seconds (what the target is held
+to: the interpreter's start-up and every import included), and those after its first import."""
 
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -68,30 +70,34 @@ print(code, time.process_time() - started)
 """
 
 
-def _command_seconds(argv: list[str]) -> float:
+def _command_seconds(argv: list[str]) -> tuple[float, float]:
+    """(CPU s after the first import, CPU s of the whole process: the interpreter's start-up included)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run([sys.executable, "-c", ONE_COMMAND, *argv], capture_output=True, text=True, timeout=600,
                           check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     code, seconds = done.stdout.split()
     assert code == "0", (argv, done.stderr)
-    return float(seconds)
+    return float(seconds), (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def command_line() -> None:
-    fixed = _command_seconds(["predict", "--model", "resnet50", "--nodes", "1", "--json", "--quiet"])
-    print(f"`birder predict --json` on one node: {fixed:.3f} CPU s (what every command pays: the modules it imports "
-          "as it runs, scipy among them, and its stored data)")
+    fixed, fixed_whole = _command_seconds(["predict", "--model", "resnet50", "--nodes", "1", "--json", "--quiet"])
+    print(f"`birder predict --json` on one node: {fixed:.3f} CPU s after the first import, {fixed_whole:.3f} s the "
+          "whole process (what every command pays: the interpreter, the modules it imports and its stored data)")
     for gpus, limit in TARGETS.items():
-        slowest, which = 0.0, ""
+        slowest, which = (0.0, 0.0), ""
         for framework in dict.fromkeys(f for *_, f in CASES):
             model = "bert-large" if framework == "fsdp" else "resnet50"
             argv = ["predict", "--model", model, "--nodes", str(gpus // 8), "--network", "10gbe", "--framework",
                     framework, "--optimizer", "adam" if framework == "fsdp" else "sgdm", "--json", "--quiet"]
             seconds = _command_seconds(argv)
-            if seconds > slowest:
+            if seconds[1] > slowest[1]:
                 slowest, which = seconds, framework
-        verdict = "met" if slowest < limit else "MISSED"
-        print(f"`birder predict --json`, slowest framework at {gpus} GPUs: {which} {slowest:.3f} CPU s, "
-              f"{slowest - fixed:.3f} s beyond one node's (target under {limit:g} s for the command: {verdict})")
+        verdict = "met" if slowest[1] < limit else "MISSED"
+        print(f"`birder predict --json`, slowest framework at {gpus} GPUs: {which} {slowest[1]:.3f} CPU s the whole "
+              f"process, {slowest[0]:.3f} s after the first import, {slowest[0] - fixed:.3f} s beyond one node's "
+              f"(target under {limit:g} s for the whole command: {verdict})")
 
 
 if __name__ == "__main__":

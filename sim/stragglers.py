@@ -9,7 +9,8 @@ GPUs, so a job of n nodes is slower than that node by
 
     factor = (1 + cv E[M_{nG}]) / (1 + cv E[M_G])      (1 on one node; grows with n)
 
-E[M_p] is computed exactly, by adaptive quadrature of its integral (order statistics; no sampling).
+E[M_p] is computed from its integral (order statistics; no sampling), by the trapezoidal rule, which converges
+geometrically on a smooth integrand that decays at both ends (``expected_max_normal``).
 
 Per-step jitter adds to it: each step each GPU takes t (1 + s_i + e_it), s_i ~ N(0, cv_speed^2) drawn once for the
 job, e_it ~ N(0, cv_step^2) fresh each step, all independent. Within one step the GPUs' sums are i.i.d.
@@ -32,7 +33,7 @@ import tomllib
 from functools import lru_cache
 from pathlib import Path
 
-from scipy import integrate, special
+import numpy as np
 
 with (Path(__file__).parent / "presets" / "variability.toml").open("rb") as _f:
     GPU_SPEED = tomllib.load(_f)["gpu_speed"]
@@ -84,18 +85,37 @@ def step_cv(gpu_speed_cv: float, step_jitter_cv: float, micro_batches: int = 1) 
     return combined_cv(gpu_speed_cv, step_jitter_cv / math.sqrt(micro_batches))
 
 
+# the trapezoidal rule's grid for E[M_p]: step 2^-7 (exact in binary) on [-12, 20], outside of which the integrand's
+# mass is below phi(12) = 5e-32 on the left and p phi(20) = p 5.5e-88 on the right
+_GRID_STEP = 2.0 ** -7
+_GRID_LO, _GRID_HI = -12, 20
+MAX_EXPECTED_MAX_N = 10**60  # where p phi(20) would no longer be negligible (p 5.5e-88 > 5e-28)
+
+
+@lru_cache(maxsize=1)
+def _normal_on_grid() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The grid x, the standard normal density phi(x) and log Phi(x), each to a few ulps (log Phi from erfc: no
+    cancellation in either tail)."""
+    x = np.arange(_GRID_LO / _GRID_STEP, _GRID_HI / _GRID_STEP + 1) * _GRID_STEP
+    log_cdf = np.array([math.log(0.5 * math.erfc(-v / math.sqrt(2))) if v < 0
+                        else math.log1p(-0.5 * math.erfc(v / math.sqrt(2))) for v in x])
+    return x, np.exp(-x * x / 2) / math.sqrt(2 * math.pi), log_cdf
+
+
 @lru_cache(maxsize=1024)
 def expected_max_normal(n: int) -> float:
-    """E[max of n independent standard normals], exact up to the quadrature's tolerance (1e-10):
+    """E[max of n independent standard normals], to about 1e-14 absolute:
 
-    E[M_n] = integral_0^inf (1 - Phi(x)^n) dx - integral_-inf^0 Phi(x)^n dx   (E[X] of any X from its CDF)."""
-    if not (isinstance(n, int) and not isinstance(n, bool) and n >= 1):
-        raise ValueError(f"expected_max_normal: n must be a positive integer, got {n!r}")
-    above, _ = integrate.quad(lambda x: -math.expm1(n * special.log_ndtr(x)), 0.0, math.inf,
-                              epsabs=1e-11, epsrel=1e-11, limit=200)
-    below, _ = integrate.quad(lambda x: math.exp(n * special.log_ndtr(x)), -math.inf, 0.0,
-                              epsabs=1e-11, epsrel=1e-11, limit=200)
-    return above - below
+    E[M_n] = integral x n phi(x) Phi(x)^(n-1) dx over the real line   (the density of the largest of n draws).
+
+    The integrand is analytic and falls off like a Gaussian on both sides, so the trapezoidal rule on a uniform grid
+    converges geometrically in the step (Trefethen & Weideman, "The exponentially convergent trapezoidal rule", SIAM
+    Review 56(3), 2014, section 5): a step of 2^-7 against a peak at least 1/sqrt(2 ln n) wide leaves the rounding
+    of the sum. Checked against adaptive quadrature in tests/test_sim_stragglers.py."""
+    if not (isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_EXPECTED_MAX_N):
+        raise ValueError(f"expected_max_normal: n must be an integer from 1 to {MAX_EXPECTED_MAX_N:.0e}, got {n!r}")
+    x, pdf, log_cdf = _normal_on_grid()
+    return float(_GRID_STEP * np.dot(x, n * pdf * np.exp((n - 1) * log_cdf)))
 
 
 def straggler_factor(n_gpus: int, gpus_per_node: int, cv: float) -> float:

@@ -431,11 +431,11 @@ def calibrate_compute_s(cluster: Cluster, work: Workload, kinds: tuple[StepKind,
     reaches ``single_node_throughput`` (samples/s), and the seconds per step the simulated node still lacks there.
 
     The simulated iteration time grows monotonically with compute time, continuously except where a framework's
-    cycle (presets/frameworks.toml ``cycle_ms``) quantizes its launches, so a bracketing root finder (Brent's) finds
-    it (residual 0); across such a jump no compute time gives the measured node: bisection stops at the jump's
-    faster side, and the residual (less than one cycle) is the wait the simulation's phase of the framework's loop
-    misses, carried as a fixed wait per step so that the node is the measurement. One node sends
-    nothing between nodes, so the answer depends on the node (GPUs, intra-node fabric) and the workload only: it is
+    cycle (presets/frameworks.toml ``cycle_ms``) quantizes its launches, so a bracketing root finder (regula
+    falsi) finds it (residual 0); across such a jump no compute time gives the measured node: bisection stops at the
+    jump's faster side, and the residual (less than one cycle) is the wait the simulation's phase of the framework's
+    loop misses, carried as a fixed wait per step so that the node is the measurement. One node sends nothing
+    between nodes, so the answer depends on the node (GPUs, intra-node fabric) and the workload only: it is
     cached under those, whatever the NICs, the switch and the GPUs' spread (the straggler factor of one node is its
     own GPUs' over its own GPUs': exactly 1 whatever the spread and jitter). Birder's ``ps`` scheme is the
     exception: its server is a rank off the node, so even one node's step crosses the NIC, which is kept.
@@ -451,26 +451,62 @@ def _measured_node(cluster: Cluster, work: Workload) -> Cluster:
     return one if server_off_node else replace(one, nic=ONE_NODE_NIC)
 
 
+def increasing_root(f, lo: float, f_lo: float, hi: float, f_hi: float, xtol: float, max_steps: int = 200) -> float:
+    """A root of a non-decreasing ``f`` bracketed by f(lo) = f_lo < 0 < f_hi = f(hi): the Illinois variant of regula
+    falsi (Dowell & Jarratt, BIT 11, 1971), which halves the value kept at an end that two steps in a row left in
+    place, so both ends close in (order ~1.44). On a piecewise-linear ``f`` a step from two points of the root's piece
+    lands on the root. Stops at an exact zero, or when the bracket is narrower than ``xtol`` (the end of smaller
+    |f| is returned), or after ``max_steps`` (the point of smallest |f| so far); the caller checks the residual."""
+    if not (lo < hi and f_lo < 0 < f_hi):
+        raise ValueError(f"increasing_root: need lo < hi and f(lo) < 0 < f(hi), got f({lo!r}) = {f_lo!r}, "
+                         f"f({hi!r}) = {f_hi!r}")
+    weight_lo, weight_hi = f_lo, f_hi  # the values the secant uses, halved where an end stays put
+    kept = 0  # +1: the last step moved lo (hi stayed), -1: it moved hi
+    best, best_f = (lo, f_lo) if -f_lo <= f_hi else (hi, f_hi)
+    for _ in range(max_steps):
+        if hi - lo <= xtol:
+            break
+        x = (lo * weight_hi - hi * weight_lo) / (weight_hi - weight_lo)
+        if not lo < x < hi:  # rounding put the secant's root on an end: halve the bracket instead
+            x = (lo + hi) / 2
+        fx = f(x)
+        if abs(fx) < abs(best_f):
+            best, best_f = x, fx
+        if fx == 0:
+            break
+        if fx < 0:
+            lo, f_lo, weight_lo = x, fx, fx
+            weight_hi = weight_hi / 2 if kept == 1 else f_hi
+            kept = 1
+        else:
+            hi, f_hi, weight_hi = x, fx, fx
+            weight_lo = weight_lo / 2 if kept == -1 else f_lo
+            kept = -1
+    return best
+
+
 @lru_cache(maxsize=4096)
 def _calibrated(one: Cluster, work: Workload, kinds: tuple[StepKind, ...], single_node_throughput: float
                 ) -> tuple[float, float]:
     target = one.n_gpus * work.batch_per_gpu * work.accumulation_steps / single_node_throughput
-    if _average(one, work, kinds, 0.0)[0] > target:
+    at_zero = _average(one, work, kinds, 0.0)[0]
+    if at_zero > target:
         path = ("the number, the intra-node fabric or the network to the parameter server (Birder's ps scheme "
                 "reaches it through a NIC even on one node)" if one.nic is not ONE_NODE_NIC
                 else "the number or the intra-node fabric")
         raise ValueError(
             f"single_node_throughput {single_node_throughput:g} is faster than this cluster's communication "
             f"alone allows on one node; check {path}")
-    from scipy.optimize import brentq  # here: a prediction without a measured node never imports scipy
-
     hi = target / work.accumulation_steps
     at_hi = _average(one, work, kinds, hi)[0]
     if at_hi <= target:  # no time left for communication at all
         return hi, target - at_hi
     # the iteration time is piecewise linear in the compute time (every GPU event scales with it, every collective
-    # does not): Brent's method meets the root in a few steps where bisection took ~30
-    root = brentq(lambda x: _average(one, work, kinds, x)[0] - target, 0.0, hi, xtol=1e-12 * hi, rtol=1e-12)
+    # does not): regula falsi meets the root in a few steps where bisection took ~30
+    if at_zero == target:  # communication alone is the measured node
+        return 0.0, 0.0
+    root = increasing_root(lambda x: _average(one, work, kinds, x)[0] - target, 0.0, at_zero - target, hi,
+                           at_hi - target, xtol=1e-12 * hi)
     if abs(_average(one, work, kinds, root)[0] - target) <= 1e-9 * target:
         return root, 0.0
     # a jump (a framework's cycle quantizes its launches): no compute time gives the measured node; bisect to the
