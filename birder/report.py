@@ -161,6 +161,12 @@ def run(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         report = write_report(Path(args.out), quick=args.quick, progress=show_progress(quiet))
+    except BaseException:
+        # the handler's SystemExit can come back as another exception: inside a C extension's import it is an
+        # "ImportError: initialization failed" (matplotlib's _image); the signal still decides the exit
+        if _TERMINATED:
+            raise SystemExit(128 + _TERMINATED[0]) from None
+        raise
     finally:
         signal.signal(signal.SIGTERM, previous)
         report_prices.use_prices(None)

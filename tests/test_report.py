@@ -151,6 +151,26 @@ def test_a_directory_that_is_not_a_report_is_never_replaced(tmp_path):
     assert (out / "thesis.tex").read_text() == "mine"
 
 
+def test_a_signal_that_python_turns_into_another_exception_still_exits_as_the_signal(tmp_path, monkeypatch):
+    """SIGTERM inside a C extension's import comes back as "ImportError: initialization failed" (matplotlib's _image,
+    once a faster start-up moved the signal there): the run still exits 128 + 15, no traceback, nothing written."""
+    from birder.cli import main
+
+    def interrupted_inside_an_import(out, quick, progress):
+        try:
+            report._terminate(signal.SIGTERM, None)
+        except SystemExit:
+            raise ImportError("initialization failed") from None
+
+    monkeypatch.setattr(report, "write_report", interrupted_inside_an_import)
+    with pytest.raises(SystemExit) as exited:
+        main(["report", "--quick", "--quiet", "--out", str(tmp_path / "report")])
+    assert exited.value.code == 128 + signal.SIGTERM and not (tmp_path / "report").exists()
+    monkeypatch.setattr(report, "write_report", lambda out, quick, progress: (_ for _ in ()).throw(ImportError("x")))
+    with pytest.raises(ImportError):  # with no signal, the error is the error
+        main(["report", "--quick", "--quiet", "--out", str(tmp_path / "report")])
+
+
 def test_an_interrupted_report_run_leaves_the_old_report_whole(tmp_path):
     out = tmp_path / "report"
     before = _earlier_report(out)
