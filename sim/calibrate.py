@@ -39,6 +39,14 @@ from sim.hardware import GENERIC_NETWORKS, GPUS, TRANSPORTS, Cluster, cluster, m
 
 OPS = {"all_reduce_perf": "all-reduce", "all_gather_perf": "all-gather", "reduce_scatter_perf": "reduce-scatter",
        "alltoall_perf": "all-to-all"}
+# nccl-tests' other binaries (src/*.cu): their bus bandwidth is not one the model times for a network fit, and
+# sendrecv_perf's rows print the same columns as all_reduce_perf's (redop sum, root -1, the whole count)
+OTHER_BINARIES = ("sendrecv_perf", "broadcast_perf", "reduce_perf", "gather_perf", "scatter_perf", "hypercube_perf")
+_BINARY = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(sorted([*OPS, *OTHER_BINARIES], key=len, reverse=True))
+                     + r")(?![A-Za-z0-9])")
+# busbw / algbw as nccl-tests computes it (src/*.cu, *GetBw) on n ranks
+BUS_FACTOR = {"all-reduce": lambda n: 2 * (n - 1) / n, "all-gather": lambda n: (n - 1) / n,
+              "reduce-scatter": lambda n: (n - 1) / n, "all-to-all": lambda n: (n - 1) / n}
 MAX_OUTPUT_BYTES = 16 << 20  # a sweep of nccl-tests is a few kB, with NCCL INFO logs a few MB
 UNCONSTRAINED = 0.01  # a constant whose probe moves no row's simulated time by 1% is not fitted
 GRID_POINTS = 25  # per constant, log-spaced over GRID_RANGE, before Nelder-Mead
@@ -128,6 +136,41 @@ def not_all_reduce_row(nbytes: int, count: int, type_name: str, redop: str | Non
     return redop == "none" or (element is not None and count * element < nbytes)
 
 
+def same_collective(op: str, columns_of: dict[int, tuple], ranks: int, source: str) -> None:
+    """ValueError where a row's own columns contradict ``op``: a reduction on an all-gather or all-to-all, redop
+    ``none`` on an all-reduce or reduce-scatter, or busbw / algbw away from the factor nccl-tests applies to ``op`` on
+    ``ranks`` ranks (``BUS_FACTOR``) beyond what printing both to 2 decimals allows, in most rows of algbw >= 1 GB/s.
+    The factor tells sendrecv_perf's 1 from an all-reduce's 2(n-1)/n whenever n > 2, whatever the binary's name."""
+    reduces = op in ("all-reduce", "reduce-scatter")
+    for line, (redop, *_) in columns_of.items():
+        if redop is not None and (redop == "none") == reduces:
+            raise ValueError(f"{source}, line {line}: --op {op} but the row's redop is {redop} ("
+                             + ("no reduction" if reduces else "a reduction")
+                             + "): the table is of another collective; pass its own --op")
+    if ranks < 2:
+        return
+    expected = BUS_FACTOR[op](ranks)
+    # nccl-tests computes busbw from algbw (one time) and prints both to 2 decimals: the true factor of a row lies
+    # within what +-0.005 on each allows, so ``op``'s factor lies inside every row's range (a 1e-6 slack for floats)
+    judged = [(line, busbw / algbw, (busbw - 0.005) / (algbw + 0.005) * (1 - 1e-6),
+               (busbw + 0.005) / (algbw - 0.005) * (1 + 1e-6))
+              for line, (_, _, algbw, busbw) in columns_of.items() if algbw >= 1.0]
+    outside = [row for row in judged if not row[2] <= expected <= row[3]]
+    if judged and 2 * len(outside) > len(judged):
+        line, factor = outside[0][:2]
+        scale = BUS_FACTOR[op](2) * 2  # 2 for all-reduce's 2(n-1)/n, 1 for the others' (n-1)/n
+        sharpest = max(outside, key=lambda row: row[1] / (row[3] - row[2]))[1]  # the narrowest range's factor
+        implied = round(scale / (scale - sharpest)) if sharpest < scale else 0
+        if implied > ranks and all(lo <= BUS_FACTOR[op](implied) <= hi for *_, lo, hi in judged):
+            raise ValueError(f"{source}, line {line}: busbw / algbw is {factor:.4g}, {op}'s factor on {implied} ranks, "
+                             f"but the paste's Rank lines name {ranks}: Rank lines are missing (a cut paste, a "
+                             "terminal's scrollback), or the table is of another run; paste the whole output")
+        raise ValueError(f"{source}, line {line}: busbw / algbw is {factor:.4g} where nccl-tests prints {expected:.4g} "
+                         f"for {op} on {ranks} ranks: the table is of another collective (1 for sendrecv_perf, "
+                         "broadcast_perf and reduce_perf; 2(n-1)/n for all-reduce; (n-1)/n for all-gather, "
+                         "reduce-scatter and all-to-all); pass its own --op")
+
+
 def old_check_tolerance(type_name: str, ranks: int) -> float:
     """The largest error older nccl-tests let pass for ``type_name`` on ``ranks`` ranks (``OLD_CHECK_TOLERANCE``
     times ranks - 1; ``ranks`` 0: unknown, the most there can be)."""
@@ -188,6 +231,7 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
     rows, ranks, gpus, evidence, names, counts_wrong = [], {}, set(), [], {}, False
     seen: dict[int, tuple[int, str]] = {}  # size -> the line and data type of its row
     against = []  # per row: its columns show a collective other than all-reduce (not_all_reduce_row)
+    columns_of: dict[int, tuple] = {}  # line -> the row's redop, root, algbw and busbw (same_collective)
     passed = bool(_PASSED_FOOTER.search(text))  # the run's own check: no out-of-bounds value
     sweep = None  # (maxBytes, step, "factor" or "bytes") from the run's header
     side = 4  # columns per side: time, algbw, busbw, #wrong (-I 1 adds i_min, i_max, i_p99, i_cv% after them)
@@ -244,7 +288,7 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
                 raise ValueError(f"{len(rest)} columns after the type, expected time, algbw, busbw, error"
                                  + (", i_min, i_max, i_p99, i_cv%" if side == 8 else "")
                                  + " (out-of-place, then optionally in-place)")
-            time_us, busbw = _number(rest[0]), _number(rest[2])
+            time_us, algbw, busbw = _number(rest[0]), _number(rest[1]), _number(rest[2])
         except ValueError as error:
             raise ValueError(f"{source}, line {lineno}: not an nccl-tests row ({error}): {line[:80]!r}") from None
         nbytes = int(tokens[0])
@@ -273,6 +317,7 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
         seen[nbytes] = lineno, tokens[2]
         rows.append((nbytes, time_us * 1e-6, busbw, lineno))
         evidence.append(all_reduce_row(nbytes, int(tokens[1]), tokens[2], redop, root))
+        columns_of[lineno] = (redop, root, algbw, busbw)
         against.append(not_all_reduce_row(nbytes, int(tokens[1]), tokens[2], redop))
     if second_run:  # rows of two measurements in one fit, Rank lines of two layouts counted as one
         raise ValueError(f"{source}: lines {second_run[0]} and {second_run[1]} each start a run (a header or Rank line "
@@ -283,7 +328,17 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
                          "missing): the paste lost lines (a terminal's scrollback, a cut); paste the whole output")
     if not rows:
         raise ValueError(f"{source}: no nccl-tests rows (lines of size, count, type, ..., time, algbw, busbw)")
-    named = {OPS[b] for b in OPS if b in text}
+    binaries = {found.group(1) for found in _BINARY.finditer(text)}
+    other = sorted(binaries.intersection(OTHER_BINARIES))
+    if other:
+        raise ValueError(f"{source}: the output is of {', '.join(other)}, whose bus bandwidth no network fit here "
+                         f"reads: doctor and calibrate take {', '.join(OPS)}")
+    rooted = next(((line, c[1]) for line, c in columns_of.items() if c[1] not in (None, "-1")), None)
+    if rooted:
+        raise ValueError(f"{source}, line {rooted[0]}: the rows have root {rooted[1]}, a rooted collective's "
+                         f"({', '.join(OTHER_BINARIES[1:5])}), whose bus bandwidth no network fit here reads: doctor "
+                         f"and calibrate take {', '.join(OPS)}")
+    named = {OPS[b] for b in binaries if b in OPS}
     if op is None and not named and all(evidence):
         named = {"all-reduce"}  # the columns say so (all_reduce_row)
     if op is None:
@@ -300,6 +355,7 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
     elif op == "all-reduce" and not any(evidence) and any(against):
         raise ValueError(f"{source}: --op all-reduce but the rows' columns show another collective (redop none, or "
                          "a count per rank: count x element size below the size): pass the table's own --op")
+    same_collective(op, columns_of, len(rank_line), source)
     if len(gpus - {None}) > 1:
         raise ValueError(f"{source}: the Rank lines name GPUs of different kinds ({', '.join(sorted(gpus - {None}))}): "
                          "a table of one cluster has one kind; give each cluster's run as its own file")

@@ -64,7 +64,7 @@ def test_mpi_prefixes_and_logs_around_the_table_are_ignored():
      "cannot tell which collective"),
     ("8192 1024 float none -1 27.8 0.29 0.29 0 28.5 0.29 0.29 0\n", "pass --op"),  # all-gather or all-to-all
     ("8192 1024 float sum -1 27.8 0.29 0.29 0 28.5 0.29 0.29 0\n", "pass --op"),  # count per rank: reduce-scatter
-    ("8192 2048 float sum 0 27.8 0.29 0.29 0 28.5 0.29 0.29 0\n", "pass --op"),  # a root: reduce
+    ("8192 2048 float sum 0 27.8 0.29 0.29 0 28.5 0.29 0.29 0\n", "rooted collective"),  # a root: reduce
 ])
 def test_bad_pastes_are_refused_with_one_error(text, message):
     with pytest.raises(ValueError, match=message):
@@ -340,6 +340,74 @@ def test_an_op_the_rows_columns_contradict_is_refused(row, op, message):
         calibrate.parse_nccl_tests(row, "paste", op)
     agreeing = {ALL_REDUCE_ROW: "all-reduce", ALL_GATHER_ROW: "all-gather"}[row]
     assert calibrate.parse_nccl_tests(row, "paste", agreeing).rows[0].op == agreeing
+
+
+def _ranks(n: int) -> str:
+    return "".join(f"#  Rank {r:2d} Group  0 Pid {1000 + r} on node0{r // 8} device {r % 8} [0x{r:02x}] NVIDIA "
+                   "A100-SXM4-80GB\n" for r in range(n))
+
+
+def _table(n: int, factor: float, redop: str = "sum", root: str = "-1", per_rank: bool = False) -> str:
+    """A doubling sweep on ``n`` ranks whose busbw is ``factor`` x algbw, with the columns given."""
+    rows = []
+    for k in range(20, 31):
+        size = 1 << k
+        algbw = 1e-9 * size / (20e-6 + size / 90e9)
+        count = size // 4 // (n if per_rank else 1)
+        rows.append(f"{size:12d} {count:12d} float {redop:>6} {root:>4} {size / algbw / 1e3:9.1f} {algbw:7.2f} "
+                    f"{algbw * factor:7.2f}  0\n")
+    return "".join(rows)
+
+
+@pytest.mark.parametrize("binary", ["sendrecv_perf", "broadcast_perf", "reduce_perf", "gather_perf", "scatter_perf",
+                                    "hypercube_perf", "sendrecv_perf_mpi"])
+@pytest.mark.parametrize("op", [None, "all-reduce"])
+def test_a_paste_of_a_binary_no_fit_reads_is_refused_by_its_name_with_or_without_op(binary, op):
+    """t12: sendrecv_perf's rows print an all-reduce's columns (redop sum, root -1, the whole count), so its table was
+    read as an all-reduce (12% of the wire, "one NIC used of 8"); reduce_perf's was read so under --op all-reduce."""
+    text = f"# nccl-tests 2.13.8\n$ mpirun -np 16 ./build/{binary} -b 1M -e 1G -f 2 -g 1\n" + _ranks(16) + \
+        _table(16, 1.875)
+    with pytest.raises(ValueError, match=f"the output is of {binary.removesuffix('_mpi')}, whose bus bandwidth"):
+        calibrate.parse_nccl_tests(text, "paste", op)
+
+
+@pytest.mark.parametrize("n", [3, 4, 8, 16, 28, 64])
+@pytest.mark.parametrize("op, table_of, factor", [
+    ("all-reduce", "sendrecv, broadcast or reduce", lambda n: 1.0),
+    ("all-reduce", "all-gather", lambda n: (n - 1) / n),
+    ("all-gather", "all-reduce", lambda n: 2 * (n - 1) / n),
+    ("all-gather", "broadcast", lambda n: 1.0),
+    ("reduce-scatter", "all-reduce", lambda n: 2 * (n - 1) / n),
+    ("all-to-all", "sendrecv", lambda n: 1.0),
+])
+def test_a_table_whose_bus_factor_is_another_collectives_is_refused_whatever_the_op_given(n, op, table_of, factor):
+    """Unnamed, a sendrecv table has an all-reduce's columns; busbw / algbw (1 against 2(n-1)/n) still tells them apart
+    on 3 ranks or more, as it tells (n-1)/n's collectives from 2(n-1)/n's and from 1."""
+    reduces = op in ("all-reduce", "reduce-scatter")
+    text = _ranks(n) + _table(n, factor(n), "sum" if reduces else "none", per_rank=op != "all-reduce")
+    with pytest.raises(ValueError, match=f"busbw / algbw is .* where nccl-tests prints .* for {op} on {n} ranks"):
+        calibrate.parse_nccl_tests(text, "paste", op)
+    right = _ranks(n) + _table(n, calibrate.BUS_FACTOR[op](n), "sum" if reduces else "none",
+                               per_rank=op != "all-reduce")
+    assert calibrate.parse_nccl_tests(right, "paste", op).rows[0].op == op
+
+
+@pytest.mark.parametrize("op", ["all-reduce", "all-gather"])
+def test_a_table_of_more_ranks_than_its_rank_lines_is_refused_as_a_cut_paste(op):
+    """t12's 8+8+8+4 paste had 28 Rank lines under an all-reduce of 32 ranks' factor: the last lines were lost."""
+    text = _ranks(28) + _table(32, calibrate.BUS_FACTOR[op](32), "sum" if op == "all-reduce" else "none",
+                               per_rank=op != "all-reduce")
+    with pytest.raises(ValueError, match=f"{op}'s factor on 32 ranks, but the paste's Rank lines name 28"):
+        calibrate.parse_nccl_tests(text, "paste", op)
+
+
+@pytest.mark.parametrize("redop, op", [("none", "all-reduce"), ("none", "reduce-scatter"), ("sum", "all-gather"),
+                                       ("max", "all-to-all")])
+def test_an_op_whose_reduction_the_rows_redop_contradicts_is_refused(redop, op):
+    """t12: a reduce_scatter_perf table (redop sum) passed as --op all-to-all gave "399% of the hardware"."""
+    text = _ranks(8) + _table(8, calibrate.BUS_FACTOR[op](8), redop, per_rank=True)
+    with pytest.raises(ValueError, match=f"--op {op} but the row"):
+        calibrate.parse_nccl_tests(text, "paste", op)
 
 
 def test_reduce_scatter_is_an_op_calibrate_takes_and_names(tmp_path, capsys):
