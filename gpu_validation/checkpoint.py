@@ -42,6 +42,36 @@ def param_groups_of(opt: Birder) -> list[dict]:
             for g in opt.param_groups]
 
 
+def parameters_of(opt: Birder) -> list[list]:
+    """Each parameter's name and shape, in element order: what m, b_hat and e line up with."""
+    return [[name, list(p.shape)] for name, p in zip(opt.param_names, opt._params, strict=True)]
+
+
+def check_parameters(opt: Birder, saved) -> None:
+    """ValueError where the state was saved for parameters laid out otherwise: shapes that differ in element order, or
+    a name at another position (a refactor that reorders modules keeps names and counts, and model.load_state_dict
+    matches by name, but m, b_hat and e would land on other parameters' elements; trial t13). A renamed parameter
+    of the same shape at the same position loads (a wrapper's prefix, torch.compile's _orig_mod.)."""
+    mine = parameters_of(opt)
+    if not (isinstance(saved, list) and all(isinstance(x, list) and len(x) == 2 and isinstance(x[0], str)
+                                            and isinstance(x[1], list) for x in saved)):
+        raise ValueError("Birder state 'parameters' must be a list of [name, shape] pairs, as state_dict() saves it")
+    shapes = [shape for _, shape in saved], [shape for _, shape in mine]
+    at = {name: i for i, (name, _) in enumerate(mine)}
+    moved = [(name, i, at[name]) for i, (name, _) in enumerate(saved) if name in at and at[name] != i]
+    if shapes[0] != shapes[1] or moved:
+        if moved:
+            first = f"{moved[0][0]!r} was parameter {moved[0][1]} and is now {moved[0][2]}"
+        elif len(saved) != len(mine):
+            first = f"{len(saved)} parameters saved, {len(mine)} here"
+        else:
+            i = next(i for i, (a, b) in enumerate(zip(*shapes, strict=True)) if a != b)
+            first = f"parameter {i} was {saved[i][0]!r} {saved[i][1]} and is now {mine[i][0]!r} {mine[i][1]}"
+        raise ValueError(f"Birder state was saved for another parameter layout ({first}): m, b_hat and e are in "
+                         "element order and would land on other parameters' elements; build the model with its "
+                         "modules in the order that saved it, or start the optimizer afresh")
+
+
 def counters(opt: Birder) -> dict:
     """The step and the skip counters."""
     return {"t": opt.t, "skipped_steps": opt.skipped_steps, "consecutive_skips": opt.consecutive_skips}
@@ -63,7 +93,7 @@ def full_state(opt: Birder) -> dict:
         for i, name in enumerate(VECTORS):
             full[name][worker, shard] = rows[rank, i * n_shard:(i + 1) * n_shard]
         server[comm.chunk_slice(topo, opt.length, rank)] = rows[rank, 3 * n_shard:]
-    state = {"format": FULL_FORMAT, **config(opt), **counters(opt),
+    state = {"format": FULL_FORMAT, **config(opt), **counters(opt), "parameters": parameters_of(opt),
              **{name: full[name][:, :opt.dim].clone() for name in VECTORS},
              "server_error": server[:opt.dim].clone(), **FOREIGN_LOAD_GUARD}
     return {"state": state, "param_groups": param_groups_of(opt)}
@@ -73,7 +103,7 @@ def shard_state(opt: Birder) -> dict:
     """This rank's shard only (no collective): each rank saves its own file; loads on the same layout only."""
     topo = opt.topology
     state = {"format": SHARD_FORMAT, **config(opt), "rank": topo.rank, "n_nodes": topo.n_nodes,
-             "gpus_per_node": topo.gpus_per_node, **counters(opt),
+             "gpus_per_node": topo.gpus_per_node, **counters(opt), "parameters": parameters_of(opt),
              **{name: getattr(opt, name).detach().cpu().clone() for name in (*VECTORS, "server_error")},
              **FOREIGN_LOAD_GUARD}
     return {"state": state, "param_groups": param_groups_of(opt)}
@@ -118,7 +148,9 @@ def load(opt: Birder, state_dict: dict) -> None:
     else:
         raise ValueError(f"Birder state format {fmt!r}: expected {FULL_FORMAT!r} or {SHARD_FORMAT!r}")
     expected = {"format", *config(opt), *counters(opt), *shapes, *extra, *FOREIGN_LOAD_GUARD}
-    missing, unknown = sorted(map(str, expected - set(state))), sorted(map(str, set(state) - expected))
+    # "parameters" (names and shapes) is absent from states saved before it was: those load unchecked, as before
+    missing = sorted(map(str, expected - set(state)))
+    unknown = sorted(map(str, set(state) - expected - {"parameters"}))
     if missing or unknown:
         raise ValueError(f"Birder state: missing keys {missing}, unknown keys {unknown}")
     mine = config(opt)
@@ -133,6 +165,8 @@ def load(opt: Birder, state_dict: dict) -> None:
                     f" (build Birder with {key}={state[key]!r} to resume this state; the draws and m, b, e "
                     "belong to it)" if key in ("seed", "beta", "eps") else "")
             raise ValueError(f"Birder state was saved with {key}={state[key]!r}, this run has {value!r}{hint}")
+    if "parameters" in state:
+        check_parameters(opt, state["parameters"])
     t = guards.check_count("Birder state 't'", state["t"])
     skipped = guards.check_count("Birder state 'skipped_steps'", state["skipped_steps"])
     consecutive = guards.check_count("Birder state 'consecutive_skips'", state["consecutive_skips"])

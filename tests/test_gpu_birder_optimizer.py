@@ -282,6 +282,10 @@ def _mutations():
         ("server error infinite", tensor("server_error", lambda t: at(t, 0, float("-inf")))),
         ("server error wrong shape", tensor("server_error", lambda t: t[None])),
         ("server error beyond 2", tensor("server_error", lambda t: at(t, 1, -3.0))),
+        ("parameters not a list", put("parameters", "0.weight")),
+        ("a parameter's shape", lambda sd: sd["state"]["parameters"][0].__setitem__(1, [8, 16])),
+        ("two parameters swapped", lambda sd: sd["state"]["parameters"].insert(0, sd["state"]["parameters"].pop(1))),
+        ("a parameter fewer", lambda sd: sd["state"]["parameters"].pop()),
     ]
 
 
@@ -300,6 +304,48 @@ def test_load_state_dict_refuses_each_bad_state_and_changes_nothing(one_rank, na
         now = after["state"][key]
         same = torch.equal(now, value) if isinstance(value, torch.Tensor) else now == value
         assert same, key
+
+
+class _TwoLayers(nn.Module):
+    """The same modules, names and shapes, defined in either order (a refactor): element order follows definition."""
+
+    def __init__(self, body_first: bool, prefix: str = ""):
+        super().__init__()
+        torch.manual_seed(0)
+        for name in (("body", "head") if body_first else ("head", "body")):
+            setattr(self, prefix + name, nn.Linear(8, 16) if name == "body" else nn.Linear(16, 3))
+        self.names = prefix + "body", prefix + "head"
+
+    def forward(self, x):
+        body, head = (getattr(self, n) for n in self.names)
+        return head(torch.tanh(body(x)))
+
+
+def _stepped(model: nn.Module, steps: int) -> Birder:
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = Birder(ddp, lr=0.01, seed=3)
+    for step in range(1, steps + 1):
+        x, y = batch(3, step, 0)
+        nn.functional.mse_loss(ddp(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+    return opt
+
+
+@pytest.mark.parametrize("save", ["state_dict", "sharded_state_dict"])
+def test_a_state_saved_for_another_parameter_order_is_refused_not_loaded_onto_other_elements(one_rank, save):
+    """t13: a refactor that defines the head before the body keeps names and counts (model.load_state_dict matches
+    by name), and Birder's element-order m, b_hat and e loaded onto the wrong parameters without a word."""
+    saved = getattr(_stepped(_TwoLayers(body_first=True), 2), save)()
+    with pytest.raises(ValueError, match="another parameter layout \\('body.weight' was parameter 0 and is now 2\\)"):
+        _stepped(_TwoLayers(body_first=False), 0).load_state_dict(copy.deepcopy(saved))
+    _stepped(_TwoLayers(body_first=True), 0).load_state_dict(copy.deepcopy(saved))  # the same layout loads
+    _stepped(_TwoLayers(body_first=True, prefix="block_"), 0).load_state_dict(copy.deepcopy(saved))  # renamed too
+    before = copy.deepcopy(saved)
+    del before["state"]["parameters"]  # saved before the layout was: loads as it did
+    opt = _stepped(_TwoLayers(body_first=False), 0)
+    opt.load_state_dict(before)
+    assert opt.t == 2
 
 
 def test_full_and_sharded_round_trips_and_another_layout_is_refused(one_rank):
