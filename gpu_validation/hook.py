@@ -359,8 +359,18 @@ class BirderUpdate(torch.optim.Optimizer):
         self._iterations_seen = done
         if self.hook_state.last_iteration_skipped:
             return None
-        changed = [p for group in self.param_groups for p in group["params"]
-                   if p.grad is not None and not bool((p.grad.abs() == 1).all())]
+        params = [p for group in self.param_groups for p in group["params"]]
+        # u_bar is +-1 in every element: a trainable parameter with no .grad, or a .grad of zeros, sat out the
+        # backward (DDP's find_unused_parameters leaves it so) while the hook advanced its m and e on a zero
+        # gradient; Algorithm 1 still moves it by lr * u_bar, which this path does not have
+        unused = [i for i, p in enumerate(params) if p.requires_grad and (p.grad is None or not bool(p.grad.any()))]
+        if unused:  # checked before any parameter moves: all or nothing
+            raise RuntimeError(f"BirderUpdate.step(): {len(unused)} trainable parameter(s) (positions {unused[:8]}, "
+                               f"shapes {[tuple(params[i].shape) for i in unused[:8]]}) got no u_bar in .grad: they "
+                               "took no part in this backward (DDP with find_unused_parameters=True), and Algorithm "
+                               "1 still moves them by lr * u_bar, which the hook path cannot; use "
+                               "gpu_validation.Birder, which does, or keep every parameter in the loss")
+        changed = [p for p in params if p.grad is not None and not bool((p.grad.abs() == 1).all())]
         if changed:  # checked before any parameter moves: all or nothing
             raise RuntimeError("BirderUpdate.step(): .grad no longer holds the +-1 u_bar that birder_hook wrote "
                                f"({len(changed)} parameter(s) changed after backward: clip_grad_norm_, a GradScaler, "

@@ -190,6 +190,46 @@ def test_the_expert_update_refuses_to_run_without_its_hook(one_rank):
         optimizer.step()
 
 
+class _Branchy(nn.Module):
+    """A branch used on even steps only, a frozen layer that DDP leaves out of its buckets."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.body, self.branch, self.head = nn.Linear(8, 16), nn.Linear(16, 16), nn.Linear(16, 3)
+        self.frozen = nn.Linear(3, 3)
+        self.frozen.requires_grad_(False)
+        self.use_branch = True
+
+    def forward(self, x):
+        h = torch.tanh(self.body(x))
+        return self.head(torch.tanh(self.branch(h)) if self.use_branch else h)
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_a_parameter_that_sat_out_the_backward_is_refused_on_the_hook_path_before_anything_moves(one_rank,
+                                                                                                 set_to_none):
+    """t13: under find_unused_parameters the hook advanced an unused branch's m and e, DDP left its .grad None (or
+    zero), and BirderUpdate skipped it where Algorithm 1 moves it by lr * u_bar: the paths parted silently."""
+    model = _Branchy()
+    state = BirderState(model.parameters(), comm.make_topology("flat", 1, 1), seed=5)
+    ddp = nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
+    ddp.register_comm_hook(state, birder_hook)
+    optimizer = BirderUpdate(model.parameters(), 0.01, hook_state=state)  # the frozen layer too, as users pass it
+    for step in range(2):
+        model.use_branch = step == 0
+        optimizer.zero_grad(set_to_none=set_to_none)
+        x, y = batch(5, step, 0)
+        nn.functional.mse_loss(ddp(x), y).backward()
+        before = [p.detach().clone() for p in model.parameters()]
+        if step == 0:
+            optimizer.step()  # every trainable parameter used: the frozen one is no part of the hook's buckets
+            continue
+        with pytest.raises(RuntimeError, match=r"2 trainable parameter\(s\) \(positions \[2, 3\].*got no u_bar"):
+            optimizer.step()
+        assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
 def test_the_hook_returns_at_once_and_computes_on_its_communication_thread(one_rank, monkeypatch):
     """Overlap: birder_hook hands each bucket to the state's thread and returns a future; bits unchanged (the
     first test of this file and gpu-validate compare them with the reference)."""
