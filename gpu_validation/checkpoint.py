@@ -72,6 +72,12 @@ def check_parameters(opt: Birder, saved) -> None:
                          "modules in the order that saved it, or start the optimizer afresh")
 
 
+def stepped_while_frozen(opt: Birder) -> list[int]:
+    """The element-order positions of parameters an update found frozen (their m, b and e moved): unfreezing them is
+    refused (``guards``), after a restore too."""
+    return [i for i, p in enumerate(opt._params) if id(p) in opt._stepped_while_frozen]
+
+
 def counters(opt: Birder) -> dict:
     """The step and the skip counters."""
     return {"t": opt.t, "skipped_steps": opt.skipped_steps, "consecutive_skips": opt.consecutive_skips}
@@ -94,6 +100,7 @@ def full_state(opt: Birder) -> dict:
             full[name][worker, shard] = rows[rank, i * n_shard:(i + 1) * n_shard]
         server[comm.chunk_slice(topo, opt.length, rank)] = rows[rank, 3 * n_shard:]
     state = {"format": FULL_FORMAT, **config(opt), **counters(opt), "parameters": parameters_of(opt),
+             "stepped_while_frozen": stepped_while_frozen(opt),
              **{name: full[name][:, :opt.dim].clone() for name in VECTORS},
              "server_error": server[:opt.dim].clone(), **FOREIGN_LOAD_GUARD}
     return {"state": state, "param_groups": param_groups_of(opt)}
@@ -104,6 +111,7 @@ def shard_state(opt: Birder) -> dict:
     topo = opt.topology
     state = {"format": SHARD_FORMAT, **config(opt), "rank": topo.rank, "n_nodes": topo.n_nodes,
              "gpus_per_node": topo.gpus_per_node, **counters(opt), "parameters": parameters_of(opt),
+             "stepped_while_frozen": stepped_while_frozen(opt),
              **{name: getattr(opt, name).detach().cpu().clone() for name in (*VECTORS, "server_error")},
              **FOREIGN_LOAD_GUARD}
     return {"state": state, "param_groups": param_groups_of(opt)}
@@ -148,9 +156,10 @@ def load(opt: Birder, state_dict: dict) -> None:
     else:
         raise ValueError(f"Birder state format {fmt!r}: expected {FULL_FORMAT!r} or {SHARD_FORMAT!r}")
     expected = {"format", *config(opt), *counters(opt), *shapes, *extra, *FOREIGN_LOAD_GUARD}
-    # "parameters" (names and shapes) is absent from states saved before it was: those load unchecked, as before
+    # "parameters" (names and shapes) and "stepped_while_frozen" are absent from states saved before they were:
+    # those load as before (unchecked, and no record of parameters stepped while frozen)
     missing = sorted(map(str, expected - set(state)))
-    unknown = sorted(map(str, set(state) - expected - {"parameters"}))
+    unknown = sorted(map(str, set(state) - expected - {"parameters", "stepped_while_frozen"}))
     if missing or unknown:
         raise ValueError(f"Birder state: missing keys {missing}, unknown keys {unknown}")
     mine = config(opt)
@@ -167,6 +176,11 @@ def load(opt: Birder, state_dict: dict) -> None:
             raise ValueError(f"Birder state was saved with {key}={state[key]!r}, this run has {value!r}{hint}")
     if "parameters" in state:
         check_parameters(opt, state["parameters"])
+    frozen = state.get("stepped_while_frozen", [])
+    if not (isinstance(frozen, list) and all(type(i) is int and 0 <= i < len(opt._params) for i in frozen)
+            and len(set(frozen)) == len(frozen)):
+        raise ValueError(f"Birder state 'stepped_while_frozen' must be a list of distinct parameter positions from 0 "
+                         f"to {len(opt._params) - 1}, got {frozen!r}")
     t = guards.check_count("Birder state 't'", state["t"])
     skipped = guards.check_count("Birder state 'skipped_steps'", state["skipped_steps"])
     consecutive = guards.check_count("Birder state 'consecutive_skips'", state["consecutive_skips"])
@@ -199,6 +213,7 @@ def load(opt: Birder, state_dict: dict) -> None:
         for name in (*VECTORS, "server_error"):
             getattr(opt, name).copy_(state[name])
     opt.t, opt.skipped_steps, opt.consecutive_skips = t, skipped, consecutive
+    opt._stepped_while_frozen = {id(opt._params[i]) for i in frozen}
     for group, saved in zip(opt.param_groups, groups, strict=True):
         group.update({k: v for k, v in saved.items() if k != "params"})  # a scheduler's keys too, as torch does
         group["lr"], group["weight_decay"] = float(saved["lr"]), float(saved["weight_decay"])

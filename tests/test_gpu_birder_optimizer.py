@@ -286,6 +286,9 @@ def _mutations():
         ("a parameter's shape", lambda sd: sd["state"]["parameters"][0].__setitem__(1, [8, 16])),
         ("two parameters swapped", lambda sd: sd["state"]["parameters"].insert(0, sd["state"]["parameters"].pop(1))),
         ("a parameter fewer", lambda sd: sd["state"]["parameters"].pop()),
+        ("stepped while frozen not a list", put("stepped_while_frozen", {0})),
+        ("stepped while frozen out of range", put("stepped_while_frozen", [6])),
+        ("stepped while frozen twice", put("stepped_while_frozen", [1, 1])),
     ]
 
 
@@ -754,3 +757,38 @@ def test_a_layer_frozen_after_build_then_unfrozen_is_refused_with_one_line(one_r
         step(4)
     assert "\n" not in str(raised.value) and opt.t == 3
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize("save", ["state_dict", "sharded_state_dict"])
+def test_the_record_of_a_layer_stepped_while_frozen_survives_a_checkpoint(one_rank, save):
+    """t13: the refusal to unfreeze a layer an update found frozen went away across a checkpoint taken while it was
+    frozen (the record was not saved); a state saved before the record was kept loads with none, as it did."""
+    def run(model, ddp, opt, t):
+        x, y = batch(3, t, 0)
+        nn.functional.mse_loss(ddp(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+
+    model = make_model(0)
+    ddp = nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
+    opt = Birder(ddp, lr=0.01, seed=3)
+    run(model, ddp, opt, 1)
+    model[0].requires_grad_(False)
+    run(model, ddp, opt, 2)
+    saved = getattr(opt, save)()
+    assert saved["state"]["stepped_while_frozen"] == [0, 1]
+    for record in (True, False):
+        fresh_model = make_model(0)
+        fresh_ddp = nn.parallel.DistributedDataParallel(fresh_model, find_unused_parameters=True)
+        fresh = Birder(fresh_ddp, lr=0.01, seed=3)
+        state = copy.deepcopy(saved)
+        if not record:
+            del state["state"]["stepped_while_frozen"]
+        fresh.load_state_dict(state)
+        fresh_model.load_state_dict(model.state_dict())
+        if record:
+            with pytest.raises(RuntimeError, match=r"0.weight, 0.bias were frozen after Birder was built"):
+                run(fresh_model, fresh_ddp, fresh, 3)
+        else:
+            run(fresh_model, fresh_ddp, fresh, 3)
+            assert fresh.t == 3
