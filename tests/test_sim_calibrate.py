@@ -297,6 +297,32 @@ def test_a_table_past_the_limit_that_binds_is_refused_not_fitted(tmp_path, netwo
     assert not out.exists()
 
 
+@pytest.mark.parametrize("mid_size_speed_up, plateau_speed_up, refused", [
+    (1.25, 1.0, False), (1.25, 0.97, False), (1.0, 1.08, True), (1.25, 1.08, True)])
+def test_too_fast_is_judged_on_the_plateau_not_on_the_models_mid_size_curve(mid_size_speed_up, plateau_speed_up,
+                                                                          refused):
+    """t12: a 2 x 8 A100 table over 8 HDR NICs that doctor called 97% of the wire was refused as "faster than 8 x 200
+    Gb/s can carry" for its 64 MiB row, faster than the model's approach to the plateau; the wire is judged where
+    the bytes' rate is the time (from 256 MiB), and a table past it there is still refused."""
+    from sim.collective import predict_collective
+
+    base, _ = calibrate.base_cluster(2, 8, "a100", "ib-hdr", None, None, 8)
+    at_line_rate = calibrate._with(base, {"efficiency": 1.0, "latency_us": base.nic.latency * 1e6,
+                                          "peer_overhead_us": base.nic.peer_overhead * 1e6})
+    rows = []
+    for k in range(26, 34):
+        size = 1 << k
+        speed_up = plateau_speed_up if size >= calibrate.PLATEAU_BYTES else mid_size_speed_up
+        seconds = predict_collective("all-reduce", size, at_line_rate)["time_s"] / speed_up
+        rows.append(calibrate.Measurement("all-reduce", size, seconds, size / seconds / 1e9 * 1.875, k))
+    if refused:
+        with pytest.raises(ValueError, match="the table is faster than 8 x 200 Gb/s per node can carry .* its plateau "
+                                             "sizes are still up to 8% longer"):
+            calibrate.fit_network(base, tuple(rows))
+    else:
+        assert calibrate.fit_network(base, tuple(rows)).constants["efficiency"] > 0.9
+
+
 def test_a_table_faster_than_the_simulators_fixed_costs_writes_a_latency_every_command_reads(tmp_path, capsys):
     """Small messages at 5 us on ib-hdr, faster than the simulator's other fixed costs allow with no latency at
     all: the latency stops at the least the fit takes (it ran to 7e-21 us, which `predict --cluster` refused), is
