@@ -45,7 +45,7 @@ _CHANNELS_RING = re.compile(r"Channel\s+\d+/(\d+)\s*:\s*\d")  # "Channel 00/02 :
 _CHANNELS_COUNT = re.compile(r"(\d+)\s+coll channels")
 # NCCL_* settings as a command line gives them (-x NCCL_ALGO=Tree) or as NCCL INFO echoes them ("NCCL_IB_DISABLE set
 # by environment to 1.")
-_ENV = re.compile(r"NCCL_(MAX_NCHANNELS|MIN_NCHANNELS|IB_DISABLE|P2P_DISABLE|ALGO|NET_GDR_LEVEL)"
+_ENV = re.compile(r"NCCL_(MAX_NCHANNELS|MIN_NCHANNELS|IB_DISABLE|P2P_DISABLE|ALGO|NET_GDR_LEVEL|NVLS_ENABLE)"
                   r"(?:=| set by environment to )([^\s.]+)")
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 
@@ -82,6 +82,22 @@ def read_evidence(text: str) -> LogEvidence:
         version = version or ((m := _VERSION.search(line)) and m.group(1))
     return LogEvidence(frozenset(transports), ib_devices, channels, shm, any(gdr_lines) if gdr_lines else None,
                        "Failed to open libibverbs" in text, env, version)
+
+
+NVLS_SINCE = (2, 17)  # NCCL 2.17.1 added NVLink SHARP (NVLS) all-reduce on NVSwitch 3 (NCCL release notes)
+
+
+def without_nvls(stated: Cluster, ev: LogEvidence) -> tuple[Cluster, str | None]:
+    """The stated cluster as the log says NCCL ran it: an NCCL older than NVLS, or NVLS turned off, reduces on one
+    node through the ring (the intra-node preset without its NVLS rate), and why (None: as stated)."""
+    if not stated.intra.nvls_bandwidth:
+        return stated, None
+    version = tuple(int(x) for x in ev.nccl_version.split(".")[:2]) if ev.nccl_version else None
+    why = (f"NCCL {ev.nccl_version} predates NVLS (NVLink SHARP, NCCL 2.17)" if version and version < NVLS_SINCE
+           else "NCCL_NVLS_ENABLE=0 turns NVLS off" if ev.env.get("NVLS_ENABLE") == "0" else None)
+    if why is None:
+        return stated, None
+    return replace(stated, intra=replace(stated.intra, nvls_bandwidth=0.0)), why
 
 
 @dataclass(frozen=True)
@@ -159,6 +175,7 @@ def _plateau(rows: list[dict]) -> tuple[list[dict], bool]:
 def diagnose(output: NcclTestsOutput, stated: Cluster, ev: LogEvidence) -> Diagnosis:
     """Measured against modelled bus bandwidth for every row, the verdict on the plateau, and the causes ranked."""
     op = output.rows[0].op
+    stated, ran_without_nvls = without_nvls(stated, ev)
     rows = []
     for m in output.rows:
         expected = predict_collective(op, m.nbytes, stated)["busbw_gbytes_per_s"]
@@ -193,15 +210,19 @@ def diagnose(output: NcclTestsOutput, stated: Cluster, ev: LogEvidence) -> Diagn
             why = h.evidence or "the log does not show it (rerun with NCCL_DEBUG=INFO to confirm)"
             causes.append(f"{h.name}: {why}{model} ({h.advice})")
             named.append(h.name)
-        if not causes:
+        if not causes and stated.n_nodes > 1:
             causes.append("none of the known misconfigurations reproduces it: compare with nccl-tests on two nodes "
                           "only, and check the switch ports' counters and the NICs' link speed")
+        elif not causes:  # one node: no NIC or switch on the path
+            causes.append("none of the known misconfigurations reproduces it: check nvidia-smi topo -m and "
+                          "nvidia-smi nvlink --status (every link up), the GPUs' clocks, and that the fabric "
+                          "manager runs")
     if not reached:
         causes.append(f"the sweep stops at {rows[-1]['size']:,} bytes, below the plateau (about {PLATEAU_BYTES >> 20} "
                       "MB): rerun with -e 1G or more")
-    where = (f"{stated.n_nodes} nodes x {stated.gpus_per_node} {stated.gpu.upper()}"
+    where = (f"{stated.n_nodes} node{'s' if stated.n_nodes > 1 else ''} x {stated.gpus_per_node} {stated.gpu.upper()}"
              + (f" over {stated.nic.count} x {stated.nic.name} ({efficiency_limit(stated)})" if stated.n_nodes > 1
-                else f" ({stated.intra.name})"))
+                else f" ({stated.intra.name}" + (f", no NVLS: {ran_without_nvls}" if ran_without_nvls else "") + ")"))
     at = "on the plateau" if reached else f"at its largest sizes (up to {rows[-1]['size']:,} bytes)"
     expected = measured / share
     head = f"{op} on {where}: {measured:.3g} GB/s busbw {at}, {share:.0%} of the {expected:.3g} GB/s the model gives"

@@ -150,3 +150,36 @@ def test_a_gpu_the_rank_lines_contradict_is_refused(tmp_path, capsys, command):
     err = capsys.readouterr().err
     assert "--gpu a100 but the output's Rank lines name NVIDIA H100 80GB HBM3 (h100)" in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "c.toml").exists()
+
+
+def _one_h100_node_at_ring_speed(log_line: str) -> str:
+    """8 x H100 on one NVSwitch node, all-reduce at the ring's ~369 GB/s busbw on the plateau (what the h100-nvlink
+    preset quotes without NVLS), below an NCCL INFO line that says how NCCL ran."""
+    ranks = "".join(f"#  Rank {r:2d} Group  0 Pid {100 + r} on hgx01 device {r} [0x{r + 16:02x}] NVIDIA H100 "
+                    "80GB HBM3\n" for r in range(8))
+    rows = []
+    for k in range(20, 34):
+        size = 1 << k
+        busbw = 369.0 * size / (size + (8 << 20))  # a latency-bound rise to the plateau
+        algbw = busbw / 1.75
+        rows.append(f"{size:12d} {size // 4:12d} float sum -1 {size / algbw / 1e3:9.1f} {algbw:7.2f} {busbw:7.2f} 0\n")
+    return f"hgx01:100:100 [0] NCCL INFO {log_line}\n# nccl-tests all_reduce_perf -b 1M -e 8G -f 2 -g 8\n" + \
+        ranks + "".join(rows)
+
+
+@pytest.mark.parametrize("log_line, normal", [("NCCL version 2.14.3+cuda11.8", True),
+                                              ("NCCL_NVLS_ENABLE set by environment to 0.", True),
+                                              ("NCCL version 2.19.3+cuda12.2", False)])
+def test_one_h100_node_is_judged_against_the_ring_where_nccl_ran_without_nvls(tmp_path, capsys, log_line, normal):
+    """t12: one H100 node at the ring's 369 GB/s under NCCL 2.14 (before NVLS, 2.17) or NCCL_NVLS_ENABLE=0 was "78%
+    of 475, below", with advice about switch ports and NICs that one node does not have. Under an NCCL with NVLS the
+    same table is below, and the advice names the node's own links."""
+    log = tmp_path / "ar.txt"
+    log.write_text(_one_h100_node_at_ring_speed(log_line))
+    found = _doctor(capsys, log)
+    assert found["verdict"].startswith("all-reduce on 1 node x 8 H100 (h100-nvlink")
+    if normal:
+        assert "no NVLS" in found["verdict"] and found["verdict"].endswith("normal for this hardware")
+    else:
+        assert "below what this hardware gives" in found["verdict"] and "no NVLS" not in found["verdict"]
+        assert "nvidia-smi topo -m" in found["likely_causes"][0] and "NIC" not in found["likely_causes"][0]
