@@ -47,7 +47,7 @@ _BINARY = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(sorted([*OPS, *OTHER_BINAR
 # busbw / algbw as nccl-tests computes it (src/*.cu, *GetBw) on n ranks
 BUS_FACTOR = {"all-reduce": lambda n: 2 * (n - 1) / n, "all-gather": lambda n: (n - 1) / n,
               "reduce-scatter": lambda n: (n - 1) / n, "all-to-all": lambda n: (n - 1) / n}
-MAX_OUTPUT_BYTES = 16 << 20  # a sweep of nccl-tests is a few kB, with NCCL INFO logs a few MB
+MAX_OUTPUT_BYTES = 64 << 20  # a sweep of nccl-tests is a few kB; with NCCL INFO logs of a large job, tens of MB
 UNCONSTRAINED = 0.01  # a constant whose probe moves no row's simulated time by 1% is not fitted
 GRID_POINTS = 25  # per constant, log-spaced over GRID_RANGE, before Nelder-Mead
 GRID_RANGE = {"efficiency": (0.005, 1.0), "latency_us": (0.1, 1000.0), "peer_overhead_us": (0.1, 1000.0)}

@@ -183,3 +183,20 @@ def test_one_h100_node_is_judged_against_the_ring_where_nccl_ran_without_nvls(tm
     else:
         assert "below what this hardware gives" in found["verdict"] and "no NVLS" not in found["verdict"]
         assert "nvidia-smi topo -m" in found["likely_causes"][0] and "NIC" not in found["likely_causes"][0]
+
+
+def test_a_paste_with_a_large_jobs_info_lines_is_read_and_only_one_past_64_mib_refused(tmp_path, capsys):
+    """t12: a 19 MB paste (the table inside NCCL_DEBUG=INFO lines, as the README asks, of a job at scale) was refused
+    as "the wrong file" at 16 MiB; it is read, with the same verdict as the bare table."""
+    bare = _doctor(capsys, IB_8X8, "--nodes", 8, "--gpus-per-node", 8, "--gpu", "v100", "--network", "ib-edr")
+    info = "".join(f"node{i % 64:02d}:{1000 + i}:{2000 + i} [{i % 8}] NCCL INFO Channel {i % 32:02d}/32 : "
+                   f"{i % 64}[{i % 8}] -> {(i + 1) % 64}[{(i + 1) % 8}] via P2P/IPC/read\n" for i in range(230_000))
+    big = tmp_path / "with_info.txt"
+    big.write_text(info + IB_8X8.read_text())
+    assert big.stat().st_size > 17 << 20
+    found = _doctor(capsys, big, "--nodes", 8, "--gpus-per-node", 8, "--gpu", "v100", "--network", "ib-edr")
+    assert found["plateau_share"] == bare["plateau_share"]
+    huge = tmp_path / "huge.txt"
+    huge.write_text("x" * (calibrate.MAX_OUTPUT_BYTES + 1))
+    assert main(["doctor", str(huge), "--network", "ib-edr"]) == 2
+    assert "bytes is the wrong file" in capsys.readouterr().err
