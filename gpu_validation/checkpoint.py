@@ -153,6 +153,12 @@ def load(opt: Birder, state_dict: dict) -> None:
         shapes = {**{name: tuple(opt.m.shape) for name in VECTORS},
                   "server_error": tuple(opt.server_error.shape)}
         extra = ("rank", "n_nodes", "gpus_per_node")
+    elif fmt is None and state and all(type(k) is int for k in state):
+        # torch's optimizers key their state by parameter position ({0: {"step", "exp_avg", ...}})
+        kinds = sorted({str(k) for v in state.values() if isinstance(v, dict) for k in v})
+        raise ValueError(f"Birder state: this is a torch optimizer's state_dict (per-parameter {', '.join(kinds)}), "
+                         "not Birder's: Birder has no state to take from it; start Birder afresh (its m, b and e "
+                         "begin at 0, as Algorithm 1 does)")
     else:
         raise ValueError(f"Birder state format {fmt!r}: expected {FULL_FORMAT!r} or {SHARD_FORMAT!r}")
     expected = {"format", *config(opt), *counters(opt), *shapes, *extra, *FOREIGN_LOAD_GUARD}

@@ -351,6 +351,18 @@ def test_a_state_saved_for_another_parameter_order_is_refused_not_loaded_onto_ot
     assert opt.t == 2
 
 
+def test_a_torch_optimizers_state_is_refused_saying_what_it_is(one_rank):
+    """t13: torch.optim.Adam's state dict loaded into Birder said only "format None"."""
+    _, _, opt = _trained(0)
+    other = make_model(0)  # Adam's own model: Birder refuses a second optimizer on its parameters
+    adam = torch.optim.Adam(other.parameters(), lr=0.01)
+    nn.functional.mse_loss(other(batch(3, 1, 0)[0]), batch(3, 1, 0)[1]).backward()
+    adam.step()
+    with pytest.raises(ValueError, match="this is a torch optimizer's state_dict \\(per-parameter exp_avg, "
+                                         "exp_avg_sq, step\\), not Birder's"):
+        opt.load_state_dict(adam.state_dict())
+
+
 def test_full_and_sharded_round_trips_and_another_layout_is_refused(one_rank):
     model, ddp, opt = _trained(2)
     full, shard = opt.state_dict(), opt.sharded_state_dict()
