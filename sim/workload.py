@@ -455,8 +455,8 @@ def increasing_root(f, lo: float, f_lo: float, hi: float, f_hi: float, xtol: flo
     """A root of a non-decreasing ``f`` bracketed by f(lo) = f_lo < 0 < f_hi = f(hi): the Illinois variant of regula
     falsi (Dowell & Jarratt, BIT 11, 1971), which halves the value kept at an end that two steps in a row left in
     place, so both ends close in (order ~1.44). On a piecewise-linear ``f`` a step from two points of the root's piece
-    lands on the root. Stops at an exact zero, or when the bracket is narrower than ``xtol`` (the end of smaller
-    |f| is returned), or after ``max_steps`` (the point of smallest |f| so far); the caller checks the residual."""
+    lands on the root. Stops at an exact zero, when the bracket is narrower than ``xtol``, or after ``max_steps``,
+    and returns the point of smallest |f| it evaluated (an end included); the caller checks the residual."""
     if not (lo < hi and f_lo < 0 < f_hi):
         raise ValueError(f"increasing_root: need lo < hi and f(lo) < 0 < f(hi), got f({lo!r}) = {f_lo!r}, "
                          f"f({hi!r}) = {f_hi!r}")
