@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from nccl_pastes import rank_lines, sweep_rows
 
 from birder.cli import main
 from sim import calibrate
@@ -369,20 +370,13 @@ def test_an_op_the_rows_columns_contradict_is_refused(row, op, message):
 
 
 def _ranks(n: int) -> str:
-    return "".join(f"#  Rank {r:2d} Group  0 Pid {1000 + r} on node0{r // 8} device {r % 8} [0x{r:02x}] NVIDIA "
-                   "A100-SXM4-80GB\n" for r in range(n))
+    return rank_lines([8] * (n // 8) + ([n % 8] if n % 8 else []))
 
 
 def _table(n: int, factor: float, redop: str = "sum", root: str = "-1", per_rank: bool = False) -> str:
     """A doubling sweep on ``n`` ranks whose busbw is ``factor`` x algbw, with the columns given."""
-    rows = []
-    for k in range(20, 31):
-        size = 1 << k
-        algbw = 1e-9 * size / (20e-6 + size / 90e9)
-        count = size // 4 // (n if per_rank else 1)
-        rows.append(f"{size:12d} {count:12d} float {redop:>6} {root:>4} {size / algbw / 1e3:9.1f} {algbw:7.2f} "
-                    f"{algbw * factor:7.2f}  0\n")
-    return "".join(rows)
+    return sweep_rows(range(20, 31), lambda size: 1e-9 * size / (20e-6 + size / 90e9), factor, redop, root,
+                      n if per_rank else 1)
 
 
 @pytest.mark.parametrize("binary", ["sendrecv_perf", "broadcast_perf", "reduce_perf", "gather_perf", "scatter_perf",

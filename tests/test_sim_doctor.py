@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from nccl_pastes import rank_lines, sweep_rows
 
 from birder.cli import main
 from sim import calibrate, doctor
@@ -107,13 +108,9 @@ def test_launcher_prefixes_and_cut_tables_read_the_same_rows():
 
 
 def _with_ranks(per_host: list[int]) -> str:
-    lines = GB10_SMALL.read_text().splitlines()
-    ranks, r = [], 0
-    for h, n in enumerate(per_host):
-        for d in range(n):
-            ranks.append(f"#  Rank {r:2d} Group  0 Pid {100 + r} on node-{h} device  {d} [0x00] NVIDIA A100-SXM4-80GB")
-            r += 1
-    return "\n".join([x for x in lines if "Rank" not in x][:5] + ranks + [x for x in lines if "Rank" not in x][5:])
+    lines = [x for x in GB10_SMALL.read_text().splitlines() if "Rank" not in x]
+    ranks = rank_lines(per_host, host="node-{h}").splitlines()
+    return "\n".join(lines[:5] + ranks + lines[5:])
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -155,16 +152,9 @@ def test_a_gpu_the_rank_lines_contradict_is_refused(tmp_path, capsys, command):
 def _one_h100_node_at_ring_speed(log_line: str) -> str:
     """8 x H100 on one NVSwitch node, all-reduce at the ring's ~369 GB/s busbw on the plateau (what the h100-nvlink
     preset quotes without NVLS), below an NCCL INFO line that says how NCCL ran."""
-    ranks = "".join(f"#  Rank {r:2d} Group  0 Pid {100 + r} on hgx01 device {r} [0x{r + 16:02x}] NVIDIA H100 "
-                    "80GB HBM3\n" for r in range(8))
-    rows = []
-    for k in range(20, 34):
-        size = 1 << k
-        busbw = 369.0 * size / (size + (8 << 20))  # a latency-bound rise to the plateau
-        algbw = busbw / 1.75
-        rows.append(f"{size:12d} {size // 4:12d} float sum -1 {size / algbw / 1e3:9.1f} {algbw:7.2f} {busbw:7.2f} 0\n")
+    algbw = lambda size: 369.0 / 1.75 * size / (size + (8 << 20))  # noqa: E731 (a latency-bound rise to the plateau)
     return f"hgx01:100:100 [0] NCCL INFO {log_line}\n# nccl-tests all_reduce_perf -b 1M -e 8G -f 2 -g 8\n" + \
-        ranks + "".join(rows)
+        rank_lines([8], "NVIDIA H100 80GB HBM3", "hgx01") + sweep_rows(range(20, 34), algbw, 1.75)
 
 
 @pytest.mark.parametrize("log_line, normal", [("NCCL version 2.14.3+cuda11.8", True),
