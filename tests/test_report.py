@@ -433,14 +433,20 @@ def test_a_price_file_that_prices_none_of_the_compared_networks_is_refused_befor
                                                                                            cluster, message):
     """A trial got "buy: the most samples/s per unit of cost" over a table of "not priced" networks, and a network
     to buy chosen by throughput. Now one error line, exit 2, and no report directory."""
+    (tmp_path / "prices.toml").write_text(prices)
+    _report_refused_in_one_line(tmp_path, capsys, ["--nodes", "8", "--prices", str(tmp_path / "prices.toml")],
+                                cluster, message)
+
+
+def _report_refused_in_one_line(tmp_path, capsys, argv: list[str], cluster: str | None, message: str) -> None:
+    """`birder report --model bert-large ARGV` (with CLUSTER as its --cluster file, if given) exits 2 with MESSAGE in
+    one line on stderr, and writes no report directory."""
     from birder.cli import main
 
-    (tmp_path / "prices.toml").write_text(prices)
-    argv = ["report", "--model", "bert-large", "--nodes", "8", "--prices", str(tmp_path / "prices.toml"),
-            "--out", str(tmp_path / "out"), "--quiet"]
+    argv = ["report", "--model", "bert-large", *argv, "--out", str(tmp_path / "out"), "--quiet"]
     if cluster:
-        (tmp_path / "mine.toml").write_text(cluster)
-        argv += ["--cluster", str(tmp_path / "mine.toml")]
+        (tmp_path / "cluster.toml").write_text(cluster)
+        argv += ["--cluster", str(tmp_path / "cluster.toml")]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
@@ -457,13 +463,4 @@ def test_a_report_for_one_node_is_refused_not_a_network_bought_for_it(tmp_path, 
     """A trial's `report --nodes 1` bought 10gbe for a single node (every network gave the measured node's 472
     samples/s, intervals of zero width, a title of "1 nodes"): one node crosses no network. Now one line, exit 2,
     no report directory."""
-    from birder.cli import main
-
-    argv = ["report", "--model", "bert-large", *argv, "--out", str(tmp_path / "out"), "--quiet"]
-    if cluster:
-        (tmp_path / "one.toml").write_text(cluster)
-        argv += ["--cluster", str(tmp_path / "one.toml")]
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and message in err[0], err
-    assert not (tmp_path / "out").exists()
+    _report_refused_in_one_line(tmp_path, capsys, argv, cluster, message)
