@@ -4,13 +4,16 @@ Read like PyTorch's ``powerSGD_hook``: one state object shared by every bucket (
 ``bucket.index()``, created lazily), one hook function, one usage example (``birder_hook``'s docstring).
 """
 
+import math
 import numbers
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from gpu_validation import comm
 from gpu_validation import torch_birder as tb
@@ -66,7 +69,13 @@ class BirderState:
 
     ``t`` counts the Algorithm 1 steps taken (the draw counter: step t + 1 draws with step number t + 1);
     ``skipped_steps`` the iterations skipped because some rank had a non-finite gradient;
-    ``last_iteration_skipped`` tells the optimizer whether to leave the parameters alone.
+    ``last_iteration_skipped`` tells the optimizer whether to leave the parameters alone (the hook also leaves
+    NaN in every bucket of a skipped iteration, so a ``GradScaler`` backs off as it would on any overflow).
+
+    For as long as the state lives, a torch optimizer other than ``BirderUpdate`` that steps its parameters
+    after a backward through the hook is refused (one RuntimeError, before it moves anything) if that iteration
+    was skipped, or if its ``.grad`` no longer holds the hook's +-1 (``clip_grad_norm_`` that clipped,
+    ``GradScaler.unscale_``): either would be a silent wrong step (``_other_optimizers_checked``).
     """
 
     def __init__(self, parameters, topology: comm.Topology, seed: int = 0, beta: float = 0.95,
@@ -86,12 +95,20 @@ class BirderState:
         self.skipped_steps = 0
         self.last_iteration_skipped = False
         self.iterations = 0  # backward passes the hook finished (the optimizer checks one ran before each step)
+        self.committed_iterations = 0  # of which every rank's gradient was finite (t advanced)
         self.buckets: dict[int, BucketState] = {}
         self._pending: dict[int, BucketState] = {}
         self._flags: list[tuple[torch.Tensor, object]] = []
+        self._held: list[tuple[torch.futures.Future, torch.Tensor]] = []  # results wait for the last bucket
         self._carry: FullState | None = None  # per-element state awaiting new buckets (layout change, load)
         self._executor: ThreadPoolExecutor | None = None  # the hook's communication thread, made on first use
         self._executor_lock = threading.Lock()
+        self._watch_other_optimizers()
+
+    def _watch_other_optimizers(self) -> None:
+        self._iterations_stepped: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        handle = register_optimizer_step_pre_hook(_other_optimizers_checked(weakref.ref(self)))
+        weakref.finalize(self, handle.remove)
 
     def communication_thread(self) -> ThreadPoolExecutor:
         """One thread per state: buckets are processed in the order DDP hands them over, on every rank alike."""
@@ -102,12 +119,14 @@ class BirderState:
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["_executor"], state["_executor_lock"] = None, None
+        state["_executor"], state["_executor_lock"], state["_iterations_stepped"] = None, None, None
+        state["_held"] = []
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._executor_lock = threading.Lock()
+        self._watch_other_optimizers()
 
     # ---- per-bucket state, created lazily and rebuilt when the bucket layout changes ----
 
@@ -143,13 +162,17 @@ class BirderState:
             server_error = _take(c.server_error, chunk)
         return BucketState(signature, index, worker, server_error)
 
-    def stage(self, bucket_index: int, new: BucketState, flag: tuple[torch.Tensor, object]) -> None:
-        """Hold a bucket's new state until the iteration's last bucket says whether the step counts."""
+    def stage(self, bucket_index: int, new: BucketState, flag: tuple[torch.Tensor, object],
+              future: torch.futures.Future, buffer: torch.Tensor) -> None:
+        """Hold a bucket's new state, and its future (u_bar in ``buffer``), until the iteration's last bucket says
+        whether the step counts."""
         self._pending[bucket_index] = new
         self._flags.append(flag)
+        self._held.append((future, buffer))
 
     def finish_iteration(self) -> None:
-        """Commit every staged bucket (t += 1), or, if any rank saw a non-finite gradient, drop them all."""
+        """Commit every staged bucket (t += 1), or, if any rank saw a non-finite gradient, drop them all and fill
+        their buffers with NaN; then complete their futures (DDP reads none before the end of backward)."""
         for _, work in self._flags:
             if work is not None:
                 work.wait()
@@ -159,11 +182,27 @@ class BirderState:
         else:
             self.buckets.update(self._pending)
             self.t += 1
+            self.committed_iterations += 1
             covered = sum(n for b in self.buckets.values() for _, n in b.signature)
             if covered == self.dim:
                 self._carry = None
         self.last_iteration_skipped = skipped
         self.iterations += 1
+        self._pending.clear()
+        self._flags.clear()
+        held, self._held = self._held, []
+        for future, buffer in held:
+            if skipped:
+                buffer.fill_(math.nan)
+            future.set_result(buffer)
+
+    def fail_iteration(self, future: torch.futures.Future, error: BaseException) -> None:
+        """A bucket's step raised (a failed collective): its future and every held one carry the error, so
+        backward raises it on this rank instead of waiting on a future that nothing will complete."""
+        held, self._held = self._held, []
+        for waiting in [f for f, _ in held] + [future]:
+            if not waiting.done():
+                waiting.set_exception(error)
         self._pending.clear()
         self._flags.clear()
 
@@ -296,16 +335,17 @@ def birder_hook(state: BirderState, bucket: dist.GradBucket) -> torch.futures.Fu
 
     def run() -> None:
         try:
-            future.set_result(_bucket_step(state, bucket))
+            _bucket_step(state, bucket, future)
         except BaseException as error:  # a failed collective: backward raises it on this rank
-            future.set_exception(error)
+            state.fail_iteration(future, error)
 
     state.communication_thread().submit(run)
     return future
 
 
-def _bucket_step(state: BirderState, bucket: dist.GradBucket) -> torch.Tensor:
-    """``birder_hook``'s work on one bucket (on the communication thread); returns the bucket, u_bar written."""
+def _bucket_step(state: BirderState, bucket: dist.GradBucket, future: torch.futures.Future) -> None:
+    """``birder_hook``'s work on one bucket (on the communication thread): u_bar written into the bucket, which
+    ``future`` returns once the iteration's last bucket has decided whether it counts."""
     buffer = bucket.buffer()
     current = state.bucket_state(bucket)
     grad = torch.zeros(current.index.numel(), dtype=torch.float32, device=buffer.device)
@@ -316,11 +356,47 @@ def _bucket_step(state: BirderState, bucket: dist.GradBucket) -> torch.Tensor:
     # m (line 5) is non-finite exactly when a gradient element was, or when the node sum of finite gradients
     # overflowed: every element reaches one rank's m, and beta m + (1 - beta) g of finite values stays finite.
     flag = comm.any_nonfinite(worker.m, state.topology.world_group)
-    state.stage(bucket.index(), replace(current, worker=worker, server_error=server_error), flag)
+    buffer.copy_(u_bar[: buffer.numel()])
+    state.stage(bucket.index(), replace(current, worker=worker, server_error=server_error), flag, future, buffer)
     if bucket.is_last():
         state.finish_iteration()
-    buffer.copy_(u_bar[: buffer.numel()])
-    return buffer
+
+
+def _refuse_rescaled_updates(optimizer: torch.optim.Optimizer, grads: list[torch.Tensor]) -> None:
+    """One RuntimeError, before any parameter moves, if a ``.grad`` no longer holds birder_hook's +-1."""
+    changed = sum(not bool((g.abs() == 1).all()) for g in grads)
+    if changed:
+        raise RuntimeError(f"{type(optimizer).__name__}.step(): .grad no longer holds the +-1 u_bar that birder_hook "
+                           f"wrote ({changed} parameter(s) changed after backward: clip_grad_norm_, a GradScaler, "
+                           "or other code scaling .grad); on the expert hook path that would silently shrink "
+                           "the update. Step without clipping or a scaler, or use gpu_validation.Birder, which "
+                           "handles both exactly")
+
+
+def _other_optimizers_checked(state_ref):
+    """A pre-step hook for every torch optimizer but ``BirderUpdate`` (which checks for itself): after a backward
+    through birder_hook, a step on the state's parameters is refused if the hook skipped that iteration (.grad
+    holds NaN) or if their .grad no longer holds the hook's +-1."""
+    def pre_step(optimizer, args, kwargs):
+        state = state_ref()
+        if state is None or isinstance(optimizer, BirderUpdate):
+            return None
+        if state.iterations == state._iterations_stepped.get(optimizer, 0):
+            return None  # no backward through the hook since this optimizer's last step
+        grads = [p.grad for g in optimizer.param_groups for p in g["params"]
+                 if id(p) in state._offsets and p.grad is not None]
+        if not grads:
+            return None
+        state._iterations_stepped[optimizer] = state.iterations
+        if state.last_iteration_skipped:
+            raise RuntimeError(f"{type(optimizer).__name__}.step(): birder_hook skipped this iteration (a rank had "
+                               "a NaN or infinite gradient; Birder's state is untouched) and left NaN in .grad, "
+                               "which this step would write into the parameters. Skip the step when "
+                               "hook_state.last_iteration_skipped is True (a GradScaler does so by itself), or step "
+                               "with BirderUpdate, which skips it")
+        _refuse_rescaled_updates(optimizer, grads)
+
+    return pre_step
 
 
 class BirderUpdate(torch.optim.Optimizer):
@@ -344,20 +420,21 @@ class BirderUpdate(torch.optim.Optimizer):
                              "it all in one line)")
         super().__init__(params, {"lr": lr, "weight_decay": weight_decay})
         self.hook_state = hook_state
-        self._iterations_seen = hook_state.iterations
+        self._iterations_seen, self._committed_seen = hook_state.iterations, hook_state.committed_iterations
 
     @torch.no_grad()
     def step(self, closure=None):
-        done = self.hook_state.iterations
-        if done == self._iterations_seen:
+        state = self.hook_state
+        done, committed = state.iterations - self._iterations_seen, state.committed_iterations - self._committed_seen
+        if done == 0:
             raise RuntimeError("BirderUpdate.step(): birder_hook has not finished a backward pass since the last "
                                "step (is the hook registered on the DDP model that ran backward?)")
-        if done > self._iterations_seen + 1:
-            raise RuntimeError(f"BirderUpdate.step(): birder_hook ran {done - self._iterations_seen} backward passes "
-                               "since the last step; accumulate gradients under ddp_model.no_sync(), or use "
-                               "gpu_validation.Birder, which accumulates without it")
-        self._iterations_seen = done
-        if self.hook_state.last_iteration_skipped:
+        if committed > 1:  # skipped iterations do not count: a GradScaler does not call step() after one
+            raise RuntimeError(f"BirderUpdate.step(): birder_hook ran {done} backward passes since the last step; "
+                               "accumulate gradients under ddp_model.no_sync(), or use gpu_validation.Birder, which "
+                               "accumulates without it")
+        self._iterations_seen, self._committed_seen = state.iterations, state.committed_iterations
+        if state.last_iteration_skipped:
             return None
         params = [p for group in self.param_groups for p in group["params"]]
         # u_bar is +-1 in every element: a trainable parameter with no .grad, or a .grad of zeros, sat out the
@@ -370,13 +447,7 @@ class BirderUpdate(torch.optim.Optimizer):
                                "took no part in this backward (DDP with find_unused_parameters=True), and Algorithm "
                                "1 still moves them by lr * u_bar, which the hook path cannot; use "
                                "gpu_validation.Birder, which does, or keep every parameter in the loss")
-        changed = [p for p in params if p.grad is not None and not bool((p.grad.abs() == 1).all())]
-        if changed:  # checked before any parameter moves: all or nothing
-            raise RuntimeError("BirderUpdate.step(): .grad no longer holds the +-1 u_bar that birder_hook wrote "
-                               f"({len(changed)} parameter(s) changed after backward: clip_grad_norm_, a GradScaler, "
-                               "or other code scaling .grad); on the expert hook path that would silently shrink "
-                               "the update. Step without clipping or a scaler, or use gpu_validation.Birder, which "
-                               "handles both exactly")
+        _refuse_rescaled_updates(self, [p.grad for p in params if p.grad is not None])
         for group in self.param_groups:
             lr, decay = group["lr"], group["weight_decay"]
             for p in group["params"]:

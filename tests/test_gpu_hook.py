@@ -251,3 +251,86 @@ def test_the_hook_returns_at_once_and_computes_on_its_communication_thread(one_r
     nn.functional.mse_loss(ddp(x), y).backward()
     assert threads and all(name.startswith("birder-hook") for name in threads)
     assert threading.current_thread().name not in threads and state.iterations == 1
+
+
+def _hook_run(bucket_view: bool):
+    """A model under birder_hook with several buckets from the second iteration on (DDP's rebuild)."""
+    model = make_model(0)
+    state = BirderState(model.parameters(), comm.make_topology("flat", 1, 1), seed=5)
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.0003, gradient_as_bucket_view=bucket_view)
+    ddp.register_comm_hook(state, birder_hook)
+    return model, state, ddp
+
+
+def _backward(ddp, model, step: int, poisoned: bool = False, scaler=None) -> list[torch.Tensor]:
+    for p in model.parameters():
+        p.grad = None if p.grad is None or not p.grad.is_contiguous() else p.grad.zero_()
+    x, y = batch(5, step, 0)
+    if poisoned:
+        x[0, 0] = float("nan")
+    loss = nn.functional.mse_loss(ddp(x), y)
+    (loss if scaler is None else scaler.scale(loss)).backward()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("bucket_view", [False, True])
+def test_a_skipped_iteration_leaves_nan_in_every_bucket_and_stock_optimizers_cannot_step_it(one_rank, bucket_view):
+    """t13: a skipped iteration wrote finite +-1, so torch.optim.SGD moved on a dropped step and a GradScaler never
+    saw the overflow. Now every bucket holds NaN (the futures complete only once the last bucket has decided), a
+    GradScaler backs off, and a bare stock step is refused before it moves anything."""
+    model, state, ddp = _hook_run(bucket_view)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(2):
+        _backward(ddp, model, step)
+        sgd.step()  # finite iterations: a stock step on u_bar is allowed
+    assert len(state.buckets) > 1, "the test must cover several buckets"
+    scaler = torch.amp.GradScaler("cpu", init_scale=4.0)
+    before = _backward(ddp, model, 2, poisoned=True, scaler=scaler)
+    assert state.last_iteration_skipped and state.t == 2 and state.skipped_steps == 1
+    assert all(bool(p.grad.isnan().all()) for p in model.parameters())
+    with pytest.raises(RuntimeError, match=r"SGD.step\(\): birder_hook skipped this iteration"):
+        sgd.step()
+    scaler.step(sgd)  # unscale_ finds the NaN: no step, and the scale halves
+    scaler.update()
+    assert scaler.get_scale() == 2.0
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+def test_a_stock_optimizer_steps_u_bar_but_not_a_rescaled_one(one_rank):
+    """SGD on the hook's +-1 moves by lr * u_bar (line 16); a GradScaler's unscale_ or a clip that bites would
+    shrink that step silently, so the step is refused before it moves anything."""
+    model, state, ddp = _hook_run(False)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(3):
+        before = _backward(ddp, model, step)
+        grads = [p.grad.clone() for p in model.parameters()]
+        assert all(bool((g.abs() == 1).all()) for g in grads)
+        sgd.step()
+        assert all(torch.equal(p, b - 0.01 * g) for p, b, g in zip(model.parameters(), before, grads, strict=True))
+    scaler = torch.amp.GradScaler("cpu", init_scale=8.0)
+    for rescale in (lambda: scaler.unscale_(sgd), lambda: nn.utils.clip_grad_norm_(model.parameters(), 1.0)):
+        before = _backward(ddp, model, 3, scaler=scaler)
+        rescale()
+        with pytest.raises(RuntimeError, match=r"SGD.step\(\): .grad no longer holds the \+-1"):
+            sgd.step()
+        assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    _backward(ddp, model, 4)
+    nn.utils.clip_grad_norm_(model.parameters(), 1e6)  # a clip that does not bite leaves +-1
+    sgd.step()
+
+
+def test_the_expert_update_steps_after_a_skipped_iteration_it_did_not_see(one_rank):
+    """Under a GradScaler, step() is not called on a skipped iteration: the next backward's step is no
+    accumulation, and proceeds; two committed backward passes without a step are still refused."""
+    model, state, ddp = _hook_run(False)
+    update = BirderUpdate(model.parameters(), 0.01, hook_state=state)
+    _backward(ddp, model, 0)
+    update.step()
+    _backward(ddp, model, 1, poisoned=True)  # skipped: the loop does not step
+    before = _backward(ddp, model, 2)
+    update.step()
+    assert state.t == 2 and not any(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    _backward(ddp, model, 3)
+    _backward(ddp, model, 4)
+    with pytest.raises(RuntimeError, match="ran 2 backward passes"):
+        update.step()
