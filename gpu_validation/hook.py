@@ -103,10 +103,7 @@ class BirderState:
         self._carry: FullState | None = None  # per-element state awaiting new buckets (layout change, load)
         self._executor: ThreadPoolExecutor | None = None  # the hook's communication thread, made on first use
         self._executor_lock = threading.Lock()
-        self._watch_other_optimizers()
-
-    def _watch_other_optimizers(self) -> None:
-        self._iterations_stepped: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._iterations_stepped: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # other optimizers'
         handle = register_optimizer_step_pre_hook(_other_optimizers_checked(weakref.ref(self)))
         weakref.finalize(self, handle.remove)
 
@@ -118,15 +115,9 @@ class BirderState:
             return self._executor
 
     def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["_executor"], state["_executor_lock"], state["_iterations_stepped"] = None, None, None
-        state["_held"] = []
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._executor_lock = threading.Lock()
-        self._watch_other_optimizers()
+        raise ValueError("BirderState cannot be pickled or copied (torch.save(state), copy.deepcopy(state)): it "
+                         "holds process groups and a communication thread. Save state.state_dict() (collective: "
+                         "every rank calls it, one file per rank) and restore it with state.load_state_dict()")
 
     # ---- per-bucket state, created lazily and rebuilt when the bucket layout changes ----
 
@@ -421,6 +412,21 @@ class BirderUpdate(torch.optim.Optimizer):
         super().__init__(params, {"lr": lr, "weight_decay": weight_decay})
         self.hook_state = hook_state
         self._iterations_seen, self._committed_seen = hook_state.iterations, hook_state.committed_iterations
+        self._resumed_at: tuple[int, int] | None = None  # (the hook's t when saved, committed iterations at load)
+
+    def state_dict(self) -> dict:
+        """torch's optimizer state (param_groups), and the hook's step count ``hook_t``, which the first step after
+        ``load_state_dict`` checks against the ``BirderState``: Birder's own state is not here but in
+        ``hook_state.state_dict()``, and a resume that restored only this would restart m, b, e and the draws."""
+        return {**super().state_dict(), "hook_t": self.hook_state.t}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        hook_t = state_dict.get("hook_t") if isinstance(state_dict, dict) else None
+        if hook_t is not None and (isinstance(hook_t, bool) or not isinstance(hook_t, numbers.Integral) or hook_t < 0):
+            raise ValueError(f"BirderUpdate state: 'hook_t' must be an integer >= 0, got {hook_t!r}")
+        super().load_state_dict({k: v for k, v in state_dict.items() if k != "hook_t"})
+        if hook_t is not None:
+            self._resumed_at = (int(hook_t), self.hook_state.committed_iterations)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -434,6 +440,16 @@ class BirderUpdate(torch.optim.Optimizer):
                                "accumulate gradients under ddp_model.no_sync(), or use gpu_validation.Birder, which "
                                "accumulates without it")
         self._iterations_seen, self._committed_seen = state.iterations, state.committed_iterations
+        if self._resumed_at is not None:
+            saved_t, committed_at_load = self._resumed_at
+            restored_t = state.t - (state.committed_iterations - committed_at_load)
+            if restored_t != saved_t:
+                raise RuntimeError(f"BirderUpdate.step(): this optimizer was restored from a checkpoint taken at "
+                                   f"Birder step t={saved_t}, but its BirderState resumed from t={restored_t}: "
+                                   "Birder's m, b, e and draw counter live in the BirderState, not in the "
+                                   "optimizer's state_dict. Restore them with hook_state.load_state_dict() from "
+                                   "hook_state.state_dict() saved at the same step (one file per rank)")
+            self._resumed_at = None
         if state.last_iteration_skipped:
             return None
         params = [p for group in self.param_groups for p in group["params"]]

@@ -334,3 +334,37 @@ def test_the_expert_update_steps_after_a_skipped_iteration_it_did_not_see(one_ra
     _backward(ddp, model, 4)
     with pytest.raises(RuntimeError, match="ran 2 backward passes"):
         update.step()
+
+
+def test_the_state_refuses_pickling_and_a_resume_that_restored_only_the_optimizer(one_rank):
+    """t13: torch.save(state) failed on a process group with a TypeError, and restoring only the optimizer's
+    state_dict restarted m, b, e and the draws without a word. Both now say what to save instead."""
+    import copy
+
+    model, state, ddp = _hook_run(False)
+    with pytest.raises(ValueError, match=r"cannot be pickled.*state.state_dict\(\)"):
+        torch.save(state, io.BytesIO())
+    with pytest.raises(ValueError, match="cannot be pickled"):
+        copy.deepcopy(state)
+    update = BirderUpdate(model.parameters(), 0.01, hook_state=state)
+    for step in range(2):
+        _backward(ddp, model, step)
+        update.step()
+    saved_update, saved_state = update.state_dict(), state.state_dict()
+    assert saved_update["hook_t"] == 2
+    for restore_state in (False, True):
+        model2, state2, ddp2 = _hook_run(False)
+        update2 = BirderUpdate(model2.parameters(), 0.01, hook_state=state2)
+        update2.load_state_dict(saved_update)
+        if restore_state:  # after the optimizer: the order does not matter
+            state2.load_state_dict(saved_state)
+        before = _backward(ddp2, model2, 2)
+        if not restore_state:
+            with pytest.raises(RuntimeError, match=r"taken at Birder step t=2, but its BirderState resumed from t=0"):
+                update2.step()
+            assert all(torch.equal(a, b) for a, b in zip(before, model2.parameters(), strict=True))
+        else:
+            update2.step()
+            assert state2.t == 3
+    with pytest.raises(ValueError, match="'hook_t' must be an integer"):
+        update.load_state_dict({**saved_update, "hook_t": -1})
