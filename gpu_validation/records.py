@@ -416,9 +416,11 @@ def drift_message(opt: Birder) -> str:
             differ.append(f"{name} (ranks {' | '.join(str(r) for r in sides.values())})")
     what = ", ".join(differ[:6]) + (", ..." if len(differ) > 6 else "") if differ else "(changed since backward)"
     return (f"Birder step {opt.t + 1}: the ranks' copies of {len(differ) or 'some'} parameter(s) differ: "
-            f"{what}. Something other than Birder.step() changed them: under Birder .grad holds each rank's "
-            "LOCAL gradient, so a second optimizer on these parameters, or code updating them from .grad, "
-            "makes the ranks drift apart; give them to Birder (param_groups=[...]) or to a separate DDP model")
+            f"{what}. Something other than Birder.step() changed them on some ranks: weights loaded on some "
+            "ranks only after DDP was built (DDP copies rank 0's weights only when it is built: load them on "
+            "every rank), or a second optimizer, or code updating them from .grad (under Birder .grad holds each "
+            "rank's LOCAL gradient: give those parameters to Birder, param_groups=[...], or to a separate DDP "
+            "model)")
 
 
 def settings_message(opt: Birder) -> str:
