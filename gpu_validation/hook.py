@@ -4,6 +4,7 @@ Read like PyTorch's ``powerSGD_hook``: one state object shared by every bucket (
 ``bucket.index()``, created lazily), one hook function, one usage example (``birder_hook``'s docstring).
 """
 
+import logging
 import math
 import numbers
 import threading
@@ -22,6 +23,7 @@ STATE_FORMAT = "birder-ddp-hook-state/1"
 _CONFIG_KEYS = ("scheme", "n_nodes", "gpus_per_node", "worker", "dim", "seed", "beta", "eps", "T0")
 _STATE_KEYS = ("t", "skipped_steps", "m", "b_hat", "b", "e", "server_error")
 _VECTORS = ("m", "b_hat", "b", "e", "server_error")
+log = logging.getLogger("gpu_validation.hook")
 
 
 @dataclass(frozen=True)
@@ -170,6 +172,9 @@ class BirderState:
         skipped = bool(torch.cat([f for f, _ in self._flags]).amax().item() > 0)
         if skipped:
             self.skipped_steps += 1
+            log.warning("birder_hook: iteration skipped on every rank (a NaN or infinity in some rank's gradient): "
+                        "Birder's state is untouched at t=%d, .grad holds NaN (%d skipped in all)",
+                        self.t, self.skipped_steps)
         else:
             self.buckets.update(self._pending)
             self.t += 1

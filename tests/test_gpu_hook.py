@@ -274,7 +274,8 @@ def _backward(ddp, model, step: int, poisoned: bool = False, scaler=None) -> lis
 
 
 @pytest.mark.parametrize("bucket_view", [False, True])
-def test_a_skipped_iteration_leaves_nan_in_every_bucket_and_stock_optimizers_cannot_step_it(one_rank, bucket_view):
+def test_a_skipped_iteration_leaves_nan_in_every_bucket_and_stock_optimizers_cannot_step_it(one_rank, bucket_view,
+                                                                                             caplog):
     """t13: a skipped iteration wrote finite +-1, so torch.optim.SGD moved on a dropped step and a GradScaler never
     saw the overflow. Now every bucket holds NaN (the futures complete only once the last bucket has decided), a
     GradScaler backs off, and a bare stock step is refused before it moves anything."""
@@ -288,6 +289,7 @@ def test_a_skipped_iteration_leaves_nan_in_every_bucket_and_stock_optimizers_can
     before = _backward(ddp, model, 2, poisoned=True, scaler=scaler)
     assert state.last_iteration_skipped and state.t == 2 and state.skipped_steps == 1
     assert all(bool(p.grad.isnan().all()) for p in model.parameters())
+    assert "birder_hook: iteration skipped on every rank" in caplog.text and "(1 skipped in all)" in caplog.text
     with pytest.raises(RuntimeError, match=r"SGD.step\(\): birder_hook skipped this iteration"):
         sgd.step()
     scaler.step(sgd)  # unscale_ finds the NaN: no step, and the scale halves
@@ -368,3 +370,19 @@ def test_the_state_refuses_pickling_and_a_resume_that_restored_only_the_optimize
             assert state2.t == 3
     with pytest.raises(ValueError, match="'hook_t' must be an integer"):
         update.load_state_dict({**saved_update, "hook_t": -1})
+
+
+def test_a_nan_on_one_rank_leaves_nan_in_every_bucket_of_every_rank():
+    """Two gloo ranks, several buckets, rank 1's NaN in the bucket DDP reduces last: both ranks skip, find NaN in
+    every .grad (so a GradScaler backs off on both), refuse a bare SGD step, and stay identical afterwards."""
+    from gpu_scenarios import faults
+
+    from gpu_validation import launch
+
+    outcome = launch.launch(faults.hook_nan_on_one_rank, (), 2, "gloo", 30, 120)
+    assert not outcome.describe_failures(), outcome.describe_failures()
+    reports = [outcome.reports[r]["result"] for r in (0, 1)]
+    for seen in reports:
+        assert seen["buckets"] > 1 and seen["all_nan"] and seen["sgd_refused"]
+        assert seen["t"] == 3 and seen["skipped"] == 1 and seen["scale"] == 0.5
+    assert reports[0]["checksum"] == reports[1]["checksum"]

@@ -1,6 +1,7 @@
 """Multi-rank checks of what ``Birder`` refuses or survives: ranks drifting apart, a failed peer, a rank-0-only
-``state_dict()``. Each function is the body of one rank (``launch.launch`` runs it in an initialised process
-group); the tests in ``tests/test_gpu_birder_optimizer.py`` read what each rank reported or raised.
+``state_dict()``; and the expert hook's skipped iteration. Each function is the body of one rank (``launch.launch``
+runs it in an initialised process group); the tests in ``tests/test_gpu_birder_optimizer.py`` (the hook's:
+``tests/test_gpu_hook.py``) read what each rank reported or raised.
 """
 
 from __future__ import annotations
@@ -253,3 +254,43 @@ if __name__ == "__main__":
     import importlib
 
     print(importlib.import_module(__spec__.name).fault_table())  # by its own name, so the ranks can unpickle the bodies
+
+
+def hook_nan_on_one_rank(rank: int) -> dict:
+    """The expert hook on 2 ranks, several buckets: rank 1's gradient holds a NaN at iteration 2 in its first layer
+    only (the last bucket DDP reduces). Every rank must find NaN in every .grad, SGD's step refused, a GradScaler's
+    step skipped, and training go on after it."""
+    from gpu_validation import comm
+    from gpu_validation.hook import BirderState, birder_hook
+
+    model = make_model(0)
+    state = BirderState(model.parameters(), comm.make_topology("flat", 2, 1), seed=SEED)
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.0003)
+    ddp.register_comm_hook(state, birder_hook)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1.0)  # on the skipped iteration only (it unscales +-1 later)
+    seen = {}
+    for step in range(4):
+        x, y = batch(SEED, step, rank)
+        if step == 2 and rank == 1:
+            model[0].weight.register_hook(lambda g: g.index_fill(0, torch.tensor([0]), float("nan")))
+        loss = nn.functional.mse_loss(ddp(x), y)
+        if step != 2:
+            loss.backward()
+            sgd.step()
+        else:
+            scaler.scale(loss).backward()
+            seen["all_nan"] = all(bool(p.grad.isnan().all()) for p in model.parameters())
+            seen["buckets"] = len(state.buckets)
+            try:
+                sgd.step()
+            except RuntimeError as error:
+                seen["sgd_refused"] = "skipped this iteration" in str(error)
+            scaler.step(sgd)
+            scaler.update()
+        sgd.zero_grad()
+        if step == 2 and rank == 1:
+            model[0].weight._backward_hooks.clear()
+    seen.update(t=state.t, skipped=state.skipped_steps, scale=scaler.get_scale(),
+                checksum=float(sum(p.detach().double().sum() for p in model.parameters())))
+    return seen
