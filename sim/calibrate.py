@@ -212,12 +212,16 @@ def machines(ranks: list[tuple[str, str, int]]) -> tuple[list[tuple[str, int]], 
              for host, n in count.items()])
 
 
-def _more_than_one_run(run_hosts: list[set[str]]) -> str:
-    """Why a paste of several runs is refused, in words: where each run's Rank lines show one host of its own, the
-    habit of launching nccl-tests built without MPI under srun or mpirun (each task a single-node test)."""
-    hosts = sorted(set().union(*run_hosts))
-    if len(run_hosts) > 1 and all(len(h) == 1 for h in run_hosts) and len(hosts) == len(run_hosts):
-        return (f"the paste holds a run per host ({', '.join(hosts)} at least): nccl-tests "
+def _more_than_one_run(ranks: dict[tuple[str, str, int], bool]) -> str:
+    """Why a paste of several runs is refused, in words. Where every host holds ranks 0 to k-1 on k GPUs of its own
+    (whether the runs follow each other or interleave line by line), the habit of launching nccl-tests built without
+    MPI under srun or mpirun: each task a single-node test."""
+    per_host: dict[str, list[tuple[int, str]]] = {}
+    for host, gpu, rank in ranks:
+        per_host.setdefault(host, []).append((rank, gpu))
+    if len(per_host) > 1 and all(sorted(r for r, _ in held) == list(range(len(held)))
+                                 and len({gpu for _, gpu in held}) == len(held) for held in per_host.values()):
+        return (f"the paste holds a run per host ({', '.join(sorted(per_host))}, each its own rank 0): nccl-tests "
                 "built without MPI=1 runs one single-node test per task of srun or mpirun; rebuild it with MPI=1 so "
                 "that one test spans the nodes")
     return "the paste holds more than one run (or interleaved output); give each run as its own file"
@@ -229,7 +233,7 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
     not show an all-reduce (``all_reduce_row``, every row). ValueError if
     there is no row, the op is unknown or ambiguous, or a row cannot be read."""
     rows, ranks, gpus, evidence, names, counts_wrong = [], {}, set(), [], {}, False
-    seen: dict[int, tuple[int, str]] = {}  # size -> the line and data type of its row
+    seen: dict[int, tuple[int, str, str | None]] = {}  # size -> the line, data type and reduction of its row
     against = []  # per row: its columns show a collective other than all-reduce (not_all_reduce_row)
     columns_of: dict[int, tuple] = {}  # line -> the row's redop, root, algbw and busbw (same_collective)
     passed = bool(_PASSED_FOOTER.search(text))  # the run's own check: no out-of-bounds value
@@ -237,17 +241,13 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
     side = 4  # columns per side: time, algbw, busbw, #wrong (-I 1 adds i_min, i_max, i_p99, i_cv% after them)
     columns = 0  # tokens of the table's first row: every row prints as many
     run_started, rank_line, second_run = None, {}, None  # line of the run's header; rank -> its Rank line's
-    run_hosts: list[set[str]] = []  # the hosts of each run's Rank lines
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = _PREFIX.sub("", raw).strip()
         rank, header = _RANK.match(line), _RUN_HEADER.match(line)
         again = rank_line.get(int(rank.group(1))) if rank else run_started if header else None
         if again and not second_run:  # two runs whose sizes need not repeat (refused after the rows' own checks)
             second_run = (again, lineno)
-        if header or (rank and not run_hosts):
-            run_hosts.append(set())
         if rank:
-            run_hosts[-1].add(rank.group(2))
             rank_line[int(rank.group(1))] = lineno
             ranks[(rank.group(2), f"{rank.group(3)} [{rank.group(4).strip()}]", int(rank.group(1)))] = True
             gpus.add(next((v for k, v in GPU_NAMES.items() if k in rank.group(5)), None))
@@ -308,20 +308,24 @@ def parse_nccl_tests(text: str, source: str, op: str | None = None) -> NcclTests
             raise ValueError(f"{source}: size {nbytes:,} is measured in {seen[nbytes][1]} (line {seen[nbytes][0]}) and "
                              f"in {tokens[2]} (line {lineno}): the paste holds a table per data type (nccl-tests -d "
                              "all); give one type's table (-d float)")
+        if nbytes in seen and seen[nbytes][2] != redop:
+            raise ValueError(f"{source}: size {nbytes:,} is measured with reduction {seen[nbytes][2]} (line "
+                             f"{seen[nbytes][0]}) and {redop} (line {lineno}): the paste holds a table per reduction "
+                             "(nccl-tests -o all); give one reduction's table (-o sum)")
         if nbytes in seen:
             raise ValueError(f"{source}: size {nbytes:,} appears on lines {seen[nbytes][0]} and {lineno}: "
-                             + _more_than_one_run(run_hosts))
+                             + _more_than_one_run(ranks))
         if rows and nbytes < rows[-1][0]:
             raise ValueError(f"{source}, line {lineno}: size {nbytes:,} after {rows[-1][0]:,}: a second run starts "
                              "inside the paste; give each run as its own file")
-        seen[nbytes] = lineno, tokens[2]
+        seen[nbytes] = lineno, tokens[2], redop
         rows.append((nbytes, time_us * 1e-6, busbw, lineno))
         evidence.append(all_reduce_row(nbytes, int(tokens[1]), tokens[2], redop, root))
         columns_of[lineno] = (redop, root, algbw, busbw)
         against.append(not_all_reduce_row(nbytes, int(tokens[1]), tokens[2], redop))
     if second_run:  # rows of two measurements in one fit, Rank lines of two layouts counted as one
         raise ValueError(f"{source}: lines {second_run[0]} and {second_run[1]} each start a run (a header or Rank line "
-                         f"printed twice): {_more_than_one_run(run_hosts)}")
+                         f"printed twice): {_more_than_one_run(ranks)}")
     missing = sorted(set(range(max(rank_line, default=-1) + 1)) - set(rank_line))
     if missing:  # nccl-tests prints every rank's line, 0 to N-1: the rest of the job's hosts would go unseen
         raise ValueError(f"{source}: no Rank line for rank {missing[0]} ({len(missing)} of ranks 0-{max(rank_line)} "

@@ -110,6 +110,12 @@ def test_a_row_cut_before_its_in_place_columns_is_read_and_one_cut_inside_them_r
     # on its host), all in one log
     (lambda t: "\n".join(f"{task}: {x.replace('spark-d708', f'node-{task}')}" for task in range(2)
                          for x in t.splitlines() if "Rank  1 " not in x), "one single-node test per task.*MPI=1"),
+    # the same, the two tasks' lines interleaved as srun prints them (t12: it got the generic "more than one run")
+    (lambda t: "\n".join(f"{task}: {x.replace('spark-d708', f'node-{task}')}" for x in t.splitlines()
+                         if "Rank  1 " not in x for task in range(2)), "run per host.*one single-node test per task"),
+    # nccl-tests -o all: a table per reduction, each over the same sizes (t12: refused as "more than one run")
+    (lambda t: t + "\n".join(x.replace(" sum ", " max ") for x in t.splitlines() if " sum " in x),
+     "reduction sum .* and max .*a table per reduction \\(nccl-tests -o all\\)"),
     # the rows pasted without their column headers: a #wrong count is still a failed check (older nccl-tests print
     # the largest error there, far below 1 when the check passes)
     (lambda t: "\n".join(x for x in t.replace("0.51       0    30.25", "0.51       7    30.25").splitlines()
