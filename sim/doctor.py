@@ -210,9 +210,12 @@ def diagnose(output: NcclTestsOutput, stated: Cluster, ev: LogEvidence) -> Diagn
             why = h.evidence or "the log does not show it (rerun with NCCL_DEBUG=INFO to confirm)"
             causes.append(f"{h.name}: {why}{model} ({h.advice})")
             named.append(h.name)
-        if not causes and stated.n_nodes > 1:
+        if not causes and stated.n_nodes > 2:
             causes.append("none of the known misconfigurations reproduces it: compare with nccl-tests on two nodes "
                           "only, and check the switch ports' counters and the NICs' link speed")
+        elif not causes and stated.n_nodes == 2:  # already two nodes: one node alone, or the pair's link, is slow
+            causes.append("none of the known misconfigurations reproduces it: run nccl-tests on each node alone (is "
+                          "one node slow by itself?), and check the switch ports' counters and the NICs' link speed")
         elif not causes:  # one node: no NIC or switch on the path
             causes.append("none of the known misconfigurations reproduces it: check nvidia-smi topo -m and "
                           "nvidia-smi nvlink --status (every link up), the GPUs' clocks, and that the fabric "

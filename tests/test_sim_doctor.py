@@ -190,3 +190,17 @@ def test_a_paste_with_a_large_jobs_info_lines_is_read_and_only_one_past_64_mib_r
     huge.write_text("x" * (calibrate.MAX_OUTPUT_BYTES + 1))
     assert main(["doctor", str(huge), "--network", "ib-edr"]) == 2
     assert "bytes is the wrong file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("nodes", [2, 4])
+def test_a_slow_table_no_cause_explains_gets_advice_for_its_own_node_count(tmp_path, capsys, nodes):
+    """t14: a 2-node table at 65% of its hardware was told to "compare with nccl-tests on two nodes only"; two
+    nodes are told to test each node alone, more nodes to test two."""
+    plateau = 0.65 * 8 * 25 / (2 * (8 * nodes - 1) / (8 * nodes))  # algbw of 65% of 8 HDR NICs' wire
+    paste = tmp_path / "slow.txt"
+    paste.write_text(rank_lines([8] * nodes) + sweep_rows(range(20, 34), lambda s: plateau * s / (s + 4e6),
+                                                          2 * (8 * nodes - 1) / (8 * nodes)))
+    found = _doctor(capsys, paste, "--network", "ib-hdr", "--nics-per-node", 8)
+    assert "below what this hardware gives" in found["verdict"]
+    advice = found["likely_causes"][-1]
+    assert ("each node alone" in advice) == (nodes == 2) and ("two nodes only" in advice) == (nodes > 2), advice
