@@ -606,8 +606,9 @@ def run_sweep(args) -> int:
         print(_strict_json({"csv": str(out / "sweep.csv"), "plots": figures, "results": results,
                             "speedups": speedups}))
     else:
+        swept = None if len(args.nodes) == 1 else f"{', '.join(map(str, args.nodes))} nodes (swept)"
         for net in networks:
-            _say(describe(make_cluster(args, args.nodes[0], None if args.cluster else net))[0])
+            _say(describe(make_cluster(args, args.nodes[0], None if args.cluster else net), swept)[0])
         for r in speedups:
             verdict = r["verdict"] if r["verdict"].startswith("within") else f"{r['verdict']} beyond the uncertainty"
             _say(f"speed-up over {r['baseline']}, {r['network']} {r['nodes']} nodes: {r['optimizer']} "

@@ -895,10 +895,11 @@ def _binding(c: Cluster) -> str:
     return LIMIT_NAMES[min(limits, key=limits.get)]
 
 
-def describe(c: Cluster) -> list[str]:
-    """The cluster's name, key figures and where each came from: printed by every sim command."""
+def describe(c: Cluster, nodes: str | None = None) -> list[str]:
+    """The cluster's name, key figures and where each came from: printed by every sim command. ``nodes``: the node
+    count in words where it is not ``c``'s own (a sweep's)."""
     nic = c.nic
-    nodes = f"{c.n_nodes} node{'s' if c.n_nodes != 1 else ''}"
+    nodes = nodes or f"{c.n_nodes} node{'s' if c.n_nodes != 1 else ''}"
     lines = [f"cluster {c.name or nic.name}: {nodes} x {c.gpus_per_node} {c.gpu.upper()}, "
              f"{nic.count} x {nic.line_rate / 1e9:g} Gb/s {nic.transport} NIC per node "
              + (f"(measured {nic.measured_rate / 1e9:g} Gb/s host to host) " if nic.measured_rate is not None else "")

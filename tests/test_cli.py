@@ -40,3 +40,14 @@ def test_an_unwritable_report_directory_is_one_clear_line(tmp_path):
     result = birder("report", "--quick", "--out", str(blocker / "report"))
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
     assert "birder report: error:" in result.stderr
+
+
+def test_a_sweeps_cluster_line_names_the_node_counts_it_sweeps(tmp_path, capsys):
+    """t14: a sweep over 1 to 64 nodes headed its output "1 node x 8 A100", the first count's description."""
+    from birder.cli import main
+
+    for nodes, shown in (("1,2", "1, 2 nodes (swept) x 8 A100"), ("2", "2 nodes x 8 A100")):
+        assert main(["sweep", "--nodes", nodes, "--optimizers", "sgdm", "--networks", "10gbe",
+                     "--out", str(tmp_path / nodes.replace(",", "-"))]) == 0
+        first = capsys.readouterr().out.splitlines()[0]
+        assert first.startswith(f"cluster 10gbe: {shown}, "), first
