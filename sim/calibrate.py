@@ -169,7 +169,9 @@ def same_collective(op: str, columns_of: dict[int, tuple], ranks: int, source: s
         if given and fits:
             raise ValueError(f"{source}, line {line}: busbw / algbw is {factor:.4g}, {op}'s factor on {implied} ranks, "
                              f"but {given} give {ranks}: the paste prints no Rank lines, so the layout is yours; "
-                             "give the run's own (or the table is of another run)")
+                             "give the run's own (or the table is of another run"
+                             + (", or of another collective: 1 is also sendrecv_perf's, broadcast_perf's and "
+                                "reduce_perf's factor)" if BUS_FACTOR[op](implied) == 1 else ")"))
         if implied > ranks and fits:
             raise ValueError(f"{source}, line {line}: busbw / algbw is {factor:.4g}, {op}'s factor on {implied} ranks, "
                              f"but the paste's Rank lines name {ranks}: Rank lines are missing (a cut paste, a "

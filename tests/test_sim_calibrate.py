@@ -539,3 +539,12 @@ def test_a_layout_the_rows_bus_factor_contradicts_is_refused_where_no_rank_lines
             calibrate.layout([output], nodes, per_node)
     else:
         assert calibrate.layout([output], nodes, per_node) == (nodes, per_node)
+
+
+def test_a_sendrecv_table_without_rank_lines_is_refused_on_the_layout_the_options_give():
+    """The last session's doubt: an unnamed sendrecv_perf table (busbw = algbw) without Rank lines was read as an
+    all-reduce. On the options' 16 ranks its factor of 1 is all-reduce's on 2 only: refused, naming sendrecv."""
+    paste = sweep_rows(range(20, 34), lambda s: 22.0 * s / (s + 4e6), 1.0)
+    output = calibrate.parse_nccl_tests(paste, "paste", "all-reduce")
+    with pytest.raises(ValueError, match="factor on 2 ranks, but --nodes 2 x --gpus-per-node 8 give 16.*sendrecv"):
+        calibrate.layout([output], 2, 8)
