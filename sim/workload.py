@@ -451,12 +451,14 @@ def _measured_node(cluster: Cluster, work: Workload) -> Cluster:
     return one if server_off_node else replace(one, nic=ONE_NODE_NIC)
 
 
-def increasing_root(f, lo: float, f_lo: float, hi: float, f_hi: float, xtol: float, max_steps: int = 200) -> float:
+def increasing_root(f, lo: float, f_lo: float, hi: float, f_hi: float, xtol: float,
+                    max_steps: int = 200) -> tuple[float, float]:
     """A root of a non-decreasing ``f`` bracketed by f(lo) = f_lo < 0 < f_hi = f(hi): the Illinois variant of regula
     falsi (Dowell & Jarratt, BIT 11, 1971), which halves the value kept at an end that two steps in a row left in
     place, so both ends close in (order ~1.44). On a piecewise-linear ``f`` a step from two points of the root's piece
     lands on the root. Stops at an exact zero, when the bracket is narrower than ``xtol``, or after ``max_steps``,
-    and returns the point of smallest |f| it evaluated (an end included); the caller checks the residual."""
+    and returns the point of smallest |f| it evaluated (an end included) with that f, the residual the caller
+    checks."""
     if not (lo < hi and f_lo < 0 < f_hi):
         raise ValueError(f"increasing_root: need lo < hi and f(lo) < 0 < f(hi), got f({lo!r}) = {f_lo!r}, "
                          f"f({hi!r}) = {f_hi!r}")
@@ -482,7 +484,7 @@ def increasing_root(f, lo: float, f_lo: float, hi: float, f_hi: float, xtol: flo
             hi, f_hi, weight_hi = x, fx, fx
             weight_lo = weight_lo / 2 if kept == -1 else f_lo
             kept = -1
-    return best
+    return best, best_f
 
 
 @lru_cache(maxsize=4096)
@@ -505,9 +507,9 @@ def _calibrated(one: Cluster, work: Workload, kinds: tuple[StepKind, ...], singl
     # does not): regula falsi meets the root in a few steps where bisection took ~30
     if at_zero == target:  # communication alone is the measured node
         return 0.0, 0.0
-    root = increasing_root(lambda x: _average(one, work, kinds, x)[0] - target, 0.0, at_zero - target, hi,
-                           at_hi - target, xtol=1e-12 * hi)
-    if abs(_average(one, work, kinds, root)[0] - target) <= 1e-9 * target:
+    root, residual = increasing_root(lambda x: _average(one, work, kinds, x)[0] - target, 0.0, at_zero - target,
+                                     hi, at_hi - target, xtol=1e-12 * hi)
+    if abs(residual) <= 1e-9 * target:
         return root, 0.0
     # a jump (a framework's cycle quantizes its launches): no compute time gives the measured node; bisect to the
     # jump and keep its faster side

@@ -84,8 +84,8 @@ def test_the_measured_nodes_root_is_found_exactly_on_a_piecewise_linear_time_in_
 
     target = step(0.6137)
     f, calls = _counted(lambda x: step(x) - target)
-    root = increasing_root(f, 0.0, step(0.0) - target, 1.0, step(1.0) - target, xtol=1e-12)
-    assert root == pytest.approx(0.6137, rel=1e-12)
+    root, residual = increasing_root(f, 0.0, step(0.0) - target, 1.0, step(1.0) - target, xtol=1e-12)
+    assert root == pytest.approx(0.6137, rel=1e-12) and residual == step(root) - target
     assert len(calls) <= 4 + 3 * len(kinks)
 
 
@@ -93,8 +93,8 @@ def test_across_a_jump_the_root_finder_stops_inside_the_bracket_at_the_smallest_
     """A framework's cycle makes the step jump: no compute time gives the node, and what comes back is a point within
     xtol of the jump, for the caller's bisection to settle (sim.workload._calibrated)."""
     f, calls = _counted(lambda x: (x - 0.4) + (0.1 if x >= 0.4 else -0.1))
-    root = increasing_root(f, 0.0, f(0.0), 1.0, f(1.0), xtol=1e-9)
-    assert abs(root - 0.4) <= 1e-9 and len(calls) < 200
+    root, residual = increasing_root(f, 0.0, f(0.0), 1.0, f(1.0), xtol=1e-9)
+    assert abs(root - 0.4) <= 1e-9 and len(calls) < 200 and residual == f(root)
 
 
 @pytest.mark.parametrize("lo, f_lo, hi, f_hi", [(0.0, 1.0, 1.0, 2.0), (0.0, -1.0, 1.0, -0.5), (1.0, -1.0, 0.0, 1.0),
