@@ -105,7 +105,6 @@ class BirderState:
         self._carry: FullState | None = None  # per-element state awaiting new buckets (layout change, load)
         self._executor: ThreadPoolExecutor | None = None  # the hook's communication thread, made on first use
         self._executor_lock = threading.Lock()
-        self._iterations_stepped: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # other optimizers'
         handle = register_optimizer_step_pre_hook(_other_optimizers_checked(weakref.ref(self)))
         weakref.finalize(self, handle.remove)
 
@@ -373,17 +372,19 @@ def _other_optimizers_checked(state_ref):
     """A pre-step hook for every torch optimizer but ``BirderUpdate`` (which checks for itself): after a backward
     through birder_hook, a step on the state's parameters is refused if the hook skipped that iteration (.grad
     holds NaN) or if their .grad no longer holds the hook's +-1."""
+    iterations_stepped: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # optimizer -> hook's at its step
+
     def pre_step(optimizer, args, kwargs):
         state = state_ref()
         if state is None or isinstance(optimizer, BirderUpdate):
             return None
-        if state.iterations == state._iterations_stepped.get(optimizer, 0):
+        if state.iterations == iterations_stepped.get(optimizer, 0):
             return None  # no backward through the hook since this optimizer's last step
         grads = [p.grad for g in optimizer.param_groups for p in g["params"]
                  if id(p) in state._offsets and p.grad is not None]
         if not grads:
             return None
-        state._iterations_stepped[optimizer] = state.iterations
+        iterations_stepped[optimizer] = state.iterations
         if state.last_iteration_skipped:
             raise RuntimeError(f"{type(optimizer).__name__}.step(): birder_hook skipped this iteration (a rank had "
                                "a NaN or infinite gradient; Birder's state is untouched) and left NaN in .grad, "

@@ -210,16 +210,16 @@ def diagnose(output: NcclTestsOutput, stated: Cluster, ev: LogEvidence) -> Diagn
             why = h.evidence or "the log does not show it (rerun with NCCL_DEBUG=INFO to confirm)"
             causes.append(f"{h.name}: {why}{model} ({h.advice})")
             named.append(h.name)
-        if not causes and stated.n_nodes > 2:
-            causes.append("none of the known misconfigurations reproduces it: compare with nccl-tests on two nodes "
-                          "only, and check the switch ports' counters and the NICs' link speed")
-        elif not causes and stated.n_nodes == 2:  # already two nodes: one node alone, or the pair's link, is slow
-            causes.append("none of the known misconfigurations reproduces it: run nccl-tests on each node alone (is "
-                          "one node slow by itself?), and check the switch ports' counters and the NICs' link speed")
-        elif not causes:  # one node: no NIC or switch on the path
-            causes.append("none of the known misconfigurations reproduces it: check nvidia-smi topo -m and "
-                          "nvidia-smi nvlink --status (every link up), the GPUs' clocks, and that the fabric "
-                          "manager runs")
+        if not causes:
+            causes.append("none of the known misconfigurations reproduces it: " + (
+                "compare with nccl-tests on two nodes only, and check the switch ports' counters and the NICs' link "
+                "speed" if stated.n_nodes > 2 else
+                # already two nodes: one node alone, or the pair's link, is slow
+                "run nccl-tests on each node alone (is one node slow by itself?), and check the switch ports' "
+                "counters and the NICs' link speed" if stated.n_nodes == 2 else
+                # one node: no NIC or switch on the path
+                "check nvidia-smi topo -m and nvidia-smi nvlink --status (every link up), the GPUs' clocks, and "
+                "that the fabric manager runs"))
     if not reached:
         causes.append(f"the sweep stops at {rows[-1]['size']:,} bytes, below the plateau (about {PLATEAU_BYTES >> 20} "
                       "MB): rerun with -e 1G or more")
